@@ -1,0 +1,107 @@
+// Functional attention: the tutorial's §2 and §3.3 as library calls.
+//
+//   simple_attention           §2.4  one query against S keys, dot-product scores
+//   ScoreFunction + attention  §2.2  dot, scaled dot, additive, bilinear scores
+//   scaled_dot_product_attention  §3.3, §5.3  torch.nn.functional's semantics
+//
+// Dimension letters: B batch, H query heads, Hkv key/value heads, L query
+// length, S key length, E query/key head dim, Ev value head dim. "..." is any
+// number of leading batch dims.
+//
+// A query row whose keys are all masked gives output 0 and weights 0 (never
+// NaN) everywhere in qkv. torch's SDPA also gives 0; torch's
+// nn.MultiheadAttention with need_weights=True gives NaN there.
+#pragma once
+
+#include <optional>
+
+#include "qkv/generator.h"
+#include "qkv/tensor.h"
+
+namespace qkv {
+
+// Output of an attention call. `weights` is defined only when asked for.
+struct AttentionResult {
+  Tensor output;   // [..., L, Ev]
+  Tensor weights;  // [..., L, S], rows sum to 1 (0 for fully masked rows)
+};
+
+// §2.4: softmax(keys · query) weighted sum of values, computed in float64.
+// query: [E]  keys: [S, E]  values: [S, Ev]  ->  output [Ev], weights [S]
+AttentionResult simple_attention(const Tensor& query, const Tensor& keys, const Tensor& values);
+
+// §2.2: how a query and a key are compared.
+class ScoreFunction {
+ public:
+  enum class Kind { kDot, kScaledDot, kAdditive, kBilinear };
+
+  // q·k
+  static ScoreFunction dot();
+  // q·k / sqrt(E)
+  static ScoreFunction scaled_dot();
+  // v^T tanh(W_q q + W_k k)
+  // w_q: [A, E]  w_k: [A, Ek]  v: [A]   (A: hidden size of the additive scorer)
+  static ScoreFunction additive(Tensor w_q, Tensor w_k, Tensor v);
+  // q^T W k
+  // w: [E, Ek]
+  static ScoreFunction bilinear(Tensor w);
+
+  Kind kind() const { return kind_; }
+
+  // Scores of every query against every key.
+  // q: [..., L, E]  k: [..., S, Ek]  ->  [..., L, S]
+  Tensor scores(const Tensor& q, const Tensor& k) const;
+
+ private:
+  explicit ScoreFunction(Kind kind) : kind_(kind) {}
+  Kind kind_;
+  Tensor w_q_, w_k_, v_, w_;
+};
+
+// General attention with any score: weights = softmax(score(q, k) + mask),
+// output = weights · v. `mask` (optional) broadcasts to [..., L, S]: bool
+// (True = take part) or floating (added to the scores).
+// q: [..., L, E]  k: [..., S, Ek]  v: [..., S, Ev]  ->  output [..., L, Ev], weights [..., L, S]
+AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                          const ScoreFunction& score, const Tensor& mask = {});
+
+// Which causal mask to apply. torch's `is_causal=True` is kTopLeft:
+// query i sees keys j <= i. Decoding L new queries against S cached keys
+// needs kBottomRight: query i sees keys j <= i + S - L.
+enum class CausalMask { kNone, kTopLeft, kBottomRight };
+
+struct SdpaOptions {
+  // Bool (True = take part) or floating (added, same dtype as the query),
+  // broadcastable to [..., H, L, S]. Undefined = no mask.
+  Tensor attn_mask;
+  // Probability of dropping a weight; applied whenever > 0 (as torch's SDPA).
+  double dropout_p = 0.0;
+  CausalMask causal = CausalMask::kNone;
+  // Defaults to 1/sqrt(E).
+  std::optional<double> scale;
+  // Query head h uses key/value head h / (H / Hkv).
+  bool enable_gqa = false;
+  // Return the attention weights [..., H, L, S] (after dropout, as multiplied with v).
+  bool need_weights = false;
+  // Return the bool keep-mask [..., H, L, S] that dropout used.
+  bool return_dropout_mask = false;
+  // Use this keep-mask (bool, broadcastable to [..., H, L, S]) instead of sampling one.
+  Tensor dropout_mask;
+  // Source of dropout randomness; nullptr means default_generator().
+  Generator* generator = nullptr;
+};
+
+struct SdpaResult {
+  Tensor output;        // [..., H, L, Ev]
+  Tensor weights;       // [..., H, L, S] when need_weights
+  Tensor dropout_mask;  // [..., H, L, S] bool when return_dropout_mask and dropout_p > 0
+};
+
+// torch.nn.functional.scaled_dot_product_attention in torch 2.13:
+// softmax(q kᵀ · scale + mask) v, with dropout on the weights.
+// q: [..., H, L, E]  k: [..., Hkv, S, E]  v: [..., Hkv, S, Ev]  ->  [..., H, L, Ev]
+// float32 or float64 (all three the same). Hkv == H unless enable_gqa.
+SdpaResult scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                        const SdpaOptions& options = {});
+
+}  // namespace qkv

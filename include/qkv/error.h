@@ -1,0 +1,50 @@
+// qkv::Error — the one exception type of the library.
+//
+// Every check on user input throws qkv::Error with a message that names the
+// argument, what was expected and what was received. `kind()` tells the Python
+// bindings whether to raise ValueError (wrong value or shape) or TypeError
+// (wrong dtype).
+#pragma once
+
+#include <sstream>
+#include <stdexcept>
+#include <string>
+
+namespace qkv {
+
+enum class ErrorKind { kValue, kType, kIO };
+
+class Error : public std::runtime_error {
+ public:
+  Error(ErrorKind kind, const std::string& message) : std::runtime_error(message), kind_(kind) {}
+  ErrorKind kind() const { return kind_; }
+
+ private:
+  ErrorKind kind_;
+};
+
+namespace detail {
+template <class... Parts>
+std::string concat(const Parts&... parts) {
+  std::ostringstream out;
+  (out << ... << parts);
+  return out.str();
+}
+}  // namespace detail
+
+// Throws qkv::Error(kValue) when `condition` is false; the message is the
+// concatenation of the remaining arguments (streamed with <<).
+#define QKV_CHECK(condition, ...)                                                       \
+  do {                                                                                  \
+    if (!(condition))                                                                   \
+      throw ::qkv::Error(::qkv::ErrorKind::kValue, ::qkv::detail::concat(__VA_ARGS__)); \
+  } while (0)
+
+// As QKV_CHECK, for a wrong dtype (TypeError in Python).
+#define QKV_CHECK_TYPE(condition, ...)                                                 \
+  do {                                                                                 \
+    if (!(condition))                                                                  \
+      throw ::qkv::Error(::qkv::ErrorKind::kType, ::qkv::detail::concat(__VA_ARGS__)); \
+  } while (0)
+
+}  // namespace qkv

@@ -1,0 +1,96 @@
+// nn::MultiheadAttention — torch.nn.MultiheadAttention in C++ (tutorial §4, §5.4).
+//
+// Same constructor arguments, forward arguments, defaults, mask polarity
+// (True = masked out), parameter names and default initialisation as torch,
+// so a torch state_dict loads unchanged:
+//
+//   nn::MultiheadAttention mha({.embed_dim = 8, .num_heads = 2, .batch_first = true});
+//   auto [out, weights] = mha.forward(x, x, x);   // [2, 4, 8] and [2, 4, 4]
+//
+// One difference from torch: query rows whose keys are all masked give output
+// 0 and weights 0; torch gives NaN there when need_weights=True.
+#pragma once
+
+#include <map>
+#include <string>
+
+#include "qkv/generator.h"
+#include "qkv/tensor.h"
+
+namespace qkv::nn {
+
+struct MultiheadAttentionOptions {
+  int64_t embed_dim = 0;
+  int64_t num_heads = 1;
+  double dropout = 0.0;
+  bool bias = true;
+  bool add_bias_kv = false;
+  bool add_zero_attn = false;
+  int64_t kdim = 0;  // 0 means embed_dim
+  int64_t vdim = 0;  // 0 means embed_dim
+  bool batch_first = false;
+  DType dtype = DType::kFloat32;
+};
+
+struct MultiheadAttentionForward {
+  Tensor key_padding_mask;  // [B, S] or [S]; bool True = ignore, or float added
+  bool need_weights = true;
+  Tensor attn_mask;  // [L, S] or [B*H, L, S]; bool True = not allowed, or float added
+  bool average_attn_weights = true;
+  bool is_causal = false;  // a hint: needs attn_mask, as in torch
+};
+
+struct MultiheadAttentionOutput {
+  Tensor output;   // [L, B, D] ([B, L, D] if batch_first, [L, D] unbatched)
+  Tensor weights;  // [B, L, S] averaged or [B, H, L, S]; undefined unless need_weights
+};
+
+class MultiheadAttention {
+ public:
+  // Parameters get torch's default initialisation, drawn from `gen`
+  // (default_generator() when null).
+  explicit MultiheadAttention(const MultiheadAttentionOptions& options, Generator* gen = nullptr);
+
+  // query: [L, B, D] (batch_first: [B, L, D]; unbatched: [L, D])
+  // key:   [S, B, kdim]   value: [S, B, vdim]
+  // -> output like query; weights [B, L, S] or [B, H, L, S] (unbatched: no B)
+  MultiheadAttentionOutput forward(const Tensor& query, const Tensor& key, const Tensor& value,
+                                   const MultiheadAttentionForward& args = {});
+
+  // Dropout is active only in training mode (the default, as in torch).
+  void train(bool on = true) { training_ = on; }
+  void eval() { training_ = false; }
+  bool is_training() const { return training_; }
+
+  // torch's names: in_proj_weight, in_proj_bias, q_proj_weight, k_proj_weight,
+  // v_proj_weight, out_proj.weight, out_proj.bias, bias_k, bias_v (only those
+  // that exist for the options). Tensors are shared, not copied.
+  std::map<std::string, Tensor> state_dict() const;
+  // Copies values in; every expected name must be present with its exact
+  // shape, and unknown names are rejected (strict, as torch's default).
+  void load_state_dict(const std::map<std::string, Tensor>& state);
+
+  const MultiheadAttentionOptions& options() const { return options_; }
+  int64_t head_dim() const { return options_.embed_dim / options_.num_heads; }
+  // True when q, k and v share one packed in_proj_weight (kdim == vdim == embed_dim).
+  bool packed_in_proj() const { return packed_; }
+  // Dropout randomness; nullptr means default_generator().
+  void set_generator(Generator* gen) { gen_ = gen; }
+
+ private:
+  MultiheadAttentionOptions options_;
+  bool packed_ = true;
+  bool training_ = true;
+  Generator* gen_ = nullptr;
+  Tensor in_proj_weight_;   // [3D, D] when packed
+  Tensor q_proj_weight_;    // [D, D]    when not packed
+  Tensor k_proj_weight_;    // [D, kdim] when not packed
+  Tensor v_proj_weight_;    // [D, vdim] when not packed
+  Tensor in_proj_bias_;     // [3D] when bias
+  Tensor out_proj_weight_;  // [D, D]
+  Tensor out_proj_bias_;    // [D] when bias
+  Tensor bias_k_;           // [1, 1, D] when add_bias_kv
+  Tensor bias_v_;           // [1, 1, D] when add_bias_kv
+};
+
+}  // namespace qkv::nn

@@ -1,0 +1,80 @@
+#include "kernels/reference/sdpa_reference.h"
+
+#include <cmath>
+#include <limits>
+
+#include "kernels/reference/softmax_reference.h"
+
+namespace qkv::kernels {
+
+namespace {
+
+template <class T>
+double element(const MatrixOperand& m, int64_t problem, int64_t row, int64_t col) {
+  const T* base = static_cast<const T*>(m.base);
+  return static_cast<double>(base[m.offsets[problem] + row * m.row_stride + col * m.col_stride]);
+}
+
+// The mask's contribution to score (i, j): 0, a float to add, or -inf.
+template <class T>
+double mask_term(const MatrixOperand& mask, int64_t problem, int64_t i, int64_t j) {
+  if (mask.base == nullptr) return 0.0;
+  if (mask.dtype == DType::kBool) {
+    return element<bool>(mask, problem, i, j) ? 0.0 : -std::numeric_limits<double>::infinity();
+  }
+  return element<T>(mask, problem, i, j);
+}
+
+template <class T>
+void forward(const SdpaProblem& p) {
+  constexpr double kNegInf = -std::numeric_limits<double>::infinity();
+  T* output = static_cast<T*>(p.output);
+  T* weights_out = static_cast<T*>(p.weights);
+  const double keep_scale = p.dropout_p > 0.0 ? 1.0 / (1.0 - p.dropout_p) : 1.0;
+  std::vector<double> scores(static_cast<size_t>(p.S));
+  std::vector<double> out_row(static_cast<size_t>(p.Ev));
+
+  for (int64_t b = 0; b < p.problems; ++b) {
+    for (int64_t i = 0; i < p.L; ++i) {
+      // scores = scale · q_i · k_j + mask_ij   (−inf where masked)
+      for (int64_t j = 0; j < p.S; ++j) {
+        double s = kNegInf;
+        if (causal_allows(p.causal, i, j, p.L, p.S)) {
+          double dot = 0.0;
+          for (int64_t e = 0; e < p.E; ++e)
+            dot += element<T>(p.q, b, i, e) * element<T>(p.k, b, j, e);
+          s = dot * p.scale + mask_term<T>(p.mask, b, i, j);
+        }
+        scores[j] = s;
+      }
+      softmax_row_in_place(scores.data(), p.S);
+      // dropout: a kept weight is scaled by 1/(1 − p), a dropped one is 0
+      for (int64_t j = 0; j < p.S; ++j) {
+        double w = scores[j];
+        if (p.keep.base != nullptr) w = element<bool>(p.keep, b, i, j) ? w * keep_scale : 0.0;
+        scores[j] = w;
+        if (weights_out) weights_out[(b * p.L + i) * p.S + j] = static_cast<T>(w);
+      }
+      // output_i = Σ_j w_ij v_j
+      std::fill(out_row.begin(), out_row.end(), 0.0);
+      for (int64_t j = 0; j < p.S; ++j) {
+        if (scores[j] == 0.0) continue;
+        for (int64_t e = 0; e < p.Ev; ++e) out_row[e] += scores[j] * element<T>(p.v, b, j, e);
+      }
+      for (int64_t e = 0; e < p.Ev; ++e)
+        output[(b * p.L + i) * p.Ev + e] = static_cast<T>(out_row[e]);
+    }
+  }
+}
+
+}  // namespace
+
+void sdpa_forward_reference(const SdpaProblem& problem) {
+  if (problem.dtype == DType::kFloat64) {
+    forward<double>(problem);
+  } else {
+    forward<float>(problem);
+  }
+}
+
+}  // namespace qkv::kernels
