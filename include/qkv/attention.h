@@ -14,6 +14,7 @@
 #pragma once
 
 #include <optional>
+#include <string>
 
 #include "qkv/generator.h"
 #include "qkv/tensor.h"
@@ -65,6 +66,10 @@ class ScoreFunction {
 AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor& v,
                           const ScoreFunction& score, const Tensor& mask = {});
 
+// Which implementation computes SDPA. kAuto takes the fused kernel for
+// float32 and the float64 reference otherwise (as torch picks a backend).
+enum class SdpaBackend { kAuto, kReference, kFused };
+
 // Which causal mask to apply. torch's `is_causal=True` is kTopLeft:
 // query i sees keys j <= i. Decoding L new queries against S cached keys
 // needs kBottomRight: query i sees keys j <= i + S - L.
@@ -89,12 +94,19 @@ struct SdpaOptions {
   Tensor dropout_mask;
   // Source of dropout randomness; nullptr means default_generator().
   Generator* generator = nullptr;
+  // Force an implementation (kFused needs float32).
+  SdpaBackend backend = SdpaBackend::kAuto;
+  // Return the log-sum-exp of each score row [..., H, L] (float64).
+  bool return_logsumexp = false;
 };
 
 struct SdpaResult {
   Tensor output;        // [..., H, L, Ev]
   Tensor weights;       // [..., H, L, S] when need_weights
   Tensor dropout_mask;  // [..., H, L, S] bool when return_dropout_mask and dropout_p > 0
+  Tensor logsumexp;     // [..., H, L] float64 when return_logsumexp (−inf for fully masked rows)
+  // Which kernel ran: "reference", or "fused-" + ISA ("fused-avx512", "fused-avx2", …).
+  std::string kernel;
 };
 
 // torch.nn.functional.scaled_dot_product_attention in torch 2.13:

@@ -2,6 +2,8 @@
 // broadcasting of leading dims, dropout mask, then one kernel call.
 #include <cmath>
 
+#include "kernels/dropout.h"
+#include "kernels/fused_attention.h"
 #include "kernels/reference/sdpa_reference.h"
 #include "ops/checks.h"
 #include "qkv/attention.h"
@@ -47,10 +49,11 @@ kernels::MatrixOperand operand(const Tensor& t, const Shape& out_lead, int64_t h
   return m;
 }
 
-Tensor sample_keep_mask(const Shape& shape, double p, Generator& gen) {
+// The keep-mask that seed-based dropout uses, materialised for export.
+Tensor export_keep_mask(const Shape& shape, uint64_t seed, double p) {
   Tensor keep = Tensor::empty(shape, DType::kBool);
   bool* k = keep.data<bool>();
-  for (int64_t i = 0; i < keep.numel(); ++i) k[i] = gen.uniform() >= p;
+  for (int64_t i = 0; i < keep.numel(); ++i) k[i] = kernels::dropout_keep(seed, i, p);
   return keep;
 }
 
@@ -164,11 +167,13 @@ SdpaResult scaled_dot_product_attention(const Tensor& q, const Tensor& k, const 
                 shape_str(options.dropout_mask.shape()), " does not broadcast to ",
                 shape_str(weights_shape));
       keep = options.dropout_mask.expand(weights_shape);
+      p.keep = operand(keep, out_lead);
     } else {
       Generator& gen = options.generator ? *options.generator : default_generator();
-      keep = sample_keep_mask(weights_shape, options.dropout_p, gen);
+      p.dropout_seed = gen.next_u64();
+      if (options.return_dropout_mask)
+        keep = export_keep_mask(weights_shape, p.dropout_seed, options.dropout_p);
     }
-    p.keep = operand(keep, out_lead);
     p.dropout_p = options.dropout_p;
     if (options.return_dropout_mask) result.dropout_mask = keep.contiguous();
   }
@@ -179,7 +184,28 @@ SdpaResult scaled_dot_product_attention(const Tensor& q, const Tensor& k, const 
     result.weights = Tensor::empty(weights_shape, q.dtype());
     p.weights = result.weights.raw_data();
   }
-  kernels::sdpa_forward_reference(p);
+  // Kernel choice: the fused kernels handle float32; float64 is the reference's.
+  const bool fused = options.backend == SdpaBackend::kFused ||
+                     (options.backend == SdpaBackend::kAuto && q.dtype() == DType::kFloat32);
+  QKV_CHECK_TYPE(!fused || q.dtype() == DType::kFloat32, fn,
+                 ": the fused kernel computes float32 only, got ", dtype_name(q.dtype()),
+                 "; use backend kReference or kAuto for float64");
+  Tensor lse;
+  if (fused || options.return_logsumexp) {
+    Shape lse_shape = out_lead;
+    lse_shape.push_back(L);
+    lse = Tensor::empty(lse_shape, DType::kFloat64);
+    p.lse = lse.data<double>();
+  }
+  if (fused) {
+    const kernels::KernelTable& table = kernels::active_kernel_table();
+    kernels::sdpa_forward_fused(p, table);
+    result.kernel = std::string("fused-") + table.name;
+  } else {
+    kernels::sdpa_forward_reference(p);
+    result.kernel = "reference";
+  }
+  if (options.return_logsumexp) result.logsumexp = lse;
   return result;
 }
 

@@ -1,8 +1,10 @@
 #include "kernels/reference/sdpa_reference.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
+#include "kernels/dropout.h"
 #include "kernels/reference/softmax_reference.h"
 
 namespace qkv::kernels {
@@ -47,11 +49,17 @@ void forward(const SdpaProblem& p) {
         }
         scores[j] = s;
       }
+      if (p.lse) {
+        double mx = -std::numeric_limits<double>::infinity(), sum = 0.0;
+        for (int64_t j = 0; j < p.S; ++j) mx = std::max(mx, scores[j]);
+        for (int64_t j = 0; j < p.S; ++j) sum += mx == kNegInf ? 0.0 : std::exp(scores[j] - mx);
+        p.lse[b * p.L + i] = sum > 0.0 ? mx + std::log(sum) : kNegInf;
+      }
       softmax_row_in_place(scores.data(), p.S);
       // dropout: a kept weight is scaled by 1/(1 − p), a dropped one is 0
       for (int64_t j = 0; j < p.S; ++j) {
         double w = scores[j];
-        if (p.keep.base != nullptr) w = element<bool>(p.keep, b, i, j) ? w * keep_scale : 0.0;
+        if (p.dropout_p > 0.0) w = dropout_kept(p, b, i, j) ? w * keep_scale : 0.0;
         scores[j] = w;
         if (weights_out) weights_out[(b * p.L + i) * p.S + j] = static_cast<T>(w);
       }

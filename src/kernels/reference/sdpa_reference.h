@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/dropout.h"
 #include "qkv/attention.h"
 #include "qkv/tensor.h"
 
@@ -31,17 +32,19 @@ struct SdpaProblem {
   int64_t L = 0, S = 0, E = 0, Ev = 0;
   MatrixOperand q, k, v;  // [L, E], [S, E], [S, Ev] per problem
   MatrixOperand mask;     // [L, S] per problem; base == nullptr when absent
-  MatrixOperand keep;     // dropout keep-mask [L, S] (bool); base == nullptr when no dropout
+  MatrixOperand keep;     // given dropout keep-mask [L, S] (bool); base == nullptr: use the seed
   double scale = 1.0;
   CausalMask causal = CausalMask::kNone;
   double dropout_p = 0.0;
+  uint64_t dropout_seed = 0;      // keep(b, i, j) = dropout_keep(seed, (b·L + i)·S + j, p)
   DType dtype = DType::kFloat32;  // of q, k, v, output and weights
   void* output = nullptr;         // contiguous [problems, L, Ev]
   void* weights = nullptr;        // contiguous [problems, L, S], or nullptr
+  double* lse = nullptr;          // log-sum-exp of each score row [problems, L], or nullptr
 };
 
 // Whether causal alignment `causal` lets query i see key j (L queries, S keys).
-inline bool causal_allows(CausalMask causal, int64_t i, int64_t j, int64_t L, int64_t S) {
+static inline bool causal_allows(CausalMask causal, int64_t i, int64_t j, int64_t L, int64_t S) {
   switch (causal) {
     case CausalMask::kNone:
       return true;
@@ -51,6 +54,16 @@ inline bool causal_allows(CausalMask causal, int64_t i, int64_t j, int64_t L, in
       return j <= i + S - L;
   }
   return true;
+}
+
+// Whether dropout keeps weight (b, i, j): from the given keep-mask, else from the seed.
+static inline bool dropout_kept(const SdpaProblem& p, int64_t b, int64_t i, int64_t j) {
+  if (p.dropout_p <= 0.0) return true;
+  if (p.keep.base != nullptr) {
+    const bool* keep = static_cast<const bool*>(p.keep.base);
+    return keep[p.keep.offsets[b] + i * p.keep.row_stride + j * p.keep.col_stride];
+  }
+  return dropout_keep(p.dropout_seed, (b * p.L + i) * p.S + j, p.dropout_p);
 }
 
 void sdpa_forward_reference(const SdpaProblem& problem);

@@ -1,0 +1,14 @@
+// The fused kernels compiled for AVX2 with FMA.
+#include "kernels/simd/flash_forward.h"
+
+namespace qkv::kernels {
+
+extern const KernelTable kAvx2Kernels = {
+    "avx2",
+    simd::TileShape<simd::Avx2>::kMr,
+    simd::TileShape<simd::Avx2>::kNr,
+    &simd::flash_forward_tile<simd::Avx2>,
+    &simd::flash_weights_tile<simd::Avx2>,
+};
+
+}  // namespace qkv::kernels

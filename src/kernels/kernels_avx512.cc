@@ -1,0 +1,14 @@
+// The fused kernels compiled for AVX-512 (F, BW, VL, DQ) with FMA.
+#include "kernels/simd/flash_forward.h"
+
+namespace qkv::kernels {
+
+extern const KernelTable kAvx512Kernels = {
+    "avx512",
+    simd::TileShape<simd::Avx512>::kMr,
+    simd::TileShape<simd::Avx512>::kNr,
+    &simd::flash_forward_tile<simd::Avx512>,
+    &simd::flash_weights_tile<simd::Avx512>,
+};
+
+}  // namespace qkv::kernels

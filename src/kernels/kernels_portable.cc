@@ -1,0 +1,14 @@
+// The fused kernels for any CPU (4-lane GCC vector extensions).
+#include "kernels/simd/flash_forward.h"
+
+namespace qkv::kernels {
+
+extern const KernelTable kPortableKernels = {
+    "portable",
+    simd::TileShape<simd::Portable>::kMr,
+    simd::TileShape<simd::Portable>::kNr,
+    &simd::flash_forward_tile<simd::Portable>,
+    &simd::flash_weights_tile<simd::Portable>,
+};
+
+}  // namespace qkv::kernels

@@ -1,0 +1,167 @@
+// A small vector type per instruction set, so that each kernel is written
+// once (as a template on the ISA) and compiled once per ISA in its own
+// translation unit (kernels_avx512.cc, kernels_avx2.cc, kernels_portable.cc).
+//
+// Everything here has internal linkage (anonymous namespace): a function
+// compiled with AVX-512 enabled must never be picked by the linker for a
+// translation unit that runs on a CPU without it.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#if defined(__AVX2__) || defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
+namespace qkv::kernels::simd {
+namespace {
+
+#if defined(__AVX512F__)
+struct Avx512 {
+  using V = __m512;
+  static constexpr int kLanes = 16;
+  static constexpr const char* kName = "avx512";
+  static V load(const float* p) { return _mm512_loadu_ps(p); }
+  static void store(float* p, V v) { _mm512_storeu_ps(p, v); }
+  static V set1(float x) { return _mm512_set1_ps(x); }
+  static V zero() { return _mm512_setzero_ps(); }
+  static V fmadd(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
+  static V add(V a, V b) { return _mm512_add_ps(a, b); }
+  static V sub(V a, V b) { return _mm512_sub_ps(a, b); }
+  static V mul(V a, V b) { return _mm512_mul_ps(a, b); }
+  static V max(V a, V b) { return _mm512_max_ps(a, b); }
+  static V min(V a, V b) { return _mm512_min_ps(a, b); }
+  static float reduce_add(V v) { return _mm512_reduce_add_ps(v); }
+  static float reduce_max(V v) { return _mm512_reduce_max_ps(v); }
+  static V round_nearest(V v) {
+    return _mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  }
+  // 2^n for integral-valued n in [-126, 127].
+  static V pow2(V n) {
+    const __m512i bits =
+        _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+    return _mm512_castsi512_ps(bits);
+  }
+  // Lanes where x < limit become 0, others keep v.
+  static V zero_below(V x, float limit, V v) {
+    const __mmask16 keep = _mm512_cmp_ps_mask(x, set1(limit), _CMP_GE_OQ);
+    return _mm512_maskz_mov_ps(keep, v);
+  }
+};
+#endif
+
+#if defined(__AVX2__) && defined(__FMA__)
+struct Avx2 {
+  using V = __m256;
+  static constexpr int kLanes = 8;
+  static constexpr const char* kName = "avx2";
+  static V load(const float* p) { return _mm256_loadu_ps(p); }
+  static void store(float* p, V v) { _mm256_storeu_ps(p, v); }
+  static V set1(float x) { return _mm256_set1_ps(x); }
+  static V zero() { return _mm256_setzero_ps(); }
+  static V fmadd(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
+  static V add(V a, V b) { return _mm256_add_ps(a, b); }
+  static V sub(V a, V b) { return _mm256_sub_ps(a, b); }
+  static V mul(V a, V b) { return _mm256_mul_ps(a, b); }
+  static V max(V a, V b) { return _mm256_max_ps(a, b); }
+  static V min(V a, V b) { return _mm256_min_ps(a, b); }
+  static float reduce_add(V v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+  }
+  static float reduce_max(V v) {
+    __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_max_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+  }
+  static V round_nearest(V v) {
+    return _mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  }
+  static V pow2(V n) {
+    const __m256i bits =
+        _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_castsi256_ps(bits);
+  }
+  static V zero_below(V x, float limit, V v) {
+    return _mm256_and_ps(_mm256_cmp_ps(x, set1(limit), _CMP_GE_OQ), v);
+  }
+};
+#endif
+
+// Four lanes through GCC/Clang vector extensions: runs on any CPU.
+struct Portable {
+  typedef float V __attribute__((vector_size(16)));
+  typedef int32_t I __attribute__((vector_size(16)));
+  static constexpr int kLanes = 4;
+  static constexpr const char* kName = "portable";
+  static V load(const float* p) {
+    V v;
+    std::memcpy(&v, p, sizeof v);
+    return v;
+  }
+  static void store(float* p, V v) { std::memcpy(p, &v, sizeof v); }
+  static V set1(float x) { return V{x, x, x, x}; }
+  static V zero() { return V{0, 0, 0, 0}; }
+  static V fmadd(V a, V b, V c) { return a * b + c; }
+  static V add(V a, V b) { return a + b; }
+  static V sub(V a, V b) { return a - b; }
+  static V mul(V a, V b) { return a * b; }
+  static V max(V a, V b) { return a > b ? a : b; }
+  static V min(V a, V b) { return a < b ? a : b; }
+  static float reduce_add(V v) { return (v[0] + v[1]) + (v[2] + v[3]); }
+  static float reduce_max(V v) {
+    const float a = v[0] > v[1] ? v[0] : v[1], b = v[2] > v[3] ? v[2] : v[3];
+    return a > b ? a : b;
+  }
+  static V round_nearest(V v) {
+    // Adding and subtracting 1.5·2^23 rounds to nearest even for |v| < 2^22.
+    const V magic = set1(12582912.0f);
+    return (v + magic) - magic;
+  }
+  static V pow2(V n) {
+    const I e = (__builtin_convertvector(n, I) + 127) << 23;
+    V out;
+    std::memcpy(&out, &e, sizeof out);
+    return out;
+  }
+  static V zero_below(V x, float limit, V v) {
+    const I keep = x >= set1(limit);
+    I bits;
+    std::memcpy(&bits, &v, sizeof bits);
+    bits &= keep;
+    V out;
+    std::memcpy(&out, &bits, sizeof out);
+    return out;
+  }
+};
+
+// exp(x) for every lane, relative error about 2e-7; exp(-inf) and anything
+// below -87.3 give exactly 0 (masked scores must contribute nothing).
+// x = n·ln2 + r with |r| <= ln2/2, exp(r) by a degree-7 polynomial (Cephes' expf
+// coefficients).
+template <class Isa>
+typename Isa::V exp(typename Isa::V x) {
+  using V = typename Isa::V;
+  constexpr float kMin = -87.3f, kMax = 88.3f;
+  const V clamped = Isa::min(Isa::max(x, Isa::set1(kMin)), Isa::set1(kMax));
+  const V n = Isa::round_nearest(Isa::mul(clamped, Isa::set1(1.44269504088896341f)));
+  // r = x − n·ln2, with ln2 split in two for accuracy
+  V r = Isa::fmadd(n, Isa::set1(-0.693359375f), clamped);
+  r = Isa::fmadd(n, Isa::set1(2.12194440e-4f), r);
+  V p = Isa::set1(1.9875691500e-4f);
+  p = Isa::fmadd(p, r, Isa::set1(1.3981999507e-3f));
+  p = Isa::fmadd(p, r, Isa::set1(8.3334519073e-3f));
+  p = Isa::fmadd(p, r, Isa::set1(4.1665795894e-2f));
+  p = Isa::fmadd(p, r, Isa::set1(1.6666665459e-1f));
+  p = Isa::fmadd(p, r, Isa::set1(5.0000001201e-1f));
+  const V r2 = Isa::mul(r, r);
+  p = Isa::fmadd(p, r2, Isa::add(r, Isa::set1(1.0f)));
+  return Isa::zero_below(x, kMin, Isa::mul(p, Isa::pow2(n)));
+}
+
+}  // namespace
+}  // namespace qkv::kernels::simd

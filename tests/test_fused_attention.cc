@@ -1,0 +1,130 @@
+// The fused kernels of every ISA this CPU supports against the float64
+// reference: awkward shapes, masks, causal alignments, GQA, dropout, weights.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "kernels/fused_attention.h"
+#include "qkv/attention.h"
+#include "qkv/masks.h"
+
+using namespace qkv;
+
+namespace {
+
+// max |a − b| / (max |b| + 1e-6)
+double relative_error(const Tensor& a, const Tensor& b) {
+  double worst = 0, scale = 0;
+  const std::vector<double> x = a.to_vector(), y = b.to_vector();
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (std::isnan(x[i]) != std::isnan(y[i])) return INFINITY;
+    worst = std::max(worst, std::abs(x[i] - y[i]));
+    scale = std::max(scale, std::abs(y[i]));
+  }
+  return worst / (scale + 1e-6);
+}
+
+class FusedAttention : public ::testing::TestWithParam<const kernels::KernelTable*> {
+ protected:
+  void SetUp() override { kernels::override_kernel_table(GetParam()); }
+  void TearDown() override { kernels::override_kernel_table(nullptr); }
+
+  // Runs SDPA fused on float32 and as the reference on the same values in float64.
+  void compare(const Tensor& q, const Tensor& k, const Tensor& v, SdpaOptions options,
+               const std::string& what) {
+    options.backend = SdpaBackend::kFused;
+    options.need_weights = true;
+    options.return_logsumexp = true;
+    Generator g1(5), g2(5);
+    options.generator = &g1;
+    SdpaResult fused = scaled_dot_product_attention(q, k, v, options);
+    EXPECT_EQ(fused.kernel, std::string("fused-") + GetParam()->name);
+    SdpaOptions ref_options = options;
+    ref_options.backend = SdpaBackend::kReference;
+    ref_options.generator = &g2;
+    if (ref_options.attn_mask.defined() && ref_options.attn_mask.dtype() != DType::kBool)
+      ref_options.attn_mask = ref_options.attn_mask.to(DType::kFloat64);
+    SdpaResult ref = scaled_dot_product_attention(q.to(DType::kFloat64), k.to(DType::kFloat64),
+                                                  v.to(DType::kFloat64), ref_options);
+    EXPECT_LE(relative_error(fused.output, ref.output), 1e-5) << what;
+    EXPECT_LE(relative_error(fused.weights, ref.weights), 1e-5) << what;
+    const std::vector<double> a = fused.logsumexp.to_vector(), b = ref.logsumexp.to_vector();
+    for (size_t i = 0; i < a.size(); ++i) {
+      if (std::isinf(b[i])) {
+        EXPECT_EQ(a[i], b[i]) << what;
+      } else {
+        EXPECT_NEAR(a[i], b[i], 1e-5 * (1 + std::abs(b[i]))) << what;
+      }
+    }
+  }
+};
+
+TEST_P(FusedAttention, AwkwardShapes) {
+  Generator gen(21);
+  const int64_t shapes[][6] = {
+      // B·H, L, S, E, Ev, unused
+      {1, 1, 1, 1, 1, 0},     {2, 3, 17, 3, 5, 0},      {1, 17, 3, 17, 1, 0},
+      {2, 80, 129, 8, 8, 0},  {1, 5, 7, 80, 3, 0},      {3, 9, 4, 128, 16, 0},
+      {2, 1, 300, 64, 64, 0}, {1, 129, 257, 32, 33, 0}, {1, 200, 513, 64, 64, 0}};
+  for (const auto& s : shapes) {
+    Tensor q = Tensor::randn({s[0], s[1], s[3]}, gen);
+    Tensor k = Tensor::randn({s[0], s[2], s[3]}, gen);
+    Tensor v = Tensor::randn({s[0], s[2], s[4]}, gen);
+    compare(q, k, v, {},
+            "shape L=" + std::to_string(s[1]) + " S=" + std::to_string(s[2]) +
+                " E=" + std::to_string(s[3]));
+  }
+}
+
+TEST_P(FusedAttention, MasksCausalGqaScaleDropout) {
+  Generator gen(22);
+  for (auto [L, S] : {std::pair<int64_t, int64_t>{37, 37}, {20, 300}, {300, 20}, {1, 130}}) {
+    Tensor q = Tensor::randn({2, 4, L, 16}, gen);
+    Tensor k = Tensor::randn({2, 2, S, 16}, gen);
+    Tensor v = Tensor::randn({2, 2, S, 24}, gen);
+    const std::string at = " L=" + std::to_string(L) + " S=" + std::to_string(S);
+    for (CausalMask c : {CausalMask::kNone, CausalMask::kTopLeft, CausalMask::kBottomRight}) {
+      SdpaOptions o;
+      o.enable_gqa = true;
+      o.causal = c;
+      compare(q, k, v, o, "causal " + std::to_string(int(c)) + at);
+    }
+    std::vector<int64_t> lengths = {S, std::max<int64_t>(1, S / 3)};
+    SdpaOptions padded;
+    padded.enable_gqa = true;
+    padded.attn_mask = key_mask_for_heads(keep_mask_from_lengths(lengths, S));
+    compare(q, k, v, padded, "padding mask" + at);
+    SdpaOptions soft;
+    soft.enable_gqa = true;
+    soft.scale = 0.37;
+    soft.attn_mask = Tensor::randn({4, L, S}, gen);
+    compare(q, k, v, soft, "float mask, scale" + at);
+    SdpaOptions masked_row;
+    masked_row.enable_gqa = true;
+    Tensor keep = Tensor::ones({L, S}, DType::kBool);
+    for (int64_t j = 0; j < S; ++j) keep.set({0, j}, 0);
+    masked_row.attn_mask = keep;
+    compare(q, k, v, masked_row, "fully masked row" + at);
+    SdpaOptions dropout;
+    dropout.enable_gqa = true;
+    dropout.dropout_p = 0.3;
+    compare(q, k, v, dropout, "dropout" + at);
+  }
+}
+
+TEST_P(FusedAttention, StridedInputs) {
+  Generator gen(23);
+  // [B, L, H, E] memory viewed as [B, H, L, E], as MultiheadAttention produces.
+  Tensor x = Tensor::randn({2, 50, 3, 16}, gen);
+  Tensor q = x.transpose(1, 2);
+  compare(q, q, q, {}, "transposed view");
+}
+
+std::string table_name(const ::testing::TestParamInfo<const kernels::KernelTable*>& info) {
+  return info.param->name;
+}
+
+INSTANTIATE_TEST_SUITE_P(EveryIsa, FusedAttention,
+                         ::testing::ValuesIn(kernels::supported_kernel_tables()), table_name);
+
+}  // namespace
