@@ -1,0 +1,385 @@
+// nn::MultiheadAttention: torch.nn.MultiheadAttention (torch 2.13) on qkv's ops.
+//
+// The forward follows torch/nn/functional.py `multi_head_attention_forward`:
+//   1. check shapes and dtypes, canonicalise masks (bool True = masked -> -inf);
+//   2. project q, k, v (packed in_proj_weight rows [W_q; W_k; W_v], or three weights);
+//   3. append bias_k/bias_v, then a zero key/value, padding the masks with 0;
+//   4. merge key_padding_mask into attn_mask by addition;
+//   5. scaled dot-product attention per head (dropout only in training);
+//   6. concatenate heads, out_proj; average the weights over heads if asked.
+// Layout: the projections run on the inputs as given ([L, B, D], [B, L, D] or
+// [L, D]); heads are split into [B, H, L, E] for the attention and merged back
+// into the input's layout before out_proj, so no extra transposes are needed.
+#include "qkv/nn/multihead_attention.h"
+
+#include <cmath>
+#include <limits>
+#include <set>
+#include <vector>
+
+#include "qkv/attention.h"
+#include "qkv/linear.h"
+
+namespace qkv::nn {
+
+namespace {
+
+constexpr double kNegInf = -std::numeric_limits<double>::infinity();
+
+// Copies a 4-D view into another of the same shape and dtype (any strides).
+template <class T>
+void copy_4d_typed(Tensor& dst, const Tensor& src) {
+  const Shape& n = dst.shape();
+  const Strides& ds = dst.strides();
+  const Strides& ss = src.strides();
+  T* d = dst.data<T>();
+  const T* s = src.data<T>();
+  for (int64_t i0 = 0; i0 < n[0]; ++i0)
+    for (int64_t i1 = 0; i1 < n[1]; ++i1)
+      for (int64_t i2 = 0; i2 < n[2]; ++i2) {
+        T* drow = d + i0 * ds[0] + i1 * ds[1] + i2 * ds[2];
+        const T* srow = s + i0 * ss[0] + i1 * ss[1] + i2 * ss[2];
+        for (int64_t i3 = 0; i3 < n[3]; ++i3) drow[i3 * ds[3]] = srow[i3 * ss[3]];
+      }
+}
+
+// dst: [a, b, c, d] view  src: [a, b, c, d] view of the same dtype
+void copy_4d(Tensor dst, const Tensor& src) {
+  if (dst.dtype() == DType::kFloat64)
+    copy_4d_typed<double>(dst, src);
+  else
+    copy_4d_typed<float>(dst, src);
+}
+
+// Reads a mask as additive values in double: bool True -> -inf (torch's
+// _canonical_mask for MultiheadAttention's polarity), floating as is.
+std::vector<double> additive_values(const Tensor& mask, const char* name) {
+  std::vector<double> values = mask.contiguous().to_vector();
+  if (mask.dtype() == DType::kBool) {
+    for (double& x : values) x = x != 0.0 ? kNegInf : 0.0;
+    return values;
+  }
+  for (size_t i = 0; i < values.size(); ++i)
+    QKV_CHECK(!std::isnan(values[i]) && values[i] != -kNegInf, "MultiheadAttention: float ", name,
+              " of shape ", shape_str(mask.shape()), " contains NaN or +inf (at flat index ", i,
+              "); use -inf or a bool mask to mask a position out");
+  return values;
+}
+
+// Rejects NaN and infinities in an input, naming it (the ops would name their own arguments).
+template <class T>
+void check_finite_typed(const Tensor& t, const char* name) {
+  const Tensor c = t.contiguous();
+  const T* x = c.data<T>();
+  for (int64_t i = 0, n = c.numel(); i < n; ++i)
+    QKV_CHECK(std::isfinite(x[i]), "MultiheadAttention: ", name, " of shape ", shape_str(t.shape()),
+              " contains NaN or infinite values (first at flat index ", i, ")");
+}
+
+void check_finite_input(const Tensor& t, const char* name) {
+  if (t.dtype() == DType::kFloat64)
+    check_finite_typed<double>(t, name);
+  else
+    check_finite_typed<float>(t, name);
+}
+
+// Mean over heads.
+// weights: [B, H, L, S]  ->  [B, L, S]
+template <class T>
+Tensor mean_over_heads_typed(const Tensor& weights) {
+  const Tensor w = weights.contiguous();
+  const int64_t B = w.size(0), H = w.size(1), LS = w.size(2) * w.size(3);
+  Tensor out = Tensor::zeros({B, w.size(2), w.size(3)}, w.dtype());
+  const T* src = w.data<T>();
+  T* dst = out.data<T>();
+  for (int64_t b = 0; b < B; ++b) {
+    T* row = dst + b * LS;
+    for (int64_t h = 0; h < H; ++h) {
+      const T* head = src + (b * H + h) * LS;
+      for (int64_t i = 0; i < LS; ++i) row[i] += head[i];
+    }
+    for (int64_t i = 0; i < LS; ++i) row[i] /= static_cast<T>(H);
+  }
+  return out;
+}
+
+Tensor mean_over_heads(const Tensor& weights) {
+  return weights.dtype() == DType::kFloat64 ? mean_over_heads_typed<double>(weights)
+                                            : mean_over_heads_typed<float>(weights);
+}
+
+// xavier_uniform_: U(-a, a) with a = sqrt(6 / (fan_in + fan_out)), for a 2-D [out, in] weight.
+Tensor xavier_uniform(const Shape& shape, Generator& gen, DType dtype) {
+  const double bound = std::sqrt(6.0 / static_cast<double>(shape[0] + shape[1]));
+  return Tensor::rand(shape, gen, -bound, bound, dtype);
+}
+
+}  // namespace
+
+MultiheadAttention::MultiheadAttention(const MultiheadAttentionOptions& options, Generator* gen)
+    : options_(options) {
+  MultiheadAttentionOptions& o = options_;
+  QKV_CHECK_TYPE(is_floating(o.dtype), "MultiheadAttention: dtype must be float32 or float64, got ",
+                 dtype_name(o.dtype));
+  QKV_CHECK(o.embed_dim > 0 && o.num_heads > 0,
+            "MultiheadAttention: embed_dim and num_heads must be greater than 0, got embed_dim=",
+            o.embed_dim, " and num_heads=", o.num_heads);
+  QKV_CHECK(o.embed_dim % o.num_heads == 0, "MultiheadAttention: embed_dim (", o.embed_dim,
+            ") must be divisible by num_heads (", o.num_heads, ")");
+  QKV_CHECK(o.kdim >= 0 && o.vdim >= 0,
+            "MultiheadAttention: kdim and vdim must be positive (or 0 for embed_dim), got kdim=",
+            o.kdim, " and vdim=", o.vdim);
+  QKV_CHECK(o.dropout >= 0.0 && o.dropout <= 1.0,
+            "MultiheadAttention: dropout probability must be in [0, 1], got ", o.dropout);
+  if (o.kdim == 0) o.kdim = o.embed_dim;
+  if (o.vdim == 0) o.vdim = o.embed_dim;
+  packed_ = o.kdim == o.embed_dim && o.vdim == o.embed_dim;
+
+  Generator& g = gen ? *gen : default_generator();
+  const int64_t D = o.embed_dim;
+  const DType dt = o.dtype;
+  // Draw order as torch's constructor: out_proj (an nn.Linear) first, then _reset_parameters.
+  // out_proj.weight: nn.Linear's kaiming_uniform_(a=sqrt(5)) is U(-1/sqrt(in), 1/sqrt(in)).
+  const double out_bound = 1.0 / std::sqrt(static_cast<double>(D));
+  out_proj_weight_ = Tensor::rand({D, D}, g, -out_bound, out_bound, dt);
+  if (packed_) {
+    in_proj_weight_ = xavier_uniform({3 * D, D}, g, dt);
+  } else {
+    q_proj_weight_ = xavier_uniform({D, D}, g, dt);
+    k_proj_weight_ = xavier_uniform({D, o.kdim}, g, dt);
+    v_proj_weight_ = xavier_uniform({D, o.vdim}, g, dt);
+  }
+  if (o.bias) {
+    in_proj_bias_ = Tensor::zeros({3 * D}, dt);
+    out_proj_bias_ = Tensor::zeros({D}, dt);
+  }
+  if (o.add_bias_kv) {
+    // xavier_normal_ on [1, 1, D]: fan_in = fan_out = D, so std = sqrt(2 / 2D).
+    const double std_dev = std::sqrt(1.0 / static_cast<double>(D));
+    for (Tensor* t : {&bias_k_, &bias_v_}) {
+      *t = Tensor::randn({1, 1, D}, g, dt);
+      std::vector<double> v = t->to_vector();
+      for (double& x : v) x *= std_dev;
+      t->copy_from(Tensor::from_vector({1, 1, D}, std::span<const double>(v)));
+    }
+  }
+}
+
+MultiheadAttentionOutput MultiheadAttention::forward(const Tensor& query, const Tensor& key,
+                                                     const Tensor& value,
+                                                     const MultiheadAttentionForward& args) {
+  const MultiheadAttentionOptions& o = options_;
+  const int64_t D = o.embed_dim, H = o.num_heads, E = head_dim();
+  const DType dt = o.dtype;
+
+  // --- Inputs: dims, dtypes, sizes -------------------------------------------
+  const std::pair<const Tensor*, const char*> inputs[] = {
+      {&query, "query"}, {&key, "key"}, {&value, "value"}};
+  for (const auto& [t, name] : inputs) {
+    QKV_CHECK(t->defined(), "MultiheadAttention: ", name, " is undefined");
+    QKV_CHECK_TYPE(t->dtype() == dt, "MultiheadAttention: ", name, " must have the module's dtype ",
+                   dtype_name(dt), ", got ", dtype_name(t->dtype()));
+  }
+  QKV_CHECK(query.dim() == 2 || query.dim() == 3,
+            "MultiheadAttention: query must be unbatched 2-D [L, D] or batched 3-D, got shape ",
+            shape_str(query.shape()));
+  const bool batched = query.dim() == 3;
+  QKV_CHECK(key.dim() == query.dim() && value.dim() == query.dim(), "MultiheadAttention: for ",
+            query.dim(), "-D query, key and value must be ", query.dim(), "-D, got key ",
+            shape_str(key.shape()), " and value ", shape_str(value.shape()));
+  const bool bf = batched && o.batch_first;
+  // Sizes of a [len, B, feat] or [B, len, feat] or [len, feat] input.
+  auto len_of = [&](const Tensor& t) { return bf ? t.size(1) : t.size(0); };
+  auto batch_of = [&](const Tensor& t) -> int64_t {
+    return batched ? (bf ? t.size(0) : t.size(1)) : 1;
+  };
+  const int64_t L = len_of(query), S = len_of(key), B = batch_of(query);
+  const char* layout = !batched ? "[L, D]" : (bf ? "[B, L, D]" : "[L, B, D]");
+  QKV_CHECK(query.size(-1) == D, "MultiheadAttention: query ", layout, " must have embed_dim=", D,
+            " features, got shape ", shape_str(query.shape()));
+  QKV_CHECK(key.size(-1) == o.kdim, "MultiheadAttention: key must have kdim=", o.kdim,
+            " features, got shape ", shape_str(key.shape()));
+  QKV_CHECK(value.size(-1) == o.vdim, "MultiheadAttention: value must have vdim=", o.vdim,
+            " features, got shape ", shape_str(value.shape()));
+  QKV_CHECK(batch_of(key) == B && batch_of(value) == B,
+            "MultiheadAttention: query, key and value must have the same batch size, got query ",
+            shape_str(query.shape()), ", key ", shape_str(key.shape()), ", value ",
+            shape_str(value.shape()), (bf ? " (batch_first)" : ""));
+  QKV_CHECK(len_of(value) == S, "MultiheadAttention: key and value must have the same sequence ",
+            "length, got key ", shape_str(key.shape()), " and value ", shape_str(value.shape()));
+  QKV_CHECK(L > 0 && S > 0 && B > 0,
+            "MultiheadAttention: empty input (query length L, key length S and batch size B must "
+            "be > 0), got query ",
+            shape_str(query.shape()), " and key ", shape_str(key.shape()));
+
+  for (const auto& [t, name] : inputs) check_finite_input(*t, name);
+
+  // --- Masks -----------------------------------------------------------------
+  const Tensor& kpm = args.key_padding_mask;
+  const Tensor& am = args.attn_mask;
+  const std::pair<const Tensor*, const char*> masks[] = {{&kpm, "key_padding_mask"},
+                                                         {&am, "attn_mask"}};
+  for (const auto& [t, name] : masks) {
+    if (!t->defined()) continue;
+    QKV_CHECK_TYPE(t->dtype() == DType::kBool || t->dtype() == dt, "MultiheadAttention: ", name,
+                   " must be bool or have the module's dtype ", dtype_name(dt), ", got ",
+                   dtype_name(t->dtype()));
+  }
+  if (kpm.defined()) {
+    const Shape expected = batched ? Shape{B, S} : Shape{S};
+    QKV_CHECK(kpm.shape() == expected, "MultiheadAttention: key_padding_mask must have shape ",
+              (batched ? "[B, S] = " : "[S] = "), shape_str(expected), ", got ",
+              shape_str(kpm.shape()));
+  }
+  bool attn_3d = false;
+  if (am.defined()) {
+    attn_3d = am.dim() == 3;
+    const Shape expected = attn_3d ? Shape{B * H, L, S} : Shape{L, S};
+    QKV_CHECK(am.dim() == 2 || am.dim() == 3,
+              "MultiheadAttention: attn_mask must be 2-D [L, S] = ", shape_str({L, S}), " or 3-D ",
+              (batched ? "[B*H, L, S] = " : "[H, L, S] = "), shape_str({B * H, L, S}), ", got ",
+              shape_str(am.shape()));
+    QKV_CHECK(am.shape() == expected, "MultiheadAttention: ", am.dim(), "-D attn_mask must have ",
+              "shape ", (attn_3d ? (batched ? "[B*H, L, S] = " : "[H, L, S] = ") : "[L, S] = "),
+              shape_str(expected), ", got ", shape_str(am.shape()));
+  }
+  QKV_CHECK(!args.is_causal || am.defined(),
+            "MultiheadAttention: is_causal is only a hint that attn_mask is causal and needs "
+            "attn_mask (e.g. a bool [L, S] mask with True above the diagonal)");
+  // torch: with the hint, no key_padding_mask and no weights, SDPA runs with
+  // is_causal=True and attn_mask is dropped; otherwise the mask itself is used.
+  const bool causal_kernel = args.is_causal && !kpm.defined() && !args.need_weights;
+
+  // --- Projections -----------------------------------------------------------
+  Tensor wq, wk, wv, bq, bk, bv;
+  if (packed_) {
+    wq = in_proj_weight_.slice(0, 0, D);
+    wk = in_proj_weight_.slice(0, D, 2 * D);
+    wv = in_proj_weight_.slice(0, 2 * D, 3 * D);
+  } else {
+    wq = q_proj_weight_;
+    wk = k_proj_weight_;
+    wv = v_proj_weight_;
+  }
+  if (in_proj_bias_.defined()) {
+    bq = in_proj_bias_.slice(0, 0, D);
+    bk = in_proj_bias_.slice(0, D, 2 * D);
+    bv = in_proj_bias_.slice(0, 2 * D, 3 * D);
+  }
+  // A projected [len, B, D] / [B, len, D] / [len, D] tensor as a [B, H, len, E] view.
+  auto split_heads = [&](const Tensor& x, int64_t len) {
+    return bf ? x.reshape({B, len, H, E}).permute({0, 2, 1, 3})
+              : x.reshape({len, B, H, E}).permute({1, 2, 0, 3});
+  };
+  Tensor q = Tensor::empty({B, H, L, E}, dt);
+  copy_4d(q, split_heads(linear(query, wq, bq), L));
+
+  // Keys and values: S projected rows, then bias_k/bias_v, then a zero row.
+  const int64_t s_total = S + (o.add_bias_kv ? 1 : 0) + (o.add_zero_attn ? 1 : 0);
+  Tensor k = Tensor::zeros({B, H, s_total, E}, dt);
+  Tensor v = Tensor::zeros({B, H, s_total, E}, dt);
+  copy_4d(k.slice(2, 0, S), split_heads(linear(key, wk, bk), S));
+  copy_4d(v.slice(2, 0, S), split_heads(linear(value, wv, bv), S));
+  if (o.add_bias_kv) {
+    // bias element d belongs to head d / E, as torch's view(S+1, B*H, E).
+    k.slice(2, S, S + 1).copy_from(bias_k_.reshape({1, H, 1, E}));
+    v.slice(2, S, S + 1).copy_from(bias_v_.reshape({1, H, 1, E}));
+  }
+  // The zero key/value row (add_zero_attn) is already zero.
+
+  // --- Merged additive mask --------------------------------------------------
+  // [Bm, Hm, Lm, s_total], broadcast over what it does not depend on; the
+  // appended columns (bias_k, zero) are padded with 0: always attended to.
+  SdpaOptions sdpa;
+  const bool use_attn = am.defined() && !causal_kernel;
+  if (use_attn || kpm.defined()) {
+    const int64_t Bm = (kpm.defined() || (use_attn && attn_3d)) ? B : 1;
+    const int64_t Hm = use_attn && attn_3d ? H : 1;
+    const int64_t Lm = use_attn ? L : 1;
+    const std::vector<double> attn_values =
+        use_attn ? additive_values(am, "attn_mask") : std::vector<double>{};
+    const std::vector<double> kpm_values =
+        kpm.defined() ? additive_values(kpm, "key_padding_mask") : std::vector<double>{};
+    std::vector<double> merged(static_cast<size_t>(Bm * Hm * Lm * s_total), 0.0);
+    for (int64_t b = 0; b < Bm; ++b)
+      for (int64_t h = 0; h < Hm; ++h)
+        for (int64_t l = 0; l < Lm; ++l) {
+          double* row = merged.data() + ((b * Hm + h) * Lm + l) * s_total;
+          for (int64_t s = 0; s < S; ++s) {
+            double x = 0.0;
+            if (use_attn) x += attn_values[((attn_3d ? b * H + h : 0) * L + l) * S + s];
+            if (kpm.defined()) x += kpm_values[b * S + s];
+            row[s] = x;
+          }
+        }
+    sdpa.attn_mask =
+        Tensor::from_vector({Bm, Hm, Lm, s_total}, std::span<const double>(merged)).to(dt);
+  }
+  if (causal_kernel) sdpa.causal = CausalMask::kTopLeft;
+  const double dropout_p = training_ ? o.dropout : 0.0;
+  // p = 1 drops every weight (torch's dropout gives zeros); SDPA takes p < 1 only.
+  const bool drop_all = dropout_p >= 1.0;
+  sdpa.dropout_p = drop_all ? 0.0 : dropout_p;
+  sdpa.need_weights = args.need_weights;
+  sdpa.generator = gen_;
+  SdpaResult attn = scaled_dot_product_attention(q, k, v, sdpa);
+  if (drop_all) {
+    attn.output.fill(0.0);
+    if (attn.weights.defined()) attn.weights.fill(0.0);
+  }
+
+  // --- Merge heads into the input's layout, then out_proj -------------------
+  Tensor merged = Tensor::empty(query.shape(), dt);
+  copy_4d(split_heads(merged, L), attn.output);
+  MultiheadAttentionOutput result;
+  result.output = linear(merged, out_proj_weight_, out_proj_bias_);
+  if (args.need_weights) {
+    Tensor w = args.average_attn_weights ? mean_over_heads(attn.weights) : attn.weights;
+    result.weights = batched ? w : w.squeeze(0);
+  }
+  return result;
+}
+
+std::map<std::string, Tensor> MultiheadAttention::state_dict() const {
+  std::map<std::string, Tensor> state;
+  if (packed_) {
+    state["in_proj_weight"] = in_proj_weight_;
+  } else {
+    state["q_proj_weight"] = q_proj_weight_;
+    state["k_proj_weight"] = k_proj_weight_;
+    state["v_proj_weight"] = v_proj_weight_;
+  }
+  if (in_proj_bias_.defined()) state["in_proj_bias"] = in_proj_bias_;
+  if (bias_k_.defined()) {
+    state["bias_k"] = bias_k_;
+    state["bias_v"] = bias_v_;
+  }
+  state["out_proj.weight"] = out_proj_weight_;
+  if (out_proj_bias_.defined()) state["out_proj.bias"] = out_proj_bias_;
+  return state;
+}
+
+void MultiheadAttention::load_state_dict(const std::map<std::string, Tensor>& state) {
+  std::map<std::string, Tensor> own = state_dict();
+  // Check everything first, so that a failed load changes nothing.
+  std::string missing, unexpected;
+  for (const auto& [name, t] : own)
+    if (!state.count(name)) missing += (missing.empty() ? "\"" : ", \"") + name + "\"";
+  for (const auto& [name, t] : state)
+    if (!own.count(name)) unexpected += (unexpected.empty() ? "\"" : ", \"") + name + "\"";
+  QKV_CHECK(missing.empty() && unexpected.empty(), "MultiheadAttention::load_state_dict: ",
+            (missing.empty() ? "" : "missing key(s) in state_dict: " + missing),
+            (missing.empty() || unexpected.empty() ? "" : "; "),
+            (unexpected.empty() ? "" : "unexpected key(s) in state_dict: " + unexpected));
+  for (const auto& [name, t] : own) {
+    const Tensor& src = state.at(name);
+    QKV_CHECK(src.defined(), "MultiheadAttention::load_state_dict: \"", name, "\" is undefined");
+    QKV_CHECK_TYPE(is_floating(src.dtype()), "MultiheadAttention::load_state_dict: \"", name,
+                   "\" must be floating, got ", dtype_name(src.dtype()));
+    QKV_CHECK(src.shape() == t.shape(), "MultiheadAttention::load_state_dict: size mismatch for \"",
+              name, "\": expected shape ", shape_str(t.shape()), ", got ", shape_str(src.shape()));
+  }
+  for (auto& [name, t] : own) t.copy_from(state.at(name));
+}
+
+}  // namespace qkv::nn
