@@ -277,6 +277,7 @@ int64_t Tensor::stride(int64_t d) const {
 }
 
 bool Tensor::is_contiguous() const {
+  if (numel() == 0) return true;  // as torch: no elements, nothing out of place
   int64_t expected = 1;
   for (size_t d = shape_.size(); d-- > 0;) {
     if (shape_[d] == 1) continue;

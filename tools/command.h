@@ -1,0 +1,20 @@
+// The subcommands of the `qkv` CLI. Each lives in its own file (tools/<name>.cc)
+// and is registered in main.cc, which only parses and dispatches.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <functional>
+
+namespace qkv::cli {
+
+// A parsed subcommand and what to do when it was chosen. `run` returns the
+// process exit code; it may throw qkv::Error, which main() reports.
+struct Command {
+  CLI::App* app = nullptr;
+  std::function<int()> run;
+};
+
+// `qkv demo`: the tutorial walked through with qkv's own output (tools/demo.cc).
+Command add_demo_command(CLI::App& parent);
+
+}  // namespace qkv::cli
