@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Every test, C++ and Python; exits non-zero on any failure.
+#   1. C++ unit tests (GoogleTest through CTest)
+#   2. the CMake package: install, then build and run the C++ example against it
+#   3. the Python module: pip install . into the venv, then pytest (torch 2.13 parity)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+BUILD_DIR=${QKV_BUILD_DIR:-build}
+VENV=${QKV_VENV:-.venv}
+step() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
+
+step "C++ tests (ctest)"
+ctest --test-dir "$BUILD_DIR" --output-on-failure -j"$(nproc)"
+
+step "CMake package: install, then find_package(qkv) from examples/cpp"
+cmake --install "$BUILD_DIR" >/dev/null
+cmake -S examples/cpp -B "$BUILD_DIR/example-consumer" -G Ninja \
+      -DCMAKE_PREFIX_PATH="$PWD/$BUILD_DIR/install" >/dev/null
+cmake --build "$BUILD_DIR/example-consumer" >/dev/null
+"$BUILD_DIR/example-consumer/hello_attention" >/dev/null
+
+step "Python module: pip install . and pytest"
+"$VENV/bin/pip" install -q --disable-pip-version-check --no-build-isolation .
+"$VENV/bin/python" -m pytest -q python/tests "$@"
+step "all tests passed"
