@@ -34,7 +34,6 @@ class FusedAttention : public ::testing::TestWithParam<const kernels::KernelTabl
                const std::string& what) {
     options.backend = SdpaBackend::kFused;
     options.need_weights = true;
-    options.return_logsumexp = true;
     Generator g1(5), g2(5);
     options.generator = &g1;
     SdpaResult fused = scaled_dot_product_attention(q, k, v, options);

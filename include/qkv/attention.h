@@ -96,15 +96,14 @@ struct SdpaOptions {
   Generator* generator = nullptr;
   // Force an implementation (kFused needs float32).
   SdpaBackend backend = SdpaBackend::kAuto;
-  // Return the log-sum-exp of each score row [..., H, L] (float64).
-  bool return_logsumexp = false;
 };
 
 struct SdpaResult {
   Tensor output;        // [..., H, L, Ev]
   Tensor weights;       // [..., H, L, S] when need_weights
   Tensor dropout_mask;  // [..., H, L, S] bool when return_dropout_mask and dropout_p > 0
-  Tensor logsumexp;     // [..., H, L] float64 when return_logsumexp (−inf for fully masked rows)
+  Tensor logsumexp;     // [..., H, L] float64 log Σ_j exp(score_ij) (−inf: row fully masked)
+  uint64_t dropout_seed = 0;  // the seed dropout drew (the backward replays it)
   // Which kernel ran: "reference", or "fused-" + ISA ("fused-avx512", "fused-avx2", …).
   std::string kernel;
 };
@@ -115,5 +114,22 @@ struct SdpaResult {
 // float32 or float64 (all three the same). Hkv == H unless enable_gqa.
 SdpaResult scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                         const SdpaOptions& options = {});
+
+struct SdpaGradients {
+  Tensor query;      // like q
+  Tensor key;        // like k (summed over the query heads of a GQA group and broadcast dims)
+  Tensor value;      // like v
+  Tensor attn_mask;  // like a floating attn_mask; undefined for bool or no mask
+};
+
+// The backward of scaled_dot_product_attention: gradients of the inputs given
+// grad_output = ∂loss/∂output. `forward` is the result of the forward call
+// with the same q, k, v and options; its output, log-sum-exp and dropout seed
+// are reused, so dropout drops the same weights.
+// grad_output: [..., H, L, Ev]  ->  gradients shaped like q, k, v (and attn_mask)
+SdpaGradients scaled_dot_product_attention_backward(const Tensor& grad_output, const Tensor& q,
+                                                    const Tensor& k, const Tensor& v,
+                                                    const SdpaResult& forward,
+                                                    const SdpaOptions& options = {});
 
 }  // namespace qkv

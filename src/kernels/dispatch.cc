@@ -2,6 +2,7 @@
 // fused forward pass (OpenMP over (problem, query tile)).
 #include <omp.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <memory>
@@ -135,6 +136,129 @@ void sdpa_forward_fused(const SdpaProblem& p, const KernelTable& table) {
       const int64_t rows = std::min<int64_t>(t.block_q, p.L - q_begin);
       table.flash_forward_tile(p, t, b, q_begin, rows, w);
       if (p.weights != nullptr) table.flash_weights_tile(p, t, b, q_begin, rows, w);
+    }
+  }
+}
+
+}  // namespace qkv::kernels
+
+namespace qkv::kernels {
+
+namespace {
+
+// Backward tiles: 96 queries × 96 keys keep the ten packed operands of one
+// step within L2 (bench/bench_kernels, backward tile sweep).
+constexpr int64_t kBackwardBlockQ = 96;
+constexpr int64_t kBackwardBlockK = 96;
+
+struct BackwardLayout {
+  int64_t sizes[11];
+  int64_t total() const {
+    int64_t n = 0;
+    for (int64_t s : sizes) n += simd::round_up(s, 16);
+    return n;
+  }
+};
+
+BackwardLayout backward_layout(const SdpaProblem& p, const FlashTiling& t,
+                               const KernelTable& table) {
+  const int64_t bq = simd::round_up(t.block_q, table.mr);
+  const int64_t bk = simd::round_up(t.block_k, table.nr);
+  const int64_t both = std::max(t.block_q, t.block_k);
+  return {{bq * p.E, p.E * bk, t.block_k * simd::round_up(p.E, table.nr), p.Ev * bk, bq * p.Ev,
+           simd::round_up(both, table.mr) * both,
+           t.block_q * simd::round_up(std::max(p.E, p.Ev), table.nr), t.block_q * t.block_k,
+           t.block_q * t.block_k, t.block_k * p.E, t.block_k * p.Ev}};
+}
+
+FlashBackwardScratch carve_backward(const BackwardLayout& layout, float* base) {
+  float* parts[11];
+  for (int i = 0; i < 11; ++i) {
+    parts[i] = base;
+    base += simd::round_up(layout.sizes[i], 16);
+  }
+  return {parts[0], parts[1], parts[2], parts[3], parts[4], parts[5],
+          parts[6], parts[7], parts[8], parts[9], parts[10]};
+}
+
+}  // namespace
+
+void sdpa_backward_fused(const SdpaBackwardProblem& bp, const KernelTable& table) {
+  const SdpaProblem& p = bp.forward;
+  const FlashTiling t{std::min<int64_t>(kBackwardBlockQ, p.L),
+                      std::min<int64_t>(kBackwardBlockK, p.S)};
+
+  // D = rowsum(dO ∘ O) for every query row.
+  std::vector<double> row_dot(static_cast<size_t>(p.problems * p.L));
+  const float* out = static_cast<const float*>(p.output);
+  const float* go_base = static_cast<const float*>(bp.grad_output.base);
+  for (int64_t b = 0; b < p.problems; ++b)
+    for (int64_t i = 0; i < p.L; ++i) {
+      const float* go = go_base + bp.grad_output.offsets[b] + i * bp.grad_output.row_stride;
+      const float* o = out + (b * p.L + i) * p.Ev;
+      double d = 0.0;
+      for (int64_t e = 0; e < p.Ev; ++e)
+        d += static_cast<double>(go[e * bp.grad_output.col_stride]) * o[e];
+      row_dot[b * p.L + i] = d;
+    }
+
+  // Problems that share one K/V matrix (GQA groups, broadcast batch dims)
+  // form a group: one thread owns each (group, key tile).
+  std::vector<std::vector<int64_t>> groups;
+  {
+    std::vector<std::pair<std::pair<int64_t, int64_t>, int64_t>> keyed;
+    for (int64_t b = 0; b < p.problems; ++b)
+      keyed.push_back({{bp.grad_k.offsets[b], bp.grad_v.offsets[b]}, b});
+    std::sort(keyed.begin(), keyed.end());
+    for (size_t i = 0; i < keyed.size(); ++i) {
+      if (i == 0 || keyed[i].first != keyed[i - 1].first) groups.emplace_back();
+      groups.back().push_back(keyed[i].second);
+    }
+  }
+  const int64_t k_tiles = (p.S + t.block_k - 1) / t.block_k;
+  const int64_t n_groups = static_cast<int64_t>(groups.size());
+  const int threads = omp_get_max_threads();
+  // When there are plenty of groups, a thread takes whole groups and writes
+  // dQ directly (no two threads touch one problem); otherwise key tiles of
+  // one group are spread over threads, each adding dQ into its own buffer.
+  std::vector<int64_t> q_offsets = bp.grad_q.offsets;
+  std::sort(q_offsets.begin(), q_offsets.end());
+  const bool q_shared = std::adjacent_find(q_offsets.begin(), q_offsets.end()) != q_offsets.end();
+  const bool whole_groups = !q_shared && (threads == 1 || n_groups >= 2 * threads);
+  const int64_t items = whole_groups ? n_groups : n_groups * k_tiles;
+  const int64_t grad_q_floats =
+      (*std::max_element(bp.grad_q.offsets.begin(), bp.grad_q.offsets.end())) +
+      p.L * bp.grad_q.row_stride;
+  const BackwardLayout layout = backward_layout(p, t, table);
+  float* grad_q = static_cast<float*>(bp.grad_q.base);
+
+#pragma omp parallel if (items > 1)
+  {
+    ScratchBuffer buffer(layout.total());
+    const FlashBackwardScratch w = carve_backward(layout, buffer.data);
+    std::unique_ptr<ScratchBuffer> private_q;
+    float* my_grad_q = grad_q;
+    if (!whole_groups && omp_get_num_threads() > 1) {
+      private_q = std::make_unique<ScratchBuffer>(grad_q_floats);
+      my_grad_q = private_q->data;
+      std::fill(my_grad_q, my_grad_q + grad_q_floats, 0.0f);
+    }
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t item = 0; item < items; ++item) {
+      const std::vector<int64_t>& group = groups[whole_groups ? item : item / k_tiles];
+      const int64_t first_tile = whole_groups ? 0 : item % k_tiles;
+      const int64_t last_tile = whole_groups ? k_tiles : first_tile + 1;
+      for (int64_t kt = first_tile; kt < last_tile; ++kt) {
+        const int64_t j0 = kt * t.block_k;
+        table.flash_backward_tile(bp, t, group.data(), static_cast<int64_t>(group.size()), j0,
+                                  std::min<int64_t>(t.block_k, p.S - j0), row_dot.data(), my_grad_q,
+                                  w);
+      }
+    }
+    if (private_q) {
+      // Add the private dQ buffers into the gradient, one thread at a time.
+#pragma omp critical(qkv_grad_q)
+      for (int64_t i = 0; i < grad_q_floats; ++i) grad_q[i] += my_grad_q[i];
     }
   }
 }

@@ -29,6 +29,21 @@ struct FlashScratch {
   float* row_sum = nullptr;   // [block_q]
 };
 
+// Per-thread work memory of the backward over one key tile.
+struct FlashBackwardScratch {
+  float* q_packed = nullptr;       // [round_up(block_q, mr), E]   scale·Q as A
+  float* k_packed = nullptr;       // [E, round_up(block_k, nr)]   Kᵀ as B
+  float* k_rows_packed = nullptr;  // [block_k, round_up(E, nr)]   K as B
+  float* vt_packed = nullptr;      // [Ev, round_up(block_k, nr)]  Vᵀ as B
+  float* go_packed = nullptr;      // [round_up(block_q, mr), Ev]  dO as A
+  float* t_packed = nullptr;     // [round_up(max(bq, bk), mr), max(bq, bk)]  P̃ᵀ, dSᵀ, dS as A
+  float* rows_packed = nullptr;  // [block_q, round_up(max(E, Ev), nr)]       dO, Q as B
+  float* scores = nullptr;       // [block_q, block_k]  S, P, P̃
+  float* dprob = nullptr;        // [block_q, block_k]  dP, dS
+  float* grad_k = nullptr;       // [block_k, E]
+  float* grad_v = nullptr;       // [block_k, Ev]
+};
+
 struct KernelTable {
   const char* name;
   int mr;  // micro-kernel rows
@@ -40,6 +55,13 @@ struct KernelTable {
   // Writes the weights of those rows into problem.weights, from problem.lse.
   void (*flash_weights_tile)(const SdpaProblem& problem, const FlashTiling& tiling, int64_t b,
                              int64_t q_begin, int64_t rows, const FlashScratch& scratch);
+  // Backward over keys [j0, j0 + cols) for `count` problems sharing one K/V
+  // matrix: adds into their dK/dV rows and into dQ at grad_q_base + offsets.
+  // row_dot: D = rowsum(dO ∘ O) per (problem, query).
+  void (*flash_backward_tile)(const SdpaBackwardProblem& problem, const FlashTiling& tiling,
+                              const int64_t* problems, int64_t count, int64_t j0, int64_t cols,
+                              const double* row_dot, float* grad_q_base,
+                              const FlashBackwardScratch& scratch);
 };
 
 // The tables this CPU can run, fastest first (for tests and benchmarks).
@@ -55,5 +77,11 @@ int64_t flash_scratch_floats(const SdpaProblem& problem, const FlashTiling& tili
 
 // The whole forward pass of a float32 problem, threaded over (problem, query tile).
 void sdpa_forward_fused(const SdpaProblem& problem, const KernelTable& table);
+
+// The whole backward pass, threaded over (K/V matrix, key tile): every
+// thread owns the dK/dV rows of its tiles; dQ goes to per-thread buffers when
+// several threads work on one problem, so both cores stay busy even when
+// batch × heads is 1.
+void sdpa_backward_fused(const SdpaBackwardProblem& problem, const KernelTable& table);
 
 }  // namespace qkv::kernels

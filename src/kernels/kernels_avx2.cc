@@ -1,5 +1,5 @@
 // The fused kernels compiled for AVX2 with FMA.
-#include "kernels/simd/flash_forward.h"
+#include "kernels/simd/flash_backward.h"
 
 namespace qkv::kernels {
 
@@ -9,6 +9,7 @@ extern const KernelTable kAvx2Kernels = {
     simd::TileShape<simd::Avx2>::kNr,
     &simd::flash_forward_tile<simd::Avx2>,
     &simd::flash_weights_tile<simd::Avx2>,
+    &simd::flash_backward_tile<simd::Avx2>,
 };
 
 }  // namespace qkv::kernels

@@ -1,5 +1,5 @@
 // The fused kernels compiled for AVX-512 (F, BW, VL, DQ) with FMA.
-#include "kernels/simd/flash_forward.h"
+#include "kernels/simd/flash_backward.h"
 
 namespace qkv::kernels {
 
@@ -9,6 +9,7 @@ extern const KernelTable kAvx512Kernels = {
     simd::TileShape<simd::Avx512>::kNr,
     &simd::flash_forward_tile<simd::Avx512>,
     &simd::flash_weights_tile<simd::Avx512>,
+    &simd::flash_backward_tile<simd::Avx512>,
 };
 
 }  // namespace qkv::kernels

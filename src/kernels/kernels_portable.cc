@@ -1,5 +1,5 @@
 // The fused kernels for any CPU (4-lane GCC vector extensions).
-#include "kernels/simd/flash_forward.h"
+#include "kernels/simd/flash_backward.h"
 
 namespace qkv::kernels {
 
@@ -9,6 +9,7 @@ extern const KernelTable kPortableKernels = {
     simd::TileShape<simd::Portable>::kNr,
     &simd::flash_forward_tile<simd::Portable>,
     &simd::flash_weights_tile<simd::Portable>,
+    &simd::flash_backward_tile<simd::Portable>,
 };
 
 }  // namespace qkv::kernels

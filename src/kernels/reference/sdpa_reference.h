@@ -68,4 +68,27 @@ static inline bool dropout_kept(const SdpaProblem& p, int64_t b, int64_t i, int6
 
 void sdpa_forward_reference(const SdpaProblem& problem);
 
+// A writable [rows, cols] matrix per problem (column stride 1). Problems that
+// share a matrix (GQA groups, broadcast dims) add their gradients up in it.
+struct GradOperand {
+  void* base = nullptr;
+  std::vector<int64_t> offsets;  // per problem, in elements
+  int64_t row_stride = 0;
+};
+
+struct SdpaBackwardProblem {
+  SdpaProblem forward;        // the forward's problem; output and lse as it saved them
+  MatrixOperand grad_output;  // dO [L, Ev] per problem
+  GradOperand grad_q;         // += dQ [L, E]
+  GradOperand grad_k;         // += dK [S, E]
+  GradOperand grad_v;         // += dV [S, Ev]
+  // dS = ∂loss/∂(scores after the mask), contiguous [problems, L, S]: the
+  // gradient of an additive mask. nullptr when not needed.
+  void* grad_scores = nullptr;
+};
+
+// Recomputes the softmax from q and k (ignores the saved output and lse) and
+// accumulates the exact gradients, in float64 arithmetic.
+void sdpa_backward_reference(const SdpaBackwardProblem& problem);
+
 }  // namespace qkv::kernels

@@ -1,0 +1,92 @@
+// The reference backward of attention, derivative by derivative, in float64.
+// Forward (per query row i):  s_ij = scale·q_i·k_j + mask_ij;  p = softmax(s);
+// p̃_ij = p_ij·keep_ij/(1 − p_drop);  o_i = Σ_j p̃_ij v_j.
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "kernels/reference/sdpa_reference.h"
+#include "kernels/reference/softmax_reference.h"
+
+namespace qkv::kernels {
+
+namespace {
+
+template <class T>
+double element(const MatrixOperand& m, int64_t b, int64_t row, int64_t col) {
+  const T* base = static_cast<const T*>(m.base);
+  return static_cast<double>(base[m.offsets[b] + row * m.row_stride + col * m.col_stride]);
+}
+
+template <class T>
+T& grad_element(const GradOperand& g, int64_t b, int64_t row, int64_t col) {
+  return static_cast<T*>(g.base)[g.offsets[b] + row * g.row_stride + col];
+}
+
+template <class T>
+void backward(const SdpaBackwardProblem& bp) {
+  const SdpaProblem& p = bp.forward;
+  const double neg_inf = -std::numeric_limits<double>::infinity();
+  const double keep_scale = p.dropout_p > 0.0 ? 1.0 / (1.0 - p.dropout_p) : 1.0;
+  std::vector<double> prob(p.S), dprob(p.S);
+  for (int64_t b = 0; b < p.problems; ++b) {
+    for (int64_t i = 0; i < p.L; ++i) {
+      // p_i = softmax(s_i), recomputed
+      for (int64_t j = 0; j < p.S; ++j) {
+        double s = neg_inf;
+        if (causal_allows(p.causal, i, j, p.L, p.S)) {
+          double dot = 0.0;
+          for (int64_t e = 0; e < p.E; ++e)
+            dot += element<T>(p.q, b, i, e) * element<T>(p.k, b, j, e);
+          s = dot * p.scale;
+          if (p.mask.base != nullptr) {
+            s = p.mask.dtype == DType::kBool ? (element<bool>(p.mask, b, i, j) ? s : neg_inf)
+                                             : s + element<T>(p.mask, b, i, j);
+          }
+        }
+        prob[j] = s;
+      }
+      softmax_row_in_place(prob.data(), p.S);
+      // o_i = Σ_j p̃_ij v_j   ⇒   ∂p̃_ij = dO_i · v_j,  ∂v_j += p̃_ij dO_i
+      // p̃_ij = p_ij·keep/(1 − p_drop)   ⇒   ∂p_ij = ∂p̃_ij·keep/(1 − p_drop)
+      double row_dot = 0.0;  // D_i = Σ_j p_ij ∂p_ij
+      for (int64_t j = 0; j < p.S; ++j) {
+        const double kept = dropout_kept(p, b, i, j) ? keep_scale : 0.0;
+        double dp_tilde = 0.0;
+        for (int64_t e = 0; e < p.Ev; ++e) {
+          const double go = element<T>(bp.grad_output, b, i, e);
+          dp_tilde += go * element<T>(p.v, b, j, e);
+          grad_element<T>(bp.grad_v, b, j, e) += static_cast<T>(prob[j] * kept * go);
+        }
+        dprob[j] = dp_tilde * kept;
+        row_dot += prob[j] * dprob[j];
+      }
+      // p = softmax(s)   ⇒   ∂s_ij = p_ij (∂p_ij − D_i)
+      // s_ij = scale·q_i·k_j + mask_ij   ⇒   ∂q_i += scale ∂s_ij k_j,  ∂k_j += scale ∂s_ij q_i
+      for (int64_t j = 0; j < p.S; ++j) {
+        const double ds = prob[j] * (dprob[j] - row_dot);
+        if (bp.grad_scores)
+          static_cast<T*>(bp.grad_scores)[(b * p.L + i) * p.S + j] = static_cast<T>(ds);
+        if (ds == 0.0) continue;
+        for (int64_t e = 0; e < p.E; ++e) {
+          grad_element<T>(bp.grad_q, b, i, e) +=
+              static_cast<T>(p.scale * ds * element<T>(p.k, b, j, e));
+          grad_element<T>(bp.grad_k, b, j, e) +=
+              static_cast<T>(p.scale * ds * element<T>(p.q, b, i, e));
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void sdpa_backward_reference(const SdpaBackwardProblem& problem) {
+  if (problem.forward.dtype == DType::kFloat64) {
+    backward<double>(problem);
+  } else {
+    backward<float>(problem);
+  }
+}
+
+}  // namespace qkv::kernels

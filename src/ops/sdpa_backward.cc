@@ -1,0 +1,92 @@
+// scaled_dot_product_attention_backward: the same checks as the forward, then
+// one backward kernel call; broadcast and GQA operands sum their gradients.
+#include "kernels/fused_attention.h"
+#include "ops/checks.h"
+#include "ops/sdpa_prepare.h"
+
+namespace qkv {
+
+namespace {
+
+kernels::GradOperand grad_operand(Tensor& grad, const Shape& out_lead, int64_t head_group) {
+  kernels::GradOperand g;
+  g.base = grad.raw_data();
+  g.offsets = matrix_offsets(grad, out_lead, head_group);
+  g.row_stride = grad.stride(-2);
+  return g;
+}
+
+// Sums `full` over the dims that `shape` broadcasts: the gradient of a
+// tensor of `shape` that was broadcast to full.shape().
+Tensor sum_to_shape(const Tensor& full, const Shape& shape) {
+  Tensor out = Tensor::zeros(shape, full.dtype());
+  // A stride-0 view of `out` walks it in step with `full`.
+  const Tensor target = out.expand(full.shape());
+  std::vector<int64_t> target_offsets(static_cast<size_t>(full.numel()));
+  for_each_offset(target.shape(), target.strides(),
+                  [&](int64_t i, int64_t off) { target_offsets[i] = off; });
+  auto accumulate = [&](auto* dst, const auto* src) {
+    for_each_offset(full.shape(), full.strides(),
+                    [&](int64_t i, int64_t off) { dst[target_offsets[i]] += src[off]; });
+  };
+  if (full.dtype() == DType::kFloat64) {
+    accumulate(out.data<double>(), full.data<double>());
+  } else {
+    accumulate(out.data<float>(), full.data<float>());
+  }
+  return out;
+}
+
+}  // namespace
+
+SdpaGradients scaled_dot_product_attention_backward(const Tensor& grad_output, const Tensor& q,
+                                                    const Tensor& k, const Tensor& v,
+                                                    const SdpaResult& forward,
+                                                    const SdpaOptions& options) {
+  const char* fn = "scaled_dot_product_attention_backward";
+  PreparedSdpa prepared = prepare_sdpa(q, k, v, options, fn);
+  const bool fused = use_fused_kernel(q, options, fn);
+  check_floating(grad_output, fn, "grad_output");
+  QKV_CHECK(grad_output.shape() == prepared.out_shape, fn, ": grad_output must have the output's ",
+            "shape ", shape_str(prepared.out_shape), ", got ", shape_str(grad_output.shape()));
+  QKV_CHECK_TYPE(grad_output.dtype() == q.dtype(), fn, ": grad_output must be ",
+                 dtype_name(q.dtype()), " like the query, got ", dtype_name(grad_output.dtype()));
+  check_finite(grad_output, fn, "grad_output");
+  QKV_CHECK(forward.output.defined() && forward.output.shape() == prepared.out_shape &&
+                forward.logsumexp.defined(),
+            fn, ": `forward` must be the result of scaled_dot_product_attention on the same ",
+            "inputs (output ", shape_str(prepared.out_shape), " and its logsumexp)");
+
+  kernels::SdpaBackwardProblem bp;
+  bp.forward = prepared.problem;
+  kernels::SdpaProblem& p = bp.forward;
+  p.dropout_seed = forward.dropout_seed;
+  const Tensor output = forward.output.contiguous();
+  const Tensor lse = forward.logsumexp.contiguous();
+  p.output = const_cast<void*>(output.raw_data());
+  p.lse = const_cast<double*>(lse.data<double>());
+  bp.grad_output = matrix_operand(grad_output, prepared.out_lead);
+
+  SdpaGradients grads;
+  grads.query = Tensor::zeros(q.shape(), q.dtype());
+  grads.key = Tensor::zeros(k.shape(), k.dtype());
+  grads.value = Tensor::zeros(v.shape(), v.dtype());
+  bp.grad_q = grad_operand(grads.query, prepared.out_lead, 1);
+  bp.grad_k = grad_operand(grads.key, prepared.out_lead, prepared.head_group);
+  bp.grad_v = grad_operand(grads.value, prepared.out_lead, prepared.head_group);
+  Tensor grad_scores;
+  const bool mask_grad = options.attn_mask.defined() && options.attn_mask.dtype() != DType::kBool;
+  if (mask_grad) {
+    grad_scores = Tensor::zeros(prepared.weights_shape, q.dtype());
+    bp.grad_scores = grad_scores.raw_data();
+  }
+  if (fused) {
+    kernels::sdpa_backward_fused(bp, kernels::active_kernel_table());
+  } else {
+    kernels::sdpa_backward_reference(bp);
+  }
+  if (mask_grad) grads.attn_mask = sum_to_shape(grad_scores, options.attn_mask.shape());
+  return grads;
+}
+
+}  // namespace qkv

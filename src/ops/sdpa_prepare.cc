@@ -1,0 +1,174 @@
+// Argument checks and problem set-up shared by the SDPA forward and backward.
+#include "ops/sdpa_prepare.h"
+
+#include <cmath>
+
+#include "ops/checks.h"
+
+namespace qkv {
+
+namespace {
+
+Shape leading(const Tensor& t) { return Shape(t.shape().begin(), t.shape().end() - 2); }
+
+}  // namespace
+
+std::vector<int64_t> matrix_offsets(const Tensor& t, const Shape& out_lead, int64_t head_group) {
+  const int64_t nd = static_cast<int64_t>(out_lead.size());
+  const int64_t t_nd = t.dim() - 2;
+  std::vector<int64_t> offsets(static_cast<size_t>(shape_numel(out_lead)), 0);
+  std::vector<int64_t> index(static_cast<size_t>(nd), 0);
+  for (size_t n = 0; n < offsets.size(); ++n) {
+    int64_t off = 0;
+    for (int64_t d = 0; d < nd; ++d) {
+      const int64_t td = d - (nd - t_nd);
+      if (td < 0 || t.size(td) == 1) continue;
+      const int64_t i = (d == nd - 1 && head_group > 1) ? index[d] / head_group : index[d];
+      off += i * t.stride(td);
+    }
+    offsets[n] = off;
+    for (int64_t d = nd - 1; d >= 0; --d) {
+      if (++index[d] < out_lead[d]) break;
+      index[d] = 0;
+    }
+  }
+  return offsets;
+}
+
+kernels::MatrixOperand matrix_operand(const Tensor& t, const Shape& out_lead, int64_t head_group) {
+  kernels::MatrixOperand m;
+  m.base = t.raw_data();
+  m.offsets = matrix_offsets(t, out_lead, head_group);
+  m.row_stride = t.stride(-2);
+  m.col_stride = t.stride(-1);
+  m.dtype = t.dtype();
+  return m;
+}
+
+PreparedSdpa prepare_sdpa(const Tensor& q, const Tensor& k, const Tensor& v,
+                          const SdpaOptions& options, const char* fn) {
+  check_defined(q, fn, "query");
+  check_defined(k, fn, "key");
+  check_defined(v, fn, "value");
+  QKV_CHECK(q.dim() >= 2 && k.dim() >= 2 && v.dim() >= 2, fn,
+            ": query, key and value must have at least 2 dimensions [..., L, E], got query ",
+            shape_str(q.shape()), ", key ", shape_str(k.shape()), ", value ", shape_str(v.shape()));
+  check_floating(q, fn, "query");
+  QKV_CHECK_TYPE(k.dtype() == q.dtype() && v.dtype() == q.dtype(), fn,
+                 ": query, key and value must have the same dtype, got query ",
+                 dtype_name(q.dtype()), ", key ", dtype_name(k.dtype()), ", value ",
+                 dtype_name(v.dtype()));
+  const int64_t L = q.size(-2), S = k.size(-2), E = q.size(-1), Ev = v.size(-1);
+  QKV_CHECK(k.size(-1) == E, fn, ": key's last dim must equal query's E = ", E, ", got key ",
+            shape_str(k.shape()), " for query ", shape_str(q.shape()));
+  QKV_CHECK(v.size(-2) == S, fn, ": value must have as many positions as key (S = ", S,
+            "), got value ", shape_str(v.shape()), " for key ", shape_str(k.shape()));
+  QKV_CHECK(L > 0, fn, ": query sequence is empty (L = 0) in query ", shape_str(q.shape()));
+  QKV_CHECK(S > 0, fn, ": key/value sequence is empty (S = 0) in key ", shape_str(k.shape()),
+            "; with no keys there is nothing to attend to");
+  QKV_CHECK(E > 0 && Ev > 0, fn, ": head dims must be positive, got query ", shape_str(q.shape()),
+            " and value ", shape_str(v.shape()));
+  QKV_CHECK(options.dropout_p >= 0.0 && options.dropout_p < 1.0, fn,
+            ": dropout_p must be in [0, 1), got ", options.dropout_p);
+  QKV_CHECK(!(options.attn_mask.defined() && options.causal != CausalMask::kNone), fn,
+            ": attn_mask must not be set together with is_causal (as torch); fold the causal mask "
+            "into attn_mask (see causal_mask()) or drop one of them");
+  if (options.scale) {
+    QKV_CHECK(std::isfinite(*options.scale), fn, ": scale must be finite, got ", *options.scale);
+  }
+
+  // Leading dims: batch dims broadcast; heads must match unless GQA groups them.
+  Shape out_lead;
+  int64_t head_group = 1;
+  const Shape q_lead = leading(q), k_lead = leading(k), v_lead = leading(v);
+  if (options.enable_gqa && q.dim() >= 3 && k.dim() >= 3 && v.dim() >= 3) {
+    const int64_t H = q.size(-3), Hkv = k.size(-3);
+    QKV_CHECK(v.size(-3) == Hkv, fn, ": key and value must have the same number of heads, got key ",
+              shape_str(k.shape()), " and value ", shape_str(v.shape()));
+    QKV_CHECK(Hkv > 0 && H % Hkv == 0, fn, ": with enable_gqa the key/value heads (", Hkv,
+              ") must divide the query heads (", H, "), got query ", shape_str(q.shape()),
+              " and key ", shape_str(k.shape()));
+    head_group = H / Hkv;
+    auto batch = [](const Shape& s) { return Shape(s.begin(), s.end() - 1); };
+    out_lead = broadcast_shapes(batch(q_lead), batch(k_lead), fn);
+    out_lead = broadcast_shapes(out_lead, batch(v_lead), fn);
+    out_lead.push_back(H);
+  } else {
+    out_lead = broadcast_shapes(q_lead, k_lead, "scaled_dot_product_attention (query vs key)");
+    out_lead = broadcast_shapes(out_lead, v_lead, "scaled_dot_product_attention (value)");
+  }
+  check_finite(q, fn, "query");
+  check_finite(k, fn, "key");
+  check_finite(v, fn, "value");
+
+  Shape weights_shape = out_lead;
+  weights_shape.push_back(L);
+  weights_shape.push_back(S);
+  Shape out_shape = out_lead;
+  out_shape.push_back(L);
+  out_shape.push_back(Ev);
+
+  PreparedSdpa prepared;
+  kernels::SdpaProblem& p = prepared.problem;
+  p.problems = shape_numel(out_lead);
+  p.L = L;
+  p.S = S;
+  p.E = E;
+  p.Ev = Ev;
+  p.q = matrix_operand(q, out_lead);
+  p.k = matrix_operand(k, out_lead, head_group);
+  p.v = matrix_operand(v, out_lead, head_group);
+  p.scale = options.scale ? *options.scale : 1.0 / std::sqrt(static_cast<double>(E));
+  p.causal = options.causal;
+  p.dtype = q.dtype();
+
+  if (options.attn_mask.defined()) {
+    const Tensor& m = options.attn_mask;
+    QKV_CHECK_TYPE(m.dtype() == DType::kBool || m.dtype() == q.dtype(), fn,
+                   ": attn_mask must be bool or have the query's dtype ", dtype_name(q.dtype()),
+                   ", got ", dtype_name(m.dtype()));
+    QKV_CHECK(m.dim() >= 1, fn, ": attn_mask must have at least 1 dimension, got a scalar");
+    const Shape b = broadcast_shapes(
+        m.shape(), weights_shape,
+        "scaled_dot_product_attention: attn_mask does not broadcast to the weights;");
+    QKV_CHECK(b == weights_shape, fn, ": attn_mask of shape ", shape_str(m.shape()),
+              " does not broadcast to the attention weights' shape ", shape_str(weights_shape));
+    if (m.dtype() != DType::kBool) check_mask_values(m, fn, "attn_mask");
+    prepared.mask = m.expand(weights_shape);
+    p.mask = matrix_operand(prepared.mask, out_lead);
+  }
+
+  if (options.dropout_p > 0.0) {
+    if (options.dropout_mask.defined()) {
+      QKV_CHECK_TYPE(options.dropout_mask.dtype() == DType::kBool, fn,
+                     ": dropout_mask must be bool (True = keep), got ",
+                     dtype_name(options.dropout_mask.dtype()));
+      const Shape b =
+          broadcast_shapes(options.dropout_mask.shape(), weights_shape,
+                           "scaled_dot_product_attention: dropout_mask does not broadcast;");
+      QKV_CHECK(b == weights_shape, fn, ": dropout_mask of shape ",
+                shape_str(options.dropout_mask.shape()), " does not broadcast to ",
+                shape_str(weights_shape));
+      prepared.keep = options.dropout_mask.expand(weights_shape);
+      p.keep = matrix_operand(prepared.keep, out_lead);
+    }
+    p.dropout_p = options.dropout_p;
+  }
+  prepared.out_lead = out_lead;
+  prepared.out_shape = out_shape;
+  prepared.weights_shape = weights_shape;
+  prepared.head_group = head_group;
+  return prepared;
+}
+
+bool use_fused_kernel(const Tensor& q, const SdpaOptions& options, const char* fn) {
+  // The fused kernels handle float32; float64 is the reference's.
+  const bool fused = options.backend == SdpaBackend::kFused ||
+                     (options.backend == SdpaBackend::kAuto && q.dtype() == DType::kFloat32);
+  QKV_CHECK_TYPE(!fused || q.dtype() == DType::kFloat32, fn,
+                 ": the fused kernel computes float32 only, got ", dtype_name(q.dtype()),
+                 "; use backend kReference or kAuto for float64");
+  return fused;
+}
+
+}  // namespace qkv

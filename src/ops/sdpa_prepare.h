@@ -1,0 +1,35 @@
+// Shared by the forward and backward SDPA ops: every argument check of torch
+// 2.13's scaled_dot_product_attention, then the kernel problem with the
+// broadcast of leading dims resolved into per-(batch, head) offsets.
+#pragma once
+
+#include "kernels/reference/sdpa_reference.h"
+#include "qkv/attention.h"
+
+namespace qkv {
+
+struct PreparedSdpa {
+  kernels::SdpaProblem problem;  // output, weights, lse and dropout seed not yet set
+  Shape out_lead;                // leading dims of the output: [..., H]
+  Shape out_shape;               // [..., H, L, Ev]
+  Shape weights_shape;           // [..., H, L, S]
+  int64_t head_group = 1;        // query heads per key/value head (GQA)
+  Tensor mask, keep;             // keep the expanded views alive
+};
+
+// fn: the name used in error messages.
+PreparedSdpa prepare_sdpa(const Tensor& q, const Tensor& k, const Tensor& v,
+                          const SdpaOptions& options, const char* fn);
+
+// Element offsets of every trailing [rows, cols] matrix of `t` for each index
+// of the output's leading dims `out_lead` (t's leading dims broadcast to it).
+// With head_group > 1 (GQA), output head h reads t's head h / head_group.
+std::vector<int64_t> matrix_offsets(const Tensor& t, const Shape& out_lead, int64_t head_group);
+
+kernels::MatrixOperand matrix_operand(const Tensor& t, const Shape& out_lead,
+                                      int64_t head_group = 1);
+
+// Whether the call runs the fused kernel (else the reference).
+bool use_fused_kernel(const Tensor& q, const SdpaOptions& options, const char* fn);
+
+}  // namespace qkv

@@ -1,0 +1,200 @@
+// Gradients of scaled_dot_product_attention: the float64 reference against
+// finite differences, then the fused kernels of every ISA against the reference.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+
+#include "kernels/fused_attention.h"
+#include "qkv/attention.h"
+#include "qkv/masks.h"
+
+using namespace qkv;
+
+namespace {
+
+// max |a − b| / max |b|. When the exact gradient vanishes (with one key the
+// softmax is constant, so dQ = dK = 0) float32 rounding is all that is left:
+// then the absolute error is returned, to be held to the same bound.
+double relative_error(const Tensor& a, const Tensor& b) {
+  double worst = 0, scale = 0;
+  const std::vector<double> x = a.to_vector(), y = b.to_vector();
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (std::isnan(x[i]) || std::isnan(y[i])) return INFINITY;
+    worst = std::max(worst, std::abs(x[i] - y[i]));
+    scale = std::max(scale, std::abs(y[i]));
+  }
+  return scale < 1e-9 ? worst : worst / scale;
+}
+
+// loss = Σ output ∘ weight, so ∂loss/∂output = weight.
+double loss(const Tensor& q, const Tensor& k, const Tensor& v, const SdpaOptions& o,
+            const Tensor& weight) {
+  SdpaOptions forward = o;
+  Generator gen(77);
+  forward.generator = &gen;
+  const std::vector<double> out = scaled_dot_product_attention(q, k, v, forward).output.to_vector();
+  const std::vector<double> w = weight.to_vector();
+  double s = 0;
+  for (size_t i = 0; i < out.size(); ++i) s += out[i] * w[i];
+  return s;
+}
+
+// Central differences of `loss` with respect to every element of `x`.
+Tensor numeric_gradient(Tensor x, const std::function<double()>& f) {
+  Tensor grad = Tensor::zeros(x.shape(), DType::kFloat64);
+  Tensor flat = x.view({-1}), gflat = grad.view({-1});
+  const double h = 1e-6;
+  for (int64_t i = 0; i < flat.numel(); ++i) {
+    const double old = flat.at({i});
+    flat.set({i}, old + h);
+    const double up = f();
+    flat.set({i}, old - h);
+    const double down = f();
+    flat.set({i}, old);
+    gflat.set({i}, (up - down) / (2 * h));
+  }
+  return grad;
+}
+
+SdpaGradients analytic(const Tensor& q, const Tensor& k, const Tensor& v, SdpaOptions o,
+                       const Tensor& grad_out) {
+  Generator gen(77);
+  o.generator = &gen;
+  SdpaResult fwd = scaled_dot_product_attention(q, k, v, o);
+  return scaled_dot_product_attention_backward(grad_out, q, k, v, fwd, o);
+}
+
+}  // namespace
+
+TEST(SdpaBackwardReference, MatchesFiniteDifferences) {
+  Generator gen(31);
+  struct Case {
+    Shape q, k, v;
+    bool gqa;
+    CausalMask causal;
+    bool float_mask;
+    double dropout;
+  };
+  const Case cases[] = {
+      {{2, 3, 4}, {2, 5, 4}, {2, 5, 3}, false, CausalMask::kNone, false, 0.0},
+      {{1, 4, 3, 5}, {1, 2, 6, 5}, {1, 2, 6, 2}, true, CausalMask::kTopLeft, false, 0.0},
+      {{2, 5, 3}, {2, 4, 3}, {2, 4, 3}, false, CausalMask::kBottomRight, false, 0.0},
+      {{2, 2, 3, 4}, {2, 2, 5, 4}, {2, 2, 5, 4}, false, CausalMask::kNone, true, 0.0},
+      {{1, 2, 4, 4}, {1, 2, 4, 4}, {1, 2, 4, 4}, false, CausalMask::kNone, false, 0.4},
+      {{3, 2, 4, 3},
+       {1, 2, 5, 3},
+       {1, 2, 5, 3},
+       false,
+       CausalMask::kNone,
+       false,
+       0.0},  // broadcast
+  };
+  for (const Case& c : cases) {
+    Tensor q = Tensor::randn(c.q, gen, DType::kFloat64);
+    Tensor k = Tensor::randn(c.k, gen, DType::kFloat64);
+    Tensor v = Tensor::randn(c.v, gen, DType::kFloat64);
+    SdpaOptions o;
+    o.enable_gqa = c.gqa;
+    o.causal = c.causal;
+    o.dropout_p = c.dropout;
+    Tensor mask;
+    if (c.float_mask) {
+      mask = Tensor::randn({c.q[c.q.size() - 2], c.k[c.k.size() - 2]}, gen, DType::kFloat64);
+      o.attn_mask = mask;
+    }
+    Shape out_shape = scaled_dot_product_attention(q, k, v, o).output.shape();
+    Tensor weight = Tensor::randn(out_shape, gen, DType::kFloat64);
+    SdpaGradients g = analytic(q, k, v, o, weight);
+    auto f = [&] { return loss(q, k, v, o, weight); };
+    EXPECT_LT(max_abs_diff(g.query, numeric_gradient(q, f)), 1e-7);
+    EXPECT_LT(max_abs_diff(g.key, numeric_gradient(k, f)), 1e-7);
+    EXPECT_LT(max_abs_diff(g.value, numeric_gradient(v, f)), 1e-7);
+    if (c.float_mask) {
+      EXPECT_EQ(g.attn_mask.shape(), mask.shape());
+      EXPECT_LT(max_abs_diff(g.attn_mask, numeric_gradient(mask, f)), 1e-7);
+    }
+  }
+}
+
+class FusedBackward : public ::testing::TestWithParam<const kernels::KernelTable*> {
+ protected:
+  void SetUp() override { kernels::override_kernel_table(GetParam()); }
+  void TearDown() override { kernels::override_kernel_table(nullptr); }
+
+  void compare(const Tensor& q, const Tensor& k, const Tensor& v, SdpaOptions o,
+               const std::string& what) {
+    Generator gen(5);
+    Tensor grad_out;
+    {
+      SdpaOptions probe = o;
+      probe.dropout_p = 0;
+      grad_out = Tensor::randn(scaled_dot_product_attention(q, k, v, probe).output.shape(), gen);
+    }
+    o.backend = SdpaBackend::kFused;
+    SdpaGradients fused = analytic(q, k, v, o, grad_out);
+    SdpaOptions r = o;
+    r.backend = SdpaBackend::kReference;
+    if (r.attn_mask.defined() && r.attn_mask.dtype() != DType::kBool)
+      r.attn_mask = r.attn_mask.to(DType::kFloat64);
+    SdpaGradients ref = analytic(q.to(DType::kFloat64), k.to(DType::kFloat64),
+                                 v.to(DType::kFloat64), r, grad_out.to(DType::kFloat64));
+    EXPECT_LE(relative_error(fused.query, ref.query), 1e-5) << what << " dq";
+    EXPECT_LE(relative_error(fused.key, ref.key), 1e-5) << what << " dk";
+    EXPECT_LE(relative_error(fused.value, ref.value), 1e-5) << what << " dv";
+    if (ref.attn_mask.defined())
+      EXPECT_LE(relative_error(fused.attn_mask, ref.attn_mask), 1e-5) << what << " dmask";
+  }
+};
+
+TEST_P(FusedBackward, ShapesMasksCausalGqaDropout) {
+  Generator gen(41);
+  for (auto [L, S] : {std::pair<int64_t, int64_t>{1, 1}, {17, 3}, {80, 129}, {200, 97}, {3, 300}}) {
+    const std::string at = " L=" + std::to_string(L) + " S=" + std::to_string(S);
+    Tensor q = Tensor::randn({2, 4, L, 17}, gen);
+    Tensor k = Tensor::randn({2, 2, S, 17}, gen);
+    Tensor v = Tensor::randn({2, 2, S, 9}, gen);
+    for (CausalMask c : {CausalMask::kNone, CausalMask::kTopLeft, CausalMask::kBottomRight}) {
+      SdpaOptions o;
+      o.enable_gqa = true;
+      o.causal = c;
+      compare(q, k, v, o, "causal " + std::to_string(int(c)) + at);
+    }
+    SdpaOptions masked;
+    masked.enable_gqa = true;
+    masked.attn_mask = Tensor::randn({4, L, S}, gen);
+    compare(q, k, v, masked, "float mask" + at);
+    SdpaOptions padded;
+    padded.enable_gqa = true;
+    padded.attn_mask = key_mask_for_heads(keep_mask_from_lengths({S, (S + 1) / 2}, S));
+    compare(q, k, v, padded, "padding" + at);
+    SdpaOptions dropout;
+    dropout.enable_gqa = true;
+    dropout.dropout_p = 0.2;
+    compare(q, k, v, dropout, "dropout" + at);
+  }
+}
+
+TEST_P(FusedBackward, OneHeadLongSequenceUsesBothPartitions) {
+  Generator gen(42);
+  // B·H = 1: the key tiles of one problem are spread over threads.
+  Tensor q = Tensor::randn({1, 1, 500, 64}, gen), k = Tensor::randn({1, 1, 500, 64}, gen);
+  Tensor v = Tensor::randn({1, 1, 500, 64}, gen);
+  compare(q, k, v, {}, "B*H = 1");
+  SdpaOptions causal;
+  causal.causal = CausalMask::kTopLeft;
+  compare(q, k, v, causal, "B*H = 1 causal");
+  // Many heads: whole groups per thread.
+  Tensor q2 = Tensor::randn({4, 8, 40, 32}, gen), k2 = Tensor::randn({4, 8, 60, 32}, gen);
+  Tensor v2 = Tensor::randn({4, 8, 60, 32}, gen);
+  compare(q2, k2, v2, {}, "B*H = 32");
+  // Broadcast K/V over the batch: groups span batches.
+  compare(q2, k2.slice(0, 0, 1), v2.slice(0, 0, 1), {}, "broadcast K/V");
+}
+
+std::string table_name(const ::testing::TestParamInfo<const kernels::KernelTable*>& info) {
+  return info.param->name;
+}
+
+INSTANTIATE_TEST_SUITE_P(EveryIsa, FusedBackward,
+                         ::testing::ValuesIn(kernels::supported_kernel_tables()), table_name);
