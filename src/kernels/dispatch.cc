@@ -81,61 +81,26 @@ struct ScratchBuffer {
   float* data;
 };
 
-FlashScratch carve(const SdpaProblem& p, const FlashTiling& t, const KernelTable& table,
-                   float* base) {
-  const int64_t q_rows = simd::round_up(t.block_q, table.mr);
-  const int64_t k_cols = simd::round_up(t.block_k, table.nr);
-  const int64_t ev_cols = simd::round_up(p.Ev, table.nr);
-  FlashScratch w;
-  auto take = [&](int64_t n) {
-    float* out = base;
-    base += simd::round_up(n, 16);  // keep every buffer 64-byte aligned
-    return out;
-  };
-  w.q_packed = take(q_rows * p.E);
-  w.k_packed = take(p.E * k_cols);
-  w.v_packed = take(t.block_k * ev_cols);
-  w.p_packed = take(q_rows * t.block_k);
-  w.scores = take(t.block_q * t.block_k);
-  w.out_acc = take(t.block_q * p.Ev);
-  w.row_max = take(t.block_q);
-  w.row_sum = take(t.block_q);
-  return w;
-}
-
 }  // namespace
-
-int64_t flash_scratch_floats(const SdpaProblem& p, const FlashTiling& t, const KernelTable& table) {
-  const int64_t q_rows = simd::round_up(t.block_q, table.mr);
-  const int64_t k_cols = simd::round_up(t.block_k, table.nr);
-  const int64_t ev_cols = simd::round_up(p.Ev, table.nr);
-  const int64_t sizes[] = {
-      q_rows * p.E,          p.E * k_cols,     t.block_k * ev_cols, q_rows * t.block_k,
-      t.block_q * t.block_k, t.block_q * p.Ev, t.block_q,           t.block_q};
-  int64_t total = 0;
-  for (int64_t s : sizes) total += simd::round_up(s, 16);
-  return total;
-}
 
 void sdpa_forward_fused(const SdpaProblem& p, const KernelTable& table) {
   const FlashTiling t = choose_tiling(p);
   const int64_t q_tiles = (p.L + t.block_q - 1) / t.block_q;
   const int64_t items = p.problems * q_tiles;
-  const int64_t scratch_floats = flash_scratch_floats(p, t, table);
+  const int64_t scratch_floats = table.forward_scratch_floats(p, t);
   const double flops = static_cast<double>(p.problems) * p.L * p.S * (p.E + p.Ev);
   const bool parallel = flops >= kParallelMinFlops && items > 1;
 
 #pragma omp parallel if (parallel)
   {
     ScratchBuffer buffer(scratch_floats);
-    const FlashScratch w = carve(p, t, table, buffer.data);
 #pragma omp for schedule(dynamic, 1)
     for (int64_t item = 0; item < items; ++item) {
       const int64_t b = item / q_tiles;
       const int64_t q_begin = (item % q_tiles) * t.block_q;
       const int64_t rows = std::min<int64_t>(t.block_q, p.L - q_begin);
-      table.flash_forward_tile(p, t, b, q_begin, rows, w);
-      if (p.weights != nullptr) table.flash_weights_tile(p, t, b, q_begin, rows, w);
+      table.flash_forward_tile(p, t, b, q_begin, rows, buffer.data);
+      if (p.weights != nullptr) table.flash_weights_tile(p, t, b, q_begin, rows, buffer.data);
     }
   }
 }

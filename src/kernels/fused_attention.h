@@ -17,18 +17,6 @@ struct FlashTiling {
   int64_t block_k = 0;
 };
 
-// Per-thread work memory of one forward tile, sized by flash_scratch_floats.
-struct FlashScratch {
-  float* q_packed = nullptr;  // [round_up(block_q, mr), E]
-  float* k_packed = nullptr;  // [E, round_up(block_k, nr)]
-  float* v_packed = nullptr;  // [block_k, round_up(Ev, nr)]
-  float* p_packed = nullptr;  // [round_up(block_q, mr), block_k]
-  float* scores = nullptr;    // [block_q, block_k]
-  float* out_acc = nullptr;   // [block_q, Ev]
-  float* row_max = nullptr;   // [block_q]
-  float* row_sum = nullptr;   // [block_q]
-};
-
 // Per-thread work memory of the backward over one key tile.
 struct FlashBackwardScratch {
   float* q_packed = nullptr;       // [round_up(block_q, mr), E]   scale·Q as A
@@ -48,13 +36,15 @@ struct KernelTable {
   const char* name;
   int mr;  // micro-kernel rows
   int nr;  // micro-kernel columns
+  // Floats of per-thread scratch the two calls below need.
+  int64_t (*forward_scratch_floats)(const SdpaProblem& problem, const FlashTiling& tiling);
   // Computes output rows [q_begin, q_begin + rows) of problem `b` (and their
   // log-sum-exp into problem.lse when set).
   void (*flash_forward_tile)(const SdpaProblem& problem, const FlashTiling& tiling, int64_t b,
-                             int64_t q_begin, int64_t rows, const FlashScratch& scratch);
+                             int64_t q_begin, int64_t rows, float* scratch);
   // Writes the weights of those rows into problem.weights, from problem.lse.
   void (*flash_weights_tile)(const SdpaProblem& problem, const FlashTiling& tiling, int64_t b,
-                             int64_t q_begin, int64_t rows, const FlashScratch& scratch);
+                             int64_t q_begin, int64_t rows, float* scratch);
   // Backward over keys [j0, j0 + cols) for `count` problems sharing one K/V
   // matrix: adds into their dK/dV rows and into dQ at grad_q_base + offsets.
   // row_dot: D = rowsum(dO ∘ O) per (problem, query).
@@ -70,10 +60,6 @@ std::vector<const KernelTable*> supported_kernel_tables();
 const KernelTable& active_kernel_table();
 // Tests and benchmarks: use `table` from now on (nullptr: back to the default).
 void override_kernel_table(const KernelTable* table);
-
-// Floats of scratch one thread needs for `problem` with `tiling`.
-int64_t flash_scratch_floats(const SdpaProblem& problem, const FlashTiling& tiling,
-                             const KernelTable& table);
 
 // The whole forward pass of a float32 problem, threaded over (problem, query tile).
 void sdpa_forward_fused(const SdpaProblem& problem, const KernelTable& table);

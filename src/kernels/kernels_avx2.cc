@@ -7,6 +7,7 @@ extern const KernelTable kAvx2Kernels = {
     "avx2",
     simd::TileShape<simd::Avx2>::kMr,
     simd::TileShape<simd::Avx2>::kNr,
+    &simd::forward_scratch_floats<simd::Avx2>,
     &simd::flash_forward_tile<simd::Avx2>,
     &simd::flash_weights_tile<simd::Avx2>,
     &simd::flash_backward_tile<simd::Avx2>,

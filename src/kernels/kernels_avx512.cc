@@ -7,6 +7,7 @@ extern const KernelTable kAvx512Kernels = {
     "avx512",
     simd::TileShape<simd::Avx512>::kMr,
     simd::TileShape<simd::Avx512>::kNr,
+    &simd::forward_scratch_floats<simd::Avx512>,
     &simd::flash_forward_tile<simd::Avx512>,
     &simd::flash_weights_tile<simd::Avx512>,
     &simd::flash_backward_tile<simd::Avx512>,

@@ -7,6 +7,7 @@ extern const KernelTable kPortableKernels = {
     "portable",
     simd::TileShape<simd::Portable>::kMr,
     simd::TileShape<simd::Portable>::kNr,
+    &simd::forward_scratch_floats<simd::Portable>,
     &simd::flash_forward_tile<simd::Portable>,
     &simd::flash_weights_tile<simd::Portable>,
     &simd::flash_backward_tile<simd::Portable>,

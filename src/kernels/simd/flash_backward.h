@@ -37,14 +37,12 @@ void flash_backward_tile(const SdpaBackwardProblem& bp, const FlashTiling& t,
   const float* k_tile = k + j0 * p.k.row_stride;
   const float* v_tile = v + j0 * p.v.row_stride;
   // B element (e, j) = K[j, e] for S; (j, e) = K[j, e] for dQ; (e, j) = V[j, e] for dP
-  pack_b<kNr>(k_tile, p.k.col_stride, p.k.row_stride, p.E, cols, w.k_packed);
-  pack_b<kNr>(k_tile, p.k.row_stride, p.k.col_stride, cols, p.E, w.k_rows_packed);
-  pack_b<kNr>(v_tile, p.v.col_stride, p.v.row_stride, p.Ev, cols, w.vt_packed);
+  pack_b<kNr>(k_tile, p.k.col_stride, p.k.row_stride, p.E, cols, 1.0f, w.k_packed);
+  pack_b<kNr>(k_tile, p.k.row_stride, p.k.col_stride, cols, p.E, 1.0f, w.k_rows_packed);
+  pack_b<kNr>(v_tile, p.v.col_stride, p.v.row_stride, p.Ev, cols, 1.0f, w.vt_packed);
   std::fill(w.grad_k, w.grad_k + cols * p.E, 0.0f);
   std::fill(w.grad_v, w.grad_v + cols * p.Ev, 0.0f);
 
-  const FlashScratch fw{w.q_packed, w.k_packed, nullptr, nullptr,
-                        w.scores,   nullptr,    nullptr, nullptr};
   for (int64_t n = 0; n < count; ++n) {
     const int64_t b = problems[n];
     const float* q = static_cast<const float*>(p.q.base) + p.q.offsets[b];
@@ -59,7 +57,7 @@ void flash_backward_tile(const SdpaBackwardProblem& bp, const FlashTiling& t,
       pack_a<kMr>(q_tile, p.q.row_stride, p.q.col_stride, rows, p.E, scale, w.q_packed);
       gemm_packed<Isa>(rows, cols, p.E, w.q_packed, w.k_packed, w.scores, lds, false);
       const bool tile_on_diagonal =
-          p.causal != CausalMask::kNone && j0 + cols > tile_key_end(p, i0, 1);
+          p.causal != CausalMask::kNone && j0 + cols > causal_key_end(p, i0);
       if (p.mask.base != nullptr || tile_on_diagonal)
         mask_scores_tile(p, b, i0, rows, j0, cols, w.scores, lds);
       // dP̃ = dOᵢ Vⱼᵀ in w.dprob
@@ -91,12 +89,12 @@ void flash_backward_tile(const SdpaBackwardProblem& bp, const FlashTiling& t,
       }
       // dVⱼ += P̃ᵀ dOᵢ: A element (c, r) = P̃[r, c]; B element (r, e) = dO[r, e]
       pack_a<kMr>(w.scores, 1, lds, cols, rows, 1.0f, w.t_packed);
-      pack_b<kNr>(go_tile, bp.grad_output.row_stride, bp.grad_output.col_stride, rows, p.Ev,
+      pack_b<kNr>(go_tile, bp.grad_output.row_stride, bp.grad_output.col_stride, rows, p.Ev, 1.0f,
                   w.rows_packed);
       gemm_packed<Isa>(cols, p.Ev, rows, w.t_packed, w.rows_packed, w.grad_v, p.Ev, true);
       // dKⱼ += scale·dSᵀ Qᵢ
       pack_a<kMr>(w.dprob, 1, lds, cols, rows, scale, w.t_packed);
-      pack_b<kNr>(q_tile, p.q.row_stride, p.q.col_stride, rows, p.E, w.rows_packed);
+      pack_b<kNr>(q_tile, p.q.row_stride, p.q.col_stride, rows, p.E, 1.0f, w.rows_packed);
       gemm_packed<Isa>(cols, p.E, rows, w.t_packed, w.rows_packed, w.grad_k, p.E, true);
       // dQᵢ += scale·dS Kⱼ
       pack_a<kMr>(w.dprob, lds, 1, rows, cols, scale, w.t_packed);

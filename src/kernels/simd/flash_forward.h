@@ -1,17 +1,23 @@
 // The fused forward pass of one query tile, written once for every ISA.
 //
 // For queries i in [q_begin, q_begin + rows) of problem b, walking key tiles j:
-//   S   = (scale · Q) Kⱼᵀ  (+ mask, −inf where masked or above the causal diagonal)
-//   m'  = max(m, rowmax S);  P = exp(S − m');  α = exp(m − m')
-//   l   = α·l + rowsum P;    O = α·O + dropout(P) Vⱼ
+//   Sᵀ  = Kⱼ (scale·Q)ᵀ  (+ mask, −inf where masked or above the causal diagonal)
+//   m'  = max(m, colmax Sᵀ);  Pᵀ = exp(Sᵀ − m');  α = exp(m − m')
+//   l   = α·l + colsum Pᵀ;    O = α·O + dropout(P) Vⱼ
 // and finally O /= l, lse = m + log l. Rows with every key masked end with
 // l = 0 and give output 0.
+//
+// Why the scores are kept transposed (keys × queries): K is then read in
+// place by the micro-kernel (row-major, one broadcast per element), Q is
+// transposed once per query tile rather than K once per (query tile, key
+// tile), the softmax statistics of 16 queries sit in one vector, and the
+// P·V product reads Pᵀ columns as ready-made packed panels. No key tile is
+// ever copied.
 #pragma once
 
 #include <cmath>
 #include <limits>
 
-#include "kernels/dropout.h"
 #include "kernels/fused_attention.h"
 #include "kernels/simd/tile_gemm.h"
 
@@ -20,25 +26,37 @@ namespace {
 
 constexpr float kNegInfF = -std::numeric_limits<float>::infinity();
 
-// The keys [begin, end) that query i may see under causal alignment
-// (everything when there is no causal mask).
-inline void causal_key_range(const SdpaProblem& p, int64_t i, int64_t* begin, int64_t* end) {
-  *begin = 0;
-  *end = p.S;
-  if (p.causal == CausalMask::kTopLeft) *end = std::min<int64_t>(p.S, i + 1);
-  if (p.causal == CausalMask::kBottomRight) *end = std::min<int64_t>(p.S, i + p.S - p.L + 1);
-  if (*end < 0) *end = 0;
+// Micro-kernel shapes of the two products (rows × vectors of columns):
+// Sᵀ = K Qᵀ reads K rows in place (kKeyRows row pointers), P V keeps
+// kMr × 2 vectors. Both fit the register file with room for the operands.
+template <class Isa>
+struct ForwardShape {
+  static constexpr int kKeyRows = Isa::kLanes == 16 ? 8 : 4;
+  static constexpr int kKeyVecs = 3;
+  static constexpr int kQueryPanel = kKeyVecs * Isa::kLanes;  // 48, 24 or 12 queries
+};
+
+// The keys [0, end) that query i may see under the causal alignment.
+inline int64_t causal_key_end(const SdpaProblem& p, int64_t i) {
+  int64_t end = p.S;
+  if (p.causal == CausalMask::kTopLeft) end = std::min<int64_t>(p.S, i + 1);
+  if (p.causal == CausalMask::kBottomRight) end = std::min<int64_t>(p.S, i + p.S - p.L + 1);
+  return std::max<int64_t>(end, 0);
 }
 
-// Adds the mask and the causal limit to a tile of scores in place:
-// row r of `s` holds keys [j0, j0 + cols) of query q_begin + r.
+// Keys this query tile may see at all: later key tiles are skipped, not masked.
+inline int64_t tile_key_end(const SdpaProblem& p, int64_t q_begin, int64_t rows) {
+  return causal_key_end(p, q_begin + rows - 1);
+}
+
+// Adds the mask and the causal limit to a tile of scores in place, row-major
+// layout: row r of `s` holds keys [j0, j0 + cols) of query q_begin + r.
 inline void mask_scores_tile(const SdpaProblem& p, int64_t b, int64_t q_begin, int64_t rows,
                              int64_t j0, int64_t cols, float* s, int64_t lds) {
-  const bool has_mask = p.mask.base != nullptr;
   for (int64_t r = 0; r < rows; ++r) {
     float* row = s + r * lds;
     const int64_t i = q_begin + r;
-    if (has_mask) {
+    if (p.mask.base != nullptr) {
       const int64_t base = p.mask.offsets[b] + i * p.mask.row_stride;
       if (p.mask.dtype == DType::kBool) {
         const bool* m = static_cast<const bool*>(p.mask.base) + base;
@@ -49,27 +67,34 @@ inline void mask_scores_tile(const SdpaProblem& p, int64_t b, int64_t q_begin, i
         for (int64_t c = 0; c < cols; ++c) row[c] += m[(j0 + c) * p.mask.col_stride];
       }
     }
-    if (p.causal != CausalMask::kNone) {
-      int64_t begin, end;
-      causal_key_range(p, i, &begin, &end);
-      for (int64_t c = std::max<int64_t>(0, end - j0); c < cols; ++c) row[c] = kNegInfF;
-    }
+    if (p.causal != CausalMask::kNone)
+      for (int64_t c = std::max<int64_t>(0, causal_key_end(p, i) - j0); c < cols; ++c)
+        row[c] = kNegInfF;
   }
 }
 
-// Row maximum of n floats.
-template <class Isa>
-float row_max(const float* x, int64_t n) {
-  constexpr int kL = Isa::kLanes;
-  float m = kNegInfF;
-  int64_t j = 0;
-  if (n >= kL) {
-    typename Isa::V acc = Isa::load(x);
-    for (j = kL; j + kL <= n; j += kL) acc = Isa::max(acc, Isa::load(x + j));
-    m = Isa::reduce_max(acc);
+// The same for transposed scores: row c of `st` holds key j0 + c for the
+// queries q_begin + [0, rows).
+inline void mask_scores_tile_transposed(const SdpaProblem& p, int64_t b, int64_t q_begin,
+                                        int64_t rows, int64_t j0, int64_t cols, float* st,
+                                        int64_t ld) {
+  if (p.mask.base != nullptr) {
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t base = p.mask.offsets[b] + (q_begin + r) * p.mask.row_stride;
+      if (p.mask.dtype == DType::kBool) {
+        const bool* m = static_cast<const bool*>(p.mask.base) + base;
+        for (int64_t c = 0; c < cols; ++c)
+          if (!m[(j0 + c) * p.mask.col_stride]) st[c * ld + r] = kNegInfF;
+      } else {
+        const float* m = static_cast<const float*>(p.mask.base) + base;
+        for (int64_t c = 0; c < cols; ++c) st[c * ld + r] += m[(j0 + c) * p.mask.col_stride];
+      }
+    }
   }
-  for (; j < n; ++j) m = x[j] > m ? x[j] : m;
-  return m;
+  if (p.causal != CausalMask::kNone)
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = std::max<int64_t>(0, causal_key_end(p, q_begin + r) - j0); c < cols; ++c)
+        st[c * ld + r] = kNegInfF;
 }
 
 // x <- exp(x − shift) in place; returns Σ of the new values.
@@ -101,84 +126,153 @@ void scale_row(float* x, int64_t n, float factor) {
   for (; j < n; ++j) x[j] *= factor;
 }
 
-// Keys this query tile may see at all (causal tiles skip whole key tiles).
-inline int64_t tile_key_end(const SdpaProblem& p, int64_t q_begin, int64_t rows) {
-  int64_t begin, end;
-  causal_key_range(p, q_begin + rows - 1, &begin, &end);
-  return end;
+// The scratch of one query tile, carved from one buffer.
+template <class Isa>
+struct ForwardScratch {
+  float* q_t;       // [E, query_pad] scale·Qᵀ as B panels
+  float* s_t;       // [block_k, query_pad] Sᵀ, then Pᵀ
+  float* v_packed;  // [block_k, round_up(Ev, nr)] when V cannot be read in place
+  float* out;       // [block_q, Ev] unnormalised O
+  float* m;         // [query_pad] running max
+  float* l;         // [query_pad] running sum
+  float* shift;     // [query_pad]
+  float* alpha;     // [query_pad]
+
+  static int64_t query_pad(const FlashTiling& t) {
+    return round_up(t.block_q, ForwardShape<Isa>::kQueryPanel);
+  }
+  static int64_t floats(const SdpaProblem& p, const FlashTiling& t) {
+    const int64_t qp = query_pad(t);
+    return round_up(p.E * qp, 16) + round_up(t.block_k * qp, 16) +
+           round_up(t.block_k * round_up(p.Ev, TileShape<Isa>::kNr), 16) +
+           round_up(t.block_q * p.Ev, 16) + 4 * round_up(qp, 16);
+  }
+  ForwardScratch(const SdpaProblem& p, const FlashTiling& t, float* base) {
+    const int64_t qp = query_pad(t);
+    auto take = [&](int64_t n) {
+      float* out = base;
+      base += round_up(n, 16);
+      return out;
+    };
+    q_t = take(p.E * qp);
+    s_t = take(t.block_k * qp);
+    v_packed = take(t.block_k * round_up(p.Ev, TileShape<Isa>::kNr));
+    out = take(t.block_q * p.Ev);
+    m = take(qp);
+    l = take(qp);
+    shift = take(qp);
+    alpha = take(qp);
+  }
+};
+
+template <class Isa>
+int64_t forward_scratch_floats(const SdpaProblem& p, const FlashTiling& t) {
+  return ForwardScratch<Isa>::floats(p, t);
 }
 
-// scores[r, c] = (scale·Q) Kᵀ + mask for queries q_begin + r and keys j0 + c,
-// from the packed Q in w.q_packed.
+// Sᵀ[keys × query_pad] = K[j0 .. j0 + keys) (scale·Q)ᵀ, masked.
 template <class Isa>
-void score_tile(const SdpaProblem& p, int64_t b, int64_t q_begin, int64_t rows, int64_t j0,
-                int64_t cols, const float* k, const FlashScratch& w, int64_t lds) {
-  constexpr int kNr = TileShape<Isa>::kNr;
-  // B element (e, j) is K[j, e]
-  pack_b<kNr>(k + j0 * p.k.row_stride, p.k.col_stride, p.k.row_stride, p.E, cols, w.k_packed);
-  gemm_packed<Isa>(rows, cols, p.E, w.q_packed, w.k_packed, w.scores, lds, false);
-  const bool tile_on_diagonal =
-      p.causal != CausalMask::kNone && j0 + cols > tile_key_end(p, q_begin, 1);
-  if (p.mask.base != nullptr || tile_on_diagonal)
-    mask_scores_tile(p, b, q_begin, rows, j0, cols, w.scores, lds);
+void transposed_scores(const SdpaProblem& p, int64_t b, int64_t q_begin, int64_t rows, int64_t j0,
+                       int64_t keys, const ForwardScratch<Isa>& w, int64_t qp) {
+  using Shape = ForwardShape<Isa>;
+  const float* k = static_cast<const float*>(p.k.base) + p.k.offsets[b] + j0 * p.k.row_stride;
+  gemm_tiles<Isa, Shape::kKeyRows, Shape::kKeyVecs>(
+      keys, rows, p.E, AView{k, p.k.row_stride, p.k.col_stride}, Shape::kKeyRows * p.k.row_stride,
+      BView{w.q_t, Shape::kQueryPanel}, p.E * Shape::kQueryPanel, w.s_t, qp, false);
+  const bool on_diagonal = p.causal != CausalMask::kNone && j0 + keys > causal_key_end(p, q_begin);
+  if (p.mask.base != nullptr || on_diagonal)
+    mask_scores_tile_transposed(p, b, q_begin, rows, j0, keys, w.s_t, qp);
+}
+
+template <class Isa>
+void pack_scaled_query(const SdpaProblem& p, int64_t b, int64_t q_begin, int64_t rows,
+                       const ForwardScratch<Isa>& w) {
+  const float* q = static_cast<const float*>(p.q.base) + p.q.offsets[b] + q_begin * p.q.row_stride;
+  // B element (e, i) = scale·Q[i, e]
+  pack_b<ForwardShape<Isa>::kQueryPanel>(q, p.q.col_stride, p.q.row_stride, p.E, rows,
+                                         static_cast<float>(p.scale), w.q_t);
 }
 
 template <class Isa>
 void flash_forward_tile(const SdpaProblem& p, const FlashTiling& t, int64_t b, int64_t q_begin,
-                        int64_t rows, const FlashScratch& w) {
+                        int64_t rows, float* scratch) {
+  using V = typename Isa::V;
+  constexpr int kL = Isa::kLanes;
   constexpr int kMr = TileShape<Isa>::kMr, kNr = TileShape<Isa>::kNr;
-  const float* q = static_cast<const float*>(p.q.base) + p.q.offsets[b];
-  const float* k = static_cast<const float*>(p.k.base) + p.k.offsets[b];
+  const ForwardScratch<Isa> w(p, t, scratch);
+  const int64_t qp = ForwardScratch<Isa>::query_pad(t);
+  const float keep_scale = p.dropout_p > 0.0 ? static_cast<float>(1.0 / (1.0 - p.dropout_p)) : 1.0f;
   const float* v = static_cast<const float*>(p.v.base) + p.v.offsets[b];
-  const int64_t lds = t.block_k;
-  const double keep_scale = p.dropout_p > 0.0 ? 1.0 / (1.0 - p.dropout_p) : 1.0;
+  // V is read in place when its rows hold whole panels of columns.
+  const bool v_in_place = p.v.col_stride == 1 && p.Ev % kNr == 0;
 
-  pack_a<kMr>(q + q_begin * p.q.row_stride, p.q.row_stride, p.q.col_stride, rows, p.E,
-              static_cast<float>(p.scale), w.q_packed);
-  for (int64_t r = 0; r < rows; ++r) {
-    w.row_max[r] = kNegInfF;
-    w.row_sum[r] = 0.0f;
+  pack_scaled_query<Isa>(p, b, q_begin, rows, w);
+  for (int64_t i = 0; i < qp; ++i) {
+    w.m[i] = kNegInfF;
+    w.l[i] = 0.0f;
   }
-  std::fill(w.out_acc, w.out_acc + rows * p.Ev, 0.0f);
+  std::fill(w.out, w.out + rows * p.Ev, 0.0f);
 
   const int64_t key_end = tile_key_end(p, q_begin, rows);
   for (int64_t j0 = 0; j0 < key_end; j0 += t.block_k) {
-    const int64_t cols = std::min<int64_t>(t.block_k, key_end - j0);
-    score_tile<Isa>(p, b, q_begin, rows, j0, cols, k, w, lds);
+    const int64_t keys = std::min<int64_t>(t.block_k, key_end - j0);
+    transposed_scores<Isa>(p, b, q_begin, rows, j0, keys, w, qp);
 
-    // Online softmax, row by row.
-    for (int64_t r = 0; r < rows; ++r) {
-      float* s = w.scores + r * lds;
-      const float m_old = w.row_max[r];
-      const float m_new = std::max(m_old, row_max<Isa>(s, cols));
-      if (m_new == kNegInfF) {  // nothing visible yet in this row
-        std::fill(s, s + cols, 0.0f);
-        continue;
-      }
-      const float alpha = std::exp(m_old - m_new);  // 0 when m_old = −inf
-      w.row_sum[r] = w.row_sum[r] * alpha + exp_shift_sum<Isa>(s, cols, m_new);
-      w.row_max[r] = m_new;
-      if (alpha != 1.0f) scale_row<Isa>(w.out_acc + r * p.Ev, p.Ev, alpha);
-      if (p.dropout_p > 0.0) {
-        for (int64_t c = 0; c < cols; ++c)
-          s[c] = dropout_kept(p, b, q_begin + r, j0 + c) ? static_cast<float>(s[c] * keep_scale)
-                                                         : 0.0f;
-      }
+    // Online softmax, 16 (or 8, 4) queries per vector.
+    for (int64_t c = 0; c < qp; c += kL) {
+      V mx = Isa::load(w.s_t + c);
+      for (int64_t j = 1; j < keys; ++j) mx = Isa::max(mx, Isa::load(w.s_t + j * qp + c));
+      Isa::store(w.shift + c, mx);
     }
-    // O += P Vⱼ
-    pack_a<kMr>(w.scores, lds, 1, rows, cols, 1.0f, w.p_packed);
-    pack_b<kNr>(v + j0 * p.v.row_stride, p.v.row_stride, p.v.col_stride, cols, p.Ev, w.v_packed);
-    gemm_packed<Isa>(rows, p.Ev, cols, w.p_packed, w.v_packed, w.out_acc, p.Ev, true);
+    bool rescale = false;
+    for (int64_t i = 0; i < qp; ++i) {
+      const float m_new = std::max(w.m[i], w.shift[i]);
+      // Nothing visible yet: shift by 0 so exp(−inf − 0) = 0, and keep O as is.
+      w.alpha[i] = m_new == kNegInfF ? 1.0f : std::exp(w.m[i] - m_new);
+      w.shift[i] = m_new == kNegInfF ? 0.0f : m_new;
+      w.m[i] = m_new;
+      rescale |= i < rows && w.alpha[i] != 1.0f;
+    }
+    for (int64_t c = 0; c < qp; c += kL) {
+      const V shift = Isa::load(w.shift + c);
+      V sum = Isa::zero();
+      for (int64_t j = 0; j < keys; ++j) {
+        float* s = w.s_t + j * qp + c;
+        const V e = exp<Isa>(Isa::sub(Isa::load(s), shift));
+        Isa::store(s, e);
+        sum = Isa::add(sum, e);
+      }
+      Isa::store(w.l + c, Isa::fmadd(Isa::load(w.l + c), Isa::load(w.alpha + c), sum));
+    }
+    if (rescale)
+      for (int64_t r = 0; r < rows; ++r)
+        if (w.alpha[r] != 1.0f) scale_row<Isa>(w.out + r * p.Ev, p.Ev, w.alpha[r]);
+    if (p.dropout_p > 0.0)
+      for (int64_t j = 0; j < keys; ++j)
+        for (int64_t r = 0; r < rows; ++r)
+          w.s_t[j * qp + r] *= dropout_kept(p, b, q_begin + r, j0 + j) ? keep_scale : 0.0f;
+
+    // O += P Vⱼ: A element (i, j) = Pᵀ[j, i] is a packed panel with step qp.
+    const float* v_tile = v + j0 * p.v.row_stride;
+    BView vb{v_tile, p.v.row_stride};
+    int64_t v_panel_stride = kNr;
+    if (!v_in_place) {
+      pack_b<kNr>(v_tile, p.v.row_stride, p.v.col_stride, keys, p.Ev, 1.0f, w.v_packed);
+      vb = BView{w.v_packed, kNr};
+      v_panel_stride = keys * kNr;
+    }
+    gemm_tiles<Isa, kMr, 2>(rows, p.Ev, keys, AView{w.s_t, 1, qp}, kMr, vb, v_panel_stride, w.out,
+                            p.Ev, true);
   }
 
   float* out = static_cast<float*>(p.output) + (b * p.L + q_begin) * p.Ev;
   for (int64_t r = 0; r < rows; ++r) {
-    const float l = w.row_sum[r];
+    const float l = w.l[r];
     const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-    for (int64_t e = 0; e < p.Ev; ++e) out[r * p.Ev + e] = w.out_acc[r * p.Ev + e] * inv;
+    for (int64_t e = 0; e < p.Ev; ++e) out[r * p.Ev + e] = w.out[r * p.Ev + e] * inv;
     if (p.lse)
       p.lse[b * p.L + q_begin + r] =
-          l > 0.0f ? static_cast<double>(w.row_max[r]) + std::log(static_cast<double>(l))
+          l > 0.0f ? static_cast<double>(w.m[r]) + std::log(static_cast<double>(l))
                    : -std::numeric_limits<double>::infinity();
   }
 }
@@ -187,29 +281,27 @@ void flash_forward_tile(const SdpaProblem& p, const FlashTiling& t, int64_t b, i
 // forward pass saved: w = dropout(exp(S − lse)), written to p.weights.
 template <class Isa>
 void flash_weights_tile(const SdpaProblem& p, const FlashTiling& t, int64_t b, int64_t q_begin,
-                        int64_t rows, const FlashScratch& w) {
-  constexpr int kMr = TileShape<Isa>::kMr;
-  const float* q = static_cast<const float*>(p.q.base) + p.q.offsets[b];
-  const float* k = static_cast<const float*>(p.k.base) + p.k.offsets[b];
-  const int64_t lds = t.block_k;
+                        int64_t rows, float* scratch) {
+  const ForwardScratch<Isa> w(p, t, scratch);
+  const int64_t qp = ForwardScratch<Isa>::query_pad(t);
   const double keep_scale = p.dropout_p > 0.0 ? 1.0 / (1.0 - p.dropout_p) : 1.0;
   float* weights = static_cast<float*>(p.weights) + (b * p.L + q_begin) * p.S;
   std::fill(weights, weights + rows * p.S, 0.0f);
-  pack_a<kMr>(q + q_begin * p.q.row_stride, p.q.row_stride, p.q.col_stride, rows, p.E,
-              static_cast<float>(p.scale), w.q_packed);
+  pack_scaled_query<Isa>(p, b, q_begin, rows, w);
   const int64_t key_end = tile_key_end(p, q_begin, rows);
   for (int64_t j0 = 0; j0 < key_end; j0 += t.block_k) {
-    const int64_t cols = std::min<int64_t>(t.block_k, key_end - j0);
-    score_tile<Isa>(p, b, q_begin, rows, j0, cols, k, w, lds);
+    const int64_t keys = std::min<int64_t>(t.block_k, key_end - j0);
+    transposed_scores<Isa>(p, b, q_begin, rows, j0, keys, w, qp);
     for (int64_t r = 0; r < rows; ++r) {
       const double lse = p.lse[b * p.L + q_begin + r];
       if (lse == -std::numeric_limits<double>::infinity()) continue;  // fully masked row
-      float* s = w.scores + r * lds;
-      exp_shift_sum<Isa>(s, cols, static_cast<float>(lse));
       float* out = weights + r * p.S + j0;
-      for (int64_t c = 0; c < cols; ++c)
-        out[c] =
-            dropout_kept(p, b, q_begin + r, j0 + c) ? static_cast<float>(s[c] * keep_scale) : 0.0f;
+      for (int64_t j = 0; j < keys; ++j) {
+        const float s = w.s_t[j * qp + r];
+        const double prob = s == kNegInfF ? 0.0 : std::exp(static_cast<double>(s) - lse);
+        out[j] =
+            dropout_kept(p, b, q_begin + r, j0 + j) ? static_cast<float>(prob * keep_scale) : 0.0f;
+      }
     }
   }
 }

@@ -39,67 +39,114 @@ void pack_a(const float* a, int64_t rs, int64_t cs, int64_t m, int64_t k, float 
 }
 
 // Packs B (element (p, j) at b[p·rs + j·cs], p < k, j < n) as panels of kNr
-// columns: dst[panel][p][c], zero-padded to whole panels.
+// columns: dst[panel][p][c], times `scale`, zero-padded to whole panels.
 template <int kNr>
-void pack_b(const float* b, int64_t rs, int64_t cs, int64_t k, int64_t n, float* dst) {
+void pack_b(const float* b, int64_t rs, int64_t cs, int64_t k, int64_t n, float scale, float* dst) {
   for (int64_t j0 = 0; j0 < n; j0 += kNr) {
     const int64_t cols = std::min<int64_t>(kNr, n - j0);
-    if (cs == 1 && cols == kNr) {
+    if (cs == 1 && cols == kNr && scale == 1.0f) {
       for (int64_t p = 0; p < k; ++p, dst += kNr) std::copy_n(b + p * rs + j0, kNr, dst);
       continue;
     }
+    if (rs == 1) {  // a transpose: read each source row once, contiguously
+      for (int64_t c = 0; c < cols; ++c) {
+        const float* src = b + (j0 + c) * cs;
+        for (int64_t p = 0; p < k; ++p) dst[p * kNr + c] = src[p] * scale;
+      }
+      for (int64_t p = 0; p < k; ++p)
+        for (int64_t c = cols; c < kNr; ++c) dst[p * kNr + c] = 0.0f;
+      dst += k * kNr;
+      continue;
+    }
     for (int64_t p = 0; p < k; ++p) {
-      for (int64_t c = 0; c < cols; ++c) dst[c] = b[p * rs + (j0 + c) * cs];
+      for (int64_t c = 0; c < cols; ++c) dst[c] = b[p * rs + (j0 + c) * cs] * scale;
       for (int64_t c = cols; c < kNr; ++c) dst[c] = 0.0f;
       dst += kNr;
     }
   }
 }
 
-// C[kMr × kNr] (row stride ldc) = or += Ap · Bp over k steps; only the
-// top-left rows × cols of C are written.
-template <class Isa>
-void micro_kernel(int64_t k, const float* ap, const float* bp, float* c, int64_t ldc,
-                  bool accumulate, int64_t rows, int64_t cols) {
+// Where a micro-kernel reads its operands. A element (r, p) is
+// a[r·row_stride + p·step]; B element (p, c) is b[p·step + c] for c below the
+// kernel's width (those columns must be readable even past `cols`).
+struct AView {
+  const float* a;
+  int64_t row_stride;
+  int64_t step;
+};
+struct BView {
+  const float* b;
+  int64_t step;
+};
+
+// C[kRows × kVecs·lanes] (row stride ldc) = or += A · B over k steps, in
+// registers; only the top-left rows × cols of C are written. Rows of A past
+// `rows` read row 0 instead (their results are dropped), so a tile at the
+// edge of K never reads beyond it.
+template <class Isa, int kRows, int kVecs>
+void micro_kernel(int64_t k, AView av, BView bv, float* c, int64_t ldc, bool accumulate,
+                  int64_t rows, int64_t cols) {
   using V = typename Isa::V;
-  constexpr int kMr = TileShape<Isa>::kMr, kL = Isa::kLanes;
-  V acc[kMr][2];
+  constexpr int kL = Isa::kLanes;
+  V acc[kRows][kVecs];
+  const float* a_row[kRows];
 #pragma GCC unroll 16
-  for (int r = 0; r < kMr; ++r) acc[r][0] = acc[r][1] = Isa::zero();
-  for (int64_t p = 0; p < k; ++p) {
-    const V b0 = Isa::load(bp), b1 = Isa::load(bp + kL);
-#pragma GCC unroll 16
-    for (int r = 0; r < kMr; ++r) {
-      const V a = Isa::set1(ap[r]);
-      acc[r][0] = Isa::fmadd(a, b0, acc[r][0]);
-      acc[r][1] = Isa::fmadd(a, b1, acc[r][1]);
-    }
-    ap += kMr;
-    bp += 2 * kL;
+  for (int r = 0; r < kRows; ++r) {
+    a_row[r] = av.a + (r < rows ? r : 0) * av.row_stride;
+#pragma GCC unroll 4
+    for (int v = 0; v < kVecs; ++v) acc[r][v] = Isa::zero();
   }
-  if (rows == kMr && cols == 2 * kL) {
+  const float* bp = bv.b;
+  for (int64_t p = 0, ap = 0; p < k; ++p, ap += av.step, bp += bv.step) {
+    V b[kVecs];
+#pragma GCC unroll 4
+    for (int v = 0; v < kVecs; ++v) b[v] = Isa::load(bp + v * kL);
 #pragma GCC unroll 16
-    for (int r = 0; r < kMr; ++r) {
-      float* row = c + r * ldc;
-      if (accumulate) {
-        Isa::store(row, Isa::add(Isa::load(row), acc[r][0]));
-        Isa::store(row + kL, Isa::add(Isa::load(row + kL), acc[r][1]));
-      } else {
-        Isa::store(row, acc[r][0]);
-        Isa::store(row + kL, acc[r][1]);
-      }
+    for (int r = 0; r < kRows; ++r) {
+      const V a = Isa::set1(a_row[r][ap]);
+#pragma GCC unroll 4
+      for (int v = 0; v < kVecs; ++v) acc[r][v] = Isa::fmadd(a, b[v], acc[r][v]);
     }
+  }
+  if (rows == kRows && cols == kVecs * kL) {
+#pragma GCC unroll 16
+    for (int r = 0; r < kRows; ++r)
+#pragma GCC unroll 4
+      for (int v = 0; v < kVecs; ++v) {
+        float* out = c + r * ldc + v * kL;
+        Isa::store(out, accumulate ? Isa::add(Isa::load(out), acc[r][v]) : acc[r][v]);
+      }
     return;
   }
-  alignas(64) float tile[kMr * 2 * kL];
+  alignas(64) float tile[kRows * kVecs * kL];
 #pragma GCC unroll 16
-  for (int r = 0; r < kMr; ++r) {
-    Isa::store(tile + r * 2 * kL, acc[r][0]);
-    Isa::store(tile + r * 2 * kL + kL, acc[r][1]);
-  }
+  for (int r = 0; r < kRows; ++r)
+#pragma GCC unroll 4
+    for (int v = 0; v < kVecs; ++v) Isa::store(tile + (r * kVecs + v) * kL, acc[r][v]);
   for (int64_t r = 0; r < rows; ++r)
-    for (int64_t j = 0; j < cols; ++j)
-      c[r * ldc + j] = accumulate ? c[r * ldc + j] + tile[r * 2 * kL + j] : tile[r * 2 * kL + j];
+    for (int64_t j = 0; j < cols; ++j) {
+      const float x = tile[r * kVecs * kL + j];
+      c[r * ldc + j] = accumulate ? c[r * ldc + j] + x : x;
+    }
+}
+
+// C[m × n] (+)= A · B for A rows read in place from a row-major matrix
+// (element (i, p) at a[i·lda + p]) and B packed in panels of kVecs vectors
+// (pack_b with that width, or a row-major matrix whose rows are readable
+// in whole panels: then b_panel_stride = the panel width and b_step = ldb).
+template <class Isa, int kRows, int kVecs>
+void gemm_tiles(int64_t m, int64_t n, int64_t k, AView a, int64_t a_panel_stride, BView b,
+                int64_t b_panel_stride, float* c, int64_t ldc, bool accumulate) {
+  constexpr int kNr = kVecs * Isa::kLanes;
+  for (int64_t j0 = 0; j0 < n; j0 += kNr) {
+    const BView bp{b.b + (j0 / kNr) * b_panel_stride, b.step};
+    for (int64_t i0 = 0; i0 < m; i0 += kRows) {
+      const AView ap{a.a + (i0 / kRows) * a_panel_stride, a.row_stride, a.step};
+      micro_kernel<Isa, kRows, kVecs>(k, ap, bp, c + i0 * ldc + j0, ldc, accumulate,
+                                      std::min<int64_t>(kRows, m - i0),
+                                      std::min<int64_t>(kNr, n - j0));
+    }
+  }
 }
 
 // C[m × n] (row stride ldc) = or += A · B from packed panels (pack_a with
@@ -108,13 +155,8 @@ template <class Isa>
 void gemm_packed(int64_t m, int64_t n, int64_t k, const float* ap, const float* bp, float* c,
                  int64_t ldc, bool accumulate) {
   constexpr int kMr = TileShape<Isa>::kMr, kNr = TileShape<Isa>::kNr;
-  for (int64_t j0 = 0; j0 < n; j0 += kNr) {
-    const float* b_panel = bp + (j0 / kNr) * k * kNr;
-    for (int64_t i0 = 0; i0 < m; i0 += kMr) {
-      micro_kernel<Isa>(k, ap + (i0 / kMr) * k * kMr, b_panel, c + i0 * ldc + j0, ldc, accumulate,
-                        std::min<int64_t>(kMr, m - i0), std::min<int64_t>(kNr, n - j0));
-    }
-  }
+  gemm_tiles<Isa, kMr, 2>(m, n, k, AView{ap, 1, kMr}, k * kMr, BView{bp, kNr}, k * kNr, c, ldc,
+                          accumulate);
 }
 
 }  // namespace
