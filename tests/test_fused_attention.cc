@@ -119,6 +119,24 @@ TEST_P(FusedAttention, StridedInputs) {
   compare(q, q, q, {}, "transposed view");
 }
 
+TEST_P(FusedAttention, NonFiniteInputsAreReportedNotHidden) {
+  Generator gen(24);
+  for (const char* arg : {"query", "key", "value"}) {
+    for (double bad : {std::nan(""), double(INFINITY), -double(INFINITY)}) {
+      Tensor q = Tensor::randn({1, 2, 40, 16}, gen), k = Tensor::randn({1, 2, 70, 16}, gen);
+      Tensor v = Tensor::randn({1, 2, 70, 16}, gen);
+      Tensor& t = arg[0] == 'q' ? q : arg[0] == 'k' ? k : v;
+      t.set({0, 1, 5, 3}, bad);
+      try {
+        scaled_dot_product_attention(q, k, v, {.backend = SdpaBackend::kFused});
+        ADD_FAILURE() << "no error for " << bad << " in " << arg;
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find(arg), std::string::npos) << e.what();
+      }
+    }
+  }
+}
+
 std::string table_name(const ::testing::TestParamInfo<const kernels::KernelTable*>& info) {
   return info.param->name;
 }

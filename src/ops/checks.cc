@@ -55,6 +55,8 @@ bool all_finite_bits(const Bits* x, int64_t n, Bits exponent) {
   return !bad;
 }
 
+}  // namespace
+
 bool all_finite(const Tensor& t) {
   const int64_t row = t.dim() == 0 ? 1 : t.size(-1);
   const bool rows_contiguous = t.dim() == 0 || t.stride(-1) == 1 || row == 1;
@@ -80,7 +82,6 @@ bool all_finite(const Tensor& t) {
   });
   return ok;
 }
-}  // namespace
 
 void check_finite(const Tensor& t, const char* fn, const char* arg) {
   if (!is_floating(t.dtype()) || all_finite(t)) return;

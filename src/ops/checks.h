@@ -11,6 +11,8 @@ void check_defined(const Tensor& t, const char* fn, const char* arg);
 void check_floating(const Tensor& t, const char* fn, const char* arg);
 // Exactly `ndim` dimensions.
 void check_dim(const Tensor& t, int64_t ndim, const char* fn, const char* arg, const char* layout);
+// True when no element is NaN or ±inf (about one read of the tensor).
+bool all_finite(const Tensor& t);
 // No NaN or ±inf: they would spread silently through softmax.
 void check_finite(const Tensor& t, const char* fn, const char* arg);
 // A float mask may hold −inf (masked) but not NaN or +inf.

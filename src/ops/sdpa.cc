@@ -2,6 +2,7 @@
 // one kernel call: fused for float32, the float64-capable reference otherwise.
 #include "kernels/dropout.h"
 #include "kernels/fused_attention.h"
+#include "ops/checks.h"
 #include "ops/sdpa_prepare.h"
 
 namespace qkv {
@@ -57,6 +58,15 @@ SdpaResult scaled_dot_product_attention(const Tensor& q, const Tensor& k, const 
   } else {
     kernels::sdpa_forward_reference(p);
     result.kernel = "reference";
+  }
+  // NaN or inf in the inputs reach the output; checking the output alone is
+  // one read instead of three, and also catches overflow of huge inputs.
+  if (!all_finite(result.output)) {
+    check_finite(q, fn, "query");
+    check_finite(k, fn, "key");
+    check_finite(v, fn, "value");
+    QKV_CHECK(false, fn, ": the output overflowed to NaN/inf although query, key and value are ",
+              "finite; scale the inputs down (max |q|·|k|·scale must stay well below 1e38)");
   }
   return result;
 }

@@ -43,9 +43,9 @@ struct Avx512 {
         _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
     return _mm512_castsi512_ps(bits);
   }
-  // Lanes where x < limit become 0, others keep v.
+  // Lanes where x < limit become 0, others (NaN included) keep v.
   static V zero_below(V x, float limit, V v) {
-    const __mmask16 keep = _mm512_cmp_ps_mask(x, set1(limit), _CMP_GE_OQ);
+    const __mmask16 keep = _mm512_cmp_ps_mask(x, set1(limit), _CMP_NLT_UQ);
     return _mm512_maskz_mov_ps(keep, v);
   }
 };
@@ -87,7 +87,7 @@ struct Avx2 {
     return _mm256_castsi256_ps(bits);
   }
   static V zero_below(V x, float limit, V v) {
-    return _mm256_and_ps(_mm256_cmp_ps(x, set1(limit), _CMP_GE_OQ), v);
+    return _mm256_and_ps(_mm256_cmp_ps(x, set1(limit), _CMP_NLT_UQ), v);
   }
 };
 #endif
@@ -129,7 +129,7 @@ struct Portable {
     return out;
   }
   static V zero_below(V x, float limit, V v) {
-    const I keep = x >= set1(limit);
+    const I keep = !(x < set1(limit));
     I bits;
     std::memcpy(&bits, &v, sizeof bits);
     bits &= keep;
@@ -140,14 +140,16 @@ struct Portable {
 };
 
 // exp(x) for every lane, relative error about 2e-7; exp(-inf) and anything
-// below -87.3 give exactly 0 (masked scores must contribute nothing).
+// below -87.3 give exactly 0 (masked scores must contribute nothing), and NaN
+// stays NaN (so bad inputs surface in the output instead of vanishing).
 // x = n·ln2 + r with |r| <= ln2/2, exp(r) by a degree-7 polynomial (Cephes' expf
 // coefficients).
 template <class Isa>
 typename Isa::V exp(typename Isa::V x) {
   using V = typename Isa::V;
   constexpr float kMin = -87.3f, kMax = 88.3f;
-  const V clamped = Isa::min(Isa::max(x, Isa::set1(kMin)), Isa::set1(kMax));
+  // max/min return their second operand when either is NaN: x goes second.
+  const V clamped = Isa::min(Isa::set1(kMax), Isa::max(Isa::set1(kMin), x));
   const V n = Isa::round_nearest(Isa::mul(clamped, Isa::set1(1.44269504088896341f)));
   // r = x − n·ln2, with ln2 split in two for accuracy
   V r = Isa::fmadd(n, Isa::set1(-0.693359375f), clamped);

@@ -1,0 +1,65 @@
+// Elementwise arithmetic with broadcasting: add, mul, scale.
+#include "ops/checks.h"
+#include "qkv/functional.h"
+
+namespace qkv {
+
+namespace {
+
+// out = f(a, b) over the broadcast shape; a and b are first materialised
+// contiguously in that shape (a plain copy when they already have it).
+template <class F>
+Tensor binary(const Tensor& a, const Tensor& b, const char* fn, F f) {
+  check_floating(a, fn, "a");
+  check_floating(b, fn, "b");
+  QKV_CHECK_TYPE(a.dtype() == b.dtype(), fn, ": a is ", dtype_name(a.dtype()), " but b is ",
+                 dtype_name(b.dtype()), " (convert one with .to())");
+  const Shape shape = broadcast_shapes(a.shape(), b.shape(), fn);
+  const Tensor ac = a.expand(shape).contiguous();
+  const Tensor bc = b.expand(shape).contiguous();
+  Tensor out = Tensor::empty(shape, a.dtype());
+  const int64_t n = out.numel();
+  if (a.dtype() == DType::kFloat64) {
+    const double* x = ac.data<double>();
+    const double* y = bc.data<double>();
+    double* o = out.data<double>();
+    for (int64_t i = 0; i < n; ++i) o[i] = f(x[i], y[i]);
+  } else {
+    const float* x = ac.data<float>();
+    const float* y = bc.data<float>();
+    float* o = out.data<float>();
+    for (int64_t i = 0; i < n; ++i) o[i] = f(x[i], y[i]);
+  }
+  return out;
+}
+
+}  // namespace
+
+Tensor add(const Tensor& a, const Tensor& b) {
+  return binary(a, b, "add", [](auto x, auto y) { return x + y; });
+}
+
+Tensor mul(const Tensor& a, const Tensor& b) {
+  return binary(a, b, "mul", [](auto x, auto y) { return x * y; });
+}
+
+Tensor scale(const Tensor& x, double factor) {
+  check_floating(x, "scale", "input");
+  const Tensor xc = x.contiguous();
+  Tensor out = Tensor::empty(x.shape(), x.dtype());
+  const int64_t n = out.numel();
+  if (x.dtype() == DType::kFloat64) {
+    const double* in = xc.data<double>();
+    double* o = out.data<double>();
+    for (int64_t i = 0; i < n; ++i) o[i] = in[i] * factor;
+  } else {
+    // As torch: a Python float factor is applied in the tensor's dtype.
+    const float f = static_cast<float>(factor);
+    const float* in = xc.data<float>();
+    float* o = out.data<float>();
+    for (int64_t i = 0; i < n; ++i) o[i] = in[i] * f;
+  }
+  return out;
+}
+
+}  // namespace qkv

@@ -1,0 +1,33 @@
+// Embedding lookup: one row of the table per id.
+#include <cstring>
+
+#include "ops/checks.h"
+#include "qkv/functional.h"
+
+namespace qkv {
+
+Tensor embedding(const std::vector<int64_t>& ids, const Shape& shape, const Tensor& weight) {
+  const char* fn = "embedding";
+  check_floating(weight, fn, "weight");
+  check_dim(weight, 2, fn, "weight", "[num_embeddings, embedding_dim]");
+  for (int64_t s : shape) QKV_CHECK(s >= 0, fn, ": ids shape ", shape_str(shape), " is invalid");
+  QKV_CHECK(shape_numel(shape) == static_cast<int64_t>(ids.size()), fn, ": ", ids.size(),
+            " ids do not form the shape ", shape_str(shape), " (", shape_numel(shape),
+            " elements)");
+  const int64_t N = weight.size(0), D = weight.size(1);
+  for (size_t i = 0; i < ids.size(); ++i)
+    QKV_CHECK(ids[i] >= 0 && ids[i] < N, fn, ": id ", ids[i], " at flat index ", i,
+              " is out of range [0, ", N, ") of the table ", shape_str(weight.shape()));
+  Shape out_shape = shape;
+  out_shape.push_back(D);
+  Tensor out = Tensor::empty(out_shape, weight.dtype());
+  const Tensor w = weight.contiguous();
+  const size_t row_bytes = static_cast<size_t>(D) * dtype_size(weight.dtype());
+  const auto* src = static_cast<const std::byte*>(w.raw_data());
+  auto* dst = static_cast<std::byte*>(out.raw_data());
+  for (size_t i = 0; i < ids.size(); ++i)
+    std::memcpy(dst + i * row_bytes, src + static_cast<size_t>(ids[i]) * row_bytes, row_bytes);
+  return out;
+}
+
+}  // namespace qkv

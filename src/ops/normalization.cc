@@ -1,0 +1,131 @@
+// layer_norm and rms_norm: per-row statistics over the trailing dims,
+// accumulated in float64 for either dtype, then one rounding per output.
+#include <cmath>
+#include <limits>
+
+#include "ops/checks.h"
+#include "qkv/functional.h"
+
+namespace qkv {
+
+namespace {
+
+// Rows and row length of `x` normalised over its trailing `normalized_shape`.
+struct Rows {
+  int64_t count = 0;
+  int64_t length = 0;
+};
+
+Rows check_normalized(const Tensor& x, const Shape& normalized_shape, const Tensor& weight,
+                      const Tensor& bias, const char* fn) {
+  check_floating(x, fn, "input");
+  QKV_CHECK(!normalized_shape.empty(), fn, ": normalized_shape must have at least one dimension");
+  for (int64_t n : normalized_shape)
+    QKV_CHECK(n > 0, fn, ": normalized_shape ", shape_str(normalized_shape),
+              " must have positive sizes");
+  const int64_t nd = static_cast<int64_t>(normalized_shape.size());
+  bool matches = x.dim() >= nd;
+  for (int64_t i = 0; matches && i < nd; ++i)
+    matches = x.size(x.dim() - nd + i) == normalized_shape[i];
+  QKV_CHECK(matches, fn, ": input of shape ", shape_str(x.shape()),
+            " must end with normalized_shape ", shape_str(normalized_shape));
+  const std::pair<const Tensor*, const char*> params[] = {{&weight, "weight"}, {&bias, "bias"}};
+  for (const auto& [p, name] : params) {
+    if (!p->defined()) continue;
+    QKV_CHECK_TYPE(p->dtype() == x.dtype(), fn, ": ", name, " dtype ", dtype_name(p->dtype()),
+                   " differs from input dtype ", dtype_name(x.dtype()));
+    QKV_CHECK(p->shape() == normalized_shape, fn, ": ", name, " must have normalized_shape ",
+              shape_str(normalized_shape), ", got ", shape_str(p->shape()));
+  }
+  Rows rows;
+  rows.length = shape_numel(normalized_shape);
+  rows.count = x.numel() / rows.length;
+  return rows;
+}
+
+// Contiguous data of an optional parameter, or nullptr.
+template <class T>
+const T* optional_data(const Tensor& contiguous_param) {
+  return contiguous_param.defined() ? contiguous_param.data<T>() : nullptr;
+}
+
+template <class T>
+void layer_norm_rows(const T* x, const T* w, const T* b, T* y, Rows rows, double eps) {
+  const int64_t n = rows.length;
+  for (int64_t r = 0; r < rows.count; ++r) {
+    const T* xr = x + r * n;
+    T* yr = y + r * n;
+    double mean = 0.0;
+    for (int64_t i = 0; i < n; ++i) mean += xr[i];
+    mean /= static_cast<double>(n);
+    double var = 0.0;
+    for (int64_t i = 0; i < n; ++i) var += (xr[i] - mean) * (xr[i] - mean);
+    var /= static_cast<double>(n);
+    const double rstd = 1.0 / std::sqrt(var + eps);
+    for (int64_t i = 0; i < n; ++i) {
+      double v = (xr[i] - mean) * rstd;
+      if (w) v *= w[i];
+      if (b) v += b[i];
+      yr[i] = static_cast<T>(v);
+    }
+  }
+}
+
+template <class T>
+void rms_norm_rows(const T* x, const T* w, T* y, Rows rows, double eps) {
+  const int64_t n = rows.length;
+  for (int64_t r = 0; r < rows.count; ++r) {
+    const T* xr = x + r * n;
+    T* yr = y + r * n;
+    double mean_square = 0.0;
+    for (int64_t i = 0; i < n; ++i) mean_square += static_cast<double>(xr[i]) * xr[i];
+    mean_square /= static_cast<double>(n);
+    const double rrms = 1.0 / std::sqrt(mean_square + eps);
+    for (int64_t i = 0; i < n; ++i) {
+      double v = xr[i] * rrms;
+      if (w) v *= w[i];
+      yr[i] = static_cast<T>(v);
+    }
+  }
+}
+
+}  // namespace
+
+Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight,
+                  const Tensor& bias, double eps) {
+  const char* fn = "layer_norm";
+  const Rows rows = check_normalized(x, normalized_shape, weight, bias, fn);
+  QKV_CHECK(eps >= 0.0 && std::isfinite(eps), fn, ": eps must be finite and >= 0, got ", eps);
+  const Tensor xc = x.contiguous();
+  const Tensor w = weight.defined() ? weight.contiguous() : Tensor();
+  const Tensor b = bias.defined() ? bias.contiguous() : Tensor();
+  Tensor y = Tensor::empty(x.shape(), x.dtype());
+  if (x.dtype() == DType::kFloat64)
+    layer_norm_rows<double>(xc.data<double>(), optional_data<double>(w), optional_data<double>(b),
+                            y.data<double>(), rows, eps);
+  else
+    layer_norm_rows<float>(xc.data<float>(), optional_data<float>(w), optional_data<float>(b),
+                           y.data<float>(), rows, eps);
+  return y;
+}
+
+Tensor rms_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight,
+                std::optional<double> eps) {
+  const char* fn = "rms_norm";
+  const Rows rows = check_normalized(x, normalized_shape, weight, Tensor(), fn);
+  // torch: eps=None means torch.finfo(input.dtype).eps.
+  const double e =
+      eps.value_or(x.dtype() == DType::kFloat64 ? std::numeric_limits<double>::epsilon()
+                                                : std::numeric_limits<float>::epsilon());
+  QKV_CHECK(e >= 0.0 && std::isfinite(e), fn, ": eps must be finite and >= 0, got ", e);
+  const Tensor xc = x.contiguous();
+  const Tensor w = weight.defined() ? weight.contiguous() : Tensor();
+  Tensor y = Tensor::empty(x.shape(), x.dtype());
+  if (x.dtype() == DType::kFloat64)
+    rms_norm_rows<double>(xc.data<double>(), optional_data<double>(w), y.data<double>(), rows, e);
+  else
+    rms_norm_rows<float>(xc.data<float>(), optional_data<float>(w), y.data<float>(), rows, e);
+  return y;
+}
+
+}  // namespace qkv
