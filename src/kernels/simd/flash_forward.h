@@ -29,10 +29,12 @@ constexpr float kNegInfF = -std::numeric_limits<float>::infinity();
 // Micro-kernel shapes of the two products (rows × vectors of columns):
 // Sᵀ = K Qᵀ reads K rows in place (kKeyRows row pointers), P V keeps
 // kMr × 2 vectors. Both fit the register file with room for the operands.
-template <class Isa>
+// A tile of at most one vector of queries (decoding, short prompts) uses a
+// one-vector panel so that a single query does not pay for 48.
+template <class Isa, bool kNarrow = false>
 struct ForwardShape {
   static constexpr int kKeyRows = Isa::kLanes == 16 ? 8 : 4;
-  static constexpr int kKeyVecs = 3;
+  static constexpr int kKeyVecs = kNarrow ? 1 : 3;
   static constexpr int kQueryPanel = kKeyVecs * Isa::kLanes;  // 48, 24 or 12 queries
 };
 
@@ -138,9 +140,11 @@ struct ForwardScratch {
   float* shift;     // [query_pad]
   float* alpha;     // [query_pad]
 
-  static int64_t query_pad(const FlashTiling& t) {
-    return round_up(t.block_q, ForwardShape<Isa>::kQueryPanel);
+  // Columns of the transposed score tile for a tile of `rows` queries.
+  static int64_t query_pad(int64_t rows) {
+    return rows <= Isa::kLanes ? Isa::kLanes : round_up(rows, ForwardShape<Isa>::kQueryPanel);
   }
+  static int64_t query_pad(const FlashTiling& t) { return query_pad(t.block_q); }
   static int64_t floats(const SdpaProblem& p, const FlashTiling& t) {
     const int64_t qp = query_pad(t);
     return round_up(p.E * qp, 16) + round_up(t.block_k * qp, 16) +
@@ -170,27 +174,42 @@ int64_t forward_scratch_floats(const SdpaProblem& p, const FlashTiling& t) {
   return ForwardScratch<Isa>::floats(p, t);
 }
 
-// Sᵀ[keys × query_pad] = K[j0 .. j0 + keys) (scale·Q)ᵀ, masked.
+// Sᵀ[keys × qp] = K[j0 .. j0 + keys) (scale·Q)ᵀ, masked.
 template <class Isa>
 void transposed_scores(const SdpaProblem& p, int64_t b, int64_t q_begin, int64_t rows, int64_t j0,
                        int64_t keys, const ForwardScratch<Isa>& w, int64_t qp) {
-  using Shape = ForwardShape<Isa>;
   const float* k = static_cast<const float*>(p.k.base) + p.k.offsets[b] + j0 * p.k.row_stride;
-  gemm_tiles<Isa, Shape::kKeyRows, Shape::kKeyVecs>(
-      keys, rows, p.E, AView{k, p.k.row_stride, p.k.col_stride}, Shape::kKeyRows * p.k.row_stride,
-      BView{w.q_t, Shape::kQueryPanel}, p.E * Shape::kQueryPanel, w.s_t, qp, false);
+  const AView a{k, p.k.row_stride, p.k.col_stride};
+  if (qp == Isa::kLanes) {
+    using Shape = ForwardShape<Isa, true>;
+    gemm_tiles<Isa, Shape::kKeyRows, Shape::kKeyVecs>(
+        keys, rows, p.E, a, Shape::kKeyRows * p.k.row_stride, BView{w.q_t, Shape::kQueryPanel},
+        p.E * Shape::kQueryPanel, w.s_t, qp, false);
+  } else {
+    using Shape = ForwardShape<Isa>;
+    gemm_tiles<Isa, Shape::kKeyRows, Shape::kKeyVecs>(
+        keys, rows, p.E, a, Shape::kKeyRows * p.k.row_stride, BView{w.q_t, Shape::kQueryPanel},
+        p.E * Shape::kQueryPanel, w.s_t, qp, false);
+  }
   const bool on_diagonal = p.causal != CausalMask::kNone && j0 + keys > causal_key_end(p, q_begin);
   if (p.mask.base != nullptr || on_diagonal)
     mask_scores_tile_transposed(p, b, q_begin, rows, j0, keys, w.s_t, qp);
 }
 
+// scale·Qᵀ of the tile, packed as panels of qp's width.
 template <class Isa>
 void pack_scaled_query(const SdpaProblem& p, int64_t b, int64_t q_begin, int64_t rows,
-                       const ForwardScratch<Isa>& w) {
+                       const ForwardScratch<Isa>& w, int64_t qp) {
   const float* q = static_cast<const float*>(p.q.base) + p.q.offsets[b] + q_begin * p.q.row_stride;
+  const float scale = static_cast<float>(p.scale);
   // B element (e, i) = scale·Q[i, e]
-  pack_b<ForwardShape<Isa>::kQueryPanel>(q, p.q.col_stride, p.q.row_stride, p.E, rows,
-                                         static_cast<float>(p.scale), w.q_t);
+  if (qp == Isa::kLanes) {
+    pack_b<ForwardShape<Isa, true>::kQueryPanel>(q, p.q.col_stride, p.q.row_stride, p.E, rows,
+                                                 scale, w.q_t);
+  } else {
+    pack_b<ForwardShape<Isa>::kQueryPanel>(q, p.q.col_stride, p.q.row_stride, p.E, rows, scale,
+                                           w.q_t);
+  }
 }
 
 template <class Isa>
@@ -200,13 +219,13 @@ void flash_forward_tile(const SdpaProblem& p, const FlashTiling& t, int64_t b, i
   constexpr int kL = Isa::kLanes;
   constexpr int kMr = TileShape<Isa>::kMr, kNr = TileShape<Isa>::kNr;
   const ForwardScratch<Isa> w(p, t, scratch);
-  const int64_t qp = ForwardScratch<Isa>::query_pad(t);
+  const int64_t qp = ForwardScratch<Isa>::query_pad(rows);
   const float keep_scale = p.dropout_p > 0.0 ? static_cast<float>(1.0 / (1.0 - p.dropout_p)) : 1.0f;
   const float* v = static_cast<const float*>(p.v.base) + p.v.offsets[b];
   // V is read in place when its rows hold whole panels of columns.
   const bool v_in_place = p.v.col_stride == 1 && p.Ev % kNr == 0;
 
-  pack_scaled_query<Isa>(p, b, q_begin, rows, w);
+  pack_scaled_query<Isa>(p, b, q_begin, rows, w, qp);
   for (int64_t i = 0; i < qp; ++i) {
     w.m[i] = kNegInfF;
     w.l[i] = 0.0f;
@@ -283,11 +302,11 @@ template <class Isa>
 void flash_weights_tile(const SdpaProblem& p, const FlashTiling& t, int64_t b, int64_t q_begin,
                         int64_t rows, float* scratch) {
   const ForwardScratch<Isa> w(p, t, scratch);
-  const int64_t qp = ForwardScratch<Isa>::query_pad(t);
+  const int64_t qp = ForwardScratch<Isa>::query_pad(rows);
   const double keep_scale = p.dropout_p > 0.0 ? 1.0 / (1.0 - p.dropout_p) : 1.0;
   float* weights = static_cast<float*>(p.weights) + (b * p.L + q_begin) * p.S;
   std::fill(weights, weights + rows * p.S, 0.0f);
-  pack_scaled_query<Isa>(p, b, q_begin, rows, w);
+  pack_scaled_query<Isa>(p, b, q_begin, rows, w, qp);
   const int64_t key_end = tile_key_end(p, q_begin, rows);
   for (int64_t j0 = 0; j0 < key_end; j0 += t.block_k) {
     const int64_t keys = std::min<int64_t>(t.block_k, key_end - j0);
