@@ -9,5 +9,6 @@
 #include "qkv/linear.h"                     // linear, matmul
 #include "qkv/masks.h"                      // padding and causal masks
 #include "qkv/nn/multihead_attention.h"     // nn::MultiheadAttention
+#include "qkv/runtime.h"                    // threads, instruction sets, peak
 #include "qkv/tensor.h"                     // qkv::Tensor
 #include "qkv/viz/heatmap.h"                // attention heatmaps as PNG

@@ -34,6 +34,10 @@ struct FlashBackwardScratch {
 
 struct KernelTable {
   const char* name;
+  // GFLOP/s of independent FMAs on this thread for about `seconds`: the
+  // machine's FP32 peak per core as this ISA sees it (benchmarks report
+  // kernel speed as a fraction of it).
+  double (*fma_peak_gflops)(double seconds);
   int mr;  // micro-kernel rows
   int nr;  // micro-kernel columns
   // Floats of per-thread scratch the two calls below need.

@@ -1,10 +1,12 @@
 // The fused kernels compiled for AVX2 with FMA.
 #include "kernels/simd/flash_backward.h"
+#include "kernels/simd/fma_peak.h"
 
 namespace qkv::kernels {
 
 extern const KernelTable kAvx2Kernels = {
     "avx2",
+    &simd::fma_peak_gflops<simd::Avx2>,
     simd::TileShape<simd::Avx2>::kMr,
     simd::TileShape<simd::Avx2>::kNr,
     &simd::forward_scratch_floats<simd::Avx2>,

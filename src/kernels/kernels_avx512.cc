@@ -1,10 +1,12 @@
 // The fused kernels compiled for AVX-512 (F, BW, VL, DQ) with FMA.
 #include "kernels/simd/flash_backward.h"
+#include "kernels/simd/fma_peak.h"
 
 namespace qkv::kernels {
 
 extern const KernelTable kAvx512Kernels = {
     "avx512",
+    &simd::fma_peak_gflops<simd::Avx512>,
     simd::TileShape<simd::Avx512>::kMr,
     simd::TileShape<simd::Avx512>::kNr,
     &simd::forward_scratch_floats<simd::Avx512>,

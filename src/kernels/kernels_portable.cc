@@ -1,10 +1,12 @@
 // The fused kernels for any CPU (4-lane GCC vector extensions).
 #include "kernels/simd/flash_backward.h"
+#include "kernels/simd/fma_peak.h"
 
 namespace qkv::kernels {
 
 extern const KernelTable kPortableKernels = {
     "portable",
+    &simd::fma_peak_gflops<simd::Portable>,
     simd::TileShape<simd::Portable>::kMr,
     simd::TileShape<simd::Portable>::kNr,
     &simd::forward_scratch_floats<simd::Portable>,
