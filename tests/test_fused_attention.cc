@@ -111,6 +111,27 @@ TEST_P(FusedAttention, MasksCausalGqaScaleDropout) {
   }
 }
 
+TEST_P(FusedAttention, DecodingWithGqaStacksQueryHeads) {
+  Generator gen(25);
+  // One new query per head against a cache, GQA 9:3, with and without a padding mask.
+  for (int64_t S : {1, 130, 1000}) {
+    Tensor q = Tensor::randn({2, 9, 1, 64}, gen);
+    Tensor k = Tensor::randn({2, 3, S, 64}, gen), v = Tensor::randn({2, 3, S, 64}, gen);
+    SdpaOptions o;
+    o.enable_gqa = true;
+    o.causal = CausalMask::kBottomRight;
+    compare(q, k, v, o, "decode S=" + std::to_string(S));
+    SdpaOptions masked;
+    masked.enable_gqa = true;
+    masked.attn_mask = key_mask_for_heads(keep_mask_from_lengths({S, (S + 1) / 2}, S));
+    compare(q, k, v, masked, "decode with padding S=" + std::to_string(S));
+  }
+  // A short prompt without causal mask stacks too.
+  Tensor q = Tensor::randn({1, 6, 5, 32}, gen);
+  Tensor k = Tensor::randn({1, 2, 77, 32}, gen), v = Tensor::randn({1, 2, 77, 32}, gen);
+  compare(q, k, v, {.enable_gqa = true}, "prompt");
+}
+
 TEST_P(FusedAttention, StridedInputs) {
   Generator gen(23);
   // [B, L, H, E] memory viewed as [B, H, L, E], as MultiheadAttention produces.

@@ -17,6 +17,46 @@ Tensor export_keep_mask(const Shape& shape, uint64_t seed, double p) {
   return keep;
 }
 
+// GQA with few queries (decoding): the g query heads of a group read the same
+// keys and values, so their rows are stacked into one problem of g·L queries
+// and K, V are streamed once per group instead of g times. The memory layout
+// of the output, weights and log-sum-exp is the same either way. Only done
+// where row positions do not matter: no causal mask beyond a single query,
+// a mask (if any) equal for all heads and queries, and no dropout.
+kernels::SdpaProblem stack_gqa_queries(const kernels::SdpaProblem& p, int64_t group,
+                                       const Tensor& q) {
+  const bool single_query = p.L == 1;
+  const bool positions_free =
+      p.causal == CausalMask::kNone || (single_query && p.causal == CausalMask::kBottomRight);
+  if (group <= 1 || p.dropout_p > 0.0 || !positions_free || q.dim() < 3) return p;
+  if (p.mask.base != nullptr && !single_query) return p;
+  const int64_t problems = p.problems / group;
+  // Rows of consecutive heads must follow each other evenly in memory.
+  for (int64_t n = 0; n < problems; ++n)
+    for (int64_t r = 1; r < group; ++r) {
+      const int64_t b = n * group + r;
+      if (p.q.offsets[b] - p.q.offsets[b - 1] != p.L * p.q.row_stride) return p;
+      if (p.mask.base != nullptr && p.mask.offsets[b] != p.mask.offsets[b - 1]) return p;
+    }
+  kernels::SdpaProblem stacked = p;
+  stacked.problems = problems;
+  stacked.L = p.L * group;
+  stacked.causal = CausalMask::kNone;
+  auto every_group = [&](const std::vector<int64_t>& offsets) {
+    std::vector<int64_t> out(static_cast<size_t>(problems));
+    for (int64_t n = 0; n < problems; ++n) out[n] = offsets[n * group];
+    return out;
+  };
+  stacked.q.offsets = every_group(p.q.offsets);
+  stacked.k.offsets = every_group(p.k.offsets);
+  stacked.v.offsets = every_group(p.v.offsets);
+  if (p.mask.base != nullptr) {
+    stacked.mask.offsets = every_group(p.mask.offsets);
+    stacked.mask.row_stride = 0;  // one query per head: the same mask row for all
+  }
+  return stacked;
+}
+
 }  // namespace
 
 SdpaResult scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
@@ -53,7 +93,7 @@ SdpaResult scaled_dot_product_attention(const Tensor& q, const Tensor& k, const 
   p.lse = result.logsumexp.data<double>();
   if (fused) {
     const kernels::KernelTable& table = kernels::active_kernel_table();
-    kernels::sdpa_forward_fused(p, table);
+    kernels::sdpa_forward_fused(stack_gqa_queries(p, prepared.head_group, q), table);
     result.kernel = std::string("fused-") + table.name;
   } else {
     kernels::sdpa_forward_reference(p);
