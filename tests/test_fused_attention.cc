@@ -132,6 +132,31 @@ TEST_P(FusedAttention, DecodingWithGqaStacksQueryHeads) {
   compare(q, k, v, {.enable_gqa = true}, "prompt");
 }
 
+TEST_P(FusedAttention, WindowAlibiSoftcap) {
+  Generator gen(26);
+  for (auto [L, S] : {std::pair<int64_t, int64_t>{130, 130}, {40, 300}, {300, 40}}) {
+    Tensor q = Tensor::randn({2, 3, L, 16}, gen), k = Tensor::randn({2, 3, S, 16}, gen);
+    Tensor v = Tensor::randn({2, 3, S, 16}, gen);
+    const std::string at = " L=" + std::to_string(L) + " S=" + std::to_string(S);
+    for (CausalMask c : {CausalMask::kNone, CausalMask::kTopLeft, CausalMask::kBottomRight}) {
+      SdpaOptions window;
+      window.causal = c;
+      window.window_left = 20;
+      window.window_right = c == CausalMask::kNone ? 7 : -1;
+      compare(q, k, v, window, "window, causal " + std::to_string(int(c)) + at);
+    }
+    SdpaOptions alibi;
+    alibi.alibi_slopes = {0.5, 0.25, 0.125};
+    alibi.causal = CausalMask::kBottomRight;
+    compare(q, k, v, alibi, "alibi" + at);
+    SdpaOptions cap;
+    cap.softcap = 2.0;
+    cap.scale = 1.0;  // large logits, so the cap matters
+    cap.attn_mask = Tensor::randn({L, S}, gen);
+    compare(q, k, v, cap, "softcap" + at);
+  }
+}
+
 TEST_P(FusedAttention, StridedInputs) {
   Generator gen(23);
   // [B, L, H, E] memory viewed as [B, H, L, E], as MultiheadAttention produces.

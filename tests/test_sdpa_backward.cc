@@ -172,6 +172,13 @@ TEST_P(FusedBackward, ShapesMasksCausalGqaDropout) {
     dropout.enable_gqa = true;
     dropout.dropout_p = 0.2;
     compare(q, k, v, dropout, "dropout" + at);
+    SdpaOptions variants;
+    variants.enable_gqa = true;
+    variants.causal = CausalMask::kBottomRight;
+    variants.window_left = 30;
+    variants.alibi_slopes = {0.5, 0.25, 0.125, 0.0625};
+    variants.softcap = 1.5;
+    compare(q, k, v, variants, "window+alibi+softcap" + at);
   }
 }
 

@@ -182,6 +182,44 @@ TEST(SdpaReference, LeadingDimsScaleAndBroadcast) {
             (Shape{2, 3, 2, 4, 2}));
 }
 
+TEST(SdpaReference, WindowAlibiSoftcapFollowTheirFormulas) {
+  Generator gen(8);
+  const int64_t L = 5, S = 9, E = 4;
+  Tensor q = Tensor::randn({1, 2, L, E}, gen, DType::kFloat64);
+  Tensor k = Tensor::randn({1, 2, S, E}, gen, DType::kFloat64);
+  Tensor v = Tensor::randn({1, 2, S, 3}, gen, DType::kFloat64);
+  SdpaOptions o;
+  o.causal = CausalMask::kBottomRight;
+  o.window_left = 2;
+  o.alibi_slopes = {0.5, 2.0};
+  o.softcap = 1.2;
+  o.need_weights = true;
+  SdpaResult r = scaled_dot_product_attention(q, k, v, o);
+  // The same scores built by hand: cap·tanh(x/cap) − slope·|i + S − L − j|, −inf outside
+  // keys [i + S − L − 2, i + S − L].
+  Tensor dense = Tensor::zeros({1, 2, L, S}, DType::kFloat64);
+  for (int64_t h = 0; h < 2; ++h)
+    for (int64_t i = 0; i < L; ++i)
+      for (int64_t j = 0; j < S; ++j) {
+        const int64_t pos = i + S - L;
+        double x = 0;
+        for (int64_t e = 0; e < E; ++e) x += q.at({0, h, i, e}) * k.at({0, h, j, e});
+        x /= std::sqrt(double(E));
+        const double capped = 1.2 * std::tanh(x / 1.2);
+        const double slope = h == 0 ? 0.5 : 2.0;
+        const bool visible = j <= pos && j >= pos - 2;
+        // naive_sdpa adds `dense` to scale·q·k: put the difference there.
+        dense.set({0, h, i, j}, visible ? capped - x - slope * std::abs(double(pos - j)) : kNegInf);
+      }
+  Tensor w_ref;
+  Tensor ref = naive_sdpa(q, k, v, dense, 1.0 / std::sqrt(double(E)), 1, &w_ref);
+  EXPECT_LT(max_abs_diff(r.output, ref), 1e-12);
+  EXPECT_LT(max_abs_diff(r.weights, w_ref), 1e-12);
+  EXPECT_THROW(scaled_dot_product_attention(q, k, v, {.alibi_slopes = {1.0}}), Error);
+  EXPECT_THROW(scaled_dot_product_attention(q, k, v, {.window_left = -3}), Error);
+  EXPECT_THROW(scaled_dot_product_attention(q, k, v, {.softcap = -1.0}), Error);
+}
+
 TEST(SdpaReference, DropoutKeepsScalesAndReproduces) {
   Generator gen(6);
   Tensor q = Tensor::randn({2, 2, 64, 8}, gen), k = Tensor::randn({2, 2, 64, 8}, gen);

@@ -15,6 +15,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "qkv/generator.h"
 #include "qkv/tensor.h"
@@ -96,6 +97,16 @@ struct SdpaOptions {
   Generator* generator = nullptr;
   // Force an implementation (kFused needs float32).
   SdpaBackend backend = SdpaBackend::kAuto;
+
+  // Variants beyond torch's SDPA (all off by default):
+  // Sliding window: query i sees keys j with i' − window_left ≤ j ≤ i' + window_right,
+  // where i' = i + S − L when causal is kBottomRight, else i' = i. −1 = unbounded.
+  int64_t window_left = -1;
+  int64_t window_right = -1;
+  // ALiBi: adds −slope[h]·|i' − j| to the scores of query head h ([H] values).
+  std::vector<double> alibi_slopes;
+  // Logit soft-capping: scores become cap·tanh(scores / cap) before biases and masks.
+  double softcap = 0.0;
 };
 
 struct SdpaResult {

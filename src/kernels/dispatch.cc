@@ -117,7 +117,7 @@ constexpr int64_t kBackwardBlockQ = 96;
 constexpr int64_t kBackwardBlockK = 96;
 
 struct BackwardLayout {
-  int64_t sizes[11];
+  int64_t sizes[12];
   int64_t total() const {
     int64_t n = 0;
     for (int64_t s : sizes) n += simd::round_up(s, 16);
@@ -133,17 +133,17 @@ BackwardLayout backward_layout(const SdpaProblem& p, const FlashTiling& t,
   return {{bq * p.E, p.E * bk, t.block_k * simd::round_up(p.E, table.nr), p.Ev * bk, bq * p.Ev,
            simd::round_up(both, table.mr) * both,
            t.block_q * simd::round_up(std::max(p.E, p.Ev), table.nr), t.block_q * t.block_k,
-           t.block_q * t.block_k, t.block_k * p.E, t.block_k * p.Ev}};
+           t.block_q * t.block_k, t.block_k * p.E, t.block_k * p.Ev, t.block_q * t.block_k}};
 }
 
 FlashBackwardScratch carve_backward(const BackwardLayout& layout, float* base) {
-  float* parts[11];
-  for (int i = 0; i < 11; ++i) {
+  float* parts[12];
+  for (int i = 0; i < 12; ++i) {
     parts[i] = base;
     base += simd::round_up(layout.sizes[i], 16);
   }
-  return {parts[0], parts[1], parts[2], parts[3], parts[4], parts[5],
-          parts[6], parts[7], parts[8], parts[9], parts[10]};
+  return {parts[0], parts[1], parts[2], parts[3], parts[4],  parts[5],
+          parts[6], parts[7], parts[8], parts[9], parts[10], parts[11]};
 }
 
 }  // namespace

@@ -30,6 +30,7 @@ struct FlashBackwardScratch {
   float* dprob = nullptr;        // [block_q, block_k]  dP, dS
   float* grad_k = nullptr;       // [block_k, E]
   float* grad_v = nullptr;       // [block_k, Ev]
+  float* cap_slope = nullptr;    // [block_q, block_k]  d softcap / dx
 };
 
 struct KernelTable {

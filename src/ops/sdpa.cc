@@ -22,13 +22,17 @@ Tensor export_keep_mask(const Shape& shape, uint64_t seed, double p) {
 // and K, V are streamed once per group instead of g times. The memory layout
 // of the output, weights and log-sum-exp is the same either way. Only done
 // where row positions do not matter: no causal mask beyond a single query,
-// a mask (if any) equal for all heads and queries, and no dropout.
+// a mask (if any) equal for all heads and queries, no per-head ALiBi, no
+// dropout.
 kernels::SdpaProblem stack_gqa_queries(const kernels::SdpaProblem& p, int64_t group,
                                        const Tensor& q) {
   const bool single_query = p.L == 1;
   const bool positions_free =
       p.causal == CausalMask::kNone || (single_query && p.causal == CausalMask::kBottomRight);
-  if (group <= 1 || p.dropout_p > 0.0 || !positions_free || q.dim() < 3) return p;
+  const bool per_position_bias =
+      p.alibi_slopes != nullptr || p.window_left >= 0 || p.window_right >= 0;
+  if (group <= 1 || p.dropout_p > 0.0 || !positions_free || per_position_bias || q.dim() < 3)
+    return p;
   if (p.mask.base != nullptr && !single_query) return p;
   const int64_t problems = p.problems / group;
   // Rows of consecutive heads must follow each other evenly in memory.

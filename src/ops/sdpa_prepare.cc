@@ -117,6 +117,23 @@ PreparedSdpa prepare_sdpa(const Tensor& q, const Tensor& k, const Tensor& v,
   p.v = matrix_operand(v, out_lead, head_group);
   p.scale = options.scale ? *options.scale : 1.0 / std::sqrt(static_cast<double>(E));
   p.causal = options.causal;
+  QKV_CHECK(options.window_left >= -1 && options.window_right >= -1, fn,
+            ": window_left and window_right must be >= 0, or -1 for unbounded, got ",
+            options.window_left, " and ", options.window_right);
+  p.window_left = options.window_left;
+  p.window_right = options.window_right;
+  p.heads = out_lead.empty() ? 1 : out_lead.back();
+  if (!options.alibi_slopes.empty()) {
+    QKV_CHECK(q.dim() >= 3 && static_cast<int64_t>(options.alibi_slopes.size()) == p.heads, fn,
+              ": alibi_slopes needs one slope per query head (H = ", p.heads, " in query ",
+              shape_str(q.shape()), "), got ", options.alibi_slopes.size());
+    for (double slope : options.alibi_slopes)
+      QKV_CHECK(std::isfinite(slope), fn, ": alibi_slopes must be finite, got ", slope);
+    p.alibi_slopes = options.alibi_slopes.data();
+  }
+  QKV_CHECK(options.softcap >= 0.0 && std::isfinite(options.softcap), fn,
+            ": softcap must be a finite value >= 0 (0 = off), got ", options.softcap);
+  p.softcap = options.softcap;
   p.dtype = q.dtype();
 
   if (options.attn_mask.defined()) {

@@ -38,14 +38,16 @@ void forward(const SdpaProblem& p) {
 
   for (int64_t b = 0; b < p.problems; ++b) {
     for (int64_t i = 0; i < p.L; ++i) {
-      // scores = scale · q_i · k_j + mask_ij   (−inf where masked)
+      // scores = softcap(scale · q_i · k_j) + alibi_ij + mask_ij   (−inf where not visible)
+      int64_t begin, end;
+      visible_keys(p, i, &begin, &end);
       for (int64_t j = 0; j < p.S; ++j) {
         double s = kNegInf;
-        if (causal_allows(p.causal, i, j, p.L, p.S)) {
+        if (j >= begin && j < end) {
           double dot = 0.0;
           for (int64_t e = 0; e < p.E; ++e)
             dot += element<T>(p.q, b, i, e) * element<T>(p.k, b, j, e);
-          s = dot * p.scale + mask_term<T>(p.mask, b, i, j);
+          s = softcapped(p, dot * p.scale) + alibi_bias(p, b, i, j) + mask_term<T>(p.mask, b, i, j);
         }
         scores[j] = s;
       }

@@ -9,6 +9,8 @@
 // the element offset of its q, k, v and mask matrices.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
@@ -35,6 +37,11 @@ struct SdpaProblem {
   MatrixOperand keep;     // given dropout keep-mask [L, S] (bool); base == nullptr: use the seed
   double scale = 1.0;
   CausalMask causal = CausalMask::kNone;
+  int64_t window_left = -1;              // −1: unbounded
+  int64_t window_right = -1;             // −1: unbounded
+  int64_t heads = 1;                     // H: problem b is head b % H (for ALiBi)
+  const double* alibi_slopes = nullptr;  // [H] or nullptr
+  double softcap = 0.0;                  // 0: off
   double dropout_p = 0.0;
   uint64_t dropout_seed = 0;      // keep(b, i, j) = dropout_keep(seed, (b·L + i)·S + j, p)
   DType dtype = DType::kFloat32;  // of q, k, v, output and weights
@@ -54,6 +61,39 @@ static inline bool causal_allows(CausalMask causal, int64_t i, int64_t j, int64_
       return j <= i + S - L;
   }
   return true;
+}
+
+// Query i's position on the key axis: i, or i + S − L when bottom-right aligned.
+static inline int64_t aligned_position(const SdpaProblem& p, int64_t i) {
+  return p.causal == CausalMask::kBottomRight ? i + p.S - p.L : i;
+}
+
+// The keys [begin, end) query i may see under the causal mask and the window.
+static inline void visible_keys(const SdpaProblem& p, int64_t i, int64_t* begin, int64_t* end) {
+  const int64_t pos = aligned_position(p, i);
+  int64_t lo = 0, hi = p.S;
+  if (p.causal != CausalMask::kNone) hi = std::min<int64_t>(hi, pos + 1);
+  if (p.window_right >= 0) hi = std::min<int64_t>(hi, pos + p.window_right + 1);
+  if (p.window_left >= 0) lo = std::max<int64_t>(lo, pos - p.window_left);
+  *begin = std::min<int64_t>(std::max<int64_t>(lo, 0), p.S);
+  *end = std::max<int64_t>(hi, *begin);
+}
+
+// Whether some query sees only part of the keys: then key tiles need masking.
+static inline bool limits_keys(const SdpaProblem& p) {
+  return p.causal != CausalMask::kNone || p.window_left >= 0 || p.window_right >= 0;
+}
+
+// raw = scale·q·k  ->  cap·tanh(raw / cap) when soft-capping, else raw.
+static inline double softcapped(const SdpaProblem& p, double raw) {
+  return p.softcap > 0.0 ? p.softcap * std::tanh(raw / p.softcap) : raw;
+}
+
+// The ALiBi bias of (i, j) for problem b: −slope_h·|i' − j|.
+static inline double alibi_bias(const SdpaProblem& p, int64_t b, int64_t i, int64_t j) {
+  if (p.alibi_slopes == nullptr) return 0.0;
+  const int64_t d = aligned_position(p, i) - j;
+  return -p.alibi_slopes[b % p.heads] * static_cast<double>(d < 0 ? -d : d);
 }
 
 // Whether dropout keeps weight (b, i, j): from the given keep-mask, else from the seed.

@@ -28,17 +28,23 @@ void backward(const SdpaBackwardProblem& bp) {
   const SdpaProblem& p = bp.forward;
   const double neg_inf = -std::numeric_limits<double>::infinity();
   const double keep_scale = p.dropout_p > 0.0 ? 1.0 / (1.0 - p.dropout_p) : 1.0;
-  std::vector<double> prob(p.S), dprob(p.S);
+  std::vector<double> prob(p.S), dprob(p.S), cap_slope(p.S);
   for (int64_t b = 0; b < p.problems; ++b) {
     for (int64_t i = 0; i < p.L; ++i) {
-      // p_i = softmax(s_i), recomputed
+      // p_i = softmax(s_i), recomputed; s = softcap(scale·q·k) + alibi + mask
+      int64_t begin, end;
+      visible_keys(p, i, &begin, &end);
       for (int64_t j = 0; j < p.S; ++j) {
         double s = neg_inf;
-        if (causal_allows(p.causal, i, j, p.L, p.S)) {
+        cap_slope[j] = 1.0;
+        if (j >= begin && j < end) {
           double dot = 0.0;
           for (int64_t e = 0; e < p.E; ++e)
             dot += element<T>(p.q, b, i, e) * element<T>(p.k, b, j, e);
-          s = dot * p.scale;
+          s = softcapped(p, dot * p.scale);
+          // d/dx cap·tanh(x/cap) = 1 − tanh² = 1 − (s/cap)²
+          if (p.softcap > 0.0) cap_slope[j] = 1.0 - (s / p.softcap) * (s / p.softcap);
+          s += alibi_bias(p, b, i, j);
           if (p.mask.base != nullptr) {
             s = p.mask.dtype == DType::kBool ? (element<bool>(p.mask, b, i, j) ? s : neg_inf)
                                              : s + element<T>(p.mask, b, i, j);
@@ -62,17 +68,19 @@ void backward(const SdpaBackwardProblem& bp) {
         row_dot += prob[j] * dprob[j];
       }
       // p = softmax(s)   ⇒   ∂s_ij = p_ij (∂p_ij − D_i)
-      // s_ij = scale·q_i·k_j + mask_ij   ⇒   ∂q_i += scale ∂s_ij k_j,  ∂k_j += scale ∂s_ij q_i
+      // s_ij = softcap(x_ij) + …, x_ij = scale·q_i·k_j   ⇒   ∂x_ij = ∂s_ij·(1 − (s/cap)²),
+      // ∂q_i += scale ∂x_ij k_j,  ∂k_j += scale ∂x_ij q_i
       for (int64_t j = 0; j < p.S; ++j) {
         const double ds = prob[j] * (dprob[j] - row_dot);
         if (bp.grad_scores)
           static_cast<T*>(bp.grad_scores)[(b * p.L + i) * p.S + j] = static_cast<T>(ds);
-        if (ds == 0.0) continue;
+        const double dx = ds * cap_slope[j];
+        if (dx == 0.0) continue;
         for (int64_t e = 0; e < p.E; ++e) {
           grad_element<T>(bp.grad_q, b, i, e) +=
-              static_cast<T>(p.scale * ds * element<T>(p.k, b, j, e));
+              static_cast<T>(p.scale * dx * element<T>(p.k, b, j, e));
           grad_element<T>(bp.grad_k, b, j, e) +=
-              static_cast<T>(p.scale * ds * element<T>(p.q, b, i, e));
+              static_cast<T>(p.scale * dx * element<T>(p.q, b, i, e));
         }
       }
     }

@@ -6,6 +6,7 @@
 //   dVⱼ += P̃ᵀ dOᵢ                 from  O = P̃ V
 //   dP  = (dOᵢ Vⱼᵀ) ∘ keep/(1 − p)
 //   dS  = P ∘ (dP − D),  D = rowsum(dO ∘ O)               from  P = softmax(S)
+//   dS ∘= 1 − tanh²(x/cap)                                 from soft-capping (if on)
 //   dKⱼ += scale·dSᵀ Qᵢ;  dQᵢ += scale·dS Kⱼ             from  S = scale·Q Kᵀ
 #pragma once
 
@@ -14,11 +15,38 @@
 namespace qkv::kernels::simd {
 namespace {
 
-// The first query that may see key j under the causal alignment.
-inline int64_t first_query_seeing(const SdpaProblem& p, int64_t j) {
-  if (p.causal == CausalMask::kTopLeft) return j;
-  if (p.causal == CausalMask::kBottomRight) return std::max<int64_t>(0, j - (p.S - p.L));
-  return 0;
+// The queries [first, last) that see at least one key of [j0, j0 + cols):
+// visible ranges only move right as the query index grows.
+inline void queries_seeing(const SdpaProblem& p, int64_t j0, int64_t cols, int64_t* first,
+                           int64_t* last) {
+  auto end_of = [&](int64_t i) {
+    int64_t begin, end;
+    visible_keys(p, i, &begin, &end);
+    return end;
+  };
+  auto begin_of = [&](int64_t i) {
+    int64_t begin, end;
+    visible_keys(p, i, &begin, &end);
+    return begin;
+  };
+  int64_t lo = 0, hi = p.L;  // first query whose range ends after j0
+  while (lo < hi) {
+    const int64_t mid = (lo + hi) / 2;
+    if (end_of(mid) > j0)
+      hi = mid;
+    else
+      lo = mid + 1;
+  }
+  *first = lo;
+  hi = p.L;  // first query whose range begins at or after j0 + cols
+  while (lo < hi) {
+    const int64_t mid = (lo + hi) / 2;
+    if (begin_of(mid) >= j0 + cols)
+      hi = mid;
+    else
+      lo = mid + 1;
+  }
+  *last = lo;
 }
 
 template <class Isa>
@@ -48,18 +76,16 @@ void flash_backward_tile(const SdpaBackwardProblem& bp, const FlashTiling& t,
     const float* q = static_cast<const float*>(p.q.base) + p.q.offsets[b];
     const float* go = static_cast<const float*>(bp.grad_output.base) + bp.grad_output.offsets[b];
     float* grad_q = grad_q_base + bp.grad_q.offsets[b];
-    const int64_t q_first = first_query_seeing(p, j0) / t.block_q * t.block_q;
-    for (int64_t i0 = q_first; i0 < p.L; i0 += t.block_q) {
-      const int64_t rows = std::min<int64_t>(t.block_q, p.L - i0);
+    int64_t q_first, q_last;
+    queries_seeing(p, j0, cols, &q_first, &q_last);
+    for (int64_t i0 = q_first; i0 < q_last; i0 += t.block_q) {
+      const int64_t rows = std::min<int64_t>(t.block_q, q_last - i0);
       const float* q_tile = q + i0 * p.q.row_stride;
       const float* go_tile = go + i0 * bp.grad_output.row_stride;
       // S, then P = exp(S − lse) in w.scores
       pack_a<kMr>(q_tile, p.q.row_stride, p.q.col_stride, rows, p.E, scale, w.q_packed);
       gemm_packed<Isa>(rows, cols, p.E, w.q_packed, w.k_packed, w.scores, lds, false);
-      const bool tile_on_diagonal =
-          p.causal != CausalMask::kNone && j0 + cols > causal_key_end(p, i0);
-      if (p.mask.base != nullptr || tile_on_diagonal)
-        mask_scores_tile(p, b, i0, rows, j0, cols, w.scores, lds);
+      adjust_scores(p, b, i0, rows, j0, cols, w.scores, lds, 1, w.cap_slope);
       // dP̃ = dOᵢ Vⱼᵀ in w.dprob
       pack_a<kMr>(go_tile, bp.grad_output.row_stride, bp.grad_output.col_stride, rows, p.Ev, 1.0f,
                   w.go_packed);
@@ -86,6 +112,9 @@ void flash_backward_tile(const SdpaBackwardProblem& bp, const FlashTiling& t,
           float* gs = static_cast<float*>(bp.grad_scores) + (b * p.L + i0 + r) * p.S + j0;
           std::copy(dp, dp + cols, gs);
         }
+        // s = cap·tanh(x/cap)   ⇒   ∂x = ∂s·(1 − tanh²)
+        if (p.softcap > 0.0)
+          for (int64_t c = 0; c < cols; ++c) dp[c] *= w.cap_slope[r * lds + c];
       }
       // dVⱼ += P̃ᵀ dOᵢ: A element (c, r) = P̃[r, c]; B element (r, e) = dO[r, e]
       pack_a<kMr>(w.scores, 1, lds, cols, rows, 1.0f, w.t_packed);

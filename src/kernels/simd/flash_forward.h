@@ -1,7 +1,7 @@
 // The fused forward pass of one query tile, written once for every ISA.
 //
 // For queries i in [q_begin, q_begin + rows) of problem b, walking key tiles j:
-//   Sᵀ  = Kⱼ (scale·Q)ᵀ  (+ mask, −inf where masked or above the causal diagonal)
+//   Sᵀ  = Kⱼ (scale·Q)ᵀ  (soft-capped, + ALiBi + mask, −inf outside causal/window)
 //   m'  = max(m, colmax Sᵀ);  Pᵀ = exp(Sᵀ − m');  α = exp(m − m')
 //   l   = α·l + colsum Pᵀ;    O = α·O + dropout(P) Vⱼ
 // and finally O /= l, lse = m + log l. Rows with every key masked end with
@@ -38,65 +38,69 @@ struct ForwardShape {
   static constexpr int kQueryPanel = kKeyVecs * Isa::kLanes;  // 48, 24 or 12 queries
 };
 
-// The keys [0, end) that query i may see under the causal alignment.
-inline int64_t causal_key_end(const SdpaProblem& p, int64_t i) {
-  int64_t end = p.S;
-  if (p.causal == CausalMask::kTopLeft) end = std::min<int64_t>(p.S, i + 1);
-  if (p.causal == CausalMask::kBottomRight) end = std::min<int64_t>(p.S, i + p.S - p.L + 1);
-  return std::max<int64_t>(end, 0);
+// The keys [begin, end) a tile of queries may see at all: key tiles outside
+// are skipped, not computed and masked.
+inline void tile_key_range(const SdpaProblem& p, int64_t q_begin, int64_t rows, int64_t* begin,
+                           int64_t* end) {
+  int64_t unused;
+  visible_keys(p, q_begin, begin, &unused);
+  visible_keys(p, q_begin + rows - 1, &unused, end);
 }
 
-// Keys this query tile may see at all: later key tiles are skipped, not masked.
-inline int64_t tile_key_end(const SdpaProblem& p, int64_t q_begin, int64_t rows) {
-  return causal_key_end(p, q_begin + rows - 1);
+// Whether every query of the tile sees every key of [j0, j0 + keys).
+inline bool tile_fully_visible(const SdpaProblem& p, int64_t q_begin, int64_t rows, int64_t j0,
+                               int64_t keys) {
+  if (!limits_keys(p)) return true;
+  int64_t first_begin, first_end, last_begin, last_end;
+  visible_keys(p, q_begin, &first_begin, &first_end);
+  visible_keys(p, q_begin + rows - 1, &last_begin, &last_end);
+  return last_begin <= j0 && first_end >= j0 + keys;
 }
 
-// Adds the mask and the causal limit to a tile of scores in place, row-major
-// layout: row r of `s` holds keys [j0, j0 + cols) of query q_begin + r.
-inline void mask_scores_tile(const SdpaProblem& p, int64_t b, int64_t q_begin, int64_t rows,
-                             int64_t j0, int64_t cols, float* s, int64_t lds) {
+// Everything between the score GEMM and the softmax, in place, for a tile of
+// scores: soft-capping, ALiBi, the mask and the causal/window limits. Score
+// (query q_begin + r, key j0 + c) sits at s[r·row_step + c·col_step], so the
+// same code serves the forward's transposed tile and the backward's row-major
+// one. `cap_slope` (optional, same layout) receives d softcap/dx.
+inline void adjust_scores(const SdpaProblem& p, int64_t b, int64_t q_begin, int64_t rows,
+                          int64_t j0, int64_t keys, float* s, int64_t row_step, int64_t col_step,
+                          float* cap_slope = nullptr) {
+  if (p.softcap > 0.0) {
+    const float cap = static_cast<float>(p.softcap), inv = 1.0f / cap;
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < keys; ++c) {
+        float& x = s[r * row_step + c * col_step];
+        const float t = std::tanh(x * inv);
+        x = cap * t;
+        if (cap_slope) cap_slope[r * row_step + c * col_step] = 1.0f - t * t;
+      }
+  }
+  const bool limited = !tile_fully_visible(p, q_begin, rows, j0, keys);
+  if (p.mask.base == nullptr && p.alibi_slopes == nullptr && !limited) return;
   for (int64_t r = 0; r < rows; ++r) {
-    float* row = s + r * lds;
     const int64_t i = q_begin + r;
+    float* row = s + r * row_step;
+    if (p.alibi_slopes != nullptr)
+      for (int64_t c = 0; c < keys; ++c)
+        row[c * col_step] += static_cast<float>(alibi_bias(p, b, i, j0 + c));
     if (p.mask.base != nullptr) {
       const int64_t base = p.mask.offsets[b] + i * p.mask.row_stride;
       if (p.mask.dtype == DType::kBool) {
         const bool* m = static_cast<const bool*>(p.mask.base) + base;
-        for (int64_t c = 0; c < cols; ++c)
-          if (!m[(j0 + c) * p.mask.col_stride]) row[c] = kNegInfF;
+        for (int64_t c = 0; c < keys; ++c)
+          if (!m[(j0 + c) * p.mask.col_stride]) row[c * col_step] = kNegInfF;
       } else {
         const float* m = static_cast<const float*>(p.mask.base) + base;
-        for (int64_t c = 0; c < cols; ++c) row[c] += m[(j0 + c) * p.mask.col_stride];
+        for (int64_t c = 0; c < keys; ++c) row[c * col_step] += m[(j0 + c) * p.mask.col_stride];
       }
     }
-    if (p.causal != CausalMask::kNone)
-      for (int64_t c = std::max<int64_t>(0, causal_key_end(p, i) - j0); c < cols; ++c)
-        row[c] = kNegInfF;
-  }
-}
-
-// The same for transposed scores: row c of `st` holds key j0 + c for the
-// queries q_begin + [0, rows).
-inline void mask_scores_tile_transposed(const SdpaProblem& p, int64_t b, int64_t q_begin,
-                                        int64_t rows, int64_t j0, int64_t cols, float* st,
-                                        int64_t ld) {
-  if (p.mask.base != nullptr) {
-    for (int64_t r = 0; r < rows; ++r) {
-      const int64_t base = p.mask.offsets[b] + (q_begin + r) * p.mask.row_stride;
-      if (p.mask.dtype == DType::kBool) {
-        const bool* m = static_cast<const bool*>(p.mask.base) + base;
-        for (int64_t c = 0; c < cols; ++c)
-          if (!m[(j0 + c) * p.mask.col_stride]) st[c * ld + r] = kNegInfF;
-      } else {
-        const float* m = static_cast<const float*>(p.mask.base) + base;
-        for (int64_t c = 0; c < cols; ++c) st[c * ld + r] += m[(j0 + c) * p.mask.col_stride];
-      }
+    if (limited) {
+      int64_t begin, end;
+      visible_keys(p, i, &begin, &end);
+      for (int64_t c = 0; c < keys; ++c)
+        if (j0 + c < begin || j0 + c >= end) row[c * col_step] = kNegInfF;
     }
   }
-  if (p.causal != CausalMask::kNone)
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t c = std::max<int64_t>(0, causal_key_end(p, q_begin + r) - j0); c < cols; ++c)
-        st[c * ld + r] = kNegInfF;
 }
 
 // x <- exp(x − shift) in place; returns Σ of the new values.
@@ -191,9 +195,7 @@ void transposed_scores(const SdpaProblem& p, int64_t b, int64_t q_begin, int64_t
         keys, rows, p.E, a, Shape::kKeyRows * p.k.row_stride, BView{w.q_t, Shape::kQueryPanel},
         p.E * Shape::kQueryPanel, w.s_t, qp, false);
   }
-  const bool on_diagonal = p.causal != CausalMask::kNone && j0 + keys > causal_key_end(p, q_begin);
-  if (p.mask.base != nullptr || on_diagonal)
-    mask_scores_tile_transposed(p, b, q_begin, rows, j0, keys, w.s_t, qp);
+  adjust_scores(p, b, q_begin, rows, j0, keys, w.s_t, 1, qp);
 }
 
 // scale·Qᵀ of the tile, packed as panels of qp's width.
@@ -232,8 +234,9 @@ void flash_forward_tile(const SdpaProblem& p, const FlashTiling& t, int64_t b, i
   }
   std::fill(w.out, w.out + rows * p.Ev, 0.0f);
 
-  const int64_t key_end = tile_key_end(p, q_begin, rows);
-  for (int64_t j0 = 0; j0 < key_end; j0 += t.block_k) {
+  int64_t key_begin, key_end;
+  tile_key_range(p, q_begin, rows, &key_begin, &key_end);
+  for (int64_t j0 = key_begin; j0 < key_end; j0 += t.block_k) {
     const int64_t keys = std::min<int64_t>(t.block_k, key_end - j0);
     transposed_scores<Isa>(p, b, q_begin, rows, j0, keys, w, qp);
 
@@ -307,8 +310,9 @@ void flash_weights_tile(const SdpaProblem& p, const FlashTiling& t, int64_t b, i
   float* weights = static_cast<float*>(p.weights) + (b * p.L + q_begin) * p.S;
   std::fill(weights, weights + rows * p.S, 0.0f);
   pack_scaled_query<Isa>(p, b, q_begin, rows, w, qp);
-  const int64_t key_end = tile_key_end(p, q_begin, rows);
-  for (int64_t j0 = 0; j0 < key_end; j0 += t.block_k) {
+  int64_t key_begin, key_end;
+  tile_key_range(p, q_begin, rows, &key_begin, &key_end);
+  for (int64_t j0 = key_begin; j0 < key_end; j0 += t.block_k) {
     const int64_t keys = std::min<int64_t>(t.block_k, key_end - j0);
     transposed_scores<Isa>(p, b, q_begin, rows, j0, keys, w, qp);
     for (int64_t r = 0; r < rows; ++r) {
