@@ -111,40 +111,10 @@ namespace qkv::kernels {
 
 namespace {
 
-// Backward tiles: 96 queries × 96 keys keep the ten packed operands of one
-// step within L2 (bench/bench_kernels, backward tile sweep).
+// Backward tiles: 96 queries × 96 keys (two 48-wide panels) keep the tiles
+// of one step within L2.
 constexpr int64_t kBackwardBlockQ = 96;
 constexpr int64_t kBackwardBlockK = 96;
-
-struct BackwardLayout {
-  int64_t sizes[12];
-  int64_t total() const {
-    int64_t n = 0;
-    for (int64_t s : sizes) n += simd::round_up(s, 16);
-    return n;
-  }
-};
-
-BackwardLayout backward_layout(const SdpaProblem& p, const FlashTiling& t,
-                               const KernelTable& table) {
-  const int64_t bq = simd::round_up(t.block_q, table.mr);
-  const int64_t bk = simd::round_up(t.block_k, table.nr);
-  const int64_t both = std::max(t.block_q, t.block_k);
-  return {{bq * p.E, p.E * bk, t.block_k * simd::round_up(p.E, table.nr), p.Ev * bk, bq * p.Ev,
-           simd::round_up(both, table.mr) * both,
-           t.block_q * simd::round_up(std::max(p.E, p.Ev), table.nr), t.block_q * t.block_k,
-           t.block_q * t.block_k, t.block_k * p.E, t.block_k * p.Ev, t.block_q * t.block_k}};
-}
-
-FlashBackwardScratch carve_backward(const BackwardLayout& layout, float* base) {
-  float* parts[12];
-  for (int i = 0; i < 12; ++i) {
-    parts[i] = base;
-    base += simd::round_up(layout.sizes[i], 16);
-  }
-  return {parts[0], parts[1], parts[2], parts[3], parts[4],  parts[5],
-          parts[6], parts[7], parts[8], parts[9], parts[10], parts[11]};
-}
 
 }  // namespace
 
@@ -194,13 +164,12 @@ void sdpa_backward_fused(const SdpaBackwardProblem& bp, const KernelTable& table
   const int64_t grad_q_floats =
       (*std::max_element(bp.grad_q.offsets.begin(), bp.grad_q.offsets.end())) +
       p.L * bp.grad_q.row_stride;
-  const BackwardLayout layout = backward_layout(p, t, table);
+  const int64_t scratch_floats = table.backward_scratch_floats(p, t);
   float* grad_q = static_cast<float*>(bp.grad_q.base);
 
 #pragma omp parallel if (items > 1)
   {
-    ScratchBuffer buffer(layout.total());
-    const FlashBackwardScratch w = carve_backward(layout, buffer.data);
+    ScratchBuffer buffer(scratch_floats);
     std::unique_ptr<ScratchBuffer> private_q;
     float* my_grad_q = grad_q;
     if (!whole_groups && omp_get_num_threads() > 1) {
@@ -217,7 +186,7 @@ void sdpa_backward_fused(const SdpaBackwardProblem& bp, const KernelTable& table
         const int64_t j0 = kt * t.block_k;
         table.flash_backward_tile(bp, t, group.data(), static_cast<int64_t>(group.size()), j0,
                                   std::min<int64_t>(t.block_k, p.S - j0), row_dot.data(), my_grad_q,
-                                  w);
+                                  buffer.data);
       }
     }
     if (private_q) {

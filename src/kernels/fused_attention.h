@@ -17,22 +17,6 @@ struct FlashTiling {
   int64_t block_k = 0;
 };
 
-// Per-thread work memory of the backward over one key tile.
-struct FlashBackwardScratch {
-  float* q_packed = nullptr;       // [round_up(block_q, mr), E]   scale·Q as A
-  float* k_packed = nullptr;       // [E, round_up(block_k, nr)]   Kᵀ as B
-  float* k_rows_packed = nullptr;  // [block_k, round_up(E, nr)]   K as B
-  float* vt_packed = nullptr;      // [Ev, round_up(block_k, nr)]  Vᵀ as B
-  float* go_packed = nullptr;      // [round_up(block_q, mr), Ev]  dO as A
-  float* t_packed = nullptr;     // [round_up(max(bq, bk), mr), max(bq, bk)]  P̃ᵀ, dSᵀ, dS as A
-  float* rows_packed = nullptr;  // [block_q, round_up(max(E, Ev), nr)]       dO, Q as B
-  float* scores = nullptr;       // [block_q, block_k]  S, P, P̃
-  float* dprob = nullptr;        // [block_q, block_k]  dP, dS
-  float* grad_k = nullptr;       // [block_k, E]
-  float* grad_v = nullptr;       // [block_k, Ev]
-  float* cap_slope = nullptr;    // [block_q, block_k]  d softcap / dx
-};
-
 struct KernelTable {
   const char* name;
   // GFLOP/s of independent FMAs on this thread for about `seconds`: the
@@ -53,10 +37,10 @@ struct KernelTable {
   // Backward over keys [j0, j0 + cols) for `count` problems sharing one K/V
   // matrix: adds into their dK/dV rows and into dQ at grad_q_base + offsets.
   // row_dot: D = rowsum(dO ∘ O) per (problem, query).
+  int64_t (*backward_scratch_floats)(const SdpaProblem& problem, const FlashTiling& tiling);
   void (*flash_backward_tile)(const SdpaBackwardProblem& problem, const FlashTiling& tiling,
                               const int64_t* problems, int64_t count, int64_t j0, int64_t cols,
-                              const double* row_dot, float* grad_q_base,
-                              const FlashBackwardScratch& scratch);
+                              const double* row_dot, float* grad_q_base, float* scratch);
 };
 
 // The tables this CPU can run, fastest first (for tests and benchmarks).

@@ -12,6 +12,7 @@ extern const KernelTable kAvx2Kernels = {
     &simd::forward_scratch_floats<simd::Avx2>,
     &simd::flash_forward_tile<simd::Avx2>,
     &simd::flash_weights_tile<simd::Avx2>,
+    &simd::backward_scratch_floats<simd::Avx2>,
     &simd::flash_backward_tile<simd::Avx2>,
 };
 

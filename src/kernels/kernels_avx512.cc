@@ -12,6 +12,7 @@ extern const KernelTable kAvx512Kernels = {
     &simd::forward_scratch_floats<simd::Avx512>,
     &simd::flash_forward_tile<simd::Avx512>,
     &simd::flash_weights_tile<simd::Avx512>,
+    &simd::backward_scratch_floats<simd::Avx512>,
     &simd::flash_backward_tile<simd::Avx512>,
 };
 

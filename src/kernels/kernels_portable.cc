@@ -12,6 +12,7 @@ extern const KernelTable kPortableKernels = {
     &simd::forward_scratch_floats<simd::Portable>,
     &simd::flash_forward_tile<simd::Portable>,
     &simd::flash_weights_tile<simd::Portable>,
+    &simd::backward_scratch_floats<simd::Portable>,
     &simd::flash_backward_tile<simd::Portable>,
 };
 

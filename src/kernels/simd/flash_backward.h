@@ -1,5 +1,6 @@
 // The fused backward pass of one key tile (FlashAttention-2), written once for
-// every ISA. For keys [j0, j0 + cols) and every query tile i of every problem
+// every ISA, reading Q, dO and (when whole panels allow) K in place. For
+// keys [j0, j0 + cols) and every query tile i of every problem
 // that reads them, with P recomputed from the saved log-sum-exp:
 //   S  = (scale·Qᵢ) Kⱼᵀ + mask;    P = exp(S − lse)      (the forward's softmax)
 //   P̃  = P ∘ keep/(1 − p)                                 (the forward's dropout)
@@ -49,47 +50,114 @@ inline void queries_seeing(const SdpaProblem& p, int64_t j0, int64_t cols, int64
   *last = lo;
 }
 
+// The scratch of one key tile, carved from one buffer.
+template <class Isa>
+struct BackwardScratch {
+  float* k_t;        // [E, round_up(block_k, panel)]   scale·Kᵀ as B
+  float* v_t;        // [Ev, round_up(block_k, panel)]  Vᵀ as B
+  float* k_rows;     // [block_k, round_up(E, nr)]      K as B, when not readable in place
+  float* b_rows;     // [block_q, round_up(max(E, Ev), nr)]  dO or Q as B, likewise
+  float* scores;     // [block_q, block_k]  S, P, P̃
+  float* dprob;      // [block_q, block_k]  dP, dS
+  float* cap_slope;  // [block_q, block_k]  d softcap / dx
+  float* grad_k;     // [block_k, E]
+  float* grad_v;     // [block_k, Ev]
+
+  static int64_t sizes(const SdpaProblem& p, const FlashTiling& t, int64_t out[9]) {
+    constexpr int kPanel = ForwardShape<Isa>::kQueryPanel, kNr = TileShape<Isa>::kNr;
+    const int64_t kp = round_up(t.block_k, kPanel);
+    const int64_t n[9] = {p.E * kp,
+                          p.Ev * kp,
+                          t.block_k * round_up(p.E, kNr),
+                          t.block_q * round_up(std::max(p.E, p.Ev), kNr),
+                          t.block_q * t.block_k,
+                          t.block_q * t.block_k,
+                          t.block_q * t.block_k,
+                          t.block_k * p.E,
+                          t.block_k * p.Ev};
+    int64_t total = 0;
+    for (int i = 0; i < 9; ++i) total += (out[i] = round_up(n[i], 16));
+    return total;
+  }
+  BackwardScratch(const SdpaProblem& p, const FlashTiling& t, float* base) {
+    int64_t n[9];
+    sizes(p, t, n);
+    float** parts[9] = {&k_t,   &v_t,       &k_rows, &b_rows, &scores,
+                        &dprob, &cap_slope, &grad_k, &grad_v};
+    for (int i = 0; i < 9; ++i) {
+      *parts[i] = base;
+      base += n[i];
+    }
+  }
+};
+
+template <class Isa>
+int64_t backward_scratch_floats(const SdpaProblem& p, const FlashTiling& t) {
+  int64_t n[9];
+  return BackwardScratch<Isa>::sizes(p, t, n);
+}
+
+// A row-major matrix as the B operand of a product with kNr-wide panels: read
+// in place when its rows hold whole panels, else packed into `buffer`.
+template <class Isa>
+BView rows_as_b(const float* m, int64_t row_stride, int64_t col_stride, int64_t rows, int64_t cols,
+                float* buffer, int64_t* panel_stride) {
+  constexpr int kNr = TileShape<Isa>::kNr;
+  if (col_stride == 1 && cols % kNr == 0) {
+    *panel_stride = kNr;
+    return BView{m, row_stride};
+  }
+  pack_b<kNr>(m, row_stride, col_stride, rows, cols, 1.0f, buffer);
+  *panel_stride = rows * kNr;
+  return BView{buffer, kNr};
+}
+
 template <class Isa>
 void flash_backward_tile(const SdpaBackwardProblem& bp, const FlashTiling& t,
                          const int64_t* problems, int64_t count, int64_t j0, int64_t cols,
-                         const double* row_dot, float* grad_q_base, const FlashBackwardScratch& w) {
-  constexpr int kMr = TileShape<Isa>::kMr, kNr = TileShape<Isa>::kNr;
+                         const double* row_dot, float* grad_q_base, float* scratch) {
+  using Wide = ForwardShape<Isa>;  // S-shaped products: 8 rows × 48 columns (AVX-512)
+  constexpr int kMr = TileShape<Isa>::kMr;
+  const BackwardScratch<Isa> w(bp.forward, t, scratch);
   const SdpaProblem& p = bp.forward;
   const int64_t lds = t.block_k;
   const float keep_scale = p.dropout_p > 0.0 ? static_cast<float>(1.0 / (1.0 - p.dropout_p)) : 1.0f;
   const float scale = static_cast<float>(p.scale);
   // Keys and values of this tile, packed once for all query tiles.
   const int64_t b0 = problems[0];
-  const float* k = static_cast<const float*>(p.k.base) + p.k.offsets[b0];
-  const float* v = static_cast<const float*>(p.v.base) + p.v.offsets[b0];
-  const float* k_tile = k + j0 * p.k.row_stride;
-  const float* v_tile = v + j0 * p.v.row_stride;
-  // B element (e, j) = K[j, e] for S; (j, e) = K[j, e] for dQ; (e, j) = V[j, e] for dP
-  pack_b<kNr>(k_tile, p.k.col_stride, p.k.row_stride, p.E, cols, 1.0f, w.k_packed);
-  pack_b<kNr>(k_tile, p.k.row_stride, p.k.col_stride, cols, p.E, 1.0f, w.k_rows_packed);
-  pack_b<kNr>(v_tile, p.v.col_stride, p.v.row_stride, p.Ev, cols, 1.0f, w.vt_packed);
+  const float* k_tile = static_cast<const float*>(p.k.base) + p.k.offsets[b0] + j0 * p.k.row_stride;
+  const float* v_tile = static_cast<const float*>(p.v.base) + p.v.offsets[b0] + j0 * p.v.row_stride;
+  // B element (e, j) = scale·K[j, e] for S; (e, j) = V[j, e] for dP
+  pack_b<Wide::kQueryPanel>(k_tile, p.k.col_stride, p.k.row_stride, p.E, cols, scale, w.k_t);
+  pack_b<Wide::kQueryPanel>(v_tile, p.v.col_stride, p.v.row_stride, p.Ev, cols, 1.0f, w.v_t);
+  int64_t k_panel_stride;
+  const BView k_rows =
+      rows_as_b<Isa>(k_tile, p.k.row_stride, p.k.col_stride, cols, p.E, w.k_rows, &k_panel_stride);
   std::fill(w.grad_k, w.grad_k + cols * p.E, 0.0f);
   std::fill(w.grad_v, w.grad_v + cols * p.Ev, 0.0f);
+  const int64_t wide_panel = Wide::kQueryPanel;
 
   for (int64_t n = 0; n < count; ++n) {
     const int64_t b = problems[n];
     const float* q = static_cast<const float*>(p.q.base) + p.q.offsets[b];
     const float* go = static_cast<const float*>(bp.grad_output.base) + bp.grad_output.offsets[b];
+    const int64_t ldq = p.q.row_stride, ldo = bp.grad_output.row_stride;
     float* grad_q = grad_q_base + bp.grad_q.offsets[b];
     int64_t q_first, q_last;
     queries_seeing(p, j0, cols, &q_first, &q_last);
     for (int64_t i0 = q_first; i0 < q_last; i0 += t.block_q) {
       const int64_t rows = std::min<int64_t>(t.block_q, q_last - i0);
-      const float* q_tile = q + i0 * p.q.row_stride;
-      const float* go_tile = go + i0 * bp.grad_output.row_stride;
-      // S, then P = exp(S − lse) in w.scores
-      pack_a<kMr>(q_tile, p.q.row_stride, p.q.col_stride, rows, p.E, scale, w.q_packed);
-      gemm_packed<Isa>(rows, cols, p.E, w.q_packed, w.k_packed, w.scores, lds, false);
+      const float* q_tile = q + i0 * ldq;
+      const float* go_tile = go + i0 * ldo;
+      // S = Qᵢ (scale·Kⱼ)ᵀ, Q rows read in place; then P = exp(S − lse)
+      gemm_tiles<Isa, Wide::kKeyRows, Wide::kKeyVecs>(
+          rows, cols, p.E, AView{q_tile, ldq, p.q.col_stride}, Wide::kKeyRows * ldq,
+          BView{w.k_t, wide_panel}, p.E * wide_panel, w.scores, lds, false);
       adjust_scores(p, b, i0, rows, j0, cols, w.scores, lds, 1, w.cap_slope);
-      // dP̃ = dOᵢ Vⱼᵀ in w.dprob
-      pack_a<kMr>(go_tile, bp.grad_output.row_stride, bp.grad_output.col_stride, rows, p.Ev, 1.0f,
-                  w.go_packed);
-      gemm_packed<Isa>(rows, cols, p.Ev, w.go_packed, w.vt_packed, w.dprob, lds, false);
+      // dP̃ = dOᵢ Vⱼᵀ
+      gemm_tiles<Isa, Wide::kKeyRows, Wide::kKeyVecs>(
+          rows, cols, p.Ev, AView{go_tile, ldo, bp.grad_output.col_stride}, Wide::kKeyRows * ldo,
+          BView{w.v_t, wide_panel}, p.Ev * wide_panel, w.dprob, lds, false);
       for (int64_t r = 0; r < rows; ++r) {
         float* s = w.scores + r * lds;
         float* dp = w.dprob + r * lds;
@@ -104,31 +172,34 @@ void flash_backward_tile(const SdpaBackwardProblem& bp, const FlashTiling& t,
         for (int64_t c = 0; c < cols; ++c) {
           const float kept = dropout_kept(p, b, i0 + r, j0 + c) ? keep_scale : 0.0f;
           const float prob = s[c];
-          const float ds = prob * (dp[c] * kept - d);
-          s[c] = prob * kept;  // P̃, for dV
-          dp[c] = ds;          // dS, for dK and dQ
+          s[c] = prob * kept;                 // P̃, for dV
+          dp[c] = prob * (dp[c] * kept - d);  // dS
         }
         if (bp.grad_scores) {
           float* gs = static_cast<float*>(bp.grad_scores) + (b * p.L + i0 + r) * p.S + j0;
           std::copy(dp, dp + cols, gs);
         }
-        // s = cap·tanh(x/cap)   ⇒   ∂x = ∂s·(1 − tanh²)
-        if (p.softcap > 0.0)
-          for (int64_t c = 0; c < cols; ++c) dp[c] *= w.cap_slope[r * lds + c];
+        // s = cap·tanh(x/cap)   ⇒   ∂x = ∂s·(1 − tanh²); and x = scale·q·k
+        if (p.softcap > 0.0) {
+          for (int64_t c = 0; c < cols; ++c) dp[c] *= w.cap_slope[r * lds + c] * scale;
+        } else {
+          scale_row<Isa>(dp, cols, scale);
+        }
       }
-      // dVⱼ += P̃ᵀ dOᵢ: A element (c, r) = P̃[r, c]; B element (r, e) = dO[r, e]
-      pack_a<kMr>(w.scores, 1, lds, cols, rows, 1.0f, w.t_packed);
-      pack_b<kNr>(go_tile, bp.grad_output.row_stride, bp.grad_output.col_stride, rows, p.Ev, 1.0f,
-                  w.rows_packed);
-      gemm_packed<Isa>(cols, p.Ev, rows, w.t_packed, w.rows_packed, w.grad_v, p.Ev, true);
-      // dKⱼ += scale·dSᵀ Qᵢ
-      pack_a<kMr>(w.dprob, 1, lds, cols, rows, scale, w.t_packed);
-      pack_b<kNr>(q_tile, p.q.row_stride, p.q.col_stride, rows, p.E, 1.0f, w.rows_packed);
-      gemm_packed<Isa>(cols, p.E, rows, w.t_packed, w.rows_packed, w.grad_k, p.E, true);
-      // dQᵢ += scale·dS Kⱼ
-      pack_a<kMr>(w.dprob, lds, 1, rows, cols, scale, w.t_packed);
-      gemm_packed<Isa>(rows, p.E, cols, w.t_packed, w.k_rows_packed,
-                       grad_q + i0 * bp.grad_q.row_stride, bp.grad_q.row_stride, true);
+      // dVⱼ += P̃ᵀ dOᵢ: A element (c, r) = P̃[r, c], a ready panel with step lds
+      int64_t b_panel_stride;
+      BView b_rows = rows_as_b<Isa>(go_tile, ldo, bp.grad_output.col_stride, rows, p.Ev, w.b_rows,
+                                    &b_panel_stride);
+      gemm_tiles<Isa, kMr, 2>(cols, p.Ev, rows, AView{w.scores, 1, lds}, kMr, b_rows,
+                              b_panel_stride, w.grad_v, p.Ev, true);
+      // dKⱼ += (scale·dS)ᵀ Qᵢ
+      b_rows = rows_as_b<Isa>(q_tile, ldq, p.q.col_stride, rows, p.E, w.b_rows, &b_panel_stride);
+      gemm_tiles<Isa, kMr, 2>(cols, p.E, rows, AView{w.dprob, 1, lds}, kMr, b_rows, b_panel_stride,
+                              w.grad_k, p.E, true);
+      // dQᵢ += (scale·dS) Kⱼ, dS rows read in place
+      gemm_tiles<Isa, Wide::kKeyRows, 2>(
+          rows, p.E, cols, AView{w.dprob, lds, 1}, Wide::kKeyRows * lds, k_rows, k_panel_stride,
+          grad_q + i0 * bp.grad_q.row_stride, bp.grad_q.row_stride, true);
     }
   }
   // This tile of dK and dV belongs to this call alone: add it in.
