@@ -1,0 +1,17 @@
+// The parts of the extension module qkv._core, one per source file.
+#pragma once
+
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>  // std::optional, std::vector arguments
+
+namespace qkv::python {
+
+namespace py = pybind11;
+
+void bind_generator(py::module_& m);            // generator.cc
+void bind_functional(py::module_& m);           // functional.cc
+void bind_masks(py::module_& m);                // masks.cc
+void bind_multihead_attention(py::module_& m);  // multihead_attention.cc
+void bind_introspection(py::module_& m);        // introspection.cc
+
+}  // namespace qkv::python

@@ -1,0 +1,180 @@
+#include "convert.h"
+
+#include <string>
+#include <vector>
+
+namespace qkv::python {
+
+namespace {
+
+const char* accepted(Accept accept) {
+  switch (accept) {
+    case Accept::kFloat:
+      return "float32 or float64";
+    case Accept::kBool:
+      return "bool";
+    case Accept::kFloatOrBool:
+      return "bool, float32 or float64";
+  }
+  return "";
+}
+
+bool allows(Accept accept, DType dtype) {
+  if (dtype == DType::kBool) return accept != Accept::kFloat;
+  return accept != Accept::kBool;
+}
+
+std::string prefix(const char* function, const char* name) {
+  return std::string(function) + "(): argument '" + name + "'";
+}
+
+[[noreturn]] void wrong_dtype(const char* function, const char* name, Accept accept,
+                              const std::string& got) {
+  throw py::type_error(prefix(function, name) + " must have dtype " + accepted(accept) + ", got " +
+                       got);
+}
+
+// Only look for torch if the user already imported it: importing it here would
+// cost a second or more.
+bool is_torch_tensor(py::handle obj) {
+  py::dict modules = py::module_::import("sys").attr("modules");
+  if (!modules.contains("torch")) return false;
+  py::object torch = modules["torch"];
+  return py::hasattr(torch, "Tensor") && py::isinstance(obj, torch.attr("Tensor"));
+}
+
+// A numpy array sharing the CPU tensor's memory and strides.
+py::array torch_to_numpy(py::handle tensor, const char* function, const char* name, Accept accept) {
+  const std::string device = py::str(tensor.attr("device").attr("type"));
+  if (device != "cpu")
+    throw py::value_error(prefix(function, name) + " must be a CPU tensor, got a tensor on " +
+                          std::string(py::str(tensor.attr("device"))));
+  const std::string dtype = py::str(tensor.attr("dtype"));
+  const bool ok = (dtype == "torch.float32" && allows(accept, DType::kFloat32)) ||
+                  (dtype == "torch.float64" && allows(accept, DType::kFloat64)) ||
+                  (dtype == "torch.bool" && allows(accept, DType::kBool));
+  if (!ok) wrong_dtype(function, name, accept, dtype);
+  // detach: numpy() refuses tensors that require grad; resolve_neg: and lazily negated views.
+  return tensor.attr("detach")().attr("resolve_neg")().attr("numpy")();
+}
+
+DType numpy_dtype(const py::array& array, const char* function, const char* name, Accept accept) {
+  const py::dtype dt = array.dtype();
+  DType dtype;
+  if (dt.kind() == 'f' && dt.itemsize() == 4) {
+    dtype = DType::kFloat32;
+  } else if (dt.kind() == 'f' && dt.itemsize() == 8) {
+    dtype = DType::kFloat64;
+  } else if (dt.kind() == 'b') {
+    dtype = DType::kBool;
+  } else {
+    wrong_dtype(function, name, accept, std::string(py::str(dt)));
+  }
+  if (!allows(accept, dtype)) wrong_dtype(function, name, accept, std::string(py::str(dt)));
+  return dtype;
+}
+
+// Element strides, or false when the byte strides cannot be expressed as
+// non-negative whole elements (then the caller copies).
+bool element_strides(const py::array& array, Strides& strides) {
+  const auto itemsize = static_cast<py::ssize_t>(array.itemsize());
+  strides.assign(static_cast<size_t>(array.ndim()), 0);
+  for (py::ssize_t d = 0; d < array.ndim(); ++d) {
+    if (array.shape(d) <= 1) continue;  // the stride of a size-1 dim is never used
+    const py::ssize_t s = array.strides(d);
+    if (s < 0 || s % itemsize != 0) return false;
+    strides[static_cast<size_t>(d)] = s / itemsize;
+  }
+  return true;
+}
+
+}  // namespace
+
+Tensor to_tensor(py::handle obj, const char* function, const char* name, Accept accept) {
+  if (obj.is_none())
+    throw py::type_error(prefix(function, name) + " must be an array or tensor, got None");
+  py::object numpy = py::module_::import("numpy");
+  py::array array;
+  if (py::isinstance<py::array>(obj)) {
+    array = py::reinterpret_borrow<py::array>(obj);
+  } else if (is_torch_tensor(obj)) {
+    array = torch_to_numpy(obj, function, name, accept);
+  } else {
+    try {
+      array = numpy.attr("asarray")(obj);
+    } catch (py::error_already_set& e) {
+      throw py::type_error(prefix(function, name) + " must be an array or tensor, got " +
+                           std::string(py::str(py::type::of(obj).attr("__name__"))));
+    }
+  }
+  const DType dtype = numpy_dtype(array, function, name, accept);
+
+  Strides strides;
+  const bool native = array.dtype().attr("isnative").cast<bool>();
+  if (!native || !element_strides(array, strides)) {
+    array = numpy.attr("ascontiguousarray")(array, array.dtype().attr("newbyteorder")("="));
+    element_strides(array, strides);
+  }
+  Shape shape(array.shape(), array.shape() + array.ndim());
+
+  // The Tensor owns a reference to the array, dropped with the GIL held.
+  auto* keep = new py::object(array);
+  std::shared_ptr<void> owner(keep, [](py::object* p) {
+    py::gil_scoped_acquire gil;
+    delete p;
+  });
+  return Tensor::from_blob(const_cast<void*>(array.data()), shape, strides, dtype,
+                           std::move(owner));
+}
+
+Tensor to_optional_tensor(py::handle obj, const char* function, const char* name, Accept accept) {
+  if (obj.is_none()) return Tensor();
+  return to_tensor(obj, function, name, accept);
+}
+
+py::array to_numpy(const Tensor& t) {
+  auto* holder = new Tensor(t.contiguous());
+  py::capsule base(holder, [](void* p) { delete static_cast<Tensor*>(p); });
+  py::dtype dtype;
+  switch (holder->dtype()) {
+    case DType::kFloat32:
+      dtype = py::dtype::of<float>();
+      break;
+    case DType::kFloat64:
+      dtype = py::dtype::of<double>();
+      break;
+    case DType::kBool:
+      dtype = py::dtype::of<bool>();
+      break;
+  }
+  const auto itemsize = static_cast<py::ssize_t>(dtype_size(holder->dtype()));
+  std::vector<py::ssize_t> shape(holder->shape().begin(), holder->shape().end());
+  std::vector<py::ssize_t> strides;
+  for (int64_t s : holder->strides()) strides.push_back(static_cast<py::ssize_t>(s) * itemsize);
+  return py::array(dtype, shape, strides, holder->raw_data(), base);
+}
+
+py::object to_numpy_or_none(const Tensor& t) {
+  if (!t.defined()) return py::none();
+  return to_numpy(t);
+}
+
+DType parse_float_dtype(py::handle dtype, const char* function, const char* name) {
+  if (dtype.is_none()) return DType::kFloat32;
+  const std::string text = py::str(dtype);
+  std::string canonical = text;
+  if (text.rfind("torch.", 0) == 0) {
+    canonical = text.substr(6);
+  } else {
+    try {
+      canonical = py::str(py::module_::import("numpy").attr("dtype")(dtype).attr("name"));
+    } catch (py::error_already_set&) {
+    }
+  }
+  if (canonical == "float32") return DType::kFloat32;
+  if (canonical == "float64") return DType::kFloat64;
+  // Name a numpy dtype as numpy does ("float16"), anything else as it prints.
+  throw py::type_error(prefix(function, name) + " must be float32 or float64, got " + canonical);
+}
+
+}  // namespace qkv::python

@@ -1,0 +1,37 @@
+// Conversion between Python arrays and qkv::Tensor.
+//
+// Inputs may be numpy arrays, CPU torch tensors or anything numpy.asarray
+// accepts. They are wrapped without copying whenever the layout allows it
+// (any non-negative strides that are whole elements, which covers transposed
+// and sliced views); the Tensor keeps the Python object alive through its
+// owner. Outputs are numpy arrays that share the Tensor's buffer and keep it
+// alive through a capsule.
+#pragma once
+
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+
+#include "qkv/tensor.h"
+
+namespace qkv::python {
+
+namespace py = pybind11;
+
+// The dtypes an argument accepts.
+enum class Accept { kFloat, kBool, kFloatOrBool };
+
+// `function` and `name` name the call and the argument in error messages:
+// "scaled_dot_product_attention(): argument 'query' must be ...".
+Tensor to_tensor(py::handle obj, const char* function, const char* name, Accept accept);
+// As to_tensor, with None giving an undefined Tensor.
+Tensor to_optional_tensor(py::handle obj, const char* function, const char* name, Accept accept);
+
+// A numpy array over the tensor's elements (made contiguous first if needed).
+py::array to_numpy(const Tensor& t);
+// None for an undefined Tensor.
+py::object to_numpy_or_none(const Tensor& t);
+
+// "float32" / "float64" (also numpy or torch dtypes, via str()) -> DType.
+DType parse_float_dtype(py::handle dtype, const char* function, const char* name);
+
+}  // namespace qkv::python

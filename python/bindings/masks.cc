@@ -1,0 +1,72 @@
+// The mask helpers of qkv/masks.h (module qkv.masks).
+#include "qkv/masks.h"
+
+#include <string>
+#include <vector>
+
+#include "bindings.h"
+#include "convert.h"
+
+namespace qkv::python {
+
+namespace {
+
+CausalMask parse_alignment(const std::string& alignment) {
+  if (alignment == "top_left") return CausalMask::kTopLeft;
+  if (alignment == "bottom_right") return CausalMask::kBottomRight;
+  throw py::value_error(
+      "causal_mask(): argument 'alignment' must be 'top_left' or 'bottom_right', got '" +
+      alignment + "'");
+}
+
+// Mask helpers may return views of their input; the caller gets its own array.
+py::array fresh(const Tensor& result, const Tensor& input) {
+  return to_numpy(result.shares_storage_with(input) ? result.clone() : result);
+}
+
+}  // namespace
+
+void bind_masks(py::module_& m) {
+  m.def(
+      "keep_mask_from_lengths",
+      [](const std::vector<int64_t>& lengths, int64_t max_len) {
+        return to_numpy(keep_mask_from_lengths(lengths, max_len));
+      },
+      py::arg("lengths"), py::arg("max_len"));
+  m.def(
+      "padding_mask_from_lengths",
+      [](const std::vector<int64_t>& lengths, int64_t max_len) {
+        return to_numpy(padding_mask_from_lengths(lengths, max_len));
+      },
+      py::arg("lengths"), py::arg("max_len"));
+  m.def(
+      "causal_mask",
+      [](int64_t L, int64_t S, const std::string& alignment) {
+        return to_numpy(causal_mask(L, S, parse_alignment(alignment)));
+      },
+      py::arg("L"), py::arg("S"), py::arg("alignment") = "top_left");
+  m.def(
+      "key_mask_for_heads",
+      [](py::handle mask) {
+        const Tensor t = to_tensor(mask, "key_mask_for_heads", "mask", Accept::kFloatOrBool);
+        return fresh(key_mask_for_heads(t), t);
+      },
+      py::arg("mask"));
+  m.def(
+      "logical_not",
+      [](py::handle mask) {
+        const Tensor t = to_tensor(mask, "logical_not", "mask", Accept::kBool);
+        return fresh(logical_not(t), t);
+      },
+      py::arg("mask"));
+  m.def(
+      "keep_mask_to_additive",
+      [](py::handle keep_mask, py::handle dtype) {
+        const char* fn = "keep_mask_to_additive";
+        const Tensor t = to_tensor(keep_mask, fn, "keep_mask", Accept::kBool);
+        return fresh(keep_mask_to_additive(t, parse_float_dtype(dtype, fn, "dtype")), t);
+      },
+      py::arg("keep_mask"), py::arg("dtype") = py::none());
+}
+
+}  // namespace qkv::python

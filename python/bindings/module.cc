@@ -1,0 +1,39 @@
+// qkv._core: the compiled half of the Python package `qkv`.
+//
+// The Python modules under python/qkv give these functions torch's names,
+// signatures and docstrings; _core itself is not a public API.
+#include <exception>
+
+#include "bindings.h"
+#include "qkv/error.h"
+
+PYBIND11_MODULE(_core, m) {
+  namespace py = pybind11;
+  m.doc() = "Compiled core of qkv; use the public modules qkv and qkv.nn instead.";
+
+  // qkv::Error carries the Python exception type it should become.
+  py::register_exception_translator([](std::exception_ptr error) {
+    try {
+      if (error) std::rethrow_exception(error);
+    } catch (const qkv::Error& e) {
+      switch (e.kind()) {
+        case qkv::ErrorKind::kType:
+          PyErr_SetString(PyExc_TypeError, e.what());
+          return;
+        case qkv::ErrorKind::kIO:
+          PyErr_SetString(PyExc_OSError, e.what());
+          return;
+        case qkv::ErrorKind::kValue:
+          PyErr_SetString(PyExc_ValueError, e.what());
+          return;
+      }
+      PyErr_SetString(PyExc_ValueError, e.what());
+    }
+  });
+
+  qkv::python::bind_generator(m);
+  qkv::python::bind_functional(m);
+  qkv::python::bind_masks(m);
+  qkv::python::bind_multihead_attention(m);
+  qkv::python::bind_introspection(m);
+}

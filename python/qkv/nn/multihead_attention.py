@@ -1,0 +1,161 @@
+"""qkv.nn.MultiheadAttention: torch.nn.MultiheadAttention on qkv's C++ module."""
+
+from collections import namedtuple
+
+from .. import _core
+from .functional import _check_generator
+
+__all__ = ["MultiheadAttention"]
+
+# As torch's load_state_dict result.
+IncompatibleKeys = namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])
+
+# torch's state_dict order: own parameters in registration order, then out_proj's.
+_STATE_ORDER = (
+    "in_proj_weight",
+    "q_proj_weight",
+    "k_proj_weight",
+    "v_proj_weight",
+    "in_proj_bias",
+    "bias_k",
+    "bias_v",
+    "out_proj.weight",
+    "out_proj.bias",
+)
+
+
+def _check_device(device):
+    if device is not None and str(device) not in ("cpu", "cpu:0"):
+        raise ValueError(f"MultiheadAttention(): qkv runs on the CPU only, got device={device!r}")
+
+
+class MultiheadAttention:
+    """Multi-head attention with torch.nn.MultiheadAttention's arguments, defaults,
+    parameter names and initialisation, so that torch state_dicts load unchanged.
+
+    MultiheadAttention(embed_dim, num_heads, dropout=0.0, bias=True,
+                       add_bias_kv=False, add_zero_attn=False, kdim=None, vdim=None,
+                       batch_first=False, device=None, dtype=None)
+
+    device: None or "cpu". dtype: None (float32), float32 or float64, as a numpy
+    or torch dtype or its name. qkv extra (keyword-only): generator, a
+    qkv.Generator for the initial parameters (default: qkv's default generator).
+
+    Like torch, a new module is in training mode (dropout active when
+    dropout > 0); call eval() for inference. Unlike torch, a query whose keys
+    are all masked gives output 0 and weights 0 (torch gives NaN when
+    need_weights=True), and forward never takes a "fast path" with different
+    numerics.
+    """
+
+    def __init__(self, embed_dim, num_heads, dropout=0.0, bias=True, add_bias_kv=False,
+                 add_zero_attn=False, kdim=None, vdim=None, batch_first=False, device=None,
+                 dtype=None, *, generator=None):
+        _check_device(device)
+        _check_generator(generator, "MultiheadAttention")
+        self._impl = _core.MultiheadAttention(
+            int(embed_dim), int(num_heads), float(dropout), bool(bias), bool(add_bias_kv),
+            bool(add_zero_attn), None if kdim is None else int(kdim),
+            None if vdim is None else int(vdim), bool(batch_first), dtype, generator)
+
+    def forward(self, query, key, value, key_padding_mask=None, need_weights=True,
+                attn_mask=None, average_attn_weights=True, is_causal=False):
+        """-> (attn_output, attn_weights or None)
+
+        query: [L, B, D] ([B, L, D] if batch_first; [L, D] unbatched)
+        key: [S, B, kdim]  value: [S, B, vdim] (same layout as query)
+        key_padding_mask: [B, S] ([S] unbatched); bool True = ignore the key, or
+            float added to the scores.
+        attn_mask: [L, S] or [B*num_heads, L, S]; bool True = not allowed, or
+            float added to the scores.
+        need_weights: also return the weights, averaged over heads ([B, L, S])
+            if average_attn_weights, else per head ([B, H, L, S]); after dropout.
+        is_causal: a hint that attn_mask is causal; needs attn_mask, as in torch.
+        """
+        return self._impl.forward(query, key, value, key_padding_mask, bool(need_weights),
+                                  attn_mask, bool(average_attn_weights), bool(is_causal))
+
+    def __call__(self, *args, **kwargs):
+        return self.forward(*args, **kwargs)
+
+    # --- Mode ------------------------------------------------------------------
+    def train(self, mode=True):
+        """Training mode (dropout active) when mode is True; returns self."""
+        if not isinstance(mode, bool):
+            raise ValueError("training mode is expected to be boolean")
+        self._impl.train(mode)
+        return self
+
+    def eval(self):
+        """Inference mode (no dropout); returns self."""
+        return self.train(False)
+
+    @property
+    def training(self):
+        return self._impl.training
+
+    @training.setter
+    def training(self, mode):
+        self.train(bool(mode))
+
+    # --- Parameters ------------------------------------------------------------
+    def state_dict(self):
+        """name -> numpy array (a copy), with torch's names and order."""
+        state = self._impl.state_dict()
+        return {name: state[name] for name in _STATE_ORDER if name in state}
+
+    def load_state_dict(self, state_dict, strict=True):
+        """Copies parameters in from a mapping name -> array or torch tensor
+        (e.g. torch's MultiheadAttention.state_dict()).
+
+        strict=True (the default, as torch): every expected name must be
+        present with its exact shape and no other name, else ValueError and
+        nothing changes. strict=False loads the names that match and ignores
+        the rest. Returns (missing_keys, unexpected_keys) as torch does.
+        """
+        given = dict(state_dict)
+        expected = self._impl.state_dict()
+        missing = [name for name in _STATE_ORDER if name in expected and name not in given]
+        unexpected = [name for name in given if name not in expected]
+        if strict:
+            self._impl.load_state_dict(given)
+        else:
+            merged = dict(expected)
+            merged.update({name: value for name, value in given.items() if name in expected})
+            self._impl.load_state_dict(merged)
+        return IncompatibleKeys(missing, unexpected)
+
+    def set_generator(self, generator):
+        """Draw dropout from `generator` (a qkv.Generator; None = the default one)."""
+        _check_generator(generator, "MultiheadAttention.set_generator")
+        self._impl.set_generator(generator)
+
+    # --- Configuration -----------------------------------------------------------
+    embed_dim = property(lambda self: self._impl.embed_dim)
+    num_heads = property(lambda self: self._impl.num_heads)
+    head_dim = property(lambda self: self._impl.head_dim)
+    dropout = property(lambda self: self._impl.dropout)
+    kdim = property(lambda self: self._impl.kdim)
+    vdim = property(lambda self: self._impl.vdim)
+    batch_first = property(lambda self: self._impl.batch_first)
+    dtype = property(lambda self: self._impl.dtype, doc='"float32" or "float64"')
+    # torch's attribute: True when q, k and v share one packed in_proj_weight.
+    _qkv_same_embed_dim = property(lambda self: self._impl.packed_in_proj)
+
+    def __repr__(self):
+        impl = self._impl
+        extras = "".join(
+            f", {name}={value!r}"
+            for name, value, default in (
+                ("dropout", impl.dropout, 0.0),
+                ("bias", impl.bias, True),
+                ("add_bias_kv", impl.add_bias_kv, False),
+                ("add_zero_attn", impl.add_zero_attn, False),
+                ("kdim", impl.kdim, impl.embed_dim),
+                ("vdim", impl.vdim, impl.embed_dim),
+                ("batch_first", impl.batch_first, False),
+                ("dtype", impl.dtype, "float32"),
+            )
+            if value != default
+        )
+        return f"MultiheadAttention(embed_dim={impl.embed_dim}, num_heads={impl.num_heads}{extras})"
