@@ -144,7 +144,7 @@ PreparedSdpa prepare_sdpa(const Tensor& q, const Tensor& k, const Tensor& v,
     QKV_CHECK(m.dim() >= 1, fn, ": attn_mask must have at least 1 dimension, got a scalar");
     const Shape b = broadcast_shapes(
         m.shape(), weights_shape,
-        "scaled_dot_product_attention: attn_mask does not broadcast to the weights;");
+        "scaled_dot_product_attention: attn_mask does not broadcast to the weights");
     QKV_CHECK(b == weights_shape, fn, ": attn_mask of shape ", shape_str(m.shape()),
               " does not broadcast to the attention weights' shape ", shape_str(weights_shape));
     if (m.dtype() != DType::kBool) check_mask_values(m, fn, "attn_mask");
@@ -159,7 +159,7 @@ PreparedSdpa prepare_sdpa(const Tensor& q, const Tensor& k, const Tensor& v,
                      dtype_name(options.dropout_mask.dtype()));
       const Shape b =
           broadcast_shapes(options.dropout_mask.shape(), weights_shape,
-                           "scaled_dot_product_attention: dropout_mask does not broadcast;");
+                           "scaled_dot_product_attention: dropout_mask does not broadcast to the weights");
       QKV_CHECK(b == weights_shape, fn, ": dropout_mask of shape ",
                 shape_str(options.dropout_mask.shape()), " does not broadcast to ",
                 shape_str(weights_shape));
