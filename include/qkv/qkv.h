@@ -4,11 +4,20 @@
 
 #include "qkv/attention.h"                  // simple_attention, ScoreFunction, SDPA
 #include "qkv/error.h"                      // qkv::Error
+#include "qkv/functional.h"                 // layer_norm, gelu, dropout, … (§8.1)
 #include "qkv/generator.h"                  // seeded randomness
 #include "qkv/io/safetensors.h"             // reading and writing weights
 #include "qkv/linear.h"                     // linear, matmul
 #include "qkv/masks.h"                      // padding and causal masks
+#include "qkv/nn/embedding.h"               // nn::Embedding
+#include "qkv/nn/feed_forward.h"            // nn::FeedForward, SwiGLU (§8.1)
+#include "qkv/nn/grouped_query_attention.h" // GQA attention with RoPE (decoder-only models)
+#include "qkv/nn/layer_norm.h"              // nn::LayerNorm
+#include "qkv/nn/linear.h"                  // nn::Linear
 #include "qkv/nn/multihead_attention.h"     // nn::MultiheadAttention
+#include "qkv/nn/positional_encoding.h"     // sinusoidal, learned, RoPE, ALiBi, T5 (§3.4)
+#include "qkv/nn/rms_norm.h"                // nn::RMSNorm
+#include "qkv/nn/transformer.h"             // encoder/decoder layers, nn::Transformer (§8.1)
 #include "qkv/runtime.h"                    // threads, instruction sets, peak
 #include "qkv/tensor.h"                     // qkv::Tensor
 #include "qkv/viz/heatmap.h"                // attention heatmaps as PNG

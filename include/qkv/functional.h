@@ -1,0 +1,97 @@
+// Elementwise and normalisation ops that the Transformer modules are built
+// from (tutorial §8.1: residual connections, LayerNorm, the feed-forward
+// network), with torch.nn.functional's semantics.
+//
+// All ops take float32 or float64 tensors of any strides and return a new
+// contiguous tensor of the same dtype (dropout in eval mode returns its input).
+// float32 inputs are reduced (means, variances) in float64 and rounded once.
+//
+//   Tensor y = layer_norm(x, {D}, gamma, beta);   // x: [B, L, D]
+//   Tensor h = gelu(linear(y, w1, b1));            // exact erf GELU
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "qkv/generator.h"
+#include "qkv/tensor.h"
+
+namespace qkv {
+
+// --- Normalisation -------------------------------------------------------------
+
+// torch.nn.functional.layer_norm: (x - mean) / sqrt(var + eps) * weight + bias,
+// mean and (biased) variance over the trailing dims `normalized_shape`.
+// x: [..., *normalized_shape]  weight, bias: normalized_shape or undefined  ->  like x
+Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight = {},
+                  const Tensor& bias = {}, double eps = 1e-5);
+
+// torch.nn.functional.rms_norm: x / sqrt(mean(x²) + eps) * weight over the
+// trailing dims. eps defaults to the machine epsilon of x's dtype
+// (torch.finfo(x.dtype).eps: 1.19e-07 for float32, 2.22e-16 for float64).
+// x: [..., *normalized_shape]  weight: normalized_shape or undefined  ->  like x
+Tensor rms_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight = {},
+                std::optional<double> eps = std::nullopt);
+
+// --- Activations ---------------------------------------------------------------
+
+// max(x, 0).
+// x: [...]  ->  [...]
+Tensor relu(const Tensor& x);
+
+// How gelu computes Φ(x): exactly with erf (torch's default "none") or with tanh.
+enum class GeluApproximation { kNone, kTanh };
+
+// x · Φ(x) = 0.5 x (1 + erf(x / √2)); kTanh: 0.5 x (1 + tanh(√(2/π) (x + 0.044715 x³))).
+// x: [...]  ->  [...]
+Tensor gelu(const Tensor& x, GeluApproximation approximate = GeluApproximation::kNone);
+
+// x · sigmoid(x) (a.k.a. swish), the gate of SwiGLU.
+// x: [...]  ->  [...]
+Tensor silu(const Tensor& x);
+
+// The activations a Transformer layer accepts, by torch's names "relu" and "gelu".
+enum class Activation { kRelu, kGelu };
+
+// "relu" -> kRelu, "gelu" -> kGelu; anything else is an Error naming the value.
+Activation activation_from_string(const std::string& name);
+const char* activation_name(Activation activation);
+
+// relu(x) or gelu(x) (exact).
+// x: [...]  ->  [...]
+Tensor activate(const Tensor& x, Activation activation);
+
+// --- Elementwise arithmetic ----------------------------------------------------
+
+// a + b with NumPy/torch broadcasting; both must have the same floating dtype.
+// a: [...]  b: broadcastable to a's shape (or the other way)  ->  broadcast shape
+Tensor add(const Tensor& a, const Tensor& b);
+
+// a * b (elementwise) with broadcasting.
+// a: [...]  b: [...]  ->  broadcast shape
+Tensor mul(const Tensor& a, const Tensor& b);
+
+// x * factor.
+// x: [...]  ->  [...]
+Tensor scale(const Tensor& x, double factor);
+
+// --- Dropout -------------------------------------------------------------------
+
+// torch.nn.functional.dropout: in training mode each element is zeroed with
+// probability p and the kept ones are scaled by 1 / (1 - p); p = 1 gives
+// zeros. When !training or p == 0 the input itself is returned (no copy).
+// Draws one uniform number per element, in row-major order, from `gen`
+// (default_generator() when null).
+// x: [...]  ->  [...]
+Tensor dropout(const Tensor& x, double p, bool training = true, Generator* gen = nullptr);
+
+// --- Embedding lookup ----------------------------------------------------------
+
+// torch.nn.functional.embedding: row weight[id] for every id. qkv tensors
+// hold no integers, so the ids come as a vector with the shape they form.
+// ids: shape (row-major, each in [0, N))  weight: [N, D]  ->  [*shape, D]
+Tensor embedding(const std::vector<int64_t>& ids, const Shape& shape, const Tensor& weight);
+
+}  // namespace qkv

@@ -1,0 +1,47 @@
+// nn::Embedding — torch.nn.Embedding: a learned table, one row per token id
+// (tutorial §8.2: "Embedding and the input representation").
+//
+//   nn::Embedding tok({.num_embeddings = 96, .embedding_dim = 64});
+//   Tensor x = tok.forward({3, 1, 4, 1}, {2, 2});   // -> [2, 2, 64]
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "qkv/generator.h"
+#include "qkv/tensor.h"
+
+namespace qkv::nn {
+
+struct EmbeddingOptions {
+  int64_t num_embeddings = 0;
+  int64_t embedding_dim = 0;
+  // This row is initialised to zeros (torch also keeps its gradient at 0).
+  std::optional<int64_t> padding_idx;
+  DType dtype = DType::kFloat32;
+};
+
+class Embedding {
+ public:
+  // torch's initialisation: weight ~ N(0, 1), the padding row 0.
+  explicit Embedding(const EmbeddingOptions& options, Generator* gen = nullptr);
+
+  // ids: shape (row-major, each in [0, num_embeddings))  ->  [*shape, embedding_dim]
+  Tensor forward(const std::vector<int64_t>& ids, const Shape& shape) const;
+
+  // "weight" [num_embeddings, embedding_dim].
+  std::map<std::string, Tensor> state_dict() const;
+  void load_state_dict(const std::map<std::string, Tensor>& state);
+  Embedding clone() const;
+
+  const EmbeddingOptions& options() const { return options_; }
+  const Tensor& weight() const { return weight_; }
+
+ private:
+  EmbeddingOptions options_;
+  Tensor weight_;
+};
+
+}  // namespace qkv::nn

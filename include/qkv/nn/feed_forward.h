@@ -1,0 +1,97 @@
+// Position-wise feed-forward networks (tutorial §8.1: the FFN sub-layer).
+//
+//   FeedForward        linear2(dropout(activation(linear1(x))))   — torch's
+//                      Transformer layers (parameter names linear1, linear2)
+//   SwiGLUFeedForward  w2(silu(w1 x) ⊙ w3 x)                      — LLaMA-style
+//                      decoder-only models (names w1, w2, w3; no bias)
+#pragma once
+
+#include <map>
+#include <string>
+
+#include "qkv/functional.h"
+#include "qkv/generator.h"
+#include "qkv/nn/linear.h"
+#include "qkv/tensor.h"
+
+namespace qkv::nn {
+
+struct FeedForwardOptions {
+  int64_t d_model = 0;
+  int64_t dim_feedforward = 2048;
+  double dropout = 0.0;  // after the activation, in training mode only
+  Activation activation = Activation::kRelu;
+  bool bias = true;
+  DType dtype = DType::kFloat32;
+};
+
+class FeedForward {
+ public:
+  // linear1 is initialised before linear2 (torch's order), both as nn.Linear.
+  explicit FeedForward(const FeedForwardOptions& options, Generator* gen = nullptr);
+
+  // x: [..., d_model]  ->  [..., d_model]
+  Tensor forward(const Tensor& x) const;
+
+  void train(bool on = true) { training_ = on; }
+  void eval() { training_ = false; }
+  bool is_training() const { return training_; }
+  // Dropout randomness; nullptr means default_generator().
+  void set_generator(Generator* gen) { gen_ = gen; }
+
+  // "linear1.weight", "linear1.bias", "linear2.weight", "linear2.bias".
+  std::map<std::string, Tensor> state_dict() const;
+  void load_state_dict(const std::map<std::string, Tensor>& state);
+  FeedForward clone() const;
+
+  const FeedForwardOptions& options() const { return options_; }
+  Linear& linear1() { return linear1_; }
+  Linear& linear2() { return linear2_; }
+
+ private:
+  FeedForwardOptions options_;
+  Linear linear1_;  // d_model -> dim_feedforward
+  Linear linear2_;  // dim_feedforward -> d_model
+  bool training_ = true;
+  Generator* gen_ = nullptr;
+};
+
+struct SwiGLUFeedForwardOptions {
+  int64_t d_model = 0;
+  int64_t hidden_dim = 0;  // LLaMA uses about 8/3 · d_model, rounded up
+  bool bias = false;
+  double dropout = 0.0;  // on the output, in training mode only
+  DType dtype = DType::kFloat32;
+};
+
+class SwiGLUFeedForward {
+ public:
+  // w1, w2, w3 each as nn.Linear (in that order).
+  explicit SwiGLUFeedForward(const SwiGLUFeedForwardOptions& options, Generator* gen = nullptr);
+
+  // x: [..., d_model]  ->  [..., d_model]
+  Tensor forward(const Tensor& x) const;
+
+  void train(bool on = true) { training_ = on; }
+  void eval() { training_ = false; }
+  bool is_training() const { return training_; }
+  void set_generator(Generator* gen) { gen_ = gen; }
+
+  // "w1.weight" [hidden, d_model], "w2.weight" [d_model, hidden],
+  // "w3.weight" [hidden, d_model] (and ".bias" when bias).
+  std::map<std::string, Tensor> state_dict() const;
+  void load_state_dict(const std::map<std::string, Tensor>& state);
+  SwiGLUFeedForward clone() const;
+
+  const SwiGLUFeedForwardOptions& options() const { return options_; }
+
+ private:
+  SwiGLUFeedForwardOptions options_;
+  Linear w1_;  // gate: d_model -> hidden
+  Linear w2_;  // down: hidden -> d_model
+  Linear w3_;  // up:   d_model -> hidden
+  bool training_ = true;
+  Generator* gen_ = nullptr;
+};
+
+}  // namespace qkv::nn

@@ -1,0 +1,100 @@
+// nn::GroupedQueryAttention — the self-attention of decoder-only models
+// (LLaMA, Mistral): separate q/k/v projections, RoPE on q and k, and fewer
+// key/value heads than query heads (GQA: query head h reads key/value head
+// h / (H / Hkv)); Hkv = H is ordinary multi-head attention, Hkv = 1 is
+// multi-query attention.
+//
+//   nn::GroupedQueryAttention attn({.embed_dim = 384, .num_heads = 6, .num_kv_heads = 2});
+//   Tensor y = attn.forward(x, {.causal = CausalMask::kTopLeft});   // x: [B, L, 384]
+//
+// Unlike torch's MultiheadAttention, this module takes masks with SDPA's
+// polarity (bool True = take part, or float added) and is batch-first only.
+// Its two halves are public so that a cache can sit between them:
+//   project(x, offset)  -> q, k, v per head (q and k rotated for positions offset…)
+//   attend(q, k, v)     -> attention over any keys, heads merged, o_proj
+#pragma once
+
+#include <map>
+#include <string>
+
+#include "qkv/attention.h"
+#include "qkv/generator.h"
+#include "qkv/nn/linear.h"
+#include "qkv/nn/positional_encoding.h"
+#include "qkv/tensor.h"
+
+namespace qkv::nn {
+
+struct GroupedQueryAttentionOptions {
+  int64_t embed_dim = 0;     // D
+  int64_t num_heads = 1;     // H
+  int64_t num_kv_heads = 0;  // Hkv, divides H; 0 means H
+  int64_t head_dim = 0;      // E; 0 means D / H
+  bool bias = false;         // in q/k/v/o projections
+  double dropout = 0.0;      // on the attention weights, in training mode only
+  bool rope = true;          // rotate q and k (RoPE); false: no positions here
+  double rope_base = 10000.0;
+  RopeStyle rope_style = RopeStyle::kHalfSplit;
+  DType dtype = DType::kFloat32;
+};
+
+struct GroupedQueryAttentionForward {
+  // Position of the first of the L rows (RoPE); the number of cached
+  // positions when decoding.
+  int64_t position_offset = 0;
+  // kTopLeft for a full sequence; kBottomRight for new queries after cached keys.
+  CausalMask causal = CausalMask::kNone;
+  // Bool (True = take part) or float added (e.g. an ALiBi bias [H, L, S]),
+  // broadcastable to [B, H, L, S]. Combined with `causal` when both are set.
+  Tensor attn_mask;
+};
+
+// Per-head projections of a batch-first input.
+struct ProjectedQkv {
+  Tensor q;  // [B, H, L, E]   (rotated)
+  Tensor k;  // [B, Hkv, L, E] (rotated)
+  Tensor v;  // [B, Hkv, L, E]
+};
+
+class GroupedQueryAttention {
+ public:
+  // q_proj, k_proj, v_proj, o_proj initialised as nn.Linear, in that order.
+  explicit GroupedQueryAttention(const GroupedQueryAttentionOptions& options,
+                                 Generator* gen = nullptr);
+
+  // x: [B, L, D]  ->  [B, L, D]
+  Tensor forward(const Tensor& x, const GroupedQueryAttentionForward& args = {});
+
+  // x: [B, L, D]  ->  q [B, H, L, E], k and v [B, Hkv, L, E]
+  ProjectedQkv project(const Tensor& x, int64_t position_offset = 0) const;
+
+  // Attention of the queries over S keys, heads merged, then o_proj.
+  // args.position_offset is not used here (positions are already in q and k).
+  // q: [B, H, L, E]  k, v: [B, Hkv, S, E]  ->  [B, L, D]
+  Tensor attend(const Tensor& q, const Tensor& k, const Tensor& v,
+                const GroupedQueryAttentionForward& args = {});
+
+  void train(bool on = true) { training_ = on; }
+  void eval() { training_ = false; }
+  bool is_training() const { return training_; }
+  void set_generator(Generator* gen) { gen_ = gen; }
+
+  // "q_proj.weight" [H·E, D], "k_proj.weight" [Hkv·E, D], "v_proj.weight"
+  // [Hkv·E, D], "o_proj.weight" [D, H·E] (and ".bias" when bias): LLaMA's names.
+  std::map<std::string, Tensor> state_dict() const;
+  void load_state_dict(const std::map<std::string, Tensor>& state);
+
+  const GroupedQueryAttentionOptions& options() const { return options_; }
+
+ private:
+  GroupedQueryAttentionOptions options_;
+  Linear q_proj_;
+  Linear k_proj_;
+  Linear v_proj_;
+  Linear o_proj_;
+  RotaryEmbedding rope_;
+  bool training_ = true;
+  Generator* gen_ = nullptr;
+};
+
+}  // namespace qkv::nn

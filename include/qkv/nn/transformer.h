@@ -1,0 +1,310 @@
+// The Transformer blocks of torch.nn (tutorial §8.1): attention placed inside
+// encoder and decoder layers with residual connections, LayerNorm and a
+// feed-forward network.
+//
+//   TransformerEncoderLayer   self-attention, FFN
+//   TransformerDecoderLayer   self-attention, cross-attention to the encoder's
+//                             output ("memory"), FFN
+//   TransformerEncoder/Decoder  num_layers copies of a layer (+ optional final norm)
+//   Transformer               encoder + decoder with final norms, as nn.Transformer
+//
+// Same arguments, defaults, mask polarity (bool True = masked out; float
+// masks are added), parameter names and initialisation as torch 2.13, so a
+// torch state_dict loads unchanged:
+//
+//   nn::TransformerEncoderLayer layer({.d_model = 64, .nhead = 4, .batch_first = true});
+//   layer.eval();
+//   Tensor y = layer.forward(x, {.src_key_padding_mask = padding});   // x: [B, L, 64]
+//
+// A layer computes, with sa = self-attention, ff = linear2(dropout(act(linear1 x))):
+//   post-norm (default):  x = norm1(x + dropout1(sa(x)));  x = norm2(x + dropout2(ff(x)))
+//   norm_first:           x = x + dropout1(sa(norm1(x)));  x = x + dropout2(ff(norm2(x)))
+// The decoder layer inserts cross-attention (norm2, dropout2) before the FFN
+// (norm3, dropout3). Dropout also acts on the attention weights; all dropout
+// is active only in training mode (the default, as in torch).
+//
+// Layouts: [L, B, D] by default, [B, L, D] with batch_first, or unbatched [L, D].
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "qkv/functional.h"
+#include "qkv/generator.h"
+#include "qkv/nn/feed_forward.h"
+#include "qkv/nn/layer_norm.h"
+#include "qkv/nn/multihead_attention.h"
+#include "qkv/tensor.h"
+
+namespace qkv::nn {
+
+// The constructor arguments of nn.TransformerEncoderLayer and
+// nn.TransformerDecoderLayer (the same in torch).
+struct TransformerLayerOptions {
+  int64_t d_model = 0;
+  int64_t nhead = 1;
+  int64_t dim_feedforward = 2048;
+  double dropout = 0.1;
+  Activation activation = Activation::kRelu;
+  double layer_norm_eps = 1e-5;
+  bool batch_first = false;
+  bool norm_first = false;
+  bool bias = true;  // in the attention projections, linear1/linear2 and the LayerNorms
+  DType dtype = DType::kFloat32;
+};
+using TransformerEncoderLayerOptions = TransformerLayerOptions;
+using TransformerDecoderLayerOptions = TransformerLayerOptions;
+
+// Masks of a self-attention over L positions. H = nhead.
+struct TransformerEncoderLayerForward {
+  Tensor src_mask;              // [L, L] or [B*H, L, L]; bool True = not allowed, or float added
+  Tensor src_key_padding_mask;  // [B, L] ([L] unbatched); bool True = padding, or float added
+  bool is_causal = false;       // hint that src_mask is causal (needs src_mask, as torch)
+};
+
+class TransformerEncoderLayer {
+ public:
+  // Initialised as torch: self_attn, then linear1, linear2 (nn.Linear), norms 1/0.
+  explicit TransformerEncoderLayer(const TransformerLayerOptions& options,
+                                   Generator* gen = nullptr);
+
+  // src: [L, B, D] ([B, L, D] if batch_first; unbatched [L, D])  ->  like src
+  Tensor forward(const Tensor& src, const TransformerEncoderLayerForward& args = {});
+
+  void train(bool on = true);
+  void eval() { train(false); }
+  bool is_training() const { return training_; }
+  // Dropout randomness for this layer and its children; nullptr: default_generator().
+  void set_generator(Generator* gen);
+
+  // torch's names: self_attn.in_proj_weight, self_attn.in_proj_bias,
+  // self_attn.out_proj.weight, self_attn.out_proj.bias, linear1.weight,
+  // linear1.bias, linear2.weight, linear2.bias, norm1.weight, norm1.bias,
+  // norm2.weight, norm2.bias (biases only with bias = true). Shared, not copied.
+  std::map<std::string, Tensor> state_dict() const;
+  // Strict: exact names and shapes; a failed load changes nothing.
+  void load_state_dict(const std::map<std::string, Tensor>& state);
+  // A deep copy (own parameters, same mode and generator).
+  TransformerEncoderLayer clone() const;
+
+  const TransformerLayerOptions& options() const { return options_; }
+  MultiheadAttention& self_attn() { return self_attn_; }
+
+ private:
+  Tensor sa_block(const Tensor& x, const TransformerEncoderLayerForward& args);
+  Tensor ff_block(const Tensor& x);
+
+  TransformerLayerOptions options_;
+  MultiheadAttention self_attn_;
+  FeedForward ff_;  // linear1, dropout, linear2
+  LayerNorm norm1_;
+  LayerNorm norm2_;
+  bool training_ = true;
+  Generator* gen_ = nullptr;
+};
+
+// Masks of the decoder: self-attention over the T target positions and
+// cross-attention from them to the S memory positions.
+struct TransformerDecoderLayerForward {
+  Tensor tgt_mask;                 // [T, T] or [B*H, T, T]
+  Tensor memory_mask;              // [T, S] or [B*H, T, S]
+  Tensor tgt_key_padding_mask;     // [B, T] ([T] unbatched)
+  Tensor memory_key_padding_mask;  // [B, S] ([S] unbatched)
+  bool tgt_is_causal = false;      // hint that tgt_mask is causal
+  bool memory_is_causal = false;   // hint that memory_mask is causal
+};
+
+class TransformerDecoderLayer {
+ public:
+  // Initialised as torch: self_attn, multihead_attn, linear1, linear2, norms.
+  explicit TransformerDecoderLayer(const TransformerLayerOptions& options,
+                                   Generator* gen = nullptr);
+
+  // tgt: [T, B, D]  memory: [S, B, D] (batch_first: [B, T, D], [B, S, D];
+  // unbatched: [T, D], [S, D])  ->  like tgt
+  Tensor forward(const Tensor& tgt, const Tensor& memory,
+                 const TransformerDecoderLayerForward& args = {});
+
+  void train(bool on = true);
+  void eval() { train(false); }
+  bool is_training() const { return training_; }
+  void set_generator(Generator* gen);
+
+  // As the encoder layer, plus multihead_attn.* (the cross-attention) and norm3.*.
+  std::map<std::string, Tensor> state_dict() const;
+  void load_state_dict(const std::map<std::string, Tensor>& state);
+  TransformerDecoderLayer clone() const;
+
+  const TransformerLayerOptions& options() const { return options_; }
+  MultiheadAttention& self_attn() { return self_attn_; }
+  MultiheadAttention& multihead_attn() { return multihead_attn_; }
+
+ private:
+  TransformerLayerOptions options_;
+  MultiheadAttention self_attn_;
+  MultiheadAttention multihead_attn_;
+  FeedForward ff_;
+  LayerNorm norm1_;
+  LayerNorm norm2_;
+  LayerNorm norm3_;
+  bool training_ = true;
+  Generator* gen_ = nullptr;
+};
+
+// --- Stacks ----------------------------------------------------------------------
+
+struct TransformerEncoderOptions {
+  TransformerLayerOptions layer;
+  int64_t num_layers = 6;
+  // A final LayerNorm(d_model, layer_norm_eps, bias) after the last layer.
+  bool norm = false;
+};
+
+struct TransformerEncoderForward {
+  Tensor mask;                  // as TransformerEncoderLayerForward::src_mask
+  Tensor src_key_padding_mask;  // [B, L] ([L] unbatched)
+  // nullopt (torch's None): the layers get is_causal = true exactly when
+  // `mask` equals the causal mask (-inf, or True, above the diagonal).
+  std::optional<bool> is_causal;
+};
+
+class TransformerEncoder {
+ public:
+  // As torch: num_layers deep copies of `encoder_layer` (identical weights)
+  // and an optional final norm (copied).
+  TransformerEncoder(const TransformerEncoderLayer& encoder_layer, int64_t num_layers,
+                     const std::optional<LayerNorm>& norm = std::nullopt);
+  // Builds one layer from options.layer, then copies it num_layers times.
+  explicit TransformerEncoder(const TransformerEncoderOptions& options, Generator* gen = nullptr);
+
+  // src: [L, B, D] ([B, L, D] if batch_first; unbatched [L, D])  ->  like src
+  Tensor forward(const Tensor& src, const TransformerEncoderForward& args = {});
+
+  void train(bool on = true);
+  void eval() { train(false); }
+  bool is_training() const { return training_; }
+  void set_generator(Generator* gen);
+
+  // "layers.<i>.<layer name>" and "norm.weight", "norm.bias".
+  std::map<std::string, Tensor> state_dict() const;
+  void load_state_dict(const std::map<std::string, Tensor>& state);
+
+  std::vector<TransformerEncoderLayer>& layers() { return layers_; }
+  std::optional<LayerNorm>& norm() { return norm_; }
+
+ private:
+  std::vector<TransformerEncoderLayer> layers_;
+  std::optional<LayerNorm> norm_;
+  bool training_ = true;
+};
+
+struct TransformerDecoderOptions {
+  TransformerLayerOptions layer;
+  int64_t num_layers = 6;
+  bool norm = false;  // final LayerNorm
+};
+
+struct TransformerDecoderForward {
+  Tensor tgt_mask;
+  Tensor memory_mask;
+  Tensor tgt_key_padding_mask;
+  Tensor memory_key_padding_mask;
+  // nullopt: detected from tgt_mask, as the encoder's is_causal.
+  std::optional<bool> tgt_is_causal;
+  bool memory_is_causal = false;
+};
+
+class TransformerDecoder {
+ public:
+  TransformerDecoder(const TransformerDecoderLayer& decoder_layer, int64_t num_layers,
+                     const std::optional<LayerNorm>& norm = std::nullopt);
+  explicit TransformerDecoder(const TransformerDecoderOptions& options, Generator* gen = nullptr);
+
+  // tgt: [T, B, D]  memory: [S, B, D] (or batch_first / unbatched)  ->  like tgt
+  Tensor forward(const Tensor& tgt, const Tensor& memory,
+                 const TransformerDecoderForward& args = {});
+
+  void train(bool on = true);
+  void eval() { train(false); }
+  bool is_training() const { return training_; }
+  void set_generator(Generator* gen);
+
+  // "layers.<i>.<layer name>" and "norm.weight", "norm.bias".
+  std::map<std::string, Tensor> state_dict() const;
+  void load_state_dict(const std::map<std::string, Tensor>& state);
+
+  std::vector<TransformerDecoderLayer>& layers() { return layers_; }
+  std::optional<LayerNorm>& norm() { return norm_; }
+
+ private:
+  std::vector<TransformerDecoderLayer> layers_;
+  std::optional<LayerNorm> norm_;
+  bool training_ = true;
+};
+
+// --- nn.Transformer ----------------------------------------------------------------
+
+// nn.Transformer's constructor arguments and defaults (custom encoder/decoder aside).
+struct TransformerOptions {
+  int64_t d_model = 512;
+  int64_t nhead = 8;
+  int64_t num_encoder_layers = 6;
+  int64_t num_decoder_layers = 6;
+  int64_t dim_feedforward = 2048;
+  double dropout = 0.1;
+  Activation activation = Activation::kRelu;
+  double layer_norm_eps = 1e-5;
+  bool batch_first = false;
+  bool norm_first = false;
+  bool bias = true;
+  DType dtype = DType::kFloat32;
+};
+
+struct TransformerForward {
+  Tensor src_mask;                    // [S, S] or [B*H, S, S]
+  Tensor tgt_mask;                    // [T, T] or [B*H, T, T]
+  Tensor memory_mask;                 // [T, S] or [B*H, T, S]
+  Tensor src_key_padding_mask;        // [B, S]
+  Tensor tgt_key_padding_mask;        // [B, T]
+  Tensor memory_key_padding_mask;     // [B, S]
+  std::optional<bool> src_is_causal;  // nullopt: detected from src_mask
+  std::optional<bool> tgt_is_causal;  // nullopt: detected from tgt_mask
+  bool memory_is_causal = false;
+};
+
+class Transformer {
+ public:
+  // As torch: encoder and decoder of cloned layers, each with a final
+  // LayerNorm, then xavier_uniform_ on every parameter with more than one dim.
+  explicit Transformer(const TransformerOptions& options = {}, Generator* gen = nullptr);
+
+  // src: [S, B, D]  tgt: [T, B, D] (batch_first: [B, S, D], [B, T, D];
+  // unbatched: [S, D], [T, D])  ->  like tgt
+  Tensor forward(const Tensor& src, const Tensor& tgt, const TransformerForward& args = {});
+
+  // The causal mask for a decoder input of length sz: -inf above the diagonal, 0 elsewhere.
+  // -> [sz, sz]
+  static Tensor generate_square_subsequent_mask(int64_t sz, DType dtype = DType::kFloat32);
+
+  void train(bool on = true);
+  void eval() { train(false); }
+  bool is_training() const { return encoder_.is_training(); }
+  void set_generator(Generator* gen);
+
+  // "encoder.layers.<i>.…", "encoder.norm.…", "decoder.layers.<i>.…", "decoder.norm.…".
+  std::map<std::string, Tensor> state_dict() const;
+  void load_state_dict(const std::map<std::string, Tensor>& state);
+
+  const TransformerOptions& options() const { return options_; }
+  TransformerEncoder& encoder() { return encoder_; }
+  TransformerDecoder& decoder() { return decoder_; }
+
+ private:
+  TransformerOptions options_;
+  TransformerEncoder encoder_;
+  TransformerDecoder decoder_;
+};
+
+}  // namespace qkv::nn

@@ -1,0 +1,120 @@
+// FeedForward (torch's Transformer FFN) and SwiGLUFeedForward.
+#include "qkv/nn/feed_forward.h"
+
+#include "nn/module_util.h"
+
+namespace qkv::nn {
+
+namespace {
+
+FeedForwardOptions checked(const FeedForwardOptions& o) {
+  QKV_CHECK(o.d_model > 0 && o.dim_feedforward > 0,
+            "FeedForward: d_model and dim_feedforward must be > 0, got d_model=", o.d_model,
+            " and dim_feedforward=", o.dim_feedforward);
+  QKV_CHECK(o.dropout >= 0.0 && o.dropout <= 1.0,
+            "FeedForward: dropout probability must be in [0, 1], got ", o.dropout);
+  return o;
+}
+
+SwiGLUFeedForwardOptions checked(const SwiGLUFeedForwardOptions& o) {
+  QKV_CHECK(o.d_model > 0 && o.hidden_dim > 0,
+            "SwiGLUFeedForward: d_model and hidden_dim must be > 0, got d_model=", o.d_model,
+            " and hidden_dim=", o.hidden_dim);
+  QKV_CHECK(o.dropout >= 0.0 && o.dropout <= 1.0,
+            "SwiGLUFeedForward: dropout probability must be in [0, 1], got ", o.dropout);
+  return o;
+}
+
+void check_input(const char* module, const Tensor& x, int64_t d_model, DType dtype) {
+  QKV_CHECK(x.defined(), module, ": input is undefined");
+  QKV_CHECK_TYPE(x.dtype() == dtype, module, ": input must have the module's dtype ",
+                 dtype_name(dtype), ", got ", dtype_name(x.dtype()));
+  QKV_CHECK(x.dim() >= 1 && x.size(-1) == d_model, module,
+            ": input must be [..., d_model=", d_model, "], got shape ", shape_str(x.shape()));
+}
+
+}  // namespace
+
+FeedForward::FeedForward(const FeedForwardOptions& options, Generator* gen)
+    : options_(checked(options)),
+      linear1_({.in_features = options.d_model,
+                .out_features = options.dim_feedforward,
+                .bias = options.bias,
+                .dtype = options.dtype},
+               gen),
+      linear2_({.in_features = options.dim_feedforward,
+                .out_features = options.d_model,
+                .bias = options.bias,
+                .dtype = options.dtype},
+               gen) {}
+
+Tensor FeedForward::forward(const Tensor& x) const {
+  check_input("FeedForward", x, options_.d_model, options_.dtype);
+  const Tensor h = activate(linear1_.forward(x), options_.activation);
+  return linear2_.forward(dropout(h, options_.dropout, training_, gen_));
+}
+
+std::map<std::string, Tensor> FeedForward::state_dict() const {
+  std::map<std::string, Tensor> state;
+  detail::add_prefixed(state, "linear1", linear1_.state_dict());
+  detail::add_prefixed(state, "linear2", linear2_.state_dict());
+  return state;
+}
+
+void FeedForward::load_state_dict(const std::map<std::string, Tensor>& state) {
+  detail::load_strict("FeedForward", state_dict(), state);
+}
+
+FeedForward FeedForward::clone() const {
+  FeedForward copy = *this;
+  copy.linear1_ = linear1_.clone();
+  copy.linear2_ = linear2_.clone();
+  return copy;
+}
+
+SwiGLUFeedForward::SwiGLUFeedForward(const SwiGLUFeedForwardOptions& options, Generator* gen)
+    : options_(checked(options)),
+      w1_({.in_features = options.d_model,
+           .out_features = options.hidden_dim,
+           .bias = options.bias,
+           .dtype = options.dtype},
+          gen),
+      w2_({.in_features = options.hidden_dim,
+           .out_features = options.d_model,
+           .bias = options.bias,
+           .dtype = options.dtype},
+          gen),
+      w3_({.in_features = options.d_model,
+           .out_features = options.hidden_dim,
+           .bias = options.bias,
+           .dtype = options.dtype},
+          gen) {}
+
+Tensor SwiGLUFeedForward::forward(const Tensor& x) const {
+  check_input("SwiGLUFeedForward", x, options_.d_model, options_.dtype);
+  // silu(x W1ᵀ) is the gate, x W3ᵀ the value it gates.
+  const Tensor gated = mul(silu(w1_.forward(x)), w3_.forward(x));
+  return dropout(w2_.forward(gated), options_.dropout, training_, gen_);
+}
+
+std::map<std::string, Tensor> SwiGLUFeedForward::state_dict() const {
+  std::map<std::string, Tensor> state;
+  detail::add_prefixed(state, "w1", w1_.state_dict());
+  detail::add_prefixed(state, "w2", w2_.state_dict());
+  detail::add_prefixed(state, "w3", w3_.state_dict());
+  return state;
+}
+
+void SwiGLUFeedForward::load_state_dict(const std::map<std::string, Tensor>& state) {
+  detail::load_strict("SwiGLUFeedForward", state_dict(), state);
+}
+
+SwiGLUFeedForward SwiGLUFeedForward::clone() const {
+  SwiGLUFeedForward copy = *this;
+  copy.w1_ = w1_.clone();
+  copy.w2_ = w2_.clone();
+  copy.w3_ = w3_.clone();
+  return copy;
+}
+
+}  // namespace qkv::nn

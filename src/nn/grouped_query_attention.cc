@@ -1,0 +1,132 @@
+// nn::GroupedQueryAttention: projections, RoPE, SDPA with enable_gqa, o_proj.
+#include "qkv/nn/grouped_query_attention.h"
+
+#include "nn/module_util.h"
+#include "qkv/functional.h"
+#include "qkv/masks.h"
+
+namespace qkv::nn {
+
+namespace {
+
+// Fills in the defaults (0 -> H, 0 -> D / H) and checks the options.
+GroupedQueryAttentionOptions resolved(GroupedQueryAttentionOptions o) {
+  const char* m = "GroupedQueryAttention";
+  QKV_CHECK_TYPE(is_floating(o.dtype), m, ": dtype must be float32 or float64, got ",
+                 dtype_name(o.dtype));
+  QKV_CHECK(o.embed_dim > 0 && o.num_heads > 0 && o.num_kv_heads >= 0 && o.head_dim >= 0, m,
+            ": embed_dim and num_heads must be > 0 and num_kv_heads, head_dim >= 0, got "
+            "embed_dim=",
+            o.embed_dim, ", num_heads=", o.num_heads, ", num_kv_heads=", o.num_kv_heads,
+            ", head_dim=", o.head_dim);
+  if (o.num_kv_heads == 0) o.num_kv_heads = o.num_heads;
+  QKV_CHECK(o.num_heads % o.num_kv_heads == 0, m, ": num_heads (", o.num_heads,
+            ") must be a multiple of num_kv_heads (", o.num_kv_heads, ")");
+  if (o.head_dim == 0) {
+    QKV_CHECK(o.embed_dim % o.num_heads == 0, m, ": embed_dim (", o.embed_dim,
+              ") must be divisible by num_heads (", o.num_heads, ") unless head_dim is given");
+    o.head_dim = o.embed_dim / o.num_heads;
+  }
+  QKV_CHECK(!o.rope || o.head_dim % 2 == 0, m, ": RoPE needs an even head_dim, got ", o.head_dim);
+  QKV_CHECK(o.dropout >= 0.0 && o.dropout < 1.0, m, ": dropout probability must be in [0, 1), got ",
+            o.dropout);
+  return o;
+}
+
+LinearOptions projection(int64_t in, int64_t out, const GroupedQueryAttentionOptions& o) {
+  return {.in_features = in, .out_features = out, .bias = o.bias, .dtype = o.dtype};
+}
+
+// [B, L, heads·E] -> [B, heads, L, E] (contiguous).
+Tensor split_heads(const Tensor& x, int64_t heads, int64_t E) {
+  return x.view({x.size(0), x.size(1), heads, E}).transpose(1, 2).contiguous();
+}
+
+}  // namespace
+
+GroupedQueryAttention::GroupedQueryAttention(const GroupedQueryAttentionOptions& options,
+                                             Generator* gen)
+    : options_(resolved(options)),
+      q_proj_(projection(options_.embed_dim, options_.num_heads * options_.head_dim, options_),
+              gen),
+      k_proj_(projection(options_.embed_dim, options_.num_kv_heads * options_.head_dim, options_),
+              gen),
+      v_proj_(projection(options_.embed_dim, options_.num_kv_heads * options_.head_dim, options_),
+              gen),
+      o_proj_(projection(options_.num_heads * options_.head_dim, options_.embed_dim, options_),
+              gen),
+      // An even placeholder dim keeps the constructor valid when RoPE is off.
+      rope_({.head_dim = options_.rope ? options_.head_dim : 2,
+             .base = options_.rope_base,
+             .style = options_.rope_style}) {}
+
+ProjectedQkv GroupedQueryAttention::project(const Tensor& x, int64_t position_offset) const {
+  const auto& o = options_;
+  const char* m = "GroupedQueryAttention";
+  QKV_CHECK(x.defined(), m, ": input is undefined");
+  QKV_CHECK_TYPE(x.dtype() == o.dtype, m, ": input must have the module's dtype ",
+                 dtype_name(o.dtype), ", got ", dtype_name(x.dtype()));
+  QKV_CHECK(x.dim() == 3 && x.size(2) == o.embed_dim, m,
+            ": input must be [B, L, D] with D = ", o.embed_dim, ", got shape ",
+            shape_str(x.shape()));
+  QKV_CHECK(position_offset >= 0, m, ": position_offset must be >= 0, got ", position_offset);
+  ProjectedQkv p;
+  p.q = split_heads(q_proj_.forward(x), o.num_heads, o.head_dim);
+  p.k = split_heads(k_proj_.forward(x), o.num_kv_heads, o.head_dim);
+  p.v = split_heads(v_proj_.forward(x), o.num_kv_heads, o.head_dim);
+  if (o.rope) std::tie(p.q, p.k) = rope_.forward(p.q, p.k, position_offset);
+  return p;
+}
+
+Tensor GroupedQueryAttention::attend(const Tensor& q, const Tensor& k, const Tensor& v,
+                                     const GroupedQueryAttentionForward& args) {
+  const auto& o = options_;
+  const char* m = "GroupedQueryAttention";
+  for (const Tensor* t : {&q, &k, &v})
+    QKV_CHECK(t->defined() && t->dim() == 4, m, ": attend needs 4-D q [B, H, L, E] and k, v ",
+              "[B, Hkv, S, E], got q ", shape_str(q.shape()), ", k ", shape_str(k.shape()), ", v ",
+              shape_str(v.shape()));
+  QKV_CHECK(q.size(1) == o.num_heads && k.size(1) == o.num_kv_heads &&
+                v.size(1) == o.num_kv_heads && q.size(3) == o.head_dim,
+            m, ": attend expects H = ", o.num_heads, " query heads and Hkv = ", o.num_kv_heads,
+            " key/value heads of dim E = ", o.head_dim, ", got q ", shape_str(q.shape()), ", k ",
+            shape_str(k.shape()), ", v ", shape_str(v.shape()));
+  const int64_t B = q.size(0), L = q.size(2), S = k.size(2);
+
+  SdpaOptions sdpa;
+  sdpa.enable_gqa = o.num_kv_heads != o.num_heads;
+  sdpa.dropout_p = training_ ? o.dropout : 0.0;
+  sdpa.generator = gen_;
+  if (args.attn_mask.defined() && args.causal != CausalMask::kNone) {
+    // SDPA takes one or the other: fold the causal mask into an additive mask.
+    Tensor mask = args.attn_mask;
+    if (mask.dtype() == DType::kBool) mask = keep_mask_to_additive(mask, o.dtype);
+    sdpa.attn_mask = add(mask, keep_mask_to_additive(causal_mask(L, S, args.causal), o.dtype));
+  } else {
+    sdpa.attn_mask = args.attn_mask;
+    sdpa.causal = args.causal;
+  }
+  const Tensor heads = scaled_dot_product_attention(q, k, v, sdpa).output;  // [B, H, L, E]
+  const Tensor merged = heads.transpose(1, 2).reshape({B, L, o.num_heads * o.head_dim});
+  return o_proj_.forward(merged);
+}
+
+Tensor GroupedQueryAttention::forward(const Tensor& x, const GroupedQueryAttentionForward& args) {
+  const ProjectedQkv p = project(x, args.position_offset);
+  return attend(p.q, p.k, p.v, args);
+}
+
+std::map<std::string, Tensor> GroupedQueryAttention::state_dict() const {
+  std::map<std::string, Tensor> state;
+  detail::add_prefixed(state, "q_proj", q_proj_.state_dict());
+  detail::add_prefixed(state, "k_proj", k_proj_.state_dict());
+  detail::add_prefixed(state, "v_proj", v_proj_.state_dict());
+  detail::add_prefixed(state, "o_proj", o_proj_.state_dict());
+  return state;
+}
+
+void GroupedQueryAttention::load_state_dict(const std::map<std::string, Tensor>& state) {
+  detail::load_strict("GroupedQueryAttention", state_dict(), state);
+}
+
+}  // namespace qkv::nn

@@ -1,0 +1,63 @@
+// nn::LayerNorm on functional layer_norm.
+#include "qkv/nn/layer_norm.h"
+
+#include <cmath>
+
+#include "nn/module_util.h"
+#include "qkv/functional.h"
+
+namespace qkv::nn {
+
+namespace {
+// The constructor's checks.
+void check_norm_options(const char* module, const Shape& normalized_shape, DType dtype) {
+  QKV_CHECK_TYPE(is_floating(dtype), module, ": dtype must be float32 or float64, got ",
+                 dtype_name(dtype));
+  QKV_CHECK(!normalized_shape.empty(), module,
+            ": normalized_shape must have at least one dimension (e.g. {d_model})");
+  for (int64_t n : normalized_shape)
+    QKV_CHECK(n > 0, module, ": normalized_shape must have positive sizes, got ",
+              shape_str(normalized_shape));
+}
+
+void check_input(const char* module, const Tensor& x, DType dtype) {
+  QKV_CHECK(x.defined(), module, ": input is undefined");
+  QKV_CHECK_TYPE(x.dtype() == dtype, module, ": input must have the module's dtype ",
+                 dtype_name(dtype), ", got ", dtype_name(x.dtype()));
+}
+}  // namespace
+
+LayerNorm::LayerNorm(const LayerNormOptions& options) : options_(options) {
+  check_norm_options("LayerNorm", options_.normalized_shape, options_.dtype);
+  QKV_CHECK(options_.eps >= 0.0 && std::isfinite(options_.eps),
+            "LayerNorm: eps must be finite and >= 0, got ", options_.eps);
+  if (options_.elementwise_affine) {
+    weight_ = Tensor::ones(options_.normalized_shape, options_.dtype);
+    if (options_.bias) bias_ = Tensor::zeros(options_.normalized_shape, options_.dtype);
+  }
+}
+
+Tensor LayerNorm::forward(const Tensor& x) const {
+  check_input("LayerNorm", x, options_.dtype);
+  return layer_norm(x, options_.normalized_shape, weight_, bias_, options_.eps);
+}
+
+std::map<std::string, Tensor> LayerNorm::state_dict() const {
+  std::map<std::string, Tensor> state;
+  if (weight_.defined()) state["weight"] = weight_;
+  if (bias_.defined()) state["bias"] = bias_;
+  return state;
+}
+
+void LayerNorm::load_state_dict(const std::map<std::string, Tensor>& state) {
+  detail::load_strict("LayerNorm", state_dict(), state);
+}
+
+LayerNorm LayerNorm::clone() const {
+  LayerNorm copy = *this;
+  if (weight_.defined()) copy.weight_ = weight_.clone();
+  if (bias_.defined()) copy.bias_ = bias_.clone();
+  return copy;
+}
+
+}  // namespace qkv::nn

@@ -1,0 +1,58 @@
+#include "nn/module_util.h"
+
+#include <cmath>
+
+namespace qkv::nn::detail {
+
+void add_prefixed(StateDict& out, const std::string& prefix, const StateDict& child) {
+  for (const auto& [name, t] : child) out[prefix + "." + name] = t;
+}
+
+namespace {
+// "a", "b", "c" (quoted), at most a handful then "... (N in all)".
+std::string quoted_list(const std::vector<std::string>& names) {
+  constexpr size_t kShown = 8;  // enough to recognise a wrong prefix
+  std::string out;
+  for (size_t i = 0; i < names.size() && i < kShown; ++i)
+    out += (i ? ", \"" : "\"") + names[i] + "\"";
+  if (names.size() > kShown) out += ", ... (" + std::to_string(names.size()) + " in all)";
+  return out;
+}
+}  // namespace
+
+void load_strict(const char* module, const StateDict& own, const StateDict& state) {
+  std::vector<std::string> missing, unexpected;
+  for (const auto& [name, t] : own)
+    if (!state.count(name)) missing.push_back(name);
+  for (const auto& [name, t] : state)
+    if (!own.count(name)) unexpected.push_back(name);
+  QKV_CHECK(
+      missing.empty() && unexpected.empty(), module, "::load_state_dict: ",
+      (missing.empty() ? "" : "missing key(s) in state_dict: " + quoted_list(missing)),
+      (missing.empty() || unexpected.empty() ? "" : "; "),
+      (unexpected.empty() ? "" : "unexpected key(s) in state_dict: " + quoted_list(unexpected)));
+  for (const auto& [name, t] : own) {
+    const Tensor& src = state.at(name);
+    QKV_CHECK(src.defined(), module, "::load_state_dict: \"", name, "\" is undefined");
+    QKV_CHECK_TYPE(is_floating(src.dtype()), module, "::load_state_dict: \"", name,
+                   "\" must be floating, got ", dtype_name(src.dtype()));
+    QKV_CHECK(src.shape() == t.shape(), module, "::load_state_dict: size mismatch for \"", name,
+              "\": expected shape ", shape_str(t.shape()), ", got ", shape_str(src.shape()));
+  }
+  for (const auto& [name, t] : own) {
+    Tensor dst = t;
+    dst.copy_from(state.at(name));
+  }
+}
+
+Tensor uniform_fan_in(const Shape& shape, int64_t fan_in, Generator& gen, DType dtype) {
+  const double bound = fan_in > 0 ? 1.0 / std::sqrt(static_cast<double>(fan_in)) : 0.0;
+  return Tensor::rand(shape, gen, -bound, bound, dtype);
+}
+
+Tensor xavier_uniform(const Shape& shape, Generator& gen, DType dtype) {
+  const double bound = std::sqrt(6.0 / static_cast<double>(shape[0] + shape[1]));
+  return Tensor::rand(shape, gen, -bound, bound, dtype);
+}
+
+}  // namespace qkv::nn::detail

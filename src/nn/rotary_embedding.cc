@@ -1,0 +1,85 @@
+// RoPE: rotate coordinate pairs of q and k by position-dependent angles.
+#include <cmath>
+#include <vector>
+
+#include "qkv/nn/positional_encoding.h"
+
+namespace qkv::nn {
+
+namespace {
+
+// Rotates rows of E values in place of `y` (a contiguous copy of the input).
+// cos_sin holds, for each of the L positions, E/2 (cos, sin) pairs.
+template <class T>
+void rotate(T* y, int64_t batches, int64_t L, int64_t E, RopeStyle style,
+            const std::vector<double>& cos_sin) {
+  const int64_t half = E / 2;
+  for (int64_t b = 0; b < batches; ++b)
+    for (int64_t l = 0; l < L; ++l) {
+      T* row = y + (b * L + l) * E;
+      const double* cs = cos_sin.data() + l * E;
+      for (int64_t i = 0; i < half; ++i) {
+        // The pair rotated together: (2i, 2i+1) or (i, i + E/2).
+        const int64_t ia = style == RopeStyle::kInterleaved ? 2 * i : i;
+        const int64_t ib = style == RopeStyle::kInterleaved ? 2 * i + 1 : i + half;
+        const double a = row[ia], bb = row[ib], c = cs[2 * i], s = cs[2 * i + 1];
+        row[ia] = static_cast<T>(a * c - bb * s);
+        row[ib] = static_cast<T>(bb * c + a * s);
+      }
+    }
+}
+
+}  // namespace
+
+RotaryEmbedding::RotaryEmbedding(const RotaryEmbeddingOptions& options) : options_(options) {
+  QKV_CHECK(options_.head_dim > 0 && options_.head_dim % 2 == 0,
+            "RotaryEmbedding: head_dim must be positive and even (coordinates are rotated in "
+            "pairs), got ",
+            options_.head_dim);
+  QKV_CHECK(options_.base > 1.0 && std::isfinite(options_.base),
+            "RotaryEmbedding: base must be finite and > 1, got ", options_.base);
+}
+
+std::vector<double> RotaryEmbedding::inverse_frequencies() const {
+  const int64_t E = options_.head_dim;
+  std::vector<double> theta(static_cast<size_t>(E / 2));
+  for (int64_t i = 0; i < E / 2; ++i)
+    theta[i] = std::pow(options_.base, -2.0 * static_cast<double>(i) / static_cast<double>(E));
+  return theta;
+}
+
+Tensor RotaryEmbedding::forward(const Tensor& x, int64_t offset) const {
+  const int64_t E = options_.head_dim;
+  QKV_CHECK(x.defined(), "RotaryEmbedding: input is undefined");
+  QKV_CHECK_TYPE(is_floating(x.dtype()), "RotaryEmbedding: input must be float32 or float64, got ",
+                 dtype_name(x.dtype()));
+  QKV_CHECK(x.dim() >= 2 && x.size(-1) == E,
+            "RotaryEmbedding: input must be [..., L, E] with E = ", "head_dim = ", E,
+            ", got shape ", shape_str(x.shape()));
+  QKV_CHECK(offset >= 0, "RotaryEmbedding: position offset must be >= 0, got ", offset);
+  const int64_t L = x.size(-2);
+  const int64_t batches = L == 0 ? 0 : x.numel() / (L * E);
+
+  std::vector<double> cos_sin(static_cast<size_t>(L * E));
+  const std::vector<double> theta = inverse_frequencies();
+  for (int64_t l = 0; l < L; ++l)
+    for (int64_t i = 0; i < E / 2; ++i) {
+      const double angle = static_cast<double>(offset + l) * theta[i];
+      cos_sin[l * E + 2 * i] = std::cos(angle);
+      cos_sin[l * E + 2 * i + 1] = std::sin(angle);
+    }
+
+  Tensor y = x.clone();
+  if (y.dtype() == DType::kFloat64)
+    rotate<double>(y.data<double>(), batches, L, E, options_.style, cos_sin);
+  else
+    rotate<float>(y.data<float>(), batches, L, E, options_.style, cos_sin);
+  return y;
+}
+
+std::pair<Tensor, Tensor> RotaryEmbedding::forward(const Tensor& q, const Tensor& k,
+                                                   int64_t offset) const {
+  return {forward(q, offset), forward(k, offset)};
+}
+
+}  // namespace qkv::nn

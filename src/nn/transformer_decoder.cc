@@ -1,0 +1,178 @@
+// nn::TransformerDecoderLayer and nn::TransformerDecoder, following
+// torch/nn/modules/transformer.py (torch 2.13).
+#include "nn/module_util.h"
+#include "nn/transformer_common.h"
+#include "qkv/nn/transformer.h"
+
+namespace qkv::nn {
+
+namespace {
+
+// memory must match tgt in batchedness and batch size.
+void check_memory(const char* module, const Tensor& tgt, const Tensor& memory,
+                  const TransformerLayerOptions& o) {
+  detail::check_sequence(module, "memory", memory, o);
+  QKV_CHECK(memory.dim() == tgt.dim(), module, ": tgt and memory must both be batched (3-D) or ",
+            "both unbatched (2-D), got tgt ", shape_str(tgt.shape()), " and memory ",
+            shape_str(memory.shape()));
+  QKV_CHECK(detail::batch_size(memory, o.batch_first) == detail::batch_size(tgt, o.batch_first),
+            module, ": tgt and memory must have the same batch size, got tgt ",
+            shape_str(tgt.shape()), " and memory ", shape_str(memory.shape()),
+            (o.batch_first ? " (batch_first)" : " (batch is dim 1 unless batch_first)"));
+}
+
+}  // namespace
+
+// --- TransformerDecoderLayer -------------------------------------------------------
+
+TransformerDecoderLayer::TransformerDecoderLayer(const TransformerLayerOptions& options,
+                                                 Generator* gen)
+    : options_(detail::checked_layer_options("TransformerDecoderLayer", options)),
+      self_attn_(detail::attention_options(options), gen),
+      multihead_attn_(detail::attention_options(options), gen),
+      ff_(detail::feed_forward_options(options), gen),
+      norm1_(detail::layer_norm_options(options)),
+      norm2_(detail::layer_norm_options(options)),
+      norm3_(detail::layer_norm_options(options)) {}
+
+Tensor TransformerDecoderLayer::forward(const Tensor& tgt, const Tensor& memory,
+                                        const TransformerDecoderLayerForward& args) {
+  const char* module = "TransformerDecoderLayer";
+  detail::check_sequence(module, "tgt", tgt, options_);
+  check_memory(module, tgt, memory, options_);
+  const double p = options_.dropout;
+
+  // dropout1(self_attn(x, x, x))
+  auto sa_block = [&](const Tensor& x) {
+    const Tensor out = self_attn_
+                           .forward(x, x, x,
+                                    {.key_padding_mask = args.tgt_key_padding_mask,
+                                     .need_weights = false,
+                                     .attn_mask = args.tgt_mask,
+                                     .is_causal = args.tgt_is_causal})
+                           .output;
+    return dropout(out, p, training_, gen_);
+  };
+  // dropout2(multihead_attn(x, memory, memory)): queries from the decoder,
+  // keys and values from the encoder's output.
+  auto mha_block = [&](const Tensor& x) {
+    const Tensor out = multihead_attn_
+                           .forward(x, memory, memory,
+                                    {.key_padding_mask = args.memory_key_padding_mask,
+                                     .need_weights = false,
+                                     .attn_mask = args.memory_mask,
+                                     .is_causal = args.memory_is_causal})
+                           .output;
+    return dropout(out, p, training_, gen_);
+  };
+  // dropout3(linear2(dropout(activation(linear1(x)))))
+  auto ff_block = [&](const Tensor& x) { return dropout(ff_.forward(x), p, training_, gen_); };
+
+  Tensor x = tgt;
+  if (options_.norm_first) {
+    x = add(x, sa_block(norm1_.forward(x)));
+    x = add(x, mha_block(norm2_.forward(x)));
+    x = add(x, ff_block(norm3_.forward(x)));
+  } else {
+    x = norm1_.forward(add(x, sa_block(x)));
+    x = norm2_.forward(add(x, mha_block(x)));
+    x = norm3_.forward(add(x, ff_block(x)));
+  }
+  return x;
+}
+
+void TransformerDecoderLayer::train(bool on) {
+  training_ = on;
+  self_attn_.train(on);
+  multihead_attn_.train(on);
+  ff_.train(on);
+}
+
+void TransformerDecoderLayer::set_generator(Generator* gen) {
+  gen_ = gen;
+  self_attn_.set_generator(gen);
+  multihead_attn_.set_generator(gen);
+  ff_.set_generator(gen);
+}
+
+std::map<std::string, Tensor> TransformerDecoderLayer::state_dict() const {
+  std::map<std::string, Tensor> state = ff_.state_dict();  // linear1.*, linear2.*
+  detail::add_prefixed(state, "self_attn", self_attn_.state_dict());
+  detail::add_prefixed(state, "multihead_attn", multihead_attn_.state_dict());
+  detail::add_prefixed(state, "norm1", norm1_.state_dict());
+  detail::add_prefixed(state, "norm2", norm2_.state_dict());
+  detail::add_prefixed(state, "norm3", norm3_.state_dict());
+  return state;
+}
+
+void TransformerDecoderLayer::load_state_dict(const std::map<std::string, Tensor>& state) {
+  detail::load_strict("TransformerDecoderLayer", state_dict(), state);
+}
+
+TransformerDecoderLayer TransformerDecoderLayer::clone() const {
+  TransformerDecoderLayer copy = *this;
+  copy.self_attn_ = detail::clone_attention(self_attn_, gen_);
+  copy.multihead_attn_ = detail::clone_attention(multihead_attn_, gen_);
+  copy.ff_ = ff_.clone();
+  copy.norm1_ = norm1_.clone();
+  copy.norm2_ = norm2_.clone();
+  copy.norm3_ = norm3_.clone();
+  return copy;
+}
+
+// --- TransformerDecoder ------------------------------------------------------------
+
+TransformerDecoder::TransformerDecoder(const TransformerDecoderLayer& decoder_layer,
+                                       int64_t num_layers, const std::optional<LayerNorm>& norm) {
+  QKV_CHECK(num_layers > 0, "TransformerDecoder: num_layers must be > 0, got ", num_layers);
+  for (int64_t i = 0; i < num_layers; ++i) layers_.push_back(decoder_layer.clone());
+  if (norm) norm_ = norm->clone();
+  training_ = decoder_layer.is_training();
+}
+
+TransformerDecoder::TransformerDecoder(const TransformerDecoderOptions& options, Generator* gen)
+    : TransformerDecoder(TransformerDecoderLayer(options.layer, gen), options.num_layers,
+                         options.norm ? std::optional<LayerNorm>(
+                                            LayerNorm(detail::layer_norm_options(options.layer)))
+                                      : std::nullopt) {}
+
+Tensor TransformerDecoder::forward(const Tensor& tgt, const Tensor& memory,
+                                   const TransformerDecoderForward& args) {
+  const TransformerLayerOptions& o = layers_.front().options();
+  detail::check_sequence("TransformerDecoder", "tgt", tgt, o);
+  const bool tgt_is_causal = detail::detect_is_causal_mask(
+      args.tgt_mask, args.tgt_is_causal, detail::sequence_length(tgt, o.batch_first));
+  Tensor x = tgt;
+  for (TransformerDecoderLayer& layer : layers_)
+    x = layer.forward(x, memory,
+                      {.tgt_mask = args.tgt_mask,
+                       .memory_mask = args.memory_mask,
+                       .tgt_key_padding_mask = args.tgt_key_padding_mask,
+                       .memory_key_padding_mask = args.memory_key_padding_mask,
+                       .tgt_is_causal = tgt_is_causal,
+                       .memory_is_causal = args.memory_is_causal});
+  return norm_ ? norm_->forward(x) : x;
+}
+
+void TransformerDecoder::train(bool on) {
+  training_ = on;
+  for (TransformerDecoderLayer& layer : layers_) layer.train(on);
+}
+
+void TransformerDecoder::set_generator(Generator* gen) {
+  for (TransformerDecoderLayer& layer : layers_) layer.set_generator(gen);
+}
+
+std::map<std::string, Tensor> TransformerDecoder::state_dict() const {
+  std::map<std::string, Tensor> state;
+  for (size_t i = 0; i < layers_.size(); ++i)
+    detail::add_prefixed(state, "layers." + std::to_string(i), layers_[i].state_dict());
+  if (norm_) detail::add_prefixed(state, "norm", norm_->state_dict());
+  return state;
+}
+
+void TransformerDecoder::load_state_dict(const std::map<std::string, Tensor>& state) {
+  detail::load_strict("TransformerDecoder", state_dict(), state);
+}
+
+}  // namespace qkv::nn

@@ -1,0 +1,134 @@
+// nn::TransformerEncoderLayer and nn::TransformerEncoder, following
+// torch/nn/modules/transformer.py (torch 2.13) with the fast path off.
+#include "nn/module_util.h"
+#include "nn/transformer_common.h"
+#include "qkv/nn/transformer.h"
+
+namespace qkv::nn {
+
+// --- TransformerEncoderLayer -------------------------------------------------------
+
+TransformerEncoderLayer::TransformerEncoderLayer(const TransformerLayerOptions& options,
+                                                 Generator* gen)
+    : options_(detail::checked_layer_options("TransformerEncoderLayer", options)),
+      self_attn_(detail::attention_options(options), gen),
+      ff_(detail::feed_forward_options(options), gen),
+      norm1_(detail::layer_norm_options(options)),
+      norm2_(detail::layer_norm_options(options)) {}
+
+Tensor TransformerEncoderLayer::forward(const Tensor& src,
+                                        const TransformerEncoderLayerForward& args) {
+  detail::check_sequence("TransformerEncoderLayer", "src", src, options_);
+  Tensor x = src;
+  if (options_.norm_first) {
+    x = add(x, sa_block(norm1_.forward(x), args));
+    x = add(x, ff_block(norm2_.forward(x)));
+  } else {
+    x = norm1_.forward(add(x, sa_block(x, args)));
+    x = norm2_.forward(add(x, ff_block(x)));
+  }
+  return x;
+}
+
+// dropout1(self_attn(x, x, x)).
+Tensor TransformerEncoderLayer::sa_block(const Tensor& x,
+                                         const TransformerEncoderLayerForward& args) {
+  const Tensor out = self_attn_
+                         .forward(x, x, x,
+                                  {.key_padding_mask = args.src_key_padding_mask,
+                                   .need_weights = false,
+                                   .attn_mask = args.src_mask,
+                                   .is_causal = args.is_causal})
+                         .output;
+  return dropout(out, options_.dropout, training_, gen_);
+}
+
+// dropout2(linear2(dropout(activation(linear1(x))))).
+Tensor TransformerEncoderLayer::ff_block(const Tensor& x) {
+  return dropout(ff_.forward(x), options_.dropout, training_, gen_);
+}
+
+void TransformerEncoderLayer::train(bool on) {
+  training_ = on;
+  self_attn_.train(on);
+  ff_.train(on);
+}
+
+void TransformerEncoderLayer::set_generator(Generator* gen) {
+  gen_ = gen;
+  self_attn_.set_generator(gen);
+  ff_.set_generator(gen);
+}
+
+std::map<std::string, Tensor> TransformerEncoderLayer::state_dict() const {
+  std::map<std::string, Tensor> state = ff_.state_dict();  // linear1.*, linear2.*
+  detail::add_prefixed(state, "self_attn", self_attn_.state_dict());
+  detail::add_prefixed(state, "norm1", norm1_.state_dict());
+  detail::add_prefixed(state, "norm2", norm2_.state_dict());
+  return state;
+}
+
+void TransformerEncoderLayer::load_state_dict(const std::map<std::string, Tensor>& state) {
+  detail::load_strict("TransformerEncoderLayer", state_dict(), state);
+}
+
+TransformerEncoderLayer TransformerEncoderLayer::clone() const {
+  TransformerEncoderLayer copy = *this;
+  copy.self_attn_ = detail::clone_attention(self_attn_, gen_);
+  copy.ff_ = ff_.clone();
+  copy.norm1_ = norm1_.clone();
+  copy.norm2_ = norm2_.clone();
+  return copy;
+}
+
+// --- TransformerEncoder ------------------------------------------------------------
+
+TransformerEncoder::TransformerEncoder(const TransformerEncoderLayer& encoder_layer,
+                                       int64_t num_layers, const std::optional<LayerNorm>& norm) {
+  QKV_CHECK(num_layers > 0, "TransformerEncoder: num_layers must be > 0, got ", num_layers);
+  for (int64_t i = 0; i < num_layers; ++i) layers_.push_back(encoder_layer.clone());
+  if (norm) norm_ = norm->clone();
+  training_ = encoder_layer.is_training();
+}
+
+TransformerEncoder::TransformerEncoder(const TransformerEncoderOptions& options, Generator* gen)
+    : TransformerEncoder(TransformerEncoderLayer(options.layer, gen), options.num_layers,
+                         options.norm ? std::optional<LayerNorm>(
+                                            LayerNorm(detail::layer_norm_options(options.layer)))
+                                      : std::nullopt) {}
+
+Tensor TransformerEncoder::forward(const Tensor& src, const TransformerEncoderForward& args) {
+  const TransformerLayerOptions& o = layers_.front().options();
+  detail::check_sequence("TransformerEncoder", "src", src, o);
+  const bool is_causal = detail::detect_is_causal_mask(args.mask, args.is_causal,
+                                                       detail::sequence_length(src, o.batch_first));
+  Tensor x = src;
+  for (TransformerEncoderLayer& layer : layers_)
+    x = layer.forward(x, {.src_mask = args.mask,
+                          .src_key_padding_mask = args.src_key_padding_mask,
+                          .is_causal = is_causal});
+  return norm_ ? norm_->forward(x) : x;
+}
+
+void TransformerEncoder::train(bool on) {
+  training_ = on;
+  for (TransformerEncoderLayer& layer : layers_) layer.train(on);
+}
+
+void TransformerEncoder::set_generator(Generator* gen) {
+  for (TransformerEncoderLayer& layer : layers_) layer.set_generator(gen);
+}
+
+std::map<std::string, Tensor> TransformerEncoder::state_dict() const {
+  std::map<std::string, Tensor> state;
+  for (size_t i = 0; i < layers_.size(); ++i)
+    detail::add_prefixed(state, "layers." + std::to_string(i), layers_[i].state_dict());
+  if (norm_) detail::add_prefixed(state, "norm", norm_->state_dict());
+  return state;
+}
+
+void TransformerEncoder::load_state_dict(const std::map<std::string, Tensor>& state) {
+  detail::load_strict("TransformerEncoder", state_dict(), state);
+}
+
+}  // namespace qkv::nn
