@@ -19,14 +19,16 @@
 #include <string>
 #include <vector>
 
+#include "qkv/dims.h"
 #include "qkv/error.h"
 
 namespace qkv {
 
 class Generator;
 
-using Shape = std::vector<int64_t>;
-using Strides = std::vector<int64_t>;
+// Sizes and strides (in elements), kept inline: views never allocate.
+using Shape = Dims;
+using Strides = Dims;
 
 enum class DType : uint8_t { kFloat32, kFloat64, kBool };
 

@@ -14,8 +14,8 @@ void bind_introspection(py::module_& m) {
         const Tensor t = to_tensor(obj, "_tensor_info", "array", Accept::kFloatOrBool);
         py::dict info;
         info["data"] = reinterpret_cast<std::uintptr_t>(t.raw_data());
-        info["shape"] = py::tuple(py::cast(t.shape()));
-        info["strides"] = py::tuple(py::cast(t.strides()));  // in elements
+        info["shape"] = py::tuple(py::cast(std::vector<int64_t>(t.shape())));
+        info["strides"] = py::tuple(py::cast(std::vector<int64_t>(t.strides())));  // in elements
         info["dtype"] = dtype_name(t.dtype());
         return info;
       },
