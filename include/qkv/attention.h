@@ -13,6 +13,7 @@
 // nn.MultiheadAttention with need_weights=True gives NaN there.
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -125,6 +126,28 @@ struct SdpaResult {
 // float32 or float64 (all three the same). Hkv == H unless enable_gqa.
 SdpaResult scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                         const SdpaOptions& options = {});
+
+// Memory that scaled_dot_product_attention_into reuses from call to call.
+class SdpaWorkspace {
+ public:
+  SdpaWorkspace();
+  ~SdpaWorkspace();
+  SdpaWorkspace(SdpaWorkspace&&) noexcept;
+  SdpaWorkspace& operator=(SdpaWorkspace&&) noexcept;
+  struct State;
+
+ private:
+  friend void scaled_dot_product_attention_into(Tensor&, const Tensor&, const Tensor&,
+                                                const Tensor&, const SdpaOptions&, SdpaWorkspace&);
+  std::unique_ptr<State> state_;
+};
+
+// scaled_dot_product_attention writing into a preallocated contiguous
+// `output` [..., H, L, Ev]: after the first call with a problem of this size,
+// later calls allocate nothing (decoding loops). No weights or dropout mask.
+void scaled_dot_product_attention_into(Tensor& output, const Tensor& q, const Tensor& k,
+                                       const Tensor& v, const SdpaOptions& options,
+                                       SdpaWorkspace& workspace);
 
 struct SdpaGradients {
   Tensor query;      // like q

@@ -166,7 +166,7 @@ void for_each_offset(const Shape& shape, const Strides& strides, Fn&& fn) {
   const int64_t n = shape_numel(shape);
   if (n == 0) return;
   const size_t nd = shape.size();
-  std::vector<int64_t> index(nd, 0);
+  Dims index(nd, 0);
   int64_t offset = 0;
   for (int64_t i = 0; i < n; ++i) {
     fn(i, offset);

@@ -74,6 +74,24 @@ FlashTiling choose_tiling(const SdpaProblem& p) {
   return {std::min<int64_t>(kBlockQ, p.L), std::min<int64_t>(kBlockK, p.S)};
 }
 
+// This thread's work memory, kept from call to call (OpenMP threads live as
+// long as the process), so a warm kernel call allocates nothing.
+float* thread_scratch(int64_t floats) {
+  struct Buffer {
+    float* data = nullptr;
+    int64_t size = 0;
+    ~Buffer() { ::operator delete[](data, std::align_val_t(64)); }
+  };
+  thread_local Buffer buffer;
+  if (buffer.size < floats) {
+    ::operator delete[](buffer.data, std::align_val_t(64));
+    buffer.data =
+        static_cast<float*>(::operator new[](floats * sizeof(float), std::align_val_t(64)));
+    buffer.size = floats;
+  }
+  return buffer.data;
+}
+
 struct ScratchBuffer {
   explicit ScratchBuffer(int64_t floats)
       : data(static_cast<float*>(::operator new[](floats * sizeof(float), std::align_val_t(64)))) {}
@@ -93,14 +111,14 @@ void sdpa_forward_fused(const SdpaProblem& p, const KernelTable& table) {
 
 #pragma omp parallel if (parallel)
   {
-    ScratchBuffer buffer(scratch_floats);
+    float* scratch = thread_scratch(scratch_floats);
 #pragma omp for schedule(dynamic, 1)
     for (int64_t item = 0; item < items; ++item) {
       const int64_t b = item / q_tiles;
       const int64_t q_begin = (item % q_tiles) * t.block_q;
       const int64_t rows = std::min<int64_t>(t.block_q, p.L - q_begin);
-      table.flash_forward_tile(p, t, b, q_begin, rows, buffer.data);
-      if (p.weights != nullptr) table.flash_weights_tile(p, t, b, q_begin, rows, buffer.data);
+      table.flash_forward_tile(p, t, b, q_begin, rows, scratch);
+      if (p.weights != nullptr) table.flash_weights_tile(p, t, b, q_begin, rows, scratch);
     }
   }
 }

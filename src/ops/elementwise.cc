@@ -1,5 +1,6 @@
 // Elementwise arithmetic with broadcasting: add, mul, scale.
 #include "ops/checks.h"
+#include "ops/into_checks.h"
 #include "qkv/functional.h"
 
 namespace qkv {
@@ -33,6 +34,30 @@ Tensor binary(const Tensor& a, const Tensor& b, const char* fn, F f) {
   return out;
 }
 
+// out = f(a, b) for a, b and out of one shape, all contiguous.
+template <class F>
+void binary_into(Tensor& out, const Tensor& a, const Tensor& b, const char* fn, F f) {
+  check_into(out, a, fn);
+  check_floating(b, fn, "b");
+  QKV_CHECK_TYPE(b.dtype() == a.dtype(), fn, ": a is ", dtype_name(a.dtype()), " but b is ",
+                 dtype_name(b.dtype()));
+  QKV_CHECK(b.shape() == a.shape() && b.is_contiguous(), fn,
+            ": b must be contiguous with a's shape ", shape_str(a.shape()), " (no broadcasting), got ",
+            shape_str(b.shape()));
+  const int64_t n = out.numel();
+  if (a.dtype() == DType::kFloat64) {
+    const double* x = a.data<double>();
+    const double* y = b.data<double>();
+    double* o = out.data<double>();
+    for (int64_t i = 0; i < n; ++i) o[i] = f(x[i], y[i]);
+  } else {
+    const float* x = a.data<float>();
+    const float* y = b.data<float>();
+    float* o = out.data<float>();
+    for (int64_t i = 0; i < n; ++i) o[i] = f(x[i], y[i]);
+  }
+}
+
 }  // namespace
 
 Tensor add(const Tensor& a, const Tensor& b) {
@@ -41,6 +66,14 @@ Tensor add(const Tensor& a, const Tensor& b) {
 
 Tensor mul(const Tensor& a, const Tensor& b) {
   return binary(a, b, "mul", [](auto x, auto y) { return x * y; });
+}
+
+void add_into(Tensor& out, const Tensor& a, const Tensor& b) {
+  binary_into(out, a, b, "add_into", [](auto x, auto y) { return x + y; });
+}
+
+void mul_into(Tensor& out, const Tensor& a, const Tensor& b) {
+  binary_into(out, a, b, "mul_into", [](auto x, auto y) { return x * y; });
 }
 
 Tensor scale(const Tensor& x, double factor) {

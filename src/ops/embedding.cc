@@ -30,4 +30,27 @@ Tensor embedding(const std::vector<int64_t>& ids, const Shape& shape, const Tens
   return out;
 }
 
+void embedding_into(Tensor& out, std::span<const int64_t> ids, const Tensor& weight) {
+  const char* fn = "embedding_into";
+  check_floating(weight, fn, "weight");
+  check_dim(weight, 2, fn, "weight", "[num_embeddings, embedding_dim]");
+  const int64_t N = weight.size(0), D = weight.size(1);
+  check_defined(out, fn, "out");
+  QKV_CHECK_TYPE(out.dtype() == weight.dtype(), fn, ": out dtype ", dtype_name(out.dtype()),
+                 " differs from weight dtype ", dtype_name(weight.dtype()));
+  const int64_t n = static_cast<int64_t>(ids.size());
+  QKV_CHECK(out.dim() >= 1 && out.size(-1) == D && out.numel() == n * D, fn, ": out must be [..., ",
+            D, "] with ", n, " rows (one per id), got ", shape_str(out.shape()));
+  QKV_CHECK(out.is_contiguous() && weight.is_contiguous(), fn,
+            ": out and weight must be contiguous");
+  for (int64_t i = 0; i < n; ++i)
+    QKV_CHECK(ids[i] >= 0 && ids[i] < N, fn, ": id ", ids[i], " at index ", i,
+              " is out of range [0, ", N, ") of the table ", shape_str(weight.shape()));
+  const size_t row_bytes = static_cast<size_t>(D) * dtype_size(weight.dtype());
+  const auto* src = static_cast<const std::byte*>(weight.raw_data());
+  auto* dst = static_cast<std::byte*>(out.raw_data());
+  for (int64_t i = 0; i < n; ++i)
+    std::memcpy(dst + i * row_bytes, src + static_cast<size_t>(ids[i]) * row_bytes, row_bytes);
+}
+
 }  // namespace qkv

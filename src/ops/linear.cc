@@ -3,6 +3,8 @@
 
 #include <cblas.h>
 
+#include <cstddef>
+
 #include "ops/checks.h"
 
 namespace qkv {
@@ -24,27 +26,46 @@ void gemm(bool transpose_b, int64_t m, int64_t n, int64_t k, const T* a, const T
   }
 }
 
+// y[m, n] = x[m, k] · w[n, k]ᵀ (+ bias[n]); all contiguous.
 template <class T>
-void linear_impl(const Tensor& x2d, const Tensor& w, const Tensor& bias, Tensor& y2d) {
-  const int64_t m = x2d.size(0), k = x2d.size(1), n = w.size(0);
-  T* y = y2d.data<T>();
+void linear_impl(int64_t m, int64_t n, int64_t k, const T* x, const T* w, const T* bias, T* y) {
   double beta = 0.0;
-  if (bias.defined()) {
-    const T* b = bias.data<T>();
-    for (int64_t r = 0; r < m; ++r) std::copy(b, b + n, y + r * n);
+  if (bias) {
+    for (int64_t r = 0; r < m; ++r) std::copy(bias, bias + n, y + r * n);
     beta = 1.0;
   }
   if (k == 0) {
-    if (!bias.defined()) y2d.fill(0.0);
+    if (!bias) std::fill(y, y + m * n, T(0));
     return;
   }
-  gemm<T>(true, m, n, k, x2d.data<T>(), w.data<T>(), y, beta);
+  if (m == 1) {
+    // One row (a decoding step): y = W x, a matrix-vector product that
+    // streams W once; gemm's packing would only add overhead here.
+    if constexpr (std::is_same_v<T, float>) {
+      cblas_sgemv(CblasRowMajor, CblasNoTrans, n, k, 1.0f, w, k, x, 1, static_cast<float>(beta), y,
+                  1);
+    } else {
+      cblas_dgemv(CblasRowMajor, CblasNoTrans, n, k, 1.0, w, k, x, 1, beta, y, 1);
+    }
+    return;
+  }
+  gemm<T>(true, m, n, k, x, w, y, beta);
 }
 
-}  // namespace
+// Dispatches on the dtype; tensors contiguous, bias optional.
+void linear_typed(int64_t m, int64_t n, int64_t k, const Tensor& x, const Tensor& w,
+                  const Tensor& bias, Tensor& y) {
+  if (x.dtype() == DType::kFloat64) {
+    linear_impl<double>(m, n, k, x.data<double>(), w.data<double>(),
+                        bias.defined() ? bias.data<double>() : nullptr, y.data<double>());
+  } else {
+    linear_impl<float>(m, n, k, x.data<float>(), w.data<float>(),
+                       bias.defined() ? bias.data<float>() : nullptr, y.data<float>());
+  }
+}
 
-Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
-  const char* fn = "linear";
+// The checks shared by linear and linear_into; returns in_features.
+int64_t check_linear(const Tensor& x, const Tensor& weight, const Tensor& bias, const char* fn) {
   check_floating(x, fn, "input");
   check_dim(weight, 2, fn, "weight", "[out_features, in_features]");
   QKV_CHECK(x.dim() >= 1, fn,
@@ -55,26 +76,52 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   const int64_t in = weight.size(1), out = weight.size(0);
   QKV_CHECK(x.size(-1) == in, fn, ": input's last dim must be in_features = ", in, " (weight ",
             shape_str(weight.shape()), "), got input ", shape_str(x.shape()));
-  Tensor b;
   if (bias.defined()) {
     check_dim(bias, 1, fn, "bias", "[out_features]");
     QKV_CHECK(bias.size(0) == out, fn, ": bias must have ", out, " elements, got ",
               shape_str(bias.shape()));
     QKV_CHECK_TYPE(bias.dtype() == x.dtype(), fn, ": bias dtype ", dtype_name(bias.dtype()),
                    " differs from input dtype ", dtype_name(x.dtype()));
-    b = bias.contiguous();
   }
+  return in;
+}
+
+}  // namespace
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  const int64_t in = check_linear(x, weight, bias, "linear");
+  const int64_t out = weight.size(0);
+  const Tensor b = bias.defined() ? bias.contiguous() : Tensor();
   const Tensor x2d = x.reshape({-1, in}).contiguous();
   const Tensor w = weight.contiguous();
   Tensor y2d = Tensor::empty({x2d.size(0), out}, x.dtype());
-  if (x.dtype() == DType::kFloat64) {
-    linear_impl<double>(x2d, w, b, y2d);
-  } else {
-    linear_impl<float>(x2d, w, b, y2d);
-  }
+  linear_typed(x2d.size(0), out, in, x2d, w, b, y2d);
   Shape out_shape = x.shape();
   out_shape.back() = out;
   return y2d.view(out_shape);
+}
+
+void linear_into(Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  const char* fn = "linear_into";
+  const int64_t in = check_linear(x, weight, bias, fn);
+  const int64_t n = weight.size(0);
+  check_defined(out, fn, "out");
+  QKV_CHECK_TYPE(out.dtype() == x.dtype(), fn, ": out dtype ", dtype_name(out.dtype()),
+                 " differs from input dtype ", dtype_name(x.dtype()));
+  int64_t rows = 1;
+  for (int64_t d = 0; d + 1 < x.dim(); ++d) rows *= x.size(d);
+  QKV_CHECK(out.dim() == x.dim() && out.size(-1) == n && out.numel() == rows * n, fn,
+            ": out must have the input's shape with the last dim out_features = ", n,
+            ", got out ", shape_str(out.shape()), " for input ", shape_str(x.shape()));
+  QKV_CHECK(x.is_contiguous() && weight.is_contiguous() && out.is_contiguous() &&
+                (!bias.defined() || bias.is_contiguous()),
+            fn, ": input, weight, bias and out must be contiguous (it copies nothing)");
+  const std::byte* xb = static_cast<const std::byte*>(x.raw_data());
+  const std::byte* ob = static_cast<const std::byte*>(out.raw_data());
+  const size_t item = dtype_size(x.dtype());
+  QKV_CHECK(ob + out.numel() * item <= xb || xb + x.numel() * item <= ob, fn,
+            ": out must not overlap the input");
+  linear_typed(rows, n, in, x, weight, bias, out);
 }
 
 Tensor matmul(const Tensor& a, const Tensor& b) {

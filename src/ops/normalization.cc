@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "ops/checks.h"
+#include "ops/into_checks.h"
 #include "qkv/functional.h"
 
 namespace qkv {
@@ -89,28 +90,50 @@ void rms_norm_rows(const T* x, const T* w, T* y, Rows rows, double eps) {
   }
 }
 
+// The _into variants read parameters in place.
+void check_contiguous_params(const Tensor& weight, const Tensor& bias, const char* fn) {
+  QKV_CHECK((!weight.defined() || weight.is_contiguous()) && (!bias.defined() || bias.is_contiguous()),
+            fn, ": weight and bias must be contiguous");
+}
+
 }  // namespace
 
 Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight,
                   const Tensor& bias, double eps) {
-  const char* fn = "layer_norm";
-  const Rows rows = check_normalized(x, normalized_shape, weight, bias, fn);
-  QKV_CHECK(eps >= 0.0 && std::isfinite(eps), fn, ": eps must be finite and >= 0, got ", eps);
   const Tensor xc = x.contiguous();
   const Tensor w = weight.defined() ? weight.contiguous() : Tensor();
   const Tensor b = bias.defined() ? bias.contiguous() : Tensor();
   Tensor y = Tensor::empty(x.shape(), x.dtype());
-  if (x.dtype() == DType::kFloat64)
-    layer_norm_rows<double>(xc.data<double>(), optional_data<double>(w), optional_data<double>(b),
-                            y.data<double>(), rows, eps);
-  else
-    layer_norm_rows<float>(xc.data<float>(), optional_data<float>(w), optional_data<float>(b),
-                           y.data<float>(), rows, eps);
+  layer_norm_into(y, xc, normalized_shape, w, b, eps);
   return y;
+}
+
+void layer_norm_into(Tensor& out, const Tensor& x, const Shape& normalized_shape,
+                     const Tensor& weight, const Tensor& bias, double eps) {
+  const char* fn = "layer_norm";
+  const Rows rows = check_normalized(x, normalized_shape, weight, bias, fn);
+  QKV_CHECK(eps >= 0.0 && std::isfinite(eps), fn, ": eps must be finite and >= 0, got ", eps);
+  check_into(out, x, fn);
+  check_contiguous_params(weight, bias, fn);
+  if (x.dtype() == DType::kFloat64)
+    layer_norm_rows<double>(x.data<double>(), optional_data<double>(weight),
+                            optional_data<double>(bias), out.data<double>(), rows, eps);
+  else
+    layer_norm_rows<float>(x.data<float>(), optional_data<float>(weight),
+                           optional_data<float>(bias), out.data<float>(), rows, eps);
 }
 
 Tensor rms_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight,
                 std::optional<double> eps) {
+  const Tensor xc = x.contiguous();
+  const Tensor w = weight.defined() ? weight.contiguous() : Tensor();
+  Tensor y = Tensor::empty(x.shape(), x.dtype());
+  rms_norm_into(y, xc, normalized_shape, w, eps);
+  return y;
+}
+
+void rms_norm_into(Tensor& out, const Tensor& x, const Shape& normalized_shape,
+                   const Tensor& weight, std::optional<double> eps) {
   const char* fn = "rms_norm";
   const Rows rows = check_normalized(x, normalized_shape, weight, Tensor(), fn);
   // torch: eps=None means torch.finfo(input.dtype).eps.
@@ -118,14 +141,14 @@ Tensor rms_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& we
       eps.value_or(x.dtype() == DType::kFloat64 ? std::numeric_limits<double>::epsilon()
                                                 : std::numeric_limits<float>::epsilon());
   QKV_CHECK(e >= 0.0 && std::isfinite(e), fn, ": eps must be finite and >= 0, got ", e);
-  const Tensor xc = x.contiguous();
-  const Tensor w = weight.defined() ? weight.contiguous() : Tensor();
-  Tensor y = Tensor::empty(x.shape(), x.dtype());
+  check_into(out, x, fn);
+  check_contiguous_params(weight, Tensor(), fn);
   if (x.dtype() == DType::kFloat64)
-    rms_norm_rows<double>(xc.data<double>(), optional_data<double>(w), y.data<double>(), rows, e);
+    rms_norm_rows<double>(x.data<double>(), optional_data<double>(weight), out.data<double>(),
+                          rows, e);
   else
-    rms_norm_rows<float>(xc.data<float>(), optional_data<float>(w), y.data<float>(), rows, e);
-  return y;
+    rms_norm_rows<float>(x.data<float>(), optional_data<float>(weight), out.data<float>(), rows,
+                         e);
 }
 
 }  // namespace qkv

@@ -24,8 +24,9 @@ Tensor export_keep_mask(const Shape& shape, uint64_t seed, double p) {
 // where row positions do not matter: no causal mask beyond a single query,
 // a mask (if any) equal for all heads and queries, no per-head ALiBi, no
 // dropout.
-kernels::SdpaProblem stack_gqa_queries(const kernels::SdpaProblem& p, int64_t group,
-                                       const Tensor& q) {
+// Returns p itself, or `storage` filled with the stacked problem.
+const kernels::SdpaProblem& stack_gqa_queries(const kernels::SdpaProblem& p, int64_t group,
+                                              const Tensor& q, kernels::SdpaProblem& storage) {
   const bool single_query = p.L == 1;
   const bool positions_free =
       p.causal == CausalMask::kNone || (single_query && p.causal == CausalMask::kBottomRight);
@@ -42,26 +43,84 @@ kernels::SdpaProblem stack_gqa_queries(const kernels::SdpaProblem& p, int64_t gr
       if (p.q.offsets[b] - p.q.offsets[b - 1] != p.L * p.q.row_stride) return p;
       if (p.mask.base != nullptr && p.mask.offsets[b] != p.mask.offsets[b - 1]) return p;
     }
-  kernels::SdpaProblem stacked = p;
+  kernels::SdpaProblem& stacked = storage;
+  stacked = p;  // copy-assignment reuses the vectors' memory
   stacked.problems = problems;
   stacked.L = p.L * group;
   stacked.causal = CausalMask::kNone;
-  auto every_group = [&](const std::vector<int64_t>& offsets) {
-    std::vector<int64_t> out(static_cast<size_t>(problems));
-    for (int64_t n = 0; n < problems; ++n) out[n] = offsets[n * group];
-    return out;
+  auto every_group = [&](std::vector<int64_t>& offsets) {
+    for (int64_t n = 0; n < problems; ++n) offsets[n] = offsets[n * group];
+    offsets.resize(static_cast<size_t>(problems));
   };
-  stacked.q.offsets = every_group(p.q.offsets);
-  stacked.k.offsets = every_group(p.k.offsets);
-  stacked.v.offsets = every_group(p.v.offsets);
+  every_group(stacked.q.offsets);
+  every_group(stacked.k.offsets);
+  every_group(stacked.v.offsets);
   if (p.mask.base != nullptr) {
-    stacked.mask.offsets = every_group(p.mask.offsets);
+    every_group(stacked.mask.offsets);
     stacked.mask.row_stride = 0;  // one query per head: the same mask row for all
   }
   return stacked;
 }
 
+// Runs the chosen kernel on a prepared problem whose output (and lse) are set.
+// Returns the name of the kernel that ran.
+const char* run_forward(const kernels::SdpaProblem& p, bool fused, int64_t head_group,
+                        const Tensor& q, kernels::SdpaProblem& stacked) {
+  if (!fused) {
+    kernels::sdpa_forward_reference(p);
+    return "reference";
+  }
+  const kernels::KernelTable& table = kernels::active_kernel_table();
+  kernels::sdpa_forward_fused(stack_gqa_queries(p, head_group, q, stacked), table);
+  return table.name;
+}
+
+// NaN or inf in the inputs reach the output; checking the output alone is
+// one read instead of three, and also catches overflow of huge inputs.
+void check_output_finite(const Tensor& output, const Tensor& q, const Tensor& k, const Tensor& v,
+                         const char* fn) {
+  if (all_finite(output)) return;
+  check_finite(q, fn, "query");
+  check_finite(k, fn, "key");
+  check_finite(v, fn, "value");
+  QKV_CHECK(false, fn, ": the output overflowed to NaN/inf although query, key and value are ",
+            "finite; scale the inputs down (max |q|·|k|·scale must stay well below 1e38)");
+}
+
 }  // namespace
+
+SdpaWorkspace::SdpaWorkspace() : state_(std::make_unique<State>()) {}
+SdpaWorkspace::~SdpaWorkspace() = default;
+SdpaWorkspace::SdpaWorkspace(SdpaWorkspace&&) noexcept = default;
+SdpaWorkspace& SdpaWorkspace::operator=(SdpaWorkspace&&) noexcept = default;
+
+void scaled_dot_product_attention_into(Tensor& output, const Tensor& q, const Tensor& k,
+                                       const Tensor& v, const SdpaOptions& options,
+                                       SdpaWorkspace& workspace) {
+  const char* fn = "scaled_dot_product_attention_into";
+  SdpaWorkspace::State& st = *workspace.state_;
+  prepare_sdpa(st.prepared, q, k, v, options, fn);
+  kernels::SdpaProblem& p = st.prepared.problem;
+  QKV_CHECK(!options.need_weights && !options.return_dropout_mask, fn,
+            ": need_weights and return_dropout_mask are not available here; call "
+            "scaled_dot_product_attention");
+  QKV_CHECK(output.defined() && output.shape() == st.prepared.out_shape && output.is_contiguous(),
+            fn, ": output must be a contiguous tensor of shape ", shape_str(st.prepared.out_shape),
+            ", got ", output.defined() ? shape_str(output.shape()) : "undefined",
+            output.defined() && !output.is_contiguous() ? " (not contiguous)" : "");
+  QKV_CHECK_TYPE(output.dtype() == q.dtype(), fn, ": output must be ", dtype_name(q.dtype()),
+                 " like the query, got ", dtype_name(output.dtype()));
+  const bool fused = use_fused_kernel(q, options, fn);
+  if (p.dropout_p > 0.0 && p.keep.base == nullptr) {
+    Generator& gen = options.generator ? *options.generator : default_generator();
+    p.dropout_seed = gen.next_u64();
+  }
+  p.output = output.raw_data();
+  st.lse.resize(static_cast<size_t>(p.problems * p.L));
+  p.lse = st.lse.data();
+  run_forward(p, fused, st.prepared.head_group, q, st.stacked);
+  check_output_finite(output, q, k, v, fn);
+}
 
 SdpaResult scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                         const SdpaOptions& options) {
@@ -95,23 +154,10 @@ SdpaResult scaled_dot_product_attention(const Tensor& q, const Tensor& k, const 
   lse_shape.push_back(p.L);
   result.logsumexp = Tensor::empty(lse_shape, DType::kFloat64);
   p.lse = result.logsumexp.data<double>();
-  if (fused) {
-    const kernels::KernelTable& table = kernels::active_kernel_table();
-    kernels::sdpa_forward_fused(stack_gqa_queries(p, prepared.head_group, q), table);
-    result.kernel = std::string("fused-") + table.name;
-  } else {
-    kernels::sdpa_forward_reference(p);
-    result.kernel = "reference";
-  }
-  // NaN or inf in the inputs reach the output; checking the output alone is
-  // one read instead of three, and also catches overflow of huge inputs.
-  if (!all_finite(result.output)) {
-    check_finite(q, fn, "query");
-    check_finite(k, fn, "key");
-    check_finite(v, fn, "value");
-    QKV_CHECK(false, fn, ": the output overflowed to NaN/inf although query, key and value are ",
-              "finite; scale the inputs down (max |q|·|k|·scale must stay well below 1e38)");
-  }
+  kernels::SdpaProblem stacked;
+  const char* kernel = run_forward(p, fused, prepared.head_group, q, stacked);
+  result.kernel = fused ? std::string("fused-") + kernel : kernel;
+  check_output_finite(result.output, q, k, v, fn);
   return result;
 }
 

@@ -13,11 +13,13 @@ Shape leading(const Tensor& t) { return Shape(t.shape().begin(), t.shape().end()
 
 }  // namespace
 
-std::vector<int64_t> matrix_offsets(const Tensor& t, const Shape& out_lead, int64_t head_group) {
+namespace {
+void fill_offsets(std::vector<int64_t>& offsets, const Tensor& t, const Shape& out_lead,
+                  int64_t head_group) {
   const int64_t nd = static_cast<int64_t>(out_lead.size());
   const int64_t t_nd = t.dim() - 2;
-  std::vector<int64_t> offsets(static_cast<size_t>(shape_numel(out_lead)), 0);
-  std::vector<int64_t> index(static_cast<size_t>(nd), 0);
+  offsets.assign(static_cast<size_t>(shape_numel(out_lead)), 0);
+  Dims index(static_cast<size_t>(nd), 0);
   for (size_t n = 0; n < offsets.size(); ++n) {
     int64_t off = 0;
     for (int64_t d = 0; d < nd; ++d) {
@@ -32,21 +34,39 @@ std::vector<int64_t> matrix_offsets(const Tensor& t, const Shape& out_lead, int6
       index[d] = 0;
     }
   }
+}
+}  // namespace
+
+std::vector<int64_t> matrix_offsets(const Tensor& t, const Shape& out_lead, int64_t head_group) {
+  std::vector<int64_t> offsets;
+  fill_offsets(offsets, t, out_lead, head_group);
   return offsets;
+}
+
+void fill_matrix_operand(kernels::MatrixOperand& m, const Tensor& t, const Shape& out_lead,
+                         int64_t head_group) {
+  m.base = t.raw_data();
+  fill_offsets(m.offsets, t, out_lead, head_group);
+  m.row_stride = t.stride(-2);
+  m.col_stride = t.stride(-1);
+  m.dtype = t.dtype();
 }
 
 kernels::MatrixOperand matrix_operand(const Tensor& t, const Shape& out_lead, int64_t head_group) {
   kernels::MatrixOperand m;
-  m.base = t.raw_data();
-  m.offsets = matrix_offsets(t, out_lead, head_group);
-  m.row_stride = t.stride(-2);
-  m.col_stride = t.stride(-1);
-  m.dtype = t.dtype();
+  fill_matrix_operand(m, t, out_lead, head_group);
   return m;
 }
 
 PreparedSdpa prepare_sdpa(const Tensor& q, const Tensor& k, const Tensor& v,
                           const SdpaOptions& options, const char* fn) {
+  PreparedSdpa prepared;
+  prepare_sdpa(prepared, q, k, v, options, fn);
+  return prepared;
+}
+
+void prepare_sdpa(PreparedSdpa& prepared, const Tensor& q, const Tensor& k, const Tensor& v,
+                  const SdpaOptions& options, const char* fn) {
   check_defined(q, fn, "query");
   check_defined(k, fn, "key");
   check_defined(v, fn, "value");
@@ -105,16 +125,25 @@ PreparedSdpa prepare_sdpa(const Tensor& q, const Tensor& k, const Tensor& v,
   out_shape.push_back(L);
   out_shape.push_back(Ev);
 
-  PreparedSdpa prepared;
   kernels::SdpaProblem& p = prepared.problem;
+  // Everything optional starts absent: `prepared` may hold an earlier call.
+  p.mask.base = nullptr;
+  p.keep.base = nullptr;
+  p.dropout_p = 0.0;
+  p.dropout_seed = 0;
+  p.alibi_slopes = nullptr;
+  p.output = p.weights = nullptr;
+  p.lse = nullptr;
+  prepared.mask = Tensor();
+  prepared.keep = Tensor();
   p.problems = shape_numel(out_lead);
   p.L = L;
   p.S = S;
   p.E = E;
   p.Ev = Ev;
-  p.q = matrix_operand(q, out_lead);
-  p.k = matrix_operand(k, out_lead, head_group);
-  p.v = matrix_operand(v, out_lead, head_group);
+  fill_matrix_operand(p.q, q, out_lead);
+  fill_matrix_operand(p.k, k, out_lead, head_group);
+  fill_matrix_operand(p.v, v, out_lead, head_group);
   p.scale = options.scale ? *options.scale : 1.0 / std::sqrt(static_cast<double>(E));
   p.causal = options.causal;
   QKV_CHECK(options.window_left >= -1 && options.window_right >= -1, fn,
@@ -149,7 +178,7 @@ PreparedSdpa prepare_sdpa(const Tensor& q, const Tensor& k, const Tensor& v,
               " does not broadcast to the attention weights' shape ", shape_str(weights_shape));
     if (m.dtype() != DType::kBool) check_mask_values(m, fn, "attn_mask");
     prepared.mask = m.expand(weights_shape);
-    p.mask = matrix_operand(prepared.mask, out_lead);
+    fill_matrix_operand(p.mask, prepared.mask, out_lead);
   }
 
   if (options.dropout_p > 0.0) {
@@ -157,14 +186,14 @@ PreparedSdpa prepare_sdpa(const Tensor& q, const Tensor& k, const Tensor& v,
       QKV_CHECK_TYPE(options.dropout_mask.dtype() == DType::kBool, fn,
                      ": dropout_mask must be bool (True = keep), got ",
                      dtype_name(options.dropout_mask.dtype()));
-      const Shape b =
-          broadcast_shapes(options.dropout_mask.shape(), weights_shape,
-                           "scaled_dot_product_attention: dropout_mask does not broadcast to the weights");
+      const Shape b = broadcast_shapes(
+          options.dropout_mask.shape(), weights_shape,
+          "scaled_dot_product_attention: dropout_mask does not broadcast to the weights");
       QKV_CHECK(b == weights_shape, fn, ": dropout_mask of shape ",
                 shape_str(options.dropout_mask.shape()), " does not broadcast to ",
                 shape_str(weights_shape));
       prepared.keep = options.dropout_mask.expand(weights_shape);
-      p.keep = matrix_operand(prepared.keep, out_lead);
+      fill_matrix_operand(p.keep, prepared.keep, out_lead);
     }
     p.dropout_p = options.dropout_p;
   }
@@ -172,7 +201,6 @@ PreparedSdpa prepare_sdpa(const Tensor& q, const Tensor& k, const Tensor& v,
   prepared.out_shape = out_shape;
   prepared.weights_shape = weights_shape;
   prepared.head_group = head_group;
-  return prepared;
 }
 
 bool use_fused_kernel(const Tensor& q, const SdpaOptions& options, const char* fn) {

@@ -20,6 +20,17 @@ struct PreparedSdpa {
 // fn: the name used in error messages.
 PreparedSdpa prepare_sdpa(const Tensor& q, const Tensor& k, const Tensor& v,
                           const SdpaOptions& options, const char* fn);
+// The same into an existing PreparedSdpa, reusing its memory: allocation-free
+// once it has seen a problem of this size.
+void prepare_sdpa(PreparedSdpa& prepared, const Tensor& q, const Tensor& k, const Tensor& v,
+                  const SdpaOptions& options, const char* fn);
+
+// What SdpaWorkspace holds.
+struct SdpaWorkspace::State {
+  PreparedSdpa prepared;
+  kernels::SdpaProblem stacked;  // GQA query heads stacked (decoding)
+  std::vector<double> lse;
+};
 
 // Element offsets of every trailing [rows, cols] matrix of `t` for each index
 // of the output's leading dims `out_lead` (t's leading dims broadcast to it).
@@ -28,6 +39,9 @@ std::vector<int64_t> matrix_offsets(const Tensor& t, const Shape& out_lead, int6
 
 kernels::MatrixOperand matrix_operand(const Tensor& t, const Shape& out_lead,
                                       int64_t head_group = 1);
+// The same into `m`, reusing its offsets' memory.
+void fill_matrix_operand(kernels::MatrixOperand& m, const Tensor& t, const Shape& out_lead,
+                         int64_t head_group = 1);
 
 // Whether the call runs the fused kernel (else the reference).
 bool use_fused_kernel(const Tensor& q, const SdpaOptions& options, const char* fn);
