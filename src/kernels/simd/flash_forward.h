@@ -178,24 +178,32 @@ int64_t forward_scratch_floats(const SdpaProblem& p, const FlashTiling& t) {
   return ForwardScratch<Isa>::floats(p, t);
 }
 
-// Sᵀ[keys × qp] = K[j0 .. j0 + keys) (scale·Q)ᵀ, masked.
+// Sᵀ[keys × qp] = K[j0 .. j0 + keys) (scale·Q)ᵀ, adjusted (masks, biases).
+// col_max (optional, qp floats set to −inf) receives each query's maximum
+// score when the GEMM can track it; returns false when it could not (the
+// adjustments changed the scores after the GEMM) and the caller must scan.
 template <class Isa>
-void transposed_scores(const SdpaProblem& p, int64_t b, int64_t q_begin, int64_t rows, int64_t j0,
-                       int64_t keys, const ForwardScratch<Isa>& w, int64_t qp) {
+bool transposed_scores(const SdpaProblem& p, int64_t b, int64_t q_begin, int64_t rows, int64_t j0,
+                       int64_t keys, const ForwardScratch<Isa>& w, int64_t qp,
+                       float* col_max = nullptr) {
+  const bool adjusted = p.softcap > 0.0 || p.mask.base != nullptr || p.alibi_slopes != nullptr ||
+                        !tile_fully_visible(p, q_begin, rows, j0, keys);
+  if (adjusted) col_max = nullptr;
   const float* k = static_cast<const float*>(p.k.base) + p.k.offsets[b] + j0 * p.k.row_stride;
   const AView a{k, p.k.row_stride, p.k.col_stride};
   if (qp == Isa::kLanes) {
     using Shape = ForwardShape<Isa, true>;
     gemm_tiles<Isa, Shape::kKeyRows, Shape::kKeyVecs>(
         keys, rows, p.E, a, Shape::kKeyRows * p.k.row_stride, BView{w.q_t, Shape::kQueryPanel},
-        p.E * Shape::kQueryPanel, w.s_t, qp, false);
+        p.E * Shape::kQueryPanel, w.s_t, qp, false, col_max);
   } else {
     using Shape = ForwardShape<Isa>;
     gemm_tiles<Isa, Shape::kKeyRows, Shape::kKeyVecs>(
         keys, rows, p.E, a, Shape::kKeyRows * p.k.row_stride, BView{w.q_t, Shape::kQueryPanel},
-        p.E * Shape::kQueryPanel, w.s_t, qp, false);
+        p.E * Shape::kQueryPanel, w.s_t, qp, false, col_max);
   }
-  adjust_scores(p, b, q_begin, rows, j0, keys, w.s_t, 1, qp);
+  if (adjusted) adjust_scores(p, b, q_begin, rows, j0, keys, w.s_t, 1, qp);
+  return col_max != nullptr;
 }
 
 // scale·Qᵀ of the tile, packed as panels of qp's width.
@@ -238,13 +246,14 @@ void flash_forward_tile(const SdpaProblem& p, const FlashTiling& t, int64_t b, i
   tile_key_range(p, q_begin, rows, &key_begin, &key_end);
   for (int64_t j0 = key_begin; j0 < key_end; j0 += t.block_k) {
     const int64_t keys = std::min<int64_t>(t.block_k, key_end - j0);
-    transposed_scores<Isa>(p, b, q_begin, rows, j0, keys, w, qp);
-
-    // Online softmax, 16 (or 8, 4) queries per vector.
-    for (int64_t c = 0; c < qp; c += kL) {
-      V mx = Isa::load(w.s_t + c);
-      for (int64_t j = 1; j < keys; ++j) mx = Isa::max(mx, Isa::load(w.s_t + j * qp + c));
-      Isa::store(w.shift + c, mx);
+    std::fill(w.shift, w.shift + qp, kNegInfF);
+    if (!transposed_scores<Isa>(p, b, q_begin, rows, j0, keys, w, qp, w.shift)) {
+      // Online softmax, 16 (or 8, 4) queries per vector: the maximum per query.
+      for (int64_t c = 0; c < qp; c += kL) {
+        V mx = Isa::load(w.s_t + c);
+        for (int64_t j = 1; j < keys; ++j) mx = Isa::max(mx, Isa::load(w.s_t + j * qp + c));
+        Isa::store(w.shift + c, mx);
+      }
     }
     bool rescale = false;
     for (int64_t i = 0; i < qp; ++i) {

@@ -83,9 +83,14 @@ struct BView {
 // registers; only the top-left rows × cols of C are written. Rows of A past
 // `rows` read row 0 instead (their results are dropped), so a tile at the
 // edge of K never reads beyond it.
+//
+// With `col_max` set, also folds the column maxima of the tile into
+// col_max[0 .. kVecs·lanes): the softmax needs them, and here they cost a few
+// register operations instead of another pass over the tile. (Rows past
+// `rows` repeat row 0, so they never raise a maximum.)
 template <class Isa, int kRows, int kVecs>
 void micro_kernel(int64_t k, AView av, BView bv, float* c, int64_t ldc, bool accumulate,
-                  int64_t rows, int64_t cols) {
+                  int64_t rows, int64_t cols, float* col_max = nullptr) {
   using V = typename Isa::V;
   constexpr int kL = Isa::kLanes;
   V acc[kRows][kVecs];
@@ -106,6 +111,15 @@ void micro_kernel(int64_t k, AView av, BView bv, float* c, int64_t ldc, bool acc
       const V a = Isa::set1(a_row[r][ap]);
 #pragma GCC unroll 4
       for (int v = 0; v < kVecs; ++v) acc[r][v] = Isa::fmadd(a, b[v], acc[r][v]);
+    }
+  }
+  if (col_max != nullptr) {
+#pragma GCC unroll 4
+    for (int v = 0; v < kVecs; ++v) {
+      V m = Isa::load(col_max + v * kL);
+#pragma GCC unroll 16
+      for (int r = 0; r < kRows; ++r) m = Isa::max(m, acc[r][v]);
+      Isa::store(col_max + v * kL, m);
     }
   }
   if (rows == kRows && cols == kVecs * kL) {
@@ -134,17 +148,20 @@ void micro_kernel(int64_t k, AView av, BView bv, float* c, int64_t ldc, bool acc
 // (element (i, p) at a[i·lda + p]) and B packed in panels of kVecs vectors
 // (pack_b with that width, or a row-major matrix whose rows are readable
 // in whole panels: then b_panel_stride = the panel width and b_step = ldb).
+// col_max (optional, n floats rounded up to whole panels) receives the
+// column maxima of C folded into what it holds.
 template <class Isa, int kRows, int kVecs>
 void gemm_tiles(int64_t m, int64_t n, int64_t k, AView a, int64_t a_panel_stride, BView b,
-                int64_t b_panel_stride, float* c, int64_t ldc, bool accumulate) {
+                int64_t b_panel_stride, float* c, int64_t ldc, bool accumulate,
+                float* col_max = nullptr) {
   constexpr int kNr = kVecs * Isa::kLanes;
   for (int64_t j0 = 0; j0 < n; j0 += kNr) {
     const BView bp{b.b + (j0 / kNr) * b_panel_stride, b.step};
     for (int64_t i0 = 0; i0 < m; i0 += kRows) {
       const AView ap{a.a + (i0 / kRows) * a_panel_stride, a.row_stride, a.step};
-      micro_kernel<Isa, kRows, kVecs>(k, ap, bp, c + i0 * ldc + j0, ldc, accumulate,
-                                      std::min<int64_t>(kRows, m - i0),
-                                      std::min<int64_t>(kNr, n - j0));
+      micro_kernel<Isa, kRows, kVecs>(
+          k, ap, bp, c + i0 * ldc + j0, ldc, accumulate, std::min<int64_t>(kRows, m - i0),
+          std::min<int64_t>(kNr, n - j0), col_max ? col_max + j0 : nullptr);
     }
   }
 }
