@@ -11,12 +11,6 @@ namespace qkv::kernels {
 
 namespace {
 
-template <class T>
-double element(const MatrixOperand& m, int64_t problem, int64_t row, int64_t col) {
-  const T* base = static_cast<const T*>(m.base);
-  return static_cast<double>(base[m.offsets[problem] + row * m.row_stride + col * m.col_stride]);
-}
-
 // The mask's contribution to score (i, j): 0, a float to add, or -inf.
 template <class T>
 double mask_term(const MatrixOperand& mask, int64_t problem, int64_t i, int64_t j) {

@@ -50,6 +50,13 @@ struct SdpaProblem {
   double* lse = nullptr;          // log-sum-exp of each score row [problems, L], or nullptr
 };
 
+// Element (row, col) of problem b's matrix in m, as double.
+template <class T>
+static inline double element(const MatrixOperand& m, int64_t b, int64_t row, int64_t col) {
+  const T* base = static_cast<const T*>(m.base);
+  return static_cast<double>(base[m.offsets[b] + row * m.row_stride + col * m.col_stride]);
+}
+
 // Whether causal alignment `causal` lets query i see key j (L queries, S keys).
 static inline bool causal_allows(CausalMask causal, int64_t i, int64_t j, int64_t L, int64_t S) {
   switch (causal) {

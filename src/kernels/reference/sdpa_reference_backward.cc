@@ -1,6 +1,7 @@
 // The reference backward of attention, derivative by derivative, in float64.
 // Forward (per query row i):  s_ij = scale·q_i·k_j + mask_ij;  p = softmax(s);
 // p̃_ij = p_ij·keep_ij/(1 − p_drop);  o_i = Σ_j p̃_ij v_j.
+// (Soft-capping, ALiBi and windows enter s as in the forward.)
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -11,12 +12,6 @@
 namespace qkv::kernels {
 
 namespace {
-
-template <class T>
-double element(const MatrixOperand& m, int64_t b, int64_t row, int64_t col) {
-  const T* base = static_cast<const T*>(m.base);
-  return static_cast<double>(base[m.offsets[b] + row * m.row_stride + col * m.col_stride]);
-}
 
 template <class T>
 T& grad_element(const GradOperand& g, int64_t b, int64_t row, int64_t col) {
