@@ -17,4 +17,7 @@ struct Command {
 // `qkv demo`: the tutorial walked through with qkv's own output (tools/demo.cc).
 Command add_demo_command(CLI::App& parent);
 
+// `qkv generate`: text token by token from a decoder-only model file (tools/generate.cc).
+Command add_generate_command(CLI::App& parent);
+
 }  // namespace qkv::cli

@@ -50,6 +50,7 @@ int main(int argc, char** argv) {
 
   std::vector<qkv::cli::Command> commands = {
       qkv::cli::add_demo_command(app),
+      qkv::cli::add_generate_command(app),
   };
 
   try {

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -93,5 +94,40 @@ Tensor dropout(const Tensor& x, double p, bool training = true, Generator* gen =
 // hold no integers, so the ids come as a vector with the shape they form.
 // ids: shape (row-major, each in [0, N))  weight: [N, D]  ->  [*shape, D]
 Tensor embedding(const std::vector<int64_t>& ids, const Shape& shape, const Tensor& weight);
+
+// --- Into a preallocated output --------------------------------------------------
+//
+// The same ops writing into `out`, which must already have the result's shape
+// and dtype and be contiguous, as must the inputs. They allocate nothing, so a
+// decoding step built from them runs without touching the heap. `out` may be
+// an input itself (in place): every output element depends only on inputs of
+// its own row, read before the row is written. No broadcasting.
+
+// x: [..., *normalized_shape]  weight, bias: normalized_shape or undefined  out: like x
+void layer_norm_into(Tensor& out, const Tensor& x, const Shape& normalized_shape,
+                     const Tensor& weight = {}, const Tensor& bias = {}, double eps = 1e-5);
+
+// x: [..., *normalized_shape]  weight: normalized_shape or undefined  out: like x
+void rms_norm_into(Tensor& out, const Tensor& x, const Shape& normalized_shape,
+                   const Tensor& weight = {}, std::optional<double> eps = std::nullopt);
+
+// x: [...]  out: like x
+void gelu_into(Tensor& out, const Tensor& x,
+               GeluApproximation approximate = GeluApproximation::kNone);
+// x: [...]  out: like x
+void silu_into(Tensor& out, const Tensor& x);
+// relu or exact gelu.
+// x: [...]  out: like x
+void activate_into(Tensor& out, const Tensor& x, Activation activation);
+
+// a + b and a * b of equal shapes.
+// a: [...]  b: like a  out: like a
+void add_into(Tensor& out, const Tensor& a, const Tensor& b);
+// a: [...]  b: like a  out: like a
+void mul_into(Tensor& out, const Tensor& a, const Tensor& b);
+
+// Rows of `weight` for each id.
+// ids: n ids  weight: [N, D]  out: [..., D] with n rows in all
+void embedding_into(Tensor& out, std::span<const int64_t> ids, const Tensor& weight);
 
 }  // namespace qkv

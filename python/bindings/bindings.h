@@ -13,5 +13,10 @@ void bind_functional(py::module_& m);           // functional.cc
 void bind_masks(py::module_& m);                // masks.cc
 void bind_multihead_attention(py::module_& m);  // multihead_attention.cc
 void bind_introspection(py::module_& m);        // introspection.cc
+void bind_decoder_model(py::module_& m);        // decoder_model.cc
+void bind_runtime(py::module_& m);              // runtime.cc
+void bind_layers(py::module_& m);               // layers.cc
+void bind_transformer(py::module_& m);          // transformer.cc
+void bind_positional(py::module_& m);           // positional.cc
 
 }  // namespace qkv::python

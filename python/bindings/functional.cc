@@ -1,7 +1,10 @@
-// Functional attention: scaled_dot_product_attention, simple_attention,
-// ScoreFunction + attention, linear and matmul.
+// Functional attention: scaled_dot_product_attention (forward, and forward
+// with a handle for the backward), simple_attention, ScoreFunction +
+// attention, linear and matmul.
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "bindings.h"
 #include "convert.h"
@@ -21,16 +24,32 @@ CausalMask parse_causal(const std::string& causal, const char* function) {
                         causal + "'");
 }
 
-// Returns (output, weights or None, dropout_mask or None).
-py::tuple sdpa(py::handle query, py::handle key, py::handle value, py::handle attn_mask,
-               double dropout_p, const std::string& causal, std::optional<double> scale,
-               bool enable_gqa, bool need_weights, py::handle dropout_mask,
-               bool return_dropout_mask, Generator* generator, const std::string& function) {
-  const char* fn = function.c_str();
-  const Tensor q = to_tensor(query, fn, "query", Accept::kFloat);
-  const Tensor k = to_tensor(key, fn, "key", Accept::kFloat);
-  const Tensor v = to_tensor(value, fn, "value", Accept::kFloat);
+SdpaBackend parse_backend(const std::string& backend, const char* function) {
+  if (backend == "auto") return SdpaBackend::kAuto;
+  if (backend == "reference") return SdpaBackend::kReference;
+  if (backend == "fused") return SdpaBackend::kFused;
+  throw py::value_error(std::string(function) +
+                        "(): argument 'backend' must be 'auto', 'reference' or 'fused', got '" +
+                        backend + "'");
+}
+
+// The inputs and options of one SDPA call, converted from Python.
+struct SdpaCall {
+  Tensor q, k, v;
   SdpaOptions options;
+};
+
+SdpaCall parse_call(py::handle query, py::handle key, py::handle value, py::handle attn_mask,
+                    double dropout_p, const std::string& causal, std::optional<double> scale,
+                    bool enable_gqa, bool need_weights, py::handle dropout_mask,
+                    bool return_dropout_mask, Generator* generator, int64_t window_left,
+                    int64_t window_right, const std::vector<double>& alibi_slopes, double softcap,
+                    const std::string& backend, const char* fn) {
+  SdpaCall call;
+  call.q = to_tensor(query, fn, "query", Accept::kFloat);
+  call.k = to_tensor(key, fn, "key", Accept::kFloat);
+  call.v = to_tensor(value, fn, "value", Accept::kFloat);
+  SdpaOptions& options = call.options;
   options.attn_mask = to_optional_tensor(attn_mask, fn, "attn_mask", Accept::kFloatOrBool);
   options.dropout_p = dropout_p;
   options.causal = parse_causal(causal, fn);
@@ -40,21 +59,99 @@ py::tuple sdpa(py::handle query, py::handle key, py::handle value, py::handle at
   options.return_dropout_mask = return_dropout_mask;
   options.dropout_mask = to_optional_tensor(dropout_mask, fn, "dropout_mask", Accept::kBool);
   options.generator = generator;
+  options.window_left = window_left;
+  options.window_right = window_right;
+  options.alibi_slopes = alibi_slopes;
+  options.softcap = softcap;
+  options.backend = parse_backend(backend, fn);
+  return call;
+}
 
-  SdpaResult result;
-  {
-    // The default generator is shared state: keep the GIL while drawing from it.
-    std::optional<py::gil_scoped_release> release;
-    if (dropout_p == 0.0 || generator != nullptr || options.dropout_mask.defined())
-      release.emplace();
-    result = scaled_dot_product_attention(q, k, v, options);
-  }
-  // A dropout mask passed in may come back as the caller's own buffer: hand out a copy.
+SdpaResult run_forward(const SdpaCall& call) {
+  const SdpaOptions& options = call.options;
+  // The default generator is shared state: keep the GIL while drawing from it.
+  std::optional<py::gil_scoped_release> release;
+  if (options.dropout_p == 0.0 || options.generator != nullptr || options.dropout_mask.defined())
+    release.emplace();
+  return scaled_dot_product_attention(call.q, call.k, call.v, options);
+}
+
+// A dropout mask passed in may come back as the caller's own buffer: hand out a copy.
+py::object exported_keep_mask(const SdpaResult& result, const SdpaOptions& options) {
   if (result.dropout_mask.defined() && options.dropout_mask.defined() &&
       result.dropout_mask.shares_storage_with(options.dropout_mask))
-    result.dropout_mask = result.dropout_mask.clone();
+    return to_numpy(result.dropout_mask.clone());
+  return to_numpy_or_none(result.dropout_mask);
+}
+
+// The backward reads these buffers again: a read-only array makes an in-place
+// change an error instead of wrong gradients.
+py::array read_only(py::array a) {
+  a.attr("flags").attr("writeable") = false;
+  return a;
+}
+
+// What the backward of one forward call needs: its inputs, options and result
+// (output, log-sum-exp, dropout seed). The inputs are held, not copied: the
+// caller must not change them in place before calling the backward.
+struct SdpaBackward {
+  SdpaCall call;
+  SdpaResult forward;
+
+  // Returns (grad_query, grad_key, grad_value, grad_attn_mask or None).
+  py::tuple operator()(py::handle grad_output) const {
+    const char* fn = "scaled_dot_product_attention_backward";
+    const Tensor go = to_tensor(grad_output, fn, "grad_output", Accept::kFloat);
+    SdpaGradients grads;
+    {
+      py::gil_scoped_release release;
+      grads =
+          scaled_dot_product_attention_backward(go, call.q, call.k, call.v, forward, call.options);
+    }
+    return py::make_tuple(to_numpy(grads.query), to_numpy(grads.key), to_numpy(grads.value),
+                          to_numpy_or_none(grads.attn_mask));
+  }
+};
+
+// Returns (output, weights or None, dropout_mask or None, kernel name).
+py::tuple sdpa(py::handle query, py::handle key, py::handle value, py::handle attn_mask,
+               double dropout_p, const std::string& causal, std::optional<double> scale,
+               bool enable_gqa, bool need_weights, py::handle dropout_mask,
+               bool return_dropout_mask, Generator* generator, int64_t window_left,
+               int64_t window_right, const std::vector<double>& alibi_slopes, double softcap,
+               const std::string& backend, const std::string& function) {
+  const SdpaCall call =
+      parse_call(query, key, value, attn_mask, dropout_p, causal, scale, enable_gqa, need_weights,
+                 dropout_mask, return_dropout_mask, generator, window_left, window_right,
+                 alibi_slopes, softcap, backend, function.c_str());
+  const SdpaResult result = run_forward(call);
   return py::make_tuple(to_numpy(result.output), to_numpy_or_none(result.weights),
-                        to_numpy_or_none(result.dropout_mask));
+                        exported_keep_mask(result, call.options), result.kernel);
+}
+
+// Returns (output, weights or None, dropout_mask or None, SdpaBackward).
+py::tuple sdpa_with_grad(py::handle query, py::handle key, py::handle value, py::handle attn_mask,
+                         double dropout_p, const std::string& causal, std::optional<double> scale,
+                         bool enable_gqa, bool need_weights, py::handle dropout_mask,
+                         bool return_dropout_mask, Generator* generator, int64_t window_left,
+                         int64_t window_right, const std::vector<double>& alibi_slopes,
+                         double softcap, const std::string& backend, const std::string& function) {
+  SdpaBackward backward;
+  backward.call =
+      parse_call(query, key, value, attn_mask, dropout_p, causal, scale, enable_gqa, need_weights,
+                 dropout_mask, return_dropout_mask, generator, window_left, window_right,
+                 alibi_slopes, softcap, backend, function.c_str());
+  backward.forward = run_forward(backward.call);
+  // The backward replays dropout from the saved seed (or the given mask), so
+  // it needs no generator, and the weights are not part of what it keeps.
+  backward.call.options.generator = nullptr;
+  backward.call.options.need_weights = false;
+  py::object weights = to_numpy_or_none(backward.forward.weights);
+  py::object keep = exported_keep_mask(backward.forward, backward.call.options);
+  backward.forward.weights = Tensor();
+  backward.forward.dropout_mask = Tensor();
+  py::object output = read_only(to_numpy(backward.forward.output));
+  return py::make_tuple(output, weights, keep, std::move(backward));
 }
 
 const char* kind_name(ScoreFunction::Kind kind) {
@@ -74,12 +171,26 @@ const char* kind_name(ScoreFunction::Kind kind) {
 }  // namespace
 
 void bind_functional(py::module_& m) {
-  m.def("scaled_dot_product_attention", &sdpa, py::arg("query"), py::arg("key"), py::arg("value"),
-        py::arg("attn_mask") = py::none(), py::arg("dropout_p") = 0.0, py::arg("causal") = "none",
-        py::arg("scale") = py::none(), py::arg("enable_gqa") = false,
-        py::arg("need_weights") = false, py::arg("dropout_mask") = py::none(),
-        py::arg("return_dropout_mask") = false, py::arg("generator") = py::none(),
-        py::arg("function") = "scaled_dot_product_attention");
+  // Both entry points take the same arguments.
+  const std::pair<const char*, decltype(&sdpa)> entries[] = {
+      {"scaled_dot_product_attention", &sdpa},
+      {"scaled_dot_product_attention_with_grad", &sdpa_with_grad}};
+  for (const auto& [name, function] : entries)
+    m.def(name, function, py::arg("query"), py::arg("key"), py::arg("value"),
+          py::arg("attn_mask") = py::none(), py::arg("dropout_p") = 0.0, py::arg("causal") = "none",
+          py::arg("scale") = py::none(), py::arg("enable_gqa") = false,
+          py::arg("need_weights") = false, py::arg("dropout_mask") = py::none(),
+          py::arg("return_dropout_mask") = false, py::arg("generator") = py::none(),
+          py::arg("window_left") = -1, py::arg("window_right") = -1,
+          py::arg("alibi_slopes") = std::vector<double>{}, py::arg("softcap") = 0.0,
+          py::arg("backend") = "auto", py::arg("function") = name);
+
+  py::class_<SdpaBackward>(m, "SdpaBackward")
+      .def("__call__", &SdpaBackward::operator(), py::arg("grad_output"))
+      .def_property_readonly("kernel", [](const SdpaBackward& b) { return b.forward.kernel; })
+      .def_property_readonly("logsumexp", [](const SdpaBackward& b) {
+        return read_only(to_numpy(b.forward.logsumexp));
+      });
 
   m.def(
       "simple_attention",

@@ -36,4 +36,9 @@ PYBIND11_MODULE(_core, m) {
   qkv::python::bind_masks(m);
   qkv::python::bind_multihead_attention(m);
   qkv::python::bind_introspection(m);
+  qkv::python::bind_decoder_model(m);
+  qkv::python::bind_runtime(m);
+  qkv::python::bind_layers(m);
+  qkv::python::bind_transformer(m);
+  qkv::python::bind_positional(m);
 }

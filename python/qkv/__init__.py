@@ -26,6 +26,8 @@ from . import _core
 from ._core import Generator, ScoreFunction
 from . import masks
 from . import nn
+from .models import DecoderModel, DecoderModelConfig, DecoderSession
+from . import runtime
 
 __version__ = "0.1.0"
 
@@ -38,6 +40,7 @@ __all__ = [
     "masks",
     "matmul",
     "nn",
+    "runtime",
     "simple_attention",
 ]
 

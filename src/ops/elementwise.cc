@@ -42,8 +42,8 @@ void binary_into(Tensor& out, const Tensor& a, const Tensor& b, const char* fn, 
   QKV_CHECK_TYPE(b.dtype() == a.dtype(), fn, ": a is ", dtype_name(a.dtype()), " but b is ",
                  dtype_name(b.dtype()));
   QKV_CHECK(b.shape() == a.shape() && b.is_contiguous(), fn,
-            ": b must be contiguous with a's shape ", shape_str(a.shape()), " (no broadcasting), got ",
-            shape_str(b.shape()));
+            ": b must be contiguous with a's shape ", shape_str(a.shape()),
+            " (no broadcasting), got ", shape_str(b.shape()));
   const int64_t n = out.numel();
   if (a.dtype() == DType::kFloat64) {
     const double* x = a.data<double>();

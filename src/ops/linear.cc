@@ -6,6 +6,7 @@
 #include <cstddef>
 
 #include "ops/checks.h"
+#include "ops/gemv.h"
 
 namespace qkv {
 
@@ -42,8 +43,9 @@ void linear_impl(int64_t m, int64_t n, int64_t k, const T* x, const T* w, const 
     // One row (a decoding step): y = W x, a matrix-vector product that
     // streams W once; gemm's packing would only add overhead here.
     if constexpr (std::is_same_v<T, float>) {
-      cblas_sgemv(CblasRowMajor, CblasNoTrans, n, k, 1.0f, w, k, x, 1, static_cast<float>(beta), y,
-                  1);
+      const detail::GemvTask task{
+          .w = w, .x = x, .y = y, .n = n, .k = k, .accumulate = beta != 0.0};
+      detail::gemv({&task, 1});
     } else {
       cblas_dgemv(CblasRowMajor, CblasNoTrans, n, k, 1.0, w, k, x, 1, beta, y, 1);
     }
@@ -111,8 +113,8 @@ void linear_into(Tensor& out, const Tensor& x, const Tensor& weight, const Tenso
   int64_t rows = 1;
   for (int64_t d = 0; d + 1 < x.dim(); ++d) rows *= x.size(d);
   QKV_CHECK(out.dim() == x.dim() && out.size(-1) == n && out.numel() == rows * n, fn,
-            ": out must have the input's shape with the last dim out_features = ", n,
-            ", got out ", shape_str(out.shape()), " for input ", shape_str(x.shape()));
+            ": out must have the input's shape with the last dim out_features = ", n, ", got out ",
+            shape_str(out.shape()), " for input ", shape_str(x.shape()));
   QKV_CHECK(x.is_contiguous() && weight.is_contiguous() && out.is_contiguous() &&
                 (!bias.defined() || bias.is_contiguous()),
             fn, ": input, weight, bias and out must be contiguous (it copies nothing)");

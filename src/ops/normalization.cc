@@ -92,8 +92,9 @@ void rms_norm_rows(const T* x, const T* w, T* y, Rows rows, double eps) {
 
 // The _into variants read parameters in place.
 void check_contiguous_params(const Tensor& weight, const Tensor& bias, const char* fn) {
-  QKV_CHECK((!weight.defined() || weight.is_contiguous()) && (!bias.defined() || bias.is_contiguous()),
-            fn, ": weight and bias must be contiguous");
+  QKV_CHECK(
+      (!weight.defined() || weight.is_contiguous()) && (!bias.defined() || bias.is_contiguous()),
+      fn, ": weight and bias must be contiguous");
 }
 
 }  // namespace
@@ -144,11 +145,10 @@ void rms_norm_into(Tensor& out, const Tensor& x, const Shape& normalized_shape,
   check_into(out, x, fn);
   check_contiguous_params(weight, Tensor(), fn);
   if (x.dtype() == DType::kFloat64)
-    rms_norm_rows<double>(x.data<double>(), optional_data<double>(weight), out.data<double>(),
-                          rows, e);
+    rms_norm_rows<double>(x.data<double>(), optional_data<double>(weight), out.data<double>(), rows,
+                          e);
   else
-    rms_norm_rows<float>(x.data<float>(), optional_data<float>(weight), out.data<float>(), rows,
-                         e);
+    rms_norm_rows<float>(x.data<float>(), optional_data<float>(weight), out.data<float>(), rows, e);
 }
 
 }  // namespace qkv

@@ -86,8 +86,8 @@ int64_t Sampler::filter(std::span<const float> logits, double& total) {
 
 int64_t Sampler::sample(std::span<const float> logits, Generator& gen) {
   if (options_.temperature == 0.0) {
-    QKV_CHECK(static_cast<int64_t>(logits.size()) == vocab_size_, "Sampler: expected ",
-              vocab_size_, " logits (the vocabulary size), got ", logits.size());
+    QKV_CHECK(static_cast<int64_t>(logits.size()) == vocab_size_, "Sampler: expected ", vocab_size_,
+              " logits (the vocabulary size), got ", logits.size());
     return argmax(logits);
   }
   double total = 0.0;
@@ -108,8 +108,8 @@ int64_t Sampler::sample(std::span<const float> logits, Generator& gen) {
 std::vector<double> Sampler::probabilities(std::span<const float> logits) {
   std::vector<double> p(static_cast<size_t>(vocab_size_), 0.0);
   if (options_.temperature == 0.0) {
-    QKV_CHECK(static_cast<int64_t>(logits.size()) == vocab_size_, "Sampler: expected ",
-              vocab_size_, " logits (the vocabulary size), got ", logits.size());
+    QKV_CHECK(static_cast<int64_t>(logits.size()) == vocab_size_, "Sampler: expected ", vocab_size_,
+              " logits (the vocabulary size), got ", logits.size());
     p[argmax(logits)] = 1.0;
     return p;
   }
@@ -132,7 +132,8 @@ std::vector<int64_t> sample(const Tensor& logits, const SamplingOptions& options
   std::vector<int64_t> ids;
   const float* data = rows.data<float>();
   for (int64_t r = 0; r < rows.numel() / V; ++r)
-    ids.push_back(sampler.sample(std::span<const float>(data + r * V, static_cast<size_t>(V)), gen));
+    ids.push_back(
+        sampler.sample(std::span<const float>(data + r * V, static_cast<size_t>(V)), gen));
   return ids;
 }
 

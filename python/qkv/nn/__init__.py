@@ -1,6 +1,12 @@
 """qkv.nn: modules and functional ops with torch.nn's names."""
 
 from . import functional
+from . import positional
+from .layers import Embedding, LayerNorm, Linear, RMSNorm
 from .multihead_attention import MultiheadAttention
+from .transformer import (Transformer, TransformerDecoder, TransformerDecoderLayer,
+                          TransformerEncoder, TransformerEncoderLayer)
 
-__all__ = ["MultiheadAttention", "functional"]
+__all__ = ["Embedding", "LayerNorm", "Linear", "MultiheadAttention", "RMSNorm", "Transformer",
+           "TransformerDecoder", "TransformerDecoderLayer", "TransformerEncoder",
+           "TransformerEncoderLayer", "functional", "positional"]

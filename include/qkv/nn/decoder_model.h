@@ -1,0 +1,157 @@
+// nn::DecoderModel — a decoder-only language model (GPT, LLaMA; tutorial
+// §8.2–8.3): token embedding, positions, N pre-norm blocks, a final norm and
+// an output head that turns each position into logits over the vocabulary.
+//
+//   x = tok_embeddings(ids) (+ positions, unless RoPE)
+//   for each block:  x = x + attention(norm(x))      causal, GQA, RoPE on q and k
+//                    x = x + feed_forward(norm(x))   SwiGLU or GELU
+//   logits = output(norm(x))                         output tied to tok_embeddings or its own
+//
+//   nn::DecoderModel model({.vocab_size = 256, .d_model = 384, .num_layers = 6, .num_heads = 6});
+//   Tensor logits = model.forward(ids, 1);            // ids: T tokens -> [1, T, 256]
+//   model.save("tiny.safetensors");
+//
+// Generation feeds one token at a time through a cache of the keys and values
+// already computed: see nn::DecoderSession (decoder_session.h) and `qkv generate`.
+//
+// Parameter names (state_dict, safetensors):
+//   tok_embeddings.weight                 [vocab, D]
+//   pos_embeddings.weight                 [max_seq_len, D]   learned positions only
+//   layers.<i>.attention_norm.weight      [D]   (+ .bias for LayerNorm with bias)
+//   layers.<i>.attention.{q,k,v,o}_proj.weight   see nn::GroupedQueryAttention
+//   layers.<i>.ffn_norm.weight            [D]
+//   layers.<i>.feed_forward.w1/w2/w3.weight      SwiGLU (nn::SwiGLUFeedForward)
+//   layers.<i>.feed_forward.linear1/linear2.*    GELU (nn::FeedForward)
+//   norm.weight                           [D]
+//   output.weight                         [vocab, D]   untied head only
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <span>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "qkv/generator.h"
+#include "qkv/io/safetensors.h"
+#include "qkv/nn/embedding.h"
+#include "qkv/nn/feed_forward.h"
+#include "qkv/nn/grouped_query_attention.h"
+#include "qkv/nn/kv_cache.h"
+#include "qkv/nn/layer_norm.h"
+#include "qkv/nn/positional_encoding.h"
+#include "qkv/nn/rms_norm.h"
+#include "qkv/tensor.h"
+
+namespace qkv::nn {
+
+// Where position information enters: rotating q and k (RoPE), or added to the
+// token embeddings (learned table, or §3.4's sinusoids).
+enum class PositionKind { kRope, kLearned, kSinusoidal };
+enum class NormKind { kRMSNorm, kLayerNorm };
+// SwiGLU: w2(silu(w1 x) ⊙ w3 x); GELU: linear2(gelu(linear1 x)).
+enum class FeedForwardKind { kSwiGLU, kGelu };
+
+struct DecoderModelConfig {
+  int64_t vocab_size = 256;  // 256: one token per byte
+  int64_t d_model = 384;     // D
+  int64_t num_layers = 6;
+  int64_t num_heads = 6;     // H
+  int64_t num_kv_heads = 0;  // Hkv, divides H; 0 means H
+  // Hidden width of the feed-forward network; 0 picks 4·D for GELU and
+  // 8/3·D rounded up to a multiple of 64 for SwiGLU (LLaMA's rule).
+  int64_t ffn_hidden = 0;
+  // Longest sequence: size of the position table, default cache length.
+  int64_t max_seq_len = 1024;
+  PositionKind positions = PositionKind::kRope;
+  double rope_base = 10000.0;
+  RopeStyle rope_style = RopeStyle::kHalfSplit;
+  NormKind norm = NormKind::kRMSNorm;
+  double norm_eps = 1e-5;
+  FeedForwardKind ffn = FeedForwardKind::kSwiGLU;
+  bool tie_embeddings = true;  // output head = tok_embeddings.weight
+  bool bias = false;           // in every linear layer (and LayerNorm)
+  DType dtype = DType::kFloat32;
+};
+
+// The config with defaults filled in (num_kv_heads, ffn_hidden) and checked;
+// an Error names the first bad field.
+DecoderModelConfig resolved_config(const DecoderModelConfig& config);
+
+// The config as JSON ("positions": "rope" | "learned" | "sinusoidal", "norm":
+// "rmsnorm" | "layernorm", "ffn": "swiglu" | "gelu", "rope_style":
+// "half_split" | "interleaved", "dtype": "float32" | "float64") and back.
+// Missing fields take their defaults; unknown fields are an error.
+std::string config_to_json(const DecoderModelConfig& config);
+DecoderModelConfig config_from_json(const std::string& json);
+
+// The metadata key under which save() stores config_to_json.
+inline constexpr const char* kDecoderConfigKey = "qkv.decoder_model.config";
+
+class DecoderModel {
+ public:
+  // Parameters initialised as the torch modules they mirror (embeddings
+  // N(0, 1), linears U(±1/√fan_in), norms 1), drawn from `gen` in the order
+  // of the parameter list above.
+  explicit DecoderModel(const DecoderModelConfig& config, Generator* gen = nullptr);
+
+  // Logits of every position of B sequences of T tokens (causal attention).
+  // ids: B·T ids, row-major [B, T]  ->  [B, T, vocab]
+  Tensor forward(std::span<const int64_t> ids, int64_t batch_size = 1);
+
+  // The same, continuing the sequences whose keys and values `cache` holds:
+  // the new tokens sit at positions cache.length() … and are appended to it
+  // (one step or a whole prompt at once).
+  // ids: B·T ids, row-major [B, T]  ->  [B, T, vocab]
+  Tensor forward(std::span<const int64_t> ids, int64_t batch_size, KVCache& cache);
+
+  // An empty cache shaped for this model; max_len 0 means config.max_seq_len.
+  KVCache make_cache(int64_t batch_size = 1, int64_t max_len = 0) const;
+
+  // Shared, not copied; names as listed at the top of this file.
+  std::map<std::string, Tensor> state_dict() const;
+  // Strict: exact names and shapes; a failed load changes nothing.
+  void load_state_dict(const std::map<std::string, Tensor>& state);
+
+  // Writes the parameters and the config (metadata kDecoderConfigKey, plus
+  // `metadata`, e.g. a vocabulary) to a safetensors file, atomically.
+  void save(const std::filesystem::path& path, const io::SafetensorsMetadata& metadata = {}) const;
+  // Reads a file written by save(); `metadata` (optional) receives its metadata.
+  static DecoderModel load(const std::filesystem::path& path,
+                           io::SafetensorsMetadata* metadata = nullptr);
+
+  const DecoderModelConfig& config() const { return config_; }
+  int64_t num_parameters() const;
+
+  // The pieces, for nn::DecoderSession and for inspection.
+  struct Block {
+    std::variant<RMSNorm, LayerNorm> attention_norm;
+    GroupedQueryAttention attention;
+    std::variant<RMSNorm, LayerNorm> ffn_norm;
+    std::variant<SwiGLUFeedForward, FeedForward> feed_forward;
+  };
+  const Embedding& tok_embeddings() const { return tok_embeddings_; }
+  std::vector<Block>& blocks() { return blocks_; }
+  const std::vector<Block>& blocks() const { return blocks_; }
+  const std::variant<RMSNorm, LayerNorm>& norm() const { return norm_; }
+  // [vocab, D]: tok_embeddings.weight when tied.
+  const Tensor& output_weight() const;
+  // [max_seq_len, D] added to the embeddings; undefined with RoPE.
+  Tensor position_table() const;
+
+ private:
+  Tensor forward_impl(std::span<const int64_t> ids, int64_t batch_size, KVCache* cache);
+
+  DecoderModelConfig config_;
+  Embedding tok_embeddings_;
+  std::optional<LearnedPositionalEncoding> learned_positions_;
+  std::optional<SinusoidalPositionalEncoding> sinusoidal_positions_;
+  std::vector<Block> blocks_;
+  std::variant<RMSNorm, LayerNorm> norm_;
+  Tensor output_;  // [vocab, D] when untied
+};
+
+}  // namespace qkv::nn

@@ -1,0 +1,172 @@
+// qkv.DecoderModel and qkv.DecoderSession's compiled half (the Python classes
+// in python/qkv/models.py parse the config and give the documented signatures).
+#include "qkv/nn/decoder_model.h"
+
+#include <pybind11/numpy.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "bindings.h"
+#include "convert.h"
+#include "qkv/nn/decoder_session.h"
+#include "qkv/sampling.h"
+
+namespace qkv::python {
+
+namespace {
+
+using nn::DecoderModel;
+using nn::DecoderSession;
+
+// Token ids from a Python int sequence or integer array of 1 or 2 dims:
+// -> (row-major ids, batch size)
+std::pair<std::vector<int64_t>, int64_t> token_ids(py::handle obj, const char* function) {
+  py::array array = py::array::ensure(obj);
+  if (!array) throw py::type_error(std::string(function) + ": ids must be a sequence of ints");
+  if (array.size() > 0 && !py::isinstance<py::array_t<int64_t>>(array) &&
+      array.dtype().kind() != 'i' && array.dtype().kind() != 'u')
+    throw py::type_error(std::string(function) + ": ids must be integers, got dtype " +
+                         std::string(py::str(array.dtype())));
+  if (array.ndim() != 1 && array.ndim() != 2)
+    throw py::value_error(std::string(function) + ": ids must be [T] or [B, T], got " +
+                          std::to_string(array.ndim()) + " dims");
+  const auto ints = py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(array);
+  const int64_t batch = array.ndim() == 2 ? array.shape(0) : 1;
+  return {std::vector<int64_t>(ints.data(), ints.data() + ints.size()), batch};
+}
+
+nn::GenerationOptions generation_options(int64_t max_new_tokens, double temperature, int64_t top_k,
+                                         double top_p, uint64_t seed,
+                                         std::optional<int64_t> stop_token) {
+  nn::GenerationOptions o;
+  o.max_new_tokens = max_new_tokens;
+  o.sampling = {.temperature = temperature, .top_k = top_k, .top_p = top_p};
+  o.seed = seed;
+  o.stop_token = stop_token;
+  check_sampling_options(o.sampling);
+  return o;
+}
+
+// A copy of session logits [B, vocab] (the session reuses its buffer).
+py::array logits_copy(const Tensor& logits) { return to_numpy(logits.clone()); }
+
+}  // namespace
+
+void bind_decoder_model(py::module_& m) {
+  py::class_<DecoderModel>(m, "DecoderModel")
+      .def(py::init([](const std::string& config_json, Generator* generator) {
+             return DecoderModel(nn::config_from_json(config_json), generator);
+           }),
+           py::arg("config_json"), py::arg("generator") = py::none())
+      .def("config_json",
+           [](const DecoderModel& self) { return nn::config_to_json(self.config()); })
+      .def(
+          "forward",
+          [](DecoderModel& self, py::handle ids) {
+            const auto [flat, batch] = token_ids(ids, "DecoderModel.forward");
+            Tensor logits;
+            {
+              py::gil_scoped_release release;
+              logits = self.forward(flat, batch);
+            }
+            return to_numpy(logits);
+          },
+          py::arg("ids"))
+      .def("state_dict",
+           [](const DecoderModel& self) {
+             py::dict out;
+             for (const auto& [name, t] : self.state_dict())
+               out[name.c_str()] = to_numpy(t.clone());
+             return out;
+           })
+      .def(
+          "load_state_dict",
+          [](DecoderModel& self, const py::dict& state) {
+            std::map<std::string, Tensor> tensors;
+            for (const auto& [key, value] : state) {
+              const std::string name = py::str(key);
+              const std::string what = "state_dict['" + name + "']";
+              tensors[name] =
+                  to_tensor(value, "DecoderModel.load_state_dict", what.c_str(), Accept::kFloat);
+            }
+            self.load_state_dict(tensors);
+          },
+          py::arg("state_dict"))
+      .def(
+          "save",
+          [](const DecoderModel& self, const std::string& path,
+             const std::map<std::string, std::string>& metadata) { self.save(path, metadata); },
+          py::arg("path"), py::arg("metadata") = std::map<std::string, std::string>{})
+      .def_static(
+          "load",
+          [](const std::string& path) {
+            io::SafetensorsMetadata metadata;
+            DecoderModel model = DecoderModel::load(path, &metadata);
+            return py::make_tuple(std::move(model), metadata);
+          },
+          py::arg("path"))
+      .def("num_parameters", &DecoderModel::num_parameters)
+      .def(
+          "generate",
+          [](DecoderModel& self, py::handle prompt, int64_t max_new_tokens, double temperature,
+             int64_t top_k, double top_p, uint64_t seed, std::optional<int64_t> stop_token) {
+            const auto [ids, batch] = token_ids(prompt, "DecoderModel.generate");
+            if (batch != 1)
+              throw py::value_error("DecoderModel.generate: the prompt must be one sequence [T]");
+            const nn::GenerationOptions o =
+                generation_options(max_new_tokens, temperature, top_k, top_p, seed, stop_token);
+            py::gil_scoped_release release;
+            return nn::generate(self, ids, o);
+          },
+          py::arg("prompt"), py::arg("max_new_tokens"), py::arg("temperature"), py::arg("top_k"),
+          py::arg("top_p"), py::arg("seed"), py::arg("stop_token"));
+
+  py::class_<DecoderSession>(m, "DecoderSession")
+      .def(py::init<DecoderModel&, int64_t, int64_t>(), py::arg("model"), py::arg("batch_size"),
+           py::arg("max_len"), py::keep_alive<1, 2>())
+      .def(
+          "prefill",
+          [](DecoderSession& self, py::handle ids) {
+            const auto [flat, batch] = token_ids(ids, "DecoderSession.prefill");
+            if (batch != self.batch_size() && !(batch == 1 && self.batch_size() == 1))
+              throw py::value_error("DecoderSession.prefill: ids must be [B, T] with B = " +
+                                    std::to_string(self.batch_size()));
+            {
+              py::gil_scoped_release release;
+              self.prefill(flat);
+            }
+            return logits_copy(self.logits());
+          },
+          py::arg("ids"))
+      .def(
+          "step",
+          [](DecoderSession& self, py::handle tokens) {
+            const auto [flat, batch] = token_ids(tokens, "DecoderSession.step");
+            {
+              py::gil_scoped_release release;
+              self.step(flat);
+            }
+            return logits_copy(self.logits());
+          },
+          py::arg("tokens"))
+      .def(
+          "decode",
+          [](DecoderSession& self, int64_t max_new_tokens, double temperature, int64_t top_k,
+             double top_p, uint64_t seed, std::optional<int64_t> stop_token) {
+            const nn::GenerationOptions o =
+                generation_options(max_new_tokens, temperature, top_k, top_p, seed, stop_token);
+            py::gil_scoped_release release;
+            return self.decode(o);
+          },
+          py::arg("max_new_tokens"), py::arg("temperature"), py::arg("top_k"), py::arg("top_p"),
+          py::arg("seed"), py::arg("stop_token"))
+      .def("reset", &DecoderSession::reset)
+      .def_property_readonly("length", &DecoderSession::length)
+      .def_property_readonly("max_len", &DecoderSession::max_len)
+      .def_property_readonly("batch_size", &DecoderSession::batch_size);
+}
+
+}  // namespace qkv::python

@@ -1,0 +1,71 @@
+// What the bindings of qkv's nn modules share: state_dict conversion and the
+// methods every module has (train, eval, training, state_dict,
+// load_state_dict, set_generator). The Python classes in python/qkv/nn add
+// torch's argument parsing, key order and strict=False on top.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+
+#include "bindings.h"
+#include "convert.h"
+#include "qkv/generator.h"
+#include "qkv/tensor.h"
+
+namespace qkv::python {
+
+// name -> numpy array. Copies, so that changing a returned array never
+// changes the module behind its back.
+inline py::dict state_dict_to_python(const std::map<std::string, Tensor>& state) {
+  py::dict out;
+  for (const auto& [name, t] : state) out[name.c_str()] = to_numpy(t.clone());
+  return out;
+}
+
+// A mapping name -> numpy array or CPU torch tensor, read without copying;
+// `function` names the call in errors ("Linear.load_state_dict").
+inline std::map<std::string, Tensor> state_dict_from_python(const py::dict& state,
+                                                            const char* function) {
+  std::map<std::string, Tensor> tensors;
+  for (const auto& [key, value] : state) {
+    const std::string name = py::str(key);
+    const std::string what = "state_dict['" + name + "']";
+    tensors[name] = to_tensor(value, function, what.c_str(), Accept::kFloat);
+  }
+  return tensors;
+}
+
+// state_dict() and load_state_dict(dict) for any module with those C++ methods.
+template <class Module, class PyClass>
+void def_state_dict(PyClass& cls, std::string load_name) {
+  cls.def("state_dict", [](const Module& self) { return state_dict_to_python(self.state_dict()); })
+      .def(
+          "load_state_dict",
+          [load_name](Module& self, const py::dict& state) {
+            self.load_state_dict(state_dict_from_python(state, load_name.c_str()));
+          },
+          py::arg("state_dict"));
+}
+
+// train(mode), eval(), training and set_generator(gen) for modules with dropout.
+template <class Module, class PyClass>
+void def_train_eval(PyClass& cls) {
+  cls.def(
+         "train", [](Module& self, bool mode) { self.train(mode); }, py::arg("mode") = true)
+      .def("eval", [](Module& self) { self.eval(); })
+      .def_property_readonly("training", &Module::is_training)
+      // The module keeps a raw pointer: keep the Generator alive as long as the module.
+      .def("set_generator", &Module::set_generator, py::arg("generator"), py::keep_alive<1, 2>());
+}
+
+// Runs `forward` with the GIL released unless dropout may draw from the shared
+// default generator (training mode with p > 0).
+template <class F>
+auto without_gil_unless(bool draws_random, F&& forward) {
+  std::optional<py::gil_scoped_release> release;
+  if (!draws_random) release.emplace();
+  return forward();
+}
+
+}  // namespace qkv::python

@@ -1,0 +1,217 @@
+// The compiled half of qkv.nn.positional (python/qkv/nn/positional.py): the
+// positional encodings of tutorial §3.4 — sinusoidal and learned tables,
+// RoPE in both conventions, ALiBi and T5's bucketed relative position bias.
+#include <string>
+#include <vector>
+
+#include "bindings.h"
+#include "convert.h"
+#include "module_common.h"
+#include "qkv/nn/positional_encoding.h"
+
+namespace qkv::python {
+
+namespace {
+
+using nn::Alibi;
+using nn::LearnedPositionalEncoding;
+using nn::RelativePositionBias;
+using nn::RopeStyle;
+using nn::RotaryEmbedding;
+using nn::SinusoidalPositionalEncoding;
+
+RopeStyle parse_style(const std::string& style) {
+  if (style == "half_split") return RopeStyle::kHalfSplit;
+  if (style == "interleaved") return RopeStyle::kInterleaved;
+  throw py::value_error(
+      "RotaryEmbedding(): argument 'style' must be 'half_split' or "
+      "'interleaved', got '" +
+      style + "'");
+}
+
+py::array_t<double> doubles(const std::vector<double>& values) {
+  py::array_t<double> out(static_cast<py::ssize_t>(values.size()));
+  std::copy(values.begin(), values.end(), out.mutable_data());
+  return out;
+}
+
+// forward(x, offset) and the train/eval/state_dict methods of the two
+// absolute encodings, which share their interface.
+template <class Encoding, class PyClass>
+void def_absolute_encoding(PyClass& cls, const char* module) {
+  const std::string function = std::string(module) + ".forward";
+  cls.def(
+         "forward",
+         [function](const Encoding& self, py::handle input, int64_t offset) {
+           const Tensor x = to_tensor(input, function.c_str(), "input", Accept::kFloat);
+           const bool random = self.is_training() && self.options().dropout > 0.0;
+           return to_numpy(without_gil_unless(random, [&] { return self.forward(x, offset); }));
+         },
+         py::arg("input"), py::arg("offset") = 0)
+      .def_property_readonly("d_model", [](const Encoding& s) { return s.options().d_model; })
+      .def_property_readonly("max_len", [](const Encoding& s) { return s.options().max_len; })
+      .def_property_readonly("dropout", [](const Encoding& s) { return s.options().dropout; })
+      .def_property_readonly("batch_first",
+                             [](const Encoding& s) { return s.options().batch_first; })
+      .def_property_readonly(
+          "dtype", [](const Encoding& s) { return std::string(dtype_name(s.options().dtype)); });
+  def_train_eval<Encoding>(cls);
+  def_state_dict<Encoding>(cls, (std::string(module) + ".load_state_dict").c_str());
+}
+
+void bind_absolute(py::module_& m) {
+  m.def(
+      "sinusoidal_encoding",
+      [](int64_t length, int64_t d_model, int64_t offset, py::handle dtype) {
+        return to_numpy(nn::sinusoidal_encoding(
+            length, d_model, offset, parse_float_dtype(dtype, "sinusoidal_encoding", "dtype")));
+      },
+      py::arg("length"), py::arg("d_model"), py::arg("offset") = 0, py::arg("dtype") = py::none());
+
+  py::class_<SinusoidalPositionalEncoding> sin(m, "SinusoidalPositionalEncoding");
+  sin.def(py::init([](int64_t d_model, int64_t max_len, double dropout, bool batch_first,
+                      py::handle dtype) {
+            return SinusoidalPositionalEncoding(
+                {.d_model = d_model,
+                 .max_len = max_len,
+                 .dropout = dropout,
+                 .batch_first = batch_first,
+                 .dtype = parse_float_dtype(dtype, "SinusoidalPositionalEncoding", "dtype")});
+          }),
+          py::arg("d_model"), py::arg("max_len") = 5000, py::arg("dropout") = 0.0,
+          py::arg("batch_first") = false, py::arg("dtype") = py::none())
+      .def_property_readonly("table", [](const SinusoidalPositionalEncoding& s) {
+        return to_numpy(s.table().clone());
+      });
+  def_absolute_encoding<SinusoidalPositionalEncoding>(sin, "SinusoidalPositionalEncoding");
+
+  py::class_<LearnedPositionalEncoding> learned(m, "LearnedPositionalEncoding");
+  learned.def(py::init([](int64_t d_model, int64_t max_len, double dropout, bool batch_first,
+                          py::handle dtype, Generator* generator) {
+                return LearnedPositionalEncoding(
+                    {.max_len = max_len,
+                     .d_model = d_model,
+                     .dropout = dropout,
+                     .batch_first = batch_first,
+                     .dtype = parse_float_dtype(dtype, "LearnedPositionalEncoding", "dtype")},
+                    generator);
+              }),
+              py::arg("d_model"), py::arg("max_len") = 512, py::arg("dropout") = 0.0,
+              py::arg("batch_first") = false, py::arg("dtype") = py::none(),
+              py::arg("generator") = py::none());
+  def_absolute_encoding<LearnedPositionalEncoding>(learned, "LearnedPositionalEncoding");
+}
+
+void bind_rotary(py::module_& m) {
+  constexpr const char* kForward = "RotaryEmbedding.forward";
+  py::class_<RotaryEmbedding>(m, "RotaryEmbedding")
+      .def(py::init([](int64_t head_dim, double base, const std::string& style) {
+             return RotaryEmbedding(
+                 {.head_dim = head_dim, .base = base, .style = parse_style(style)});
+           }),
+           py::arg("head_dim"), py::arg("base") = 10000.0, py::arg("style") = "half_split")
+      .def(
+          "forward",
+          [](const RotaryEmbedding& self, py::handle input, int64_t offset) {
+            const Tensor x = to_tensor(input, kForward, "input", Accept::kFloat);
+            return to_numpy(without_gil_unless(false, [&] { return self.forward(x, offset); }));
+          },
+          py::arg("input"), py::arg("offset") = 0)
+      .def(
+          "forward_qk",
+          [](const RotaryEmbedding& self, py::handle query, py::handle key, int64_t offset) {
+            const Tensor q =
+                to_tensor(query, "RotaryEmbedding.forward_qk", "query", Accept::kFloat);
+            const Tensor k = to_tensor(key, "RotaryEmbedding.forward_qk", "key", Accept::kFloat);
+            const auto [q2, k2] =
+                without_gil_unless(false, [&] { return self.forward(q, k, offset); });
+            return py::make_tuple(to_numpy(q2), to_numpy(k2));
+          },
+          py::arg("query"), py::arg("key"), py::arg("offset") = 0)
+      .def("inverse_frequencies",
+           [](const RotaryEmbedding& self) { return doubles(self.inverse_frequencies()); })
+      .def_property_readonly("head_dim",
+                             [](const RotaryEmbedding& s) { return s.options().head_dim; })
+      .def_property_readonly("base", [](const RotaryEmbedding& s) { return s.options().base; })
+      .def_property_readonly("style", [](const RotaryEmbedding& s) {
+        return std::string(s.options().style == RopeStyle::kHalfSplit ? "half_split"
+                                                                      : "interleaved");
+      });
+}
+
+void bind_score_biases(py::module_& m) {
+  m.def(
+      "alibi_slopes", [](int64_t num_heads) { return doubles(nn::alibi_slopes(num_heads)); },
+      py::arg("num_heads"));
+
+  py::class_<Alibi>(m, "Alibi")
+      .def(py::init([](int64_t num_heads, bool causal, py::handle dtype) {
+             return Alibi({.num_heads = num_heads,
+                           .causal = causal,
+                           .dtype = parse_float_dtype(dtype, "Alibi", "dtype")});
+           }),
+           py::arg("num_heads"), py::arg("causal") = true, py::arg("dtype") = py::none())
+      .def(
+          "forward",
+          [](const Alibi& self, int64_t L, int64_t S) { return to_numpy(self.forward(L, S)); },
+          py::arg("L"), py::arg("S"))
+      .def_property_readonly("slopes", [](const Alibi& s) { return doubles(s.slopes()); })
+      .def_property_readonly("num_heads", [](const Alibi& s) { return s.options().num_heads; })
+      .def_property_readonly("causal", [](const Alibi& s) { return s.options().causal; });
+
+  // Elementwise over an int64 array (the Python side wraps scalars).
+  m.def(
+      "relative_position_bucket",
+      [](const py::array_t<int64_t, py::array::c_style>& relative_position, bool bidirectional,
+         int64_t num_buckets, int64_t max_distance) {
+        py::array_t<int64_t> out(std::vector<py::ssize_t>(
+            relative_position.shape(), relative_position.shape() + relative_position.ndim()));
+        const int64_t* in = relative_position.data();
+        int64_t* dst = out.mutable_data();
+        for (py::ssize_t i = 0; i < relative_position.size(); ++i)
+          dst[i] = nn::relative_position_bucket(in[i], bidirectional, num_buckets, max_distance);
+        return out;
+      },
+      py::arg("relative_position"), py::arg("bidirectional") = true, py::arg("num_buckets") = 32,
+      py::arg("max_distance") = 128);
+
+  py::class_<RelativePositionBias> bias(m, "RelativePositionBias");
+  bias.def(py::init([](int64_t num_heads, int64_t num_buckets, int64_t max_distance,
+                       bool bidirectional, py::handle dtype, Generator* generator) {
+             return RelativePositionBias(
+                 {.num_heads = num_heads,
+                  .num_buckets = num_buckets,
+                  .max_distance = max_distance,
+                  .bidirectional = bidirectional,
+                  .dtype = parse_float_dtype(dtype, "RelativePositionBias", "dtype")},
+                 generator);
+           }),
+           py::arg("num_heads"), py::arg("num_buckets") = 32, py::arg("max_distance") = 128,
+           py::arg("bidirectional") = true, py::arg("dtype") = py::none(),
+           py::arg("generator") = py::none())
+      .def(
+          "forward",
+          [](const RelativePositionBias& self, int64_t L, int64_t S) {
+            return to_numpy(self.forward(L, S));
+          },
+          py::arg("L"), py::arg("S"))
+      .def_property_readonly("num_heads",
+                             [](const RelativePositionBias& s) { return s.options().num_heads; })
+      .def_property_readonly("num_buckets",
+                             [](const RelativePositionBias& s) { return s.options().num_buckets; })
+      .def_property_readonly("max_distance",
+                             [](const RelativePositionBias& s) { return s.options().max_distance; })
+      .def_property_readonly(
+          "bidirectional", [](const RelativePositionBias& s) { return s.options().bidirectional; });
+  def_state_dict<RelativePositionBias>(bias, "RelativePositionBias.load_state_dict");
+}
+
+}  // namespace
+
+void bind_positional(py::module_& m) {
+  bind_absolute(m);
+  bind_rotary(m);
+  bind_score_biases(m);
+}
+
+}  // namespace qkv::python

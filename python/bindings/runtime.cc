@@ -1,0 +1,18 @@
+// qkv.runtime: threads, instruction sets and the measured FP32 peak.
+#include "qkv/runtime.h"
+
+#include "bindings.h"
+
+namespace qkv::python {
+
+void bind_runtime(py::module_& m) {
+  m.def("set_num_threads", &set_num_threads, py::arg("threads"));
+  m.def("num_threads", &num_threads);
+  m.def("kernel_isa", &kernel_isa);
+  m.def("supported_isas", &supported_isas);
+  // Runs for `seconds` on every thread: let other Python threads go on.
+  m.def("measure_fp32_peak_gflops", &measure_fp32_peak_gflops, py::arg("seconds") = 0.2,
+        py::call_guard<py::gil_scoped_release>());
+}
+
+}  // namespace qkv::python

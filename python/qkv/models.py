@@ -1,0 +1,183 @@
+"""Decoder-only language models and generation with a KV cache.
+
+    import qkv
+    model = qkv.DecoderModel(qkv.DecoderModelConfig(vocab_size=256, d_model=384,
+                                                    num_layers=6, num_heads=6))
+    ids = model.generate([72, 105], max_new_tokens=50, temperature=0.8, top_k=40, seed=1)
+    logits = model(ids_array)                 # [B, T] or [T] -> [B, T, vocab]
+    model.save("tiny.safetensors")            # `qkv generate tiny.safetensors` prints from it
+
+Parameter names (state_dict) follow LLaMA's: tok_embeddings.weight,
+layers.<i>.attention_norm.weight, layers.<i>.attention.{q,k,v,o}_proj.weight,
+layers.<i>.ffn_norm.weight, layers.<i>.feed_forward.{w1,w2,w3}.weight (SwiGLU)
+or .linear1/.linear2 (GELU), norm.weight, output.weight (untied head only),
+pos_embeddings.weight (learned positions only).
+"""
+
+import dataclasses
+import json
+
+from . import _core
+
+__all__ = ["DecoderModel", "DecoderModelConfig", "DecoderSession"]
+
+
+@dataclasses.dataclass
+class DecoderModelConfig:
+    """The shape of a DecoderModel (the fields of qkv::nn::DecoderModelConfig).
+
+    positions: "rope" | "learned" | "sinusoidal"; norm: "rmsnorm" | "layernorm";
+    ffn: "swiglu" | "gelu"; rope_style: "half_split" | "interleaved";
+    num_kv_heads 0 means num_heads; ffn_hidden 0 means 4·d_model (GELU) or
+    8/3·d_model rounded up to a multiple of 64 (SwiGLU).
+    """
+
+    vocab_size: int = 256
+    d_model: int = 384
+    num_layers: int = 6
+    num_heads: int = 6
+    num_kv_heads: int = 0
+    ffn_hidden: int = 0
+    max_seq_len: int = 1024
+    positions: str = "rope"
+    rope_base: float = 10000.0
+    rope_style: str = "half_split"
+    norm: str = "rmsnorm"
+    norm_eps: float = 1e-5
+    ffn: str = "swiglu"
+    tie_embeddings: bool = True
+    bias: bool = False
+    dtype: str = "float32"
+
+    def to_json(self):
+        return json.dumps(dataclasses.asdict(self))
+
+    @classmethod
+    def from_json(cls, text):
+        return cls(**json.loads(text))
+
+
+def _sampling_args(temperature, top_k, top_p, seed, stop_token):
+    seed = int(seed)
+    if not 0 <= seed < 1 << 64:
+        raise ValueError(f"seed must be in [0, 2**64), got {seed}")
+    return (float(temperature), int(top_k), float(top_p), seed,
+            None if stop_token is None else int(stop_token))
+
+
+class DecoderModel:
+    """Token embedding, positions, N pre-norm blocks (GQA attention, SwiGLU or
+    GELU FFN), final norm and an output head tied to the embedding or not.
+
+    DecoderModel(config=None, *, generator=None, **fields): fields override
+    those of `config` (a DecoderModelConfig). Parameters are initialised as
+    torch initialises the modules they mirror, from `generator` (a
+    qkv.Generator) or the default generator.
+    """
+
+    def __init__(self, config=None, *, generator=None, **fields):
+        config = dataclasses.replace(config or DecoderModelConfig(), **fields)
+        self._model = _core.DecoderModel(config.to_json(), generator)
+        self.metadata = {}
+
+    @classmethod
+    def _wrap(cls, core, metadata):
+        self = cls.__new__(cls)
+        self._model = core
+        self.metadata = dict(metadata)
+        return self
+
+    @property
+    def config(self):
+        """The DecoderModelConfig, with defaults filled in."""
+        return DecoderModelConfig.from_json(self._model.config_json())
+
+    def forward(self, ids):
+        """ids: [T] or [B, T] ints  ->  logits [B, T, vocab] (numpy, causal)."""
+        return self._model.forward(ids)
+
+    __call__ = forward
+
+    def state_dict(self):
+        """name -> numpy array (copies)."""
+        return self._model.state_dict()
+
+    def load_state_dict(self, state_dict):
+        """Strict: the exact names and shapes of state_dict(); numpy arrays or
+        CPU torch tensors. A failed load changes nothing."""
+        self._model.load_state_dict(dict(state_dict))
+
+    def num_parameters(self):
+        return self._model.num_parameters()
+
+    def save(self, path, metadata=None):
+        """Writes a safetensors file with the config in its metadata (what
+        `qkv generate` and DecoderModel.load read). `metadata`: extra str -> str."""
+        self._model.save(str(path), dict(metadata or {}))
+
+    @classmethod
+    def load(cls, path):
+        """Reads a file written by save(); its metadata is kept in .metadata."""
+        core, metadata = _core.DecoderModel.load(str(path))
+        return cls._wrap(core, metadata)
+
+    def generate(self, prompt_ids, max_new_tokens, temperature=1.0, top_k=0, top_p=1.0, seed=0,
+                 stop_token=None):
+        """Continues prompt_ids ([T] ints) with up to max_new_tokens ids (a list).
+
+        temperature 0 is greedy; top_k 0 and top_p 1 keep every token. The same
+        seed gives the same ids. Decodes with a KV cache: one pass over the
+        prompt, then one cached step per new token.
+        """
+        return self._model.generate(prompt_ids, int(max_new_tokens),
+                                    *_sampling_args(temperature, top_k, top_p, seed, stop_token))
+
+    def session(self, batch_size=1, max_len=None):
+        """A DecoderSession (KV cache + step buffers) of max_len positions
+        (default config.max_seq_len)."""
+        return DecoderSession(self, batch_size, max_len)
+
+
+class DecoderSession:
+    """Step-by-step decoding with a KV cache over a DecoderModel.
+
+        s = model.session()
+        logits = s.prefill(prompt_ids)        # [B, vocab] of the last position
+        logits = s.step([next_id])            # one token per sequence
+        ids = s.decode(100, temperature=0.8)  # batch 1: sample and feed back
+    """
+
+    def __init__(self, model, batch_size=1, max_len=None):
+        self._model = model
+        self._session = _core.DecoderSession(model._model, int(batch_size),
+                                             0 if max_len is None else int(max_len))
+
+    def prefill(self, ids):
+        """Feeds [T] (batch 1) or [B, T] ids in one pass -> logits [B, vocab]."""
+        return self._session.prefill(ids)
+
+    def step(self, tokens):
+        """Feeds one token per sequence ([B] ids) -> logits [B, vocab]."""
+        return self._session.step(tokens)
+
+    def decode(self, max_new_tokens, temperature=1.0, top_k=0, top_p=1.0, seed=0,
+               stop_token=None):
+        """Batch 1: samples up to max_new_tokens ids continuing what the session
+        holds, feeding each back -> list of ids."""
+        return self._session.decode(int(max_new_tokens),
+                                    *_sampling_args(temperature, top_k, top_p, seed, stop_token))
+
+    def reset(self):
+        self._session.reset()
+
+    @property
+    def length(self):
+        return self._session.length
+
+    @property
+    def max_len(self):
+        return self._session.max_len
+
+    @property
+    def batch_size(self):
+        return self._session.batch_size

@@ -1,0 +1,209 @@
+"""What qkv.nn's module classes share: torch.nn.Module's small interface
+(__call__, train/eval, state_dict/load_state_dict) over a compiled _core object.
+
+Not public: use the classes in qkv.nn.
+"""
+
+import sys
+from collections import namedtuple
+
+import numpy as np
+
+from .. import _core
+
+# As torch's load_state_dict result.
+IncompatibleKeys = namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])
+
+# torch lists a module's parameters in registration order, then its children's
+# (each in registration order). qkv's compiled modules list names
+# alphabetically; sorting by these ranks restores torch's order.
+_REGISTRATION_ORDER = (
+    # nn.Transformer, then the stacks' layers before their final norm
+    "encoder", "decoder", "layers", "norm",
+    # nn.MultiheadAttention: own parameters, then out_proj
+    "in_proj_weight", "q_proj_weight", "k_proj_weight", "v_proj_weight", "in_proj_bias",
+    "bias_k", "bias_v", "out_proj",
+    # the Transformer layers
+    "self_attn", "multihead_attn", "linear1", "linear2", "norm1", "norm2", "norm3",
+    # leaves
+    "weight", "bias",
+)
+_RANK = {name: rank for rank, name in enumerate(_REGISTRATION_ORDER)}
+
+
+def _order_key(name):
+    # layers.<i>: by number; names qkv does not know keep their relative order.
+    return tuple((0, int(part)) if part.isdigit() else (1, _RANK.get(part, len(_RANK)))
+                 for part in name.split("."))
+
+
+def torch_order(names):
+    """Parameter names in torch's state_dict order."""
+    return sorted(names, key=_order_key)
+
+
+def check_device(device, module):
+    if device is not None and str(device) not in ("cpu", "cpu:0"):
+        raise ValueError(f"{module}(): qkv runs on the CPU only, got device={device!r}")
+
+
+def check_generator(generator, function):
+    if generator is not None and not isinstance(generator, _core.Generator):
+        raise TypeError(f"{function}(): argument 'generator' must be a qkv.Generator or None, "
+                        f"got {type(generator).__name__}")
+
+
+def is_torch_tensor(x):
+    torch = sys.modules.get("torch")  # never import torch just to ask
+    return torch is not None and isinstance(x, torch.Tensor)
+
+
+def integer_array(x, function, name):
+    """x (array, torch tensor, list or int) as a C-contiguous int64 array."""
+    if is_torch_tensor(x):
+        if x.device.type != "cpu":
+            raise ValueError(f"{function}(): argument '{name}' must be a CPU tensor, "
+                             f"got a tensor on {x.device}")
+        x = x.detach().numpy()
+    array = np.asarray(x)
+    if array.dtype.kind not in "iu":
+        raise TypeError(f"{function}(): argument '{name}' must hold integers (e.g. int64), "
+                        f"got dtype {array.dtype}")
+    return np.ascontiguousarray(array, dtype=np.int64)
+
+
+def attach_view(view, owner, name):
+    """Marks `view` as the part `name` of `owner` (None: not a view)."""
+    if owner is not None:
+        view._owner = owner._owner if owner._owner is not None else owner
+        view._path = f"{owner._path}.{name}" if owner._path else name
+
+
+def keep_generator(module, generator):
+    """Keeps `generator` alive as long as the compiled module that uses it.
+
+    The compiled modules hold a plain pointer to their generator. The binding
+    ties the generator to the Python object set_generator was called on; a
+    view (e.g. encoder.layers[0]) may die long before the module it belongs to,
+    so the generator is also kept by the top module, under the view's path
+    (replacing what that path and the parts below it had).
+    """
+    top = module._owner if module._owner is not None else module
+    kept = top.__dict__.setdefault("_kept_generators", {})
+    path = module._path
+    for key in [k for k in kept if not path or k == path or k.startswith(path + ".")]:
+        del kept[key]
+    if generator is not None:
+        kept[path] = generator
+
+
+def kept_generators(module):
+    """The generators the module tree of `module` uses (see keep_generator)."""
+    top = module._owner if module._owner is not None else module
+    return list(top.__dict__.get("_kept_generators", {}).values())
+
+
+class Module:
+    """torch.nn.Module's interface over `self._impl`, a qkv._core module.
+
+    Subclasses set self._impl in __init__ and define forward().
+    """
+
+    # A view (a part of another module, e.g. a stack's layer) records the
+    # module at the top and its own name under it; see keep_generator.
+    _owner = None
+    _path = ""
+
+    @classmethod
+    def _wrap(cls, impl, owner=None, name=""):
+        """A Python module over an existing compiled one: the part `name` of `owner`."""
+        module = cls.__new__(cls)
+        module._impl = impl
+        attach_view(module, owner, name)
+        return module
+
+    def __call__(self, *args, **kwargs):
+        return self.forward(*args, **kwargs)
+
+    # --- Mode ------------------------------------------------------------------
+    def train(self, mode=True):
+        """Training mode (dropout active) when mode is True; returns self."""
+        if not isinstance(mode, bool):
+            raise ValueError("training mode is expected to be boolean")
+        if hasattr(self._impl, "train"):
+            self._impl.train(mode)
+        else:  # no dropout: the flag is kept only to answer `training`
+            self._training = mode
+        return self
+
+    def eval(self):
+        """Inference mode (no dropout); returns self."""
+        return self.train(False)
+
+    @property
+    def training(self):
+        if hasattr(self._impl, "training"):
+            return self._impl.training
+        return getattr(self, "_training", True)
+
+    @training.setter
+    def training(self, mode):
+        self.train(bool(mode))
+
+    def set_generator(self, generator):
+        """Draw dropout from `generator` (a qkv.Generator; None = the default one)."""
+        name = type(self).__name__
+        if not hasattr(self._impl, "set_generator"):
+            raise TypeError(f"{name}.set_generator(): {name} draws no random numbers")
+        check_generator(generator, f"{name}.set_generator")
+        self._impl.set_generator(generator)
+        keep_generator(self, generator)
+
+    # --- Parameters ------------------------------------------------------------
+    def state_dict(self):
+        """name -> numpy array (a copy), with torch's names and order."""
+        state = self._own_state()
+        return {name: state[name] for name in torch_order(state)}
+
+    def _own_state(self):
+        # Modules without parameters (RoPE, ALiBi) have no compiled state_dict.
+        return self._impl.state_dict() if hasattr(self._impl, "state_dict") else {}
+
+    def load_state_dict(self, state_dict, strict=True, assign=False):
+        """Copies parameters in from a mapping name -> numpy array or CPU torch
+        tensor, e.g. the same torch module's state_dict().
+
+        strict=True (the default, as torch): every expected name must be
+        present with its exact shape and no other name, else ValueError and
+        nothing changes. strict=False loads the names that match and ignores
+        the rest. Returns (missing_keys, unexpected_keys) as torch does.
+        `assign` is accepted for torch's signature; values are always copied.
+        """
+        del assign  # qkv copies in every case: the module owns its memory
+        given = dict(state_dict)
+        expected = self._own_state()
+        missing = [name for name in torch_order(expected) if name not in given]
+        unexpected = [name for name in given if name not in expected]
+        if not hasattr(self._impl, "load_state_dict"):
+            if strict and unexpected:
+                raise ValueError(f"{type(self).__name__}.load_state_dict: the module has no "
+                                 f"parameters, got unexpected key(s) {unexpected}")
+        elif strict:
+            self._impl.load_state_dict(given)
+        else:
+            merged = dict(expected)
+            merged.update({name: value for name, value in given.items() if name in expected})
+            self._impl.load_state_dict(merged)
+        return IncompatibleKeys(missing, unexpected)
+
+    def parameters(self):
+        """The parameters as numpy arrays (copies), in torch's order."""
+        return list(self.state_dict().values())
+
+    def named_parameters(self):
+        return list(self.state_dict().items())
+
+    @property
+    def dtype(self):
+        """"float32" or "float64"."""
+        return self._impl.dtype

@@ -1,0 +1,70 @@
+"""qkv.runtime: threads, instruction sets, the machine's peak, which kernel ran.
+
+Threads: qkv's kernels and its BLAS share one OpenMP thread pool, so they never
+oversubscribe the cores. The count starts as OMP_NUM_THREADS (default: every
+core) and set_num_threads changes it; torch keeps its own pool
+(torch.set_num_threads), so set both when using both.
+
+Instruction set: the fused kernels use the fastest set this CPU runs (avx512,
+then avx2, then portable), chosen once per process; the environment variable
+QKV_ISA=avx512|avx2|portable, set before the first call, overrides it.
+"""
+
+from . import _core
+
+__all__ = [
+    "kernel_isa",
+    "last_sdpa_kernel",
+    "measure_fp32_peak_gflops",
+    "num_threads",
+    "set_num_threads",
+    "supported_isas",
+]
+
+
+def set_num_threads(threads):
+    """Use `threads` threads (≥ 1) for qkv's kernels and BLAS calls from this thread on."""
+    threads = int(threads)
+    if threads < 1:
+        raise ValueError(f"set_num_threads(): threads must be at least 1, got {threads}")
+    _core.set_num_threads(threads)
+
+
+def num_threads():
+    """The number of threads qkv's kernels use."""
+    return _core.num_threads()
+
+
+def kernel_isa():
+    """The instruction set of the fused kernels, e.g. "avx512"."""
+    return _core.kernel_isa()
+
+
+def supported_isas():
+    """Every instruction set this CPU can run, fastest first, e.g. ["avx512", "avx2", "portable"]."""
+    return list(_core.supported_isas())
+
+
+def measure_fp32_peak_gflops(seconds=0.2):
+    """The machine's FP32 peak in GFLOP/s, measured now.
+
+    Runs chains of fused multiply-adds on every thread for about `seconds`
+    with the kernels' instruction set; benchmarks divide by it. The result
+    depends on the threads set and on what else runs on the machine.
+    """
+    seconds = float(seconds)
+    if not seconds > 0:
+        raise ValueError(f"measure_fp32_peak_gflops(): seconds must be > 0, got {seconds}")
+    return _core.measure_fp32_peak_gflops(seconds)
+
+
+def last_sdpa_kernel():
+    """The kernel that ran this thread's last qkv.nn.functional SDPA call.
+
+    "fused-" + ISA (e.g. "fused-avx512") or "reference"; None before the first
+    call. Covers scaled_dot_product_attention and its _with_weights and
+    _with_grad companions (a grad_fn also has .kernel).
+    """
+    from .nn import functional
+
+    return getattr(functional._last_call, "kernel", None)

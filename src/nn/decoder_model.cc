@@ -1,0 +1,236 @@
+// nn::DecoderModel: construction, the forward pass over whole sequences
+// (with or without a KV cache) and the state_dict.
+#include "qkv/nn/decoder_model.h"
+
+#include <string>
+
+#include "nn/module_util.h"
+#include "qkv/functional.h"
+#include "qkv/linear.h"
+
+namespace qkv::nn {
+
+namespace {
+
+using Norm = std::variant<RMSNorm, LayerNorm>;
+using FeedForwardNet = std::variant<SwiGLUFeedForward, FeedForward>;
+
+Norm make_norm(const DecoderModelConfig& c) {
+  if (c.norm == NormKind::kLayerNorm)
+    return LayerNorm(
+        {.normalized_shape = {c.d_model}, .eps = c.norm_eps, .bias = c.bias, .dtype = c.dtype});
+  return RMSNorm({.normalized_shape = {c.d_model}, .eps = c.norm_eps, .dtype = c.dtype});
+}
+
+FeedForwardNet make_feed_forward(const DecoderModelConfig& c, Generator* gen) {
+  if (c.ffn == FeedForwardKind::kGelu)
+    return FeedForward({.d_model = c.d_model,
+                        .dim_feedforward = c.ffn_hidden,
+                        .activation = Activation::kGelu,
+                        .bias = c.bias,
+                        .dtype = c.dtype},
+                       gen);
+  return SwiGLUFeedForward(
+      {.d_model = c.d_model, .hidden_dim = c.ffn_hidden, .bias = c.bias, .dtype = c.dtype}, gen);
+}
+
+DecoderModel::Block make_block(const DecoderModelConfig& c, Generator* gen) {
+  GroupedQueryAttention attention({.embed_dim = c.d_model,
+                                   .num_heads = c.num_heads,
+                                   .num_kv_heads = c.num_kv_heads,
+                                   .bias = c.bias,
+                                   .rope = c.positions == PositionKind::kRope,
+                                   .rope_base = c.rope_base,
+                                   .rope_style = c.rope_style,
+                                   .dtype = c.dtype},
+                                  gen);
+  FeedForwardNet ffn = make_feed_forward(c, gen);
+  return DecoderModel::Block{make_norm(c), std::move(attention), make_norm(c), std::move(ffn)};
+}
+
+Tensor run_norm(const Norm& norm, const Tensor& x) {
+  return std::visit([&](const auto& n) { return n.forward(x); }, norm);
+}
+
+Tensor run_ffn(const FeedForwardNet& ffn, const Tensor& x) {
+  return std::visit([&](const auto& f) { return f.forward(x); }, ffn);
+}
+
+template <class Module>
+std::map<std::string, Tensor> state_of(const Module& module) {
+  return std::visit([](const auto& m) { return m.state_dict(); }, module);
+}
+
+}  // namespace
+
+DecoderModelConfig resolved_config(const DecoderModelConfig& config) {
+  DecoderModelConfig c = config;
+  const char* m = "DecoderModel";
+  QKV_CHECK_TYPE(is_floating(c.dtype), m, ": dtype must be float32 or float64, got ",
+                 dtype_name(c.dtype));
+  QKV_CHECK(
+      c.vocab_size > 0 && c.d_model > 0 && c.num_layers > 0 && c.num_heads > 0 && c.max_seq_len > 0,
+      m, ": vocab_size, d_model, num_layers, num_heads and max_seq_len must be > 0, got ",
+      "vocab_size=", c.vocab_size, ", d_model=", c.d_model, ", num_layers=", c.num_layers,
+      ", num_heads=", c.num_heads, ", max_seq_len=", c.max_seq_len);
+  QKV_CHECK(c.d_model % c.num_heads == 0, m, ": d_model (", c.d_model,
+            ") must be divisible by num_heads (", c.num_heads, ")");
+  QKV_CHECK(c.num_kv_heads >= 0 && c.ffn_hidden >= 0, m,
+            ": num_kv_heads and ffn_hidden must be >= 0 (0 = default), got num_kv_heads=",
+            c.num_kv_heads, ", ffn_hidden=", c.ffn_hidden);
+  if (c.num_kv_heads == 0) c.num_kv_heads = c.num_heads;
+  QKV_CHECK(c.num_heads % c.num_kv_heads == 0, m, ": num_kv_heads (", c.num_kv_heads,
+            ") must divide num_heads (", c.num_heads, ")");
+  QKV_CHECK(c.positions != PositionKind::kRope || (c.d_model / c.num_heads) % 2 == 0, m,
+            ": RoPE needs an even head dim, got d_model / num_heads = ", c.d_model / c.num_heads);
+  QKV_CHECK(c.norm_eps >= 0.0 && c.norm_eps < 1.0, m, ": norm_eps must be in [0, 1), got ",
+            c.norm_eps);
+  if (c.ffn_hidden == 0) {
+    if (c.ffn == FeedForwardKind::kGelu) {
+      c.ffn_hidden = 4 * c.d_model;
+    } else {
+      const int64_t hidden = (8 * c.d_model + 2) / 3;  // ⌈8D/3⌉
+      c.ffn_hidden = (hidden + 63) / 64 * 64;
+    }
+  }
+  return c;
+}
+
+DecoderModel::DecoderModel(const DecoderModelConfig& config, Generator* gen)
+    : config_(resolved_config(config)),
+      tok_embeddings_({.num_embeddings = config_.vocab_size,
+                       .embedding_dim = config_.d_model,
+                       .padding_idx = std::nullopt,
+                       .dtype = config_.dtype},
+                      gen),
+      norm_(make_norm(config_)) {
+  const DecoderModelConfig& c = config_;
+  if (c.positions == PositionKind::kLearned)
+    learned_positions_.emplace(
+        LearnedPositionalEncodingOptions{
+            .max_len = c.max_seq_len, .d_model = c.d_model, .batch_first = true, .dtype = c.dtype},
+        gen);
+  if (c.positions == PositionKind::kSinusoidal)
+    sinusoidal_positions_.emplace(SinusoidalPositionalEncodingOptions{
+        .d_model = c.d_model, .max_len = c.max_seq_len, .batch_first = true, .dtype = c.dtype});
+  blocks_.reserve(static_cast<size_t>(c.num_layers));
+  for (int64_t i = 0; i < c.num_layers; ++i) blocks_.push_back(make_block(c, gen));
+  if (!c.tie_embeddings) {
+    Generator& g = gen ? *gen : default_generator();
+    output_ = detail::uniform_fan_in({c.vocab_size, c.d_model}, c.d_model, g, c.dtype);
+  }
+}
+
+const Tensor& DecoderModel::output_weight() const {
+  return config_.tie_embeddings ? tok_embeddings_.weight() : output_;
+}
+
+Tensor DecoderModel::position_table() const {
+  if (learned_positions_) return learned_positions_->state_dict().at("weight");
+  if (sinusoidal_positions_) return sinusoidal_positions_->table();
+  return {};
+}
+
+KVCache DecoderModel::make_cache(int64_t batch_size, int64_t max_len) const {
+  const DecoderModelConfig& c = config_;
+  QKV_CHECK(max_len >= 0, "DecoderModel::make_cache: max_len must be >= 0 (0 = max_seq_len), got ",
+            max_len);
+  return KVCache({.num_layers = c.num_layers,
+                  .batch_size = batch_size,
+                  .num_kv_heads = c.num_kv_heads,
+                  .max_len = max_len > 0 ? max_len : c.max_seq_len,
+                  .head_dim = c.d_model / c.num_heads,
+                  .dtype = c.dtype});
+}
+
+Tensor DecoderModel::forward(std::span<const int64_t> ids, int64_t batch_size) {
+  return forward_impl(ids, batch_size, nullptr);
+}
+
+Tensor DecoderModel::forward(std::span<const int64_t> ids, int64_t batch_size, KVCache& cache) {
+  return forward_impl(ids, batch_size, &cache);
+}
+
+Tensor DecoderModel::forward_impl(std::span<const int64_t> ids, int64_t batch_size,
+                                  KVCache* cache) {
+  const DecoderModelConfig& c = config_;
+  const char* m = "DecoderModel::forward";
+  const int64_t n = static_cast<int64_t>(ids.size());
+  QKV_CHECK(batch_size > 0 && n > 0 && n % batch_size == 0, m, ": ", n,
+            " ids do not form batch_size = ", batch_size, " non-empty sequences");
+  const int64_t T = n / batch_size;
+  int64_t offset = 0;
+  if (cache) {
+    const KVCacheOptions& o = cache->options();
+    QKV_CHECK(o.num_layers == c.num_layers && o.batch_size == batch_size &&
+                  o.num_kv_heads == c.num_kv_heads && o.head_dim == c.d_model / c.num_heads &&
+                  o.value_dim == o.head_dim && o.dtype == c.dtype,
+              m, ": the cache does not fit this model and batch (make it with make_cache(",
+              batch_size, ")): it has num_layers=", o.num_layers, ", batch_size=", o.batch_size,
+              ", num_kv_heads=", o.num_kv_heads, ", head_dim=", o.head_dim);
+    offset = cache->length();
+    for (int64_t i = 0; i < c.num_layers; ++i)
+      QKV_CHECK(cache->length(i) == offset, m, ": the cache's layers hold different lengths (",
+                "layer ", i, ": ", cache->length(i), ", fewest: ", offset,
+                "); truncate() it to a common length first");
+    QKV_CHECK(T <= cache->remaining(), m, ": ", T, " new positions do not fit in the cache (",
+              offset, " of ", cache->max_len(), " used)");
+  }
+  QKV_CHECK(c.positions == PositionKind::kRope || offset + T <= c.max_seq_len, m, ": positions ",
+            offset, " to ", offset + T - 1,
+            " exceed the position table (max_seq_len = ", c.max_seq_len, ")");
+
+  Tensor x = tok_embeddings_.forward(std::vector<int64_t>(ids.begin(), ids.end()),
+                                     {batch_size, T});  // [B, T, D]
+  if (learned_positions_) x = learned_positions_->forward(x, offset);
+  if (sinusoidal_positions_) x = sinusoidal_positions_->forward(x, offset);
+  for (size_t i = 0; i < blocks_.size(); ++i) {
+    Block& block = blocks_[i];
+    const ProjectedQkv p = block.attention.project(run_norm(block.attention_norm, x), offset);
+    Tensor attended;
+    GroupedQueryAttentionForward args;
+    if (cache) {
+      // New queries are the last T of the cached positions: bottom-right causal.
+      args.causal = CausalMask::kBottomRight;
+      cache->append(static_cast<int64_t>(i), p.k, p.v);
+      attended = block.attention.attend(p.q, cache->keys(static_cast<int64_t>(i)),
+                                        cache->values(static_cast<int64_t>(i)), args);
+    } else {
+      args.causal = CausalMask::kTopLeft;
+      attended = block.attention.attend(p.q, p.k, p.v, args);
+    }
+    x = add(x, attended);
+    x = add(x, run_ffn(block.feed_forward, run_norm(block.ffn_norm, x)));
+  }
+  return linear(run_norm(norm_, x), output_weight());  // [B, T, vocab]
+}
+
+std::map<std::string, Tensor> DecoderModel::state_dict() const {
+  std::map<std::string, Tensor> state;
+  detail::add_prefixed(state, "tok_embeddings", tok_embeddings_.state_dict());
+  if (learned_positions_)
+    detail::add_prefixed(state, "pos_embeddings", learned_positions_->state_dict());
+  for (size_t i = 0; i < blocks_.size(); ++i) {
+    const Block& b = blocks_[i];
+    const std::string prefix = "layers." + std::to_string(i);
+    detail::add_prefixed(state, prefix + ".attention_norm", state_of(b.attention_norm));
+    detail::add_prefixed(state, prefix + ".attention", b.attention.state_dict());
+    detail::add_prefixed(state, prefix + ".ffn_norm", state_of(b.ffn_norm));
+    detail::add_prefixed(state, prefix + ".feed_forward", state_of(b.feed_forward));
+  }
+  detail::add_prefixed(state, "norm", state_of(norm_));
+  if (!config_.tie_embeddings) state["output.weight"] = output_;
+  return state;
+}
+
+void DecoderModel::load_state_dict(const std::map<std::string, Tensor>& state) {
+  detail::load_strict("DecoderModel", state_dict(), state);
+}
+
+int64_t DecoderModel::num_parameters() const {
+  int64_t n = 0;
+  for (const auto& [name, t] : state_dict()) n += t.numel();
+  return n;
+}
+
+}  // namespace qkv::nn

@@ -1,0 +1,109 @@
+// `qkv generate`: prints text token by token from a decoder-only model file
+// (written by nn::DecoderModel::save), decoding with a KV cache.
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "command.h"
+#include "qkv/error.h"
+#include "qkv/io/char_vocabulary.h"
+#include "qkv/nn/decoder_model.h"
+#include "qkv/nn/decoder_session.h"
+#include "qkv/runtime.h"
+
+namespace qkv::cli {
+
+namespace {
+
+struct GenerateOptions {
+  std::string model;
+  std::string prompt = "\n";
+  int64_t max_new_tokens = 200;
+  double temperature = 1.0;
+  int64_t top_k = 0;
+  double top_p = 1.0;
+  bool greedy = false;
+  uint64_t seed = 0;
+  bool stats = false;
+};
+
+int run_generate(const GenerateOptions& o) {
+  io::SafetensorsMetadata metadata;
+  nn::DecoderModel model = nn::DecoderModel::load(o.model, &metadata);
+  const auto entry = metadata.find(io::CharVocabulary::kMetadataKey);
+  const io::CharVocabulary vocab = entry != metadata.end()
+                                       ? io::CharVocabulary::from_json(entry->second)
+                                       : io::CharVocabulary::bytes();
+  QKV_CHECK(vocab.size() <= model.config().vocab_size, "the vocabulary has ", vocab.size(),
+            " tokens but the model only ", model.config().vocab_size);
+  const std::vector<int64_t> prompt = vocab.encode(o.prompt);
+  QKV_CHECK(!prompt.empty(), "--prompt is empty; give at least one character");
+  for (int64_t id : prompt)
+    QKV_CHECK(id < model.config().vocab_size, "the prompt's token ", id,
+              " is outside the model's vocabulary of ", model.config().vocab_size);
+
+  nn::GenerationOptions g;
+  g.max_new_tokens = o.max_new_tokens;
+  g.sampling = {.temperature = o.greedy ? 0.0 : o.temperature, .top_k = o.top_k, .top_p = o.top_p};
+  g.seed = o.seed;
+  check_sampling_options(g.sampling);
+
+  std::cout << o.prompt << std::flush;
+  bool ends_with_newline = !o.prompt.empty() && o.prompt.back() == '\n';
+  const auto start = std::chrono::steady_clock::now();
+  const std::vector<int64_t> ids = nn::generate(model, prompt, g, [&](int64_t id) {
+    // Ids the vocabulary does not name (a model larger than it) print nothing.
+    const std::string text = id < vocab.size() ? vocab.decode(id) : std::string();
+    std::cout << text << std::flush;
+    if (!text.empty()) ends_with_newline = text.back() == '\n';
+    return true;
+  });
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (!ends_with_newline) std::cout << "\n";
+  std::cout << std::flush;
+  if (o.stats)
+    std::fprintf(stderr, "%zu tokens in %.3f s (%.1f tokens/s, prompt of %zu, %d threads)\n",
+                 ids.size(), seconds, seconds > 0 ? ids.size() / seconds : 0.0, prompt.size(),
+                 num_threads());
+  return 0;
+}
+
+}  // namespace
+
+Command add_generate_command(CLI::App& parent) {
+  auto options = std::make_shared<GenerateOptions>();
+  CLI::App* app = parent.add_subcommand(
+      "generate", "Print text token by token from a decoder-only model file (KV-cached decoding)");
+  app->add_option("model", options->model, "Model file written by DecoderModel::save")
+      ->required()
+      ->check(CLI::ExistingFile)
+      ->type_name("FILE");
+  app->add_option("--prompt", options->prompt, "Text to continue (printed first)")
+      ->capture_default_str();
+  app->add_option("--max-new-tokens", options->max_new_tokens, "How many tokens to generate")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app->add_option("--temperature", options->temperature,
+                  "Divides the logits: < 1 sharper, > 1 flatter, 0 greedy")
+      ->capture_default_str();
+  app->add_option("--top-k", options->top_k, "Draw only among the k most likely tokens (0 = all)")
+      ->capture_default_str();
+  app->add_option("--top-p", options->top_p,
+                  "Draw only from the nucleus of probability p, in (0, 1] (1 = all)")
+      ->capture_default_str();
+  app->add_flag("--greedy", options->greedy, "Always take the most likely token (temperature 0)");
+  app->add_option("--seed", options->seed, "Seed of the sampler: same seed, same text")
+      ->capture_default_str();
+  app->add_flag("--stats", options->stats, "Print tokens per second to stderr at the end");
+  app->footer(
+      "Tokens are bytes unless the file's metadata holds a vocabulary (qkv.vocabulary).\n"
+      "The prompt is fed in one pass; each new token then costs one cached decoding step.");
+  return {app, [options] { return run_generate(*options); }};
+}
+
+}  // namespace qkv::cli
