@@ -83,8 +83,8 @@ Command add_generate_command(CLI::App& parent) {
       ->required()
       ->check(CLI::ExistingFile)
       ->type_name("FILE");
-  app->add_option("--prompt", options->prompt, "Text to continue (printed first)")
-      ->capture_default_str();
+  app->add_option("--prompt", options->prompt,
+                  "Text to continue, printed first (default: a newline)");
   app->add_option("--max-new-tokens", options->max_new_tokens, "How many tokens to generate")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);

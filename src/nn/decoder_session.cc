@@ -8,40 +8,9 @@
 #include "qkv/functional.h"
 #include "qkv/linear.h"
 
-#include <immintrin.h>
-#include <cstdlib>
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 namespace qkv::nn {
 
 namespace {
-// One query per head against S cached keys (E = 64): scores, softmax, P·V; K and V streamed once.
-__attribute__((target("avx512f,fma"))) void decode_head(const float* q, const float* K, const float* V, int64_t S, int64_t rs, float scale, float* scores, float* out) {
-  const __m512 q0 = _mm512_loadu_ps(q), q1 = _mm512_loadu_ps(q + 16), q2 = _mm512_loadu_ps(q + 32), q3 = _mm512_loadu_ps(q + 48);
-  float mx = -INFINITY;
-  for (int64_t j = 0; j < S; ++j) {
-    const float* k = K + j * rs;
-    __m512 a = _mm512_mul_ps(_mm512_loadu_ps(k), q0);
-    __m512 b = _mm512_mul_ps(_mm512_loadu_ps(k + 16), q1);
-    a = _mm512_fmadd_ps(_mm512_loadu_ps(k + 32), q2, a);
-    b = _mm512_fmadd_ps(_mm512_loadu_ps(k + 48), q3, b);
-    const float s = _mm512_reduce_add_ps(_mm512_add_ps(a, b)) * scale;
-    scores[j] = s; mx = s > mx ? s : mx;
-  }
-  float sum = 0;
-  for (int64_t j = 0; j < S; ++j) { scores[j] = std::exp(scores[j] - mx); sum += scores[j]; }
-  __m512 o0 = _mm512_setzero_ps(), o1 = o0, o2 = o0, o3 = o0;
-  for (int64_t j = 0; j < S; ++j) {
-    const float* v = V + j * rs; const __m512 p = _mm512_set1_ps(scores[j]);
-    o0 = _mm512_fmadd_ps(_mm512_loadu_ps(v), p, o0); o1 = _mm512_fmadd_ps(_mm512_loadu_ps(v + 16), p, o1);
-    o2 = _mm512_fmadd_ps(_mm512_loadu_ps(v + 32), p, o2); o3 = _mm512_fmadd_ps(_mm512_loadu_ps(v + 48), p, o3);
-  }
-  const __m512 inv = _mm512_set1_ps(1.0f / sum);
-  _mm512_storeu_ps(out, _mm512_mul_ps(o0, inv)); _mm512_storeu_ps(out + 16, _mm512_mul_ps(o1, inv));
-  _mm512_storeu_ps(out + 32, _mm512_mul_ps(o2, inv)); _mm512_storeu_ps(out + 48, _mm512_mul_ps(o3, inv));
-}
-
-static const bool kExp = std::getenv("QKV_EXP") != nullptr;
-static float g_scores[4096];
 
 // The entry `name` of a module's state_dict, or an undefined tensor.
 Tensor entry(const std::map<std::string, Tensor>& state, const std::string& name) {
@@ -210,14 +179,8 @@ const Tensor& DecoderSession::step(std::span<const int64_t> tokens) {
       rotate(k_, pos);
     }
     cache_.append(i, k4_, v4_);
-    if (kExp) {
-      const Tensor& K = cache_.key_storage(i); const Tensor& V = cache_.value_storage(i);
-      const int64_t E = 64, M = cache_.max_len(), S = cache_.length(i);
-      for (int64_t h = 0; h < c.num_heads; ++h) decode_head(q_.data<float>() + h * E, K.data<float>() + h * M * E, V.data<float>() + h * M * E, S, E, 0.125f, g_scores, attn_.data<float>() + h * E);
-    } else {
     scaled_dot_product_attention_into(attn_, q4_, cache_.keys(i), cache_.values(i), attention,
                                       workspace_);
-    }
     linear_into(h_, attn2d_, w.wo, w.bo);
     add_into(x_, x_, h_);
     // x = x + feed_forward(norm(x))

@@ -4,13 +4,15 @@
 // A prompt goes in at once (prefill: all its positions in one forward pass,
 // appended to the cache together); then each step feeds one token per
 // sequence, projects only that token, appends its key and value to the cache
-// and attends over everything cached. A step allocates no memory.
+// and attends over everything cached. A step allocates no memory (once the
+// attention kernel's per-thread scratch has grown to its size: after a long
+// prompt, or after the first steps past its key block length).
 //
 //   nn::DecoderSession session(model);              // batch 1, max_seq_len positions
 //   const Tensor& logits = session.prefill(prompt_ids);   // [1, vocab]
 //   Generator gen(seed);
 //   Sampler sampler({.temperature = 0.8}, model.config().vocab_size);
-//   int64_t next = sampler.sample(row(logits), gen);
+//   int64_t next = sampler.sample(session.logits_row(0), gen);
 //   session.step({&next, 1});                       // logits of the next position
 //
 // or, all of it in one call:
@@ -50,7 +52,7 @@ class DecoderSession {
   // ids: B·T ids, row-major [B, T]  ->  logits of the last position [B, vocab]
   const Tensor& prefill(std::span<const int64_t> ids);
 
-  // Feeds one token per sequence. Allocates nothing.
+  // Feeds one token per sequence. Allocates nothing (see above).
   // tokens: [B]  ->  logits [B, vocab] (a buffer the next call overwrites)
   const Tensor& step(std::span<const int64_t> tokens);
 
