@@ -389,7 +389,7 @@ def markdown(res, command):
         f"{len(peak['samples'])} measurements between points; median {peak['median']:.0f}, "
         f"min {peak['min']:.0f}). % of peak uses the max.")
     add("")
-    add("### Headline")
+    add("#### Headline")
     add("")
     add("| measure | value |")
     add("| --- | --- |")
@@ -424,15 +424,15 @@ def markdown(res, command):
             add("| " + " | ".join(cells) + " |")
         add("")
 
-    add("### Grid: B·L = 4,096 tokens, H·E = 512, fp32")
+    add("#### Grid: B·L = 4,096 tokens, H·E = 512, fp32")
     add("")
     point_table(res["grid"], ["L", "E", "B", "H", "causal"])
-    add("### Named points")
+    add("#### Named points")
     add("")
     point_table(res["named"], ["shape", "B", "H", "L", "E"])
     add("FLOPs of MiniLM count every key, padded or not (the same count for both).")
     add("")
-    add(f"### Decode: 1 query against S cached keys, GQA 9:3 (H 9, Hkv 3), E 64, "
+    add(f"#### Decode: 1 query against S cached keys, GQA 9:3 (H 9, Hkv 3), E 64, "
         f"{DECODE_LAYERS} layers")
     add("")
     add("Each call reads the next layer's K/V cache (as one decoding step through the model "
@@ -445,7 +445,7 @@ def markdown(res, command):
         add(f"| {r['S']} | {r['qkv_s'] * 1e6:.1f} | {r['torch_s'] * 1e6:.1f} | "
             f"{r['qkv_gbs']:.1f} | {r['torch_gbs']:.1f} | **{r['ratio']:.2f}** |")
     add("")
-    add("### Small shapes called from Python: B 1, H 8, E 64, L = S")
+    add("#### Small shapes called from Python: B 1, H 8, E 64, L = S")
     add("")
     add("Time per call from Python, each library's own call overhead included "
         "(qkv: numpy in, numpy out; torch: tensors, no_grad forward, autograd.grad backward).")
@@ -457,7 +457,7 @@ def markdown(res, command):
             f"{r['torch_s'] * 1e6:.1f} | **{r['ratio']:.2f}** |")
     add("")
     worst = sorted(res["grid"], key=lambda r: r["ratio"])[:6]
-    add("### Weakest grid points (lowest qkv/torch)")
+    add("#### Weakest grid points (lowest qkv/torch)")
     add("")
     for r in worst:
         add(f"- L {r['L']}, E {r['E']}, {'causal' if r['causal'] else 'non-causal'}, "
@@ -531,7 +531,15 @@ def main():
     ap.add_argument("--out", default="attention_vs_torch.md", help="markdown report to write")
     ap.add_argument("--json", default=None, help="also write the raw results here")
     ap.add_argument("--plot", default=None, help="write the GFLOP/s-against-L plot (PNG) here")
+    ap.add_argument("--from-json", default=None,
+                    help="measure nothing: rewrite the report and plot from a --json file")
     args = ap.parse_args()
+    if args.from_json:
+        with open(args.from_json) as f:
+            res = json.load(f)
+        res["headline"] = headline(res)
+        write_outputs(res, res.get("command", "?"), args)
+        return
     if args.reps < 5 and not args.quick:
         ap.error("--reps must be at least 5 (use --quick for a smoke test)")
     if args.quick:
@@ -567,7 +575,11 @@ def main():
         r["qkv_peak_pct"] = 100 * r["qkv_gflops"] / peak.value
         r["torch_peak_pct"] = 100 * r["torch_gflops"] / peak.value
     res["headline"] = headline(res)
+    res["command"] = command
+    write_outputs(res, command, args)
 
+
+def write_outputs(res, command, args):
     report = markdown(res, command)
     print(report)
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
