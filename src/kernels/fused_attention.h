@@ -17,6 +17,16 @@ struct FlashTiling {
   int64_t block_k = 0;
 };
 
+// y[n] = W[n, k] · x[k]  (y += … when accumulate); W row-major, contiguous.
+struct GemvTask {
+  const float* w = nullptr;
+  const float* x = nullptr;
+  float* y = nullptr;
+  int64_t n = 0;
+  int64_t k = 0;
+  bool accumulate = false;
+};
+
 struct KernelTable {
   const char* name;
   // GFLOP/s of independent FMAs on this thread for about `seconds`: the
@@ -37,6 +47,8 @@ struct KernelTable {
   // Backward over keys [j0, j0 + cols) for `count` problems sharing one K/V
   // matrix: adds into their dK/dV rows and into dQ at grad_q_base + offsets.
   // row_dot: D = rowsum(dO ∘ O) per (problem, query).
+  // Rows [begin, end) of a matrix-vector product (one-row linear layers).
+  void (*gemv_rows)(const GemvTask& task, int64_t begin, int64_t end);
   int64_t (*backward_scratch_floats)(const SdpaProblem& problem, const FlashTiling& tiling);
   void (*flash_backward_tile)(const SdpaBackwardProblem& problem, const FlashTiling& tiling,
                               const int64_t* problems, int64_t count, int64_t j0, int64_t cols,

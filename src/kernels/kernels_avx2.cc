@@ -1,6 +1,7 @@
 // The fused kernels compiled for AVX2 with FMA.
 #include "kernels/simd/flash_backward.h"
 #include "kernels/simd/fma_peak.h"
+#include "kernels/simd/gemv_rows.h"
 
 namespace qkv::kernels {
 
@@ -12,6 +13,7 @@ extern const KernelTable kAvx2Kernels = {
     &simd::forward_scratch_floats<simd::Avx2>,
     &simd::flash_forward_tile<simd::Avx2>,
     &simd::flash_weights_tile<simd::Avx2>,
+    &simd::gemv_rows<simd::Avx2>,
     &simd::backward_scratch_floats<simd::Avx2>,
     &simd::flash_backward_tile<simd::Avx2>,
 };

@@ -1,6 +1,7 @@
 // The fused kernels compiled for AVX-512 (F, BW, VL, DQ) with FMA.
 #include "kernels/simd/flash_backward.h"
 #include "kernels/simd/fma_peak.h"
+#include "kernels/simd/gemv_rows.h"
 
 namespace qkv::kernels {
 
@@ -12,6 +13,7 @@ extern const KernelTable kAvx512Kernels = {
     &simd::forward_scratch_floats<simd::Avx512>,
     &simd::flash_forward_tile<simd::Avx512>,
     &simd::flash_weights_tile<simd::Avx512>,
+    &simd::gemv_rows<simd::Avx512>,
     &simd::backward_scratch_floats<simd::Avx512>,
     &simd::flash_backward_tile<simd::Avx512>,
 };

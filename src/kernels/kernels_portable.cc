@@ -1,6 +1,7 @@
 // The fused kernels for any CPU (4-lane GCC vector extensions).
 #include "kernels/simd/flash_backward.h"
 #include "kernels/simd/fma_peak.h"
+#include "kernels/simd/gemv_rows.h"
 
 namespace qkv::kernels {
 
@@ -12,6 +13,7 @@ extern const KernelTable kPortableKernels = {
     &simd::forward_scratch_floats<simd::Portable>,
     &simd::flash_forward_tile<simd::Portable>,
     &simd::flash_weights_tile<simd::Portable>,
+    &simd::gemv_rows<simd::Portable>,
     &simd::backward_scratch_floats<simd::Portable>,
     &simd::flash_backward_tile<simd::Portable>,
 };

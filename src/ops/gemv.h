@@ -11,24 +11,15 @@
 #include <cstdint>
 #include <span>
 
+#include "kernels/fused_attention.h"
+
 namespace qkv::detail {
 
 // y[n] = W[n, k] · x[k]  (y += … when accumulate); W row-major, contiguous.
-struct GemvTask {
-  const float* w = nullptr;
-  const float* x = nullptr;
-  float* y = nullptr;
-  int64_t n = 0;
-  int64_t k = 0;
-  bool accumulate = false;
-};
+using GemvTask = kernels::GemvTask;
 
 // Runs the products one after another, the rows of each split across the
 // OpenMP threads when it is large enough to pay for them. Allocates nothing.
 void gemv(std::span<const GemvTask> tasks);
-
-// Which instruction set gemv uses: "avx512", "avx2" or "portable"
-// (qkv::kernel_isa(), so QKV_ISA overrides it too).
-const char* gemv_isa();
 
 }  // namespace qkv::detail
