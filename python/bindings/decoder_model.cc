@@ -11,6 +11,7 @@
 
 #include "bindings.h"
 #include "convert.h"
+#include "module_common.h"
 #include "qkv/nn/decoder_session.h"
 #include "qkv/sampling.h"
 
@@ -76,23 +77,11 @@ void bind_decoder_model(py::module_& m) {
           },
           py::arg("ids"))
       .def("state_dict",
-           [](const DecoderModel& self) {
-             py::dict out;
-             for (const auto& [name, t] : self.state_dict())
-               out[name.c_str()] = to_numpy(t.clone());
-             return out;
-           })
+           [](const DecoderModel& self) { return state_dict_to_python(self.state_dict()); })
       .def(
           "load_state_dict",
           [](DecoderModel& self, const py::dict& state) {
-            std::map<std::string, Tensor> tensors;
-            for (const auto& [key, value] : state) {
-              const std::string name = py::str(key);
-              const std::string what = "state_dict['" + name + "']";
-              tensors[name] =
-                  to_tensor(value, "DecoderModel.load_state_dict", what.c_str(), Accept::kFloat);
-            }
-            self.load_state_dict(tensors);
+            self.load_state_dict(state_dict_from_python(state, "DecoderModel.load_state_dict"));
           },
           py::arg("state_dict"))
       .def(

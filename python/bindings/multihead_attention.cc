@@ -9,6 +9,7 @@
 
 #include "bindings.h"
 #include "convert.h"
+#include "module_common.h"
 
 namespace qkv::python {
 
@@ -85,23 +86,12 @@ void bind_multihead_attention(py::module_& m) {
       .def_property_readonly("training", &MultiheadAttention::is_training)
       // Copies, so that changing a returned array never changes the module behind its back.
       .def("state_dict",
-           [](const MultiheadAttention& self) {
-             py::dict out;
-             for (const auto& [name, t] : self.state_dict())
-               out[name.c_str()] = to_numpy(t.clone());
-             return out;
-           })
+           [](const MultiheadAttention& self) { return state_dict_to_python(self.state_dict()); })
       .def(
           "load_state_dict",
           [](MultiheadAttention& self, const py::dict& state) {
-            std::map<std::string, Tensor> tensors;
-            for (const auto& [key, value] : state) {
-              const std::string name = py::str(key);
-              const std::string what = "state_dict['" + name + "']";
-              tensors[name] = to_tensor(value, "MultiheadAttention.load_state_dict", what.c_str(),
-                                        Accept::kFloat);
-            }
-            self.load_state_dict(tensors);
+            self.load_state_dict(
+                state_dict_from_python(state, "MultiheadAttention.load_state_dict"));
           },
           py::arg("state_dict"))
       .def("set_generator", &MultiheadAttention::set_generator, py::arg("generator"),
