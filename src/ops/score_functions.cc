@@ -3,6 +3,7 @@
 
 #include "ops/checks.h"
 #include "qkv/attention.h"
+#include "qkv/functional.h"
 #include "qkv/linear.h"
 
 namespace qkv {
@@ -78,14 +79,8 @@ Tensor ScoreFunction::scores(const Tensor& q, const Tensor& k) const {
       QKV_CHECK(q.size(-1) == k.size(-1), fn, ": dot-product scores need equal head dims, got q ",
                 shape_str(q.shape()), " and k ", shape_str(k.shape()));
       Tensor s = matmul(q, kt);
-      if (kind_ == Kind::kScaledDot) {
-        const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
-        Tensor scaled = Tensor::empty(s.shape(), s.dtype());
-        const std::vector<double> values = s.to_vector();
-        Tensor flat = scaled.view({-1});
-        for (size_t i = 0; i < values.size(); ++i) flat.set({int64_t(i)}, values[i] * scale);
-        return scaled;
-      }
+      if (kind_ == Kind::kScaledDot)
+        return scale(s, 1.0 / std::sqrt(static_cast<double>(q.size(-1))));
       return s;
     }
     case Kind::kAdditive: {
