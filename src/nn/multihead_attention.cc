@@ -17,6 +17,7 @@
 #include <set>
 #include <vector>
 
+#include "ops/checks.h"
 #include "qkv/attention.h"
 #include "qkv/linear.h"
 
@@ -64,23 +65,6 @@ std::vector<double> additive_values(const Tensor& mask, const char* name) {
               " of shape ", shape_str(mask.shape()), " contains NaN or +inf (at flat index ", i,
               "); use -inf or a bool mask to mask a position out");
   return values;
-}
-
-// Rejects NaN and infinities in an input, naming it (the ops would name their own arguments).
-template <class T>
-void check_finite_typed(const Tensor& t, const char* name) {
-  const Tensor c = t.contiguous();
-  const T* x = c.data<T>();
-  for (int64_t i = 0, n = c.numel(); i < n; ++i)
-    QKV_CHECK(std::isfinite(x[i]), "MultiheadAttention: ", name, " of shape ", shape_str(t.shape()),
-              " contains NaN or infinite values (first at flat index ", i, ")");
-}
-
-void check_finite_input(const Tensor& t, const char* name) {
-  if (t.dtype() == DType::kFloat64)
-    check_finite_typed<double>(t, name);
-  else
-    check_finite_typed<float>(t, name);
 }
 
 // Mean over heads.
@@ -212,7 +196,7 @@ MultiheadAttentionOutput MultiheadAttention::forward(const Tensor& query, const 
             "be > 0), got query ",
             shape_str(query.shape()), " and key ", shape_str(key.shape()));
 
-  for (const auto& [t, name] : inputs) check_finite_input(*t, name);
+  for (const auto& [t, name] : inputs) check_finite(*t, "MultiheadAttention", name);
 
   // --- Masks -----------------------------------------------------------------
   const Tensor& kpm = args.key_padding_mask;
