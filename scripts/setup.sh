@@ -7,7 +7,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 DEBIAN_PACKAGES=(g++ cmake ninja-build pkg-config libgtest-dev libbenchmark-dev libcli11-dev
-                 nlohmann-json3-dev libpng-dev libopenblas-openmp-dev python3-venv fortunes)
+                 nlohmann-json3-dev libpng-dev libopenblas-openmp-dev libutf8proc-dev python3-venv
+                 fortunes)
 BUILD_DIR=${QKV_BUILD_DIR:-build}
 VENV=${QKV_VENV:-.venv}
 
@@ -37,6 +38,9 @@ if ! cmp -s requirements.txt "$stamp"; then
   "$VENV/bin/pip" install -q --disable-pip-version-check -r requirements.txt
   cp requirements.txt "$stamp"
 fi
+
+# --- The pretrained model of the sentence-embedding examples and tests ----------
+QKV_VENV="$VENV" scripts/fetch_model.sh
 
 # --- Build ---------------------------------------------------------------------
 if [[ ! -f "$BUILD_DIR/build.ninja" ]]; then
