@@ -163,7 +163,7 @@ void forward_with_tiling(const qkv::kernels::SdpaProblem& p, const qkv::kernels:
 #pragma omp for schedule(dynamic, 1)
     for (int64_t item = 0; item < p.problems * q_tiles; ++item) {
       const int64_t q_begin = (item % q_tiles) * t.block_q;
-      table.flash_forward_tile(p, t, item / q_tiles, q_begin,
+      table.forward_tile(p, t, item / q_tiles, q_begin,
                                std::min<int64_t>(t.block_q, p.L - q_begin), scratch.data);
     }
   }

@@ -157,6 +157,35 @@ TEST_P(FusedAttention, WindowAlibiSoftcap) {
   }
 }
 
+// Tiles of at most four queries take the few-query (decoding) kernel: every
+// option on head dims with and without a vector tail, several key tiles.
+TEST_P(FusedAttention, FewQueriesEveryOption) {
+  Generator gen(27);
+  for (int64_t L : {1, 2, 3, 4, 5}) {
+    for (auto [E, Ev] : {std::pair<int64_t, int64_t>{64, 64}, {17, 5}, {1, 33}, {80, 16}}) {
+      const int64_t S = 600;  // three key tiles of 256
+      Tensor q = Tensor::randn({2, 2, L, E}, gen), k = Tensor::randn({2, 2, S, E}, gen);
+      Tensor v = Tensor::randn({2, 2, S, Ev}, gen);
+      const std::string at = " L=" + std::to_string(L) + " E=" + std::to_string(E);
+      for (CausalMask c : {CausalMask::kNone, CausalMask::kTopLeft, CausalMask::kBottomRight})
+        compare(q, k, v, {.causal = c}, "causal " + std::to_string(int(c)) + at);
+      compare(q, k, v, {.attn_mask = Tensor::randn({L, S}, gen), .scale = 0.3}, "float mask" + at);
+      compare(q, k, v, {.attn_mask = key_mask_for_heads(keep_mask_from_lengths({S, 5}, S))},
+              "padding" + at);
+      compare(q, k, v, {.dropout_p = 0.25}, "dropout" + at);
+      SdpaOptions variants{.causal = CausalMask::kBottomRight};
+      variants.window_left = 100;
+      variants.alibi_slopes = {0.5, 0.125};
+      variants.softcap = 3.0;
+      compare(q, k, v, variants, "window, alibi, softcap" + at);
+    }
+  }
+  // Keys and values strided along E ([B, H, E, S] memory) take the tiled kernel.
+  Tensor kt = Tensor::randn({1, 2, 16, 300}, gen);
+  Tensor q = Tensor::randn({1, 2, 1, 16}, gen);
+  compare(q, kt.transpose(2, 3), kt.transpose(2, 3), {}, "keys strided along E");
+}
+
 TEST_P(FusedAttention, StridedInputs) {
   Generator gen(23);
   // [B, L, H, E] memory viewed as [B, H, L, E], as MultiheadAttention produces.

@@ -38,18 +38,19 @@ struct KernelTable {
   // Floats of per-thread scratch the two calls below need.
   int64_t (*forward_scratch_floats)(const SdpaProblem& problem, const FlashTiling& tiling);
   // Computes output rows [q_begin, q_begin + rows) of problem `b` (and their
-  // log-sum-exp into problem.lse when set).
-  void (*flash_forward_tile)(const SdpaProblem& problem, const FlashTiling& tiling, int64_t b,
-                             int64_t q_begin, int64_t rows, float* scratch);
+  // log-sum-exp into problem.lse when set): the tiled flash kernel, or the
+  // few-query (decoding) kernel for tiles of at most four queries.
+  void (*forward_tile)(const SdpaProblem& problem, const FlashTiling& tiling, int64_t b,
+                       int64_t q_begin, int64_t rows, float* scratch);
   // Writes the weights of those rows into problem.weights, from problem.lse.
   void (*flash_weights_tile)(const SdpaProblem& problem, const FlashTiling& tiling, int64_t b,
                              int64_t q_begin, int64_t rows, float* scratch);
-  // Backward over keys [j0, j0 + cols) for `count` problems sharing one K/V
-  // matrix: adds into their dK/dV rows and into dQ at grad_q_base + offsets.
-  // row_dot: D = rowsum(dO ∘ O) per (problem, query).
   // Rows [begin, end) of a matrix-vector product (one-row linear layers).
   void (*gemv_rows)(const GemvTask& task, int64_t begin, int64_t end);
   int64_t (*backward_scratch_floats)(const SdpaProblem& problem, const FlashTiling& tiling);
+  // Backward over keys [j0, j0 + cols) for `count` problems sharing one K/V
+  // matrix: adds into their dK/dV rows and into dQ at grad_q_base + offsets.
+  // row_dot: D = rowsum(dO ∘ O) per (problem, query).
   void (*flash_backward_tile)(const SdpaBackwardProblem& problem, const FlashTiling& tiling,
                               const int64_t* problems, int64_t count, int64_t j0, int64_t cols,
                               const double* row_dot, float* grad_q_base, float* scratch);

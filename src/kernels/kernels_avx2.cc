@@ -1,5 +1,6 @@
 // The fused kernels compiled for AVX2 with FMA.
 #include "kernels/simd/flash_backward.h"
+#include "kernels/simd/few_query_forward.h"
 #include "kernels/simd/fma_peak.h"
 #include "kernels/simd/gemv_rows.h"
 
@@ -11,7 +12,7 @@ extern const KernelTable kAvx2Kernels = {
     simd::TileShape<simd::Avx2>::kMr,
     simd::TileShape<simd::Avx2>::kNr,
     &simd::forward_scratch_floats<simd::Avx2>,
-    &simd::flash_forward_tile<simd::Avx2>,
+    &simd::forward_tile<simd::Avx2>,
     &simd::flash_weights_tile<simd::Avx2>,
     &simd::gemv_rows<simd::Avx2>,
     &simd::backward_scratch_floats<simd::Avx2>,

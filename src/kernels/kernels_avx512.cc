@@ -1,5 +1,6 @@
 // The fused kernels compiled for AVX-512 (F, BW, VL, DQ) with FMA.
 #include "kernels/simd/flash_backward.h"
+#include "kernels/simd/few_query_forward.h"
 #include "kernels/simd/fma_peak.h"
 #include "kernels/simd/gemv_rows.h"
 
@@ -11,7 +12,7 @@ extern const KernelTable kAvx512Kernels = {
     simd::TileShape<simd::Avx512>::kMr,
     simd::TileShape<simd::Avx512>::kNr,
     &simd::forward_scratch_floats<simd::Avx512>,
-    &simd::flash_forward_tile<simd::Avx512>,
+    &simd::forward_tile<simd::Avx512>,
     &simd::flash_weights_tile<simd::Avx512>,
     &simd::gemv_rows<simd::Avx512>,
     &simd::backward_scratch_floats<simd::Avx512>,

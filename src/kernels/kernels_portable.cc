@@ -1,5 +1,6 @@
 // The fused kernels for any CPU (4-lane GCC vector extensions).
 #include "kernels/simd/flash_backward.h"
+#include "kernels/simd/few_query_forward.h"
 #include "kernels/simd/fma_peak.h"
 #include "kernels/simd/gemv_rows.h"
 
@@ -11,7 +12,7 @@ extern const KernelTable kPortableKernels = {
     simd::TileShape<simd::Portable>::kMr,
     simd::TileShape<simd::Portable>::kNr,
     &simd::forward_scratch_floats<simd::Portable>,
-    &simd::flash_forward_tile<simd::Portable>,
+    &simd::forward_tile<simd::Portable>,
     &simd::flash_weights_tile<simd::Portable>,
     &simd::gemv_rows<simd::Portable>,
     &simd::backward_scratch_floats<simd::Portable>,

@@ -1,0 +1,148 @@
+// The forward pass of a handful of queries against many keys: decoding (one
+// new token per head, or the query heads of a GQA group stacked), written
+// once for every ISA.
+//
+// With one to four queries there is almost no arithmetic per byte: each key
+// row and each value row is used by those few queries only, so the time is
+// the time to read K and V once. The tiled kernel of flash_forward.h would
+// pad the queries to a full vector and pack them into panels; here each key
+// row is read in place and dotted with each query along E (vectors across
+// the head dimension), and each value row is added into the few output rows,
+// so K and V stream through at the speed of memory.
+//
+// Same mathematics as flash_forward_tile, per tile of keys j:
+//   s = q·kⱼ (soft-capped, + ALiBi + mask, −inf outside causal/window)
+//   m' = max(m, max s);  p = exp(s − m');  l = e^(m−m')·l + Σp;  o = e^(m−m')·o + Σ p vⱼ
+#pragma once
+
+#include "kernels/simd/flash_forward.h"
+
+namespace qkv::kernels::simd {
+namespace {
+
+// Up to this many queries per problem take the few-query path. With 4 the
+// K/V rows are read once for all of them and the work per row is still small
+// next to the read (bench/decode_vs_torch.py, bench/attention_vs_torch.py
+// decode points).
+constexpr int64_t kFewQueries = 4;
+
+// Whether a tile of `rows` queries takes the few-query path: K and V rows
+// must be contiguous along the head dimension so they can be read in place.
+inline bool use_few_query_path(const SdpaProblem& p, int64_t rows) {
+  return rows <= kFewQueries && p.k.col_stride == 1 && p.v.col_stride == 1;
+}
+
+// Σₑ a[e]·b[e] over n floats.
+template <class Isa>
+float dot(const float* a, const float* b, int64_t n) {
+  constexpr int kL = Isa::kLanes;
+  typename Isa::V acc = Isa::zero();
+  int64_t e = 0;
+  for (; e + kL <= n; e += kL) acc = Isa::fmadd(Isa::load(a + e), Isa::load(b + e), acc);
+  float sum = Isa::reduce_add(acc);
+  for (; e < n; ++e) sum += a[e] * b[e];
+  return sum;
+}
+
+// y[e] += a·x[e] over n floats.
+template <class Isa>
+void axpy(float* y, float a, const float* x, int64_t n) {
+  constexpr int kL = Isa::kLanes;
+  const typename Isa::V va = Isa::set1(a);
+  int64_t e = 0;
+  for (; e + kL <= n; e += kL)
+    Isa::store(y + e, Isa::fmadd(va, Isa::load(x + e), Isa::load(y + e)));
+  for (; e < n; ++e) y[e] += a * x[e];
+}
+
+template <class Isa>
+float row_max(const float* x, int64_t n) {
+  constexpr int kL = Isa::kLanes;
+  typename Isa::V mx = Isa::set1(kNegInfF);
+  int64_t j = 0;
+  for (; j + kL <= n; j += kL) mx = Isa::max(mx, Isa::load(x + j));
+  float m = Isa::reduce_max(mx);
+  for (; j < n; ++j) m = std::max(m, x[j]);
+  return m;
+}
+
+// Output rows [q_begin, q_begin + rows) of problem b, rows ≤ kFewQueries.
+// Uses the scratch of ForwardScratch: q_t holds scale·q row by row, s_t the
+// scores [rows, block_k], out the unnormalised outputs [rows, Ev].
+template <class Isa>
+void few_query_forward_tile(const SdpaProblem& p, const FlashTiling& t, int64_t b, int64_t q_begin,
+                            int64_t rows, float* scratch) {
+  const ForwardScratch<Isa> w(p, t, scratch);
+  const int64_t ld = t.block_k;  // row step of the score tile
+  const float keep_scale = p.dropout_p > 0.0 ? static_cast<float>(1.0 / (1.0 - p.dropout_p)) : 1.0f;
+  const float* k = static_cast<const float*>(p.k.base) + p.k.offsets[b];
+  const float* v = static_cast<const float*>(p.v.base) + p.v.offsets[b];
+
+  float* q = w.q_t;  // [rows, E]
+  const float* q_in = static_cast<const float*>(p.q.base) + p.q.offsets[b];
+  const float scale = static_cast<float>(p.scale);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t e = 0; e < p.E; ++e)
+      q[r * p.E + e] = scale * q_in[(q_begin + r) * p.q.row_stride + e * p.q.col_stride];
+  for (int64_t r = 0; r < rows; ++r) {
+    w.m[r] = kNegInfF;
+    w.l[r] = 0.0f;
+  }
+  std::fill(w.out, w.out + rows * p.Ev, 0.0f);
+
+  int64_t key_begin, key_end;
+  tile_key_range(p, q_begin, rows, &key_begin, &key_end);
+  for (int64_t j0 = key_begin; j0 < key_end; j0 += t.block_k) {
+    const int64_t keys = std::min<int64_t>(t.block_k, key_end - j0);
+    for (int64_t j = 0; j < keys; ++j) {
+      const float* kj = k + (j0 + j) * p.k.row_stride;
+      for (int64_t r = 0; r < rows; ++r) w.s_t[r * ld + j] = dot<Isa>(q + r * p.E, kj, p.E);
+    }
+    if (p.softcap > 0.0 || p.mask.base != nullptr || p.alibi_slopes != nullptr ||
+        !tile_fully_visible(p, q_begin, rows, j0, keys))
+      adjust_scores(p, b, q_begin, rows, j0, keys, w.s_t, ld, 1);
+
+    for (int64_t r = 0; r < rows; ++r) {
+      float* s = w.s_t + r * ld;
+      const float m_new = std::max(w.m[r], row_max<Isa>(s, keys));
+      // Nothing visible yet: shift by 0 so exp(−inf − 0) = 0, and keep o as is.
+      const float alpha = m_new == kNegInfF ? 1.0f : std::exp(w.m[r] - m_new);
+      w.l[r] = alpha * w.l[r] + exp_shift_sum<Isa>(s, keys, m_new == kNegInfF ? 0.0f : m_new);
+      w.m[r] = m_new;
+      if (alpha != 1.0f) scale_row<Isa>(w.out + r * p.Ev, p.Ev, alpha);
+      if (p.dropout_p > 0.0)
+        for (int64_t j = 0; j < keys; ++j)
+          s[j] *= dropout_kept(p, b, q_begin + r, j0 + j) ? keep_scale : 0.0f;
+    }
+
+    for (int64_t j = 0; j < keys; ++j) {
+      const float* vj = v + (j0 + j) * p.v.row_stride;
+      for (int64_t r = 0; r < rows; ++r) axpy<Isa>(w.out + r * p.Ev, w.s_t[r * ld + j], vj, p.Ev);
+    }
+  }
+
+  float* out = static_cast<float*>(p.output) + (b * p.L + q_begin) * p.Ev;
+  for (int64_t r = 0; r < rows; ++r) {
+    const float l = w.l[r];
+    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+    for (int64_t e = 0; e < p.Ev; ++e) out[r * p.Ev + e] = w.out[r * p.Ev + e] * inv;
+    if (p.lse)
+      p.lse[b * p.L + q_begin + r] =
+          l > 0.0f ? static_cast<double>(w.m[r]) + std::log(static_cast<double>(l))
+                   : -std::numeric_limits<double>::infinity();
+  }
+}
+
+// The forward pass of a query tile: the few-query path for decoding-sized
+// tiles, the tiled kernel otherwise.
+template <class Isa>
+void forward_tile(const SdpaProblem& p, const FlashTiling& t, int64_t b, int64_t q_begin,
+                  int64_t rows, float* scratch) {
+  if (use_few_query_path(p, rows))
+    few_query_forward_tile<Isa>(p, t, b, q_begin, rows, scratch);
+  else
+    flash_forward_tile<Isa>(p, t, b, q_begin, rows, scratch);
+}
+
+}  // namespace
+}  // namespace qkv::kernels::simd
