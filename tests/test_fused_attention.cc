@@ -186,6 +186,51 @@ TEST_P(FusedAttention, FewQueriesEveryOption) {
   compare(q, kt.transpose(2, 3), kt.transpose(2, 3), {}, "keys strided along E");
 }
 
+// bfloat16 in and out, float32 inside: against the float64 reference on the
+// same (bfloat16-rounded) values, forward and gradients, within 1e-2.
+TEST_P(FusedAttention, BFloat16InputsWithFloat32Accumulation) {
+  Generator gen(28);
+  auto bf16 = [&](const Shape& shape) { return Tensor::randn(shape, gen).to(DType::kBFloat16); };
+  for (auto [L, S] : {std::pair<int64_t, int64_t>{1, 300}, {37, 130}, {200, 200}}) {
+    const Tensor q = bf16({2, 4, L, 32}), k = bf16({2, 2, S, 32}), v = bf16({2, 2, S, 24});
+    const Tensor mask = bf16({L, S});
+    const Tensor grad_out = bf16({2, 4, L, 24});
+    for (bool with_mask : {false, true}) {
+      SdpaOptions o{.enable_gqa = true, .backend = SdpaBackend::kFused};
+      if (with_mask) o.attn_mask = mask;
+      const SdpaResult got = scaled_dot_product_attention(q, k, v, o);
+      EXPECT_EQ(got.output.dtype(), DType::kBFloat16);
+      EXPECT_EQ(got.kernel, std::string("fused-") + GetParam()->name);
+      SdpaOptions ref_o = o;
+      ref_o.backend = SdpaBackend::kReference;
+      if (with_mask) ref_o.attn_mask = mask.to(DType::kFloat64);
+      const Tensor q64 = q.to(DType::kFloat64), k64 = k.to(DType::kFloat64),
+                   v64 = v.to(DType::kFloat64);
+      const SdpaResult ref = scaled_dot_product_attention(q64, k64, v64, ref_o);
+      const std::string at = " L=" + std::to_string(L) + (with_mask ? " mask" : "");
+      EXPECT_LE(relative_error(got.output, ref.output), 1e-2) << at;
+      EXPECT_GT(relative_error(got.output, ref.output), 0.0) << "rounded to bfloat16" << at;
+
+      const SdpaGradients g = scaled_dot_product_attention_backward(grad_out, q, k, v, got, o);
+      const SdpaGradients rg = scaled_dot_product_attention_backward(grad_out.to(DType::kFloat64),
+                                                                     q64, k64, v64, ref, ref_o);
+      EXPECT_EQ(g.query.dtype(), DType::kBFloat16);
+      EXPECT_LE(relative_error(g.query, rg.query), 1e-2) << at;
+      EXPECT_LE(relative_error(g.key, rg.key), 1e-2) << at;
+      EXPECT_LE(relative_error(g.value, rg.value), 1e-2) << at;
+      if (with_mask) EXPECT_LE(relative_error(g.attn_mask, rg.attn_mask), 1e-2) << at;
+    }
+  }
+  // Mixed dtypes are an error that names them.
+  try {
+    scaled_dot_product_attention(bf16({1, 1, 4, 8}), Tensor::randn({1, 1, 4, 8}, gen),
+                                 bf16({1, 1, 4, 8}));
+    ADD_FAILURE() << "no error for mixed dtypes";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("bfloat16, float32"), std::string::npos) << e.what();
+  }
+}
+
 TEST_P(FusedAttention, StridedInputs) {
   Generator gen(23);
   // [B, L, H, E] memory viewed as [B, H, L, E], as MultiheadAttention produces.

@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "qkv/generator.h"
 #include "qkv/tensor.h"
 
@@ -84,6 +86,33 @@ TEST(Tensor, DtypeConversionAndCopy) {
   y.copy_from(x.transpose(0, 1));
   EXPECT_EQ(y.at({2, 1}), 5.0);
   EXPECT_THROW(f.data<double>(), Error);
+}
+
+TEST(Tensor, BFloat16RoundsToNearestEven) {
+  // bfloat16 keeps 7 mantissa bits: around 1.0 its step is 2^-7.
+  const float step = std::ldexp(1.0f, -7);
+  EXPECT_EQ(float_to_bfloat16(1.0f), 0x3f80);
+  EXPECT_EQ(float_to_bfloat16(1.0f + step / 2), 0x3f80);      // tie: to the even 1.0
+  EXPECT_EQ(float_to_bfloat16(1.0f + 3 * step / 2), 0x3f82);  // tie: to the even 1 + 2 step
+  EXPECT_EQ(float_to_bfloat16(1.0f + step * 0.51f), 0x3f81);  // above the tie: up
+  EXPECT_EQ(float_to_bfloat16(-2.0f), 0xc000);
+  EXPECT_EQ(float_to_bfloat16(INFINITY), 0x7f80);
+  EXPECT_TRUE(std::isnan(bfloat16_to_float(float_to_bfloat16(NAN))));
+  EXPECT_EQ(float_to_bfloat16(3.4e38f), 0x7f80);  // beyond the largest bfloat16: inf
+  const Tensor x =
+      Tensor::from_vector({2, 2}, std::vector<float>{1.0f, 1.0f + step / 4, -3.5f, 1e-3f});
+  const Tensor b = x.to(DType::kBFloat16);
+  EXPECT_EQ(b.dtype(), DType::kBFloat16);
+  EXPECT_EQ(dtype_size(b.dtype()), 2u);
+  EXPECT_STREQ(dtype_name(b.dtype()), "bfloat16");
+  const std::vector<double> back = b.to(DType::kFloat32).to_vector();
+  EXPECT_EQ(back[0], 1.0);
+  EXPECT_EQ(back[1], 1.0);
+  EXPECT_EQ(back[2], -3.5);
+  EXPECT_NEAR(back[3], 1e-3, 1e-3 * step);
+  // Strided views convert through the general path with the same rounding.
+  EXPECT_EQ(x.transpose(0, 1).to(DType::kBFloat16).to_vector(),
+            b.transpose(0, 1).contiguous().to_vector());
 }
 
 TEST(Tensor, SeededRandomIsReproducible) {

@@ -123,7 +123,8 @@ struct SdpaResult {
 // torch.nn.functional.scaled_dot_product_attention in torch 2.13:
 // softmax(q kᵀ · scale + mask) v, with dropout on the weights.
 // q: [..., H, L, E]  k: [..., Hkv, S, E]  v: [..., Hkv, S, Ev]  ->  [..., H, L, Ev]
-// float32 or float64 (all three the same). Hkv == H unless enable_gqa.
+// float32 or float64 (all three the same), or all three bfloat16 (widened to
+// float32 inside; output and weights rounded back to bfloat16). Hkv == H unless enable_gqa.
 SdpaResult scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                         const SdpaOptions& options = {});
 

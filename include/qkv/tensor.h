@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <initializer_list>
 #include <memory>
 #include <ostream>
@@ -30,13 +31,33 @@ class Generator;
 using Shape = Dims;
 using Strides = Dims;
 
-enum class DType : uint8_t { kFloat32, kFloat64, kBool };
+// kBFloat16 is a storage dtype: attention takes it (widened to float32 inside,
+// accumulating in float32, rounded back on output), conversions with to() and
+// copy_from() handle it; the other ops compute in float32 or float64 only.
+enum class DType : uint8_t { kFloat32, kFloat64, kBool, kBFloat16 };
 
 // Bytes per element.
 size_t dtype_size(DType dtype);
-// "float32", "float64", "bool".
+// "float32", "float64", "bool", "bfloat16".
 const char* dtype_name(DType dtype);
+// float32 or float64: the dtypes qkv computes in (not bfloat16, see above).
 bool is_floating(DType dtype);
+
+// bfloat16 is the upper half of a float32: widening is exact, narrowing
+// rounds to nearest even (NaN stays NaN), as torch does.
+inline float bfloat16_to_float(uint16_t bits) {
+  const uint32_t wide = static_cast<uint32_t>(bits) << 16;
+  float f;
+  std::memcpy(&f, &wide, sizeof f);
+  return f;
+}
+inline uint16_t float_to_bfloat16(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, sizeof bits);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x0040u);
+  bits += 0x7fffu + ((bits >> 16) & 1u);
+  return static_cast<uint16_t>(bits >> 16);
+}
 
 // "[2, 4, 8]".
 std::string shape_str(const Shape& shape);

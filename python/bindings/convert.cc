@@ -43,13 +43,21 @@ bool is_torch_tensor(py::handle obj) {
   return py::hasattr(torch, "Tensor") && py::isinstance(obj, torch.attr("Tensor"));
 }
 
-// A numpy array sharing the CPU tensor's memory and strides.
-py::array torch_to_numpy(py::handle tensor, const char* function, const char* name, Accept accept) {
+// A numpy array sharing the CPU tensor's memory and strides. A bfloat16
+// tensor (numpy has no such dtype) comes as its int16 bit patterns, with
+// *bfloat16 set.
+py::array torch_to_numpy(py::handle tensor, const char* function, const char* name, Accept accept,
+                         bool* bfloat16) {
   const std::string device = py::str(tensor.attr("device").attr("type"));
   if (device != "cpu")
     throw py::value_error(prefix(function, name) + " must be a CPU tensor, got a tensor on " +
                           std::string(py::str(tensor.attr("device"))));
   const std::string dtype = py::str(tensor.attr("dtype"));
+  *bfloat16 = dtype == "torch.bfloat16" && accept != Accept::kBool;
+  if (*bfloat16) {
+    py::object torch = py::module_::import("sys").attr("modules")["torch"];
+    return tensor.attr("detach")().attr("view")(torch.attr("int16")).attr("numpy")();
+  }
   const bool ok = (dtype == "torch.float32" && allows(accept, DType::kFloat32)) ||
                   (dtype == "torch.float64" && allows(accept, DType::kFloat64)) ||
                   (dtype == "torch.bool" && allows(accept, DType::kBool));
@@ -95,10 +103,11 @@ Tensor to_tensor(py::handle obj, const char* function, const char* name, Accept 
     throw py::type_error(prefix(function, name) + " must be an array or tensor, got None");
   py::object numpy = py::module_::import("numpy");
   py::array array;
+  bool bfloat16 = false;
   if (py::isinstance<py::array>(obj)) {
     array = py::reinterpret_borrow<py::array>(obj);
   } else if (is_torch_tensor(obj)) {
-    array = torch_to_numpy(obj, function, name, accept);
+    array = torch_to_numpy(obj, function, name, accept, &bfloat16);
   } else {
     try {
       array = numpy.attr("asarray")(obj);
@@ -107,7 +116,7 @@ Tensor to_tensor(py::handle obj, const char* function, const char* name, Accept 
                            std::string(py::str(py::type::of(obj).attr("__name__"))));
     }
   }
-  const DType dtype = numpy_dtype(array, function, name, accept);
+  const DType dtype = bfloat16 ? DType::kBFloat16 : numpy_dtype(array, function, name, accept);
 
   Strides strides;
   const bool native = array.dtype().attr("isnative").cast<bool>();
@@ -145,6 +154,9 @@ py::array to_numpy(const Tensor& t) {
       break;
     case DType::kBool:
       dtype = py::dtype::of<bool>();
+      break;
+    case DType::kBFloat16:  // the bit patterns; the Python layer views them as torch.bfloat16
+      dtype = py::dtype::of<uint16_t>();
       break;
   }
   const auto itemsize = static_cast<py::ssize_t>(dtype_size(holder->dtype()));

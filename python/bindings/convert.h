@@ -27,6 +27,7 @@ Tensor to_tensor(py::handle obj, const char* function, const char* name, Accept 
 Tensor to_optional_tensor(py::handle obj, const char* function, const char* name, Accept accept);
 
 // A numpy array over the tensor's elements (made contiguous first if needed).
+// (bfloat16 comes out as its uint16 bit patterns: numpy has no bfloat16.)
 py::array to_numpy(const Tensor& t);
 // None for an undefined Tensor.
 py::object to_numpy_or_none(const Tensor& t);

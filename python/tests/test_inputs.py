@@ -134,7 +134,7 @@ def test_dtype_errors_name_the_argument_and_dtype():
         (dict(query=q.astype(np.float16)), "'query'.*float16"),
         (dict(key=k.astype(np.int32)), "'key'.*int32"),
         (dict(value=torch.from_numpy(v).to(torch.int64)), "'value'.*torch.int64"),
-        (dict(query=torch.from_numpy(q).bfloat16()), "'query'.*torch.bfloat16"),
+        (dict(query=torch.from_numpy(q).bfloat16()), "same dtype, got bfloat16, float32"),
         (dict(attn_mask=np.zeros((5, 7), np.uint8)), "'attn_mask'.*uint8"),
         (dict(query=q.astype(np.complex64)), "'query'.*complex64"),
         (dict(query=q > 0), "'query'.*bool"),

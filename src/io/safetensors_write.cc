@@ -22,6 +22,8 @@ const char* safetensors_dtype_name(DType dtype) {
       return "F64";
     case DType::kBool:
       return "BOOL";
+    case DType::kBFloat16:
+      return "BF16";
   }
   return "?";
 }

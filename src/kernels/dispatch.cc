@@ -118,7 +118,7 @@ void sdpa_forward_fused(const SdpaProblem& p, const KernelTable& table) {
       const int64_t q_begin = (item % q_tiles) * t.block_q;
       const int64_t rows = std::min<int64_t>(t.block_q, p.L - q_begin);
       table.forward_tile(p, t, b, q_begin, rows, scratch);
-      if (p.weights != nullptr) table.flash_weights_tile(p, t, b, q_begin, rows, scratch);
+      if (p.weights != nullptr) table.weights_tile(p, t, b, q_begin, rows, scratch);
     }
   }
 }

@@ -43,8 +43,8 @@ struct KernelTable {
   void (*forward_tile)(const SdpaProblem& problem, const FlashTiling& tiling, int64_t b,
                        int64_t q_begin, int64_t rows, float* scratch);
   // Writes the weights of those rows into problem.weights, from problem.lse.
-  void (*flash_weights_tile)(const SdpaProblem& problem, const FlashTiling& tiling, int64_t b,
-                             int64_t q_begin, int64_t rows, float* scratch);
+  void (*weights_tile)(const SdpaProblem& problem, const FlashTiling& tiling, int64_t b,
+                       int64_t q_begin, int64_t rows, float* scratch);
   // Rows [begin, end) of a matrix-vector product (one-row linear layers).
   void (*gemv_rows)(const GemvTask& task, int64_t begin, int64_t end);
   int64_t (*backward_scratch_floats)(const SdpaProblem& problem, const FlashTiling& tiling);

@@ -13,7 +13,7 @@ extern const KernelTable kAvx2Kernels = {
     simd::TileShape<simd::Avx2>::kNr,
     &simd::forward_scratch_floats<simd::Avx2>,
     &simd::forward_tile<simd::Avx2>,
-    &simd::flash_weights_tile<simd::Avx2>,
+    &simd::weights_tile<simd::Avx2>,
     &simd::gemv_rows<simd::Avx2>,
     &simd::backward_scratch_floats<simd::Avx2>,
     &simd::flash_backward_tile<simd::Avx2>,

@@ -13,7 +13,7 @@ extern const KernelTable kAvx512Kernels = {
     simd::TileShape<simd::Avx512>::kNr,
     &simd::forward_scratch_floats<simd::Avx512>,
     &simd::forward_tile<simd::Avx512>,
-    &simd::flash_weights_tile<simd::Avx512>,
+    &simd::weights_tile<simd::Avx512>,
     &simd::gemv_rows<simd::Avx512>,
     &simd::backward_scratch_floats<simd::Avx512>,
     &simd::flash_backward_tile<simd::Avx512>,

@@ -13,7 +13,7 @@ extern const KernelTable kPortableKernels = {
     simd::TileShape<simd::Portable>::kNr,
     &simd::forward_scratch_floats<simd::Portable>,
     &simd::forward_tile<simd::Portable>,
-    &simd::flash_weights_tile<simd::Portable>,
+    &simd::weights_tile<simd::Portable>,
     &simd::gemv_rows<simd::Portable>,
     &simd::backward_scratch_floats<simd::Portable>,
     &simd::flash_backward_tile<simd::Portable>,

@@ -3,6 +3,7 @@
 #include "kernels/dropout.h"
 #include "kernels/fused_attention.h"
 #include "ops/checks.h"
+#include "ops/sdpa_bfloat16.h"
 #include "ops/sdpa_prepare.h"
 
 namespace qkv {
@@ -125,6 +126,7 @@ void scaled_dot_product_attention_into(Tensor& output, const Tensor& q, const Te
 SdpaResult scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                         const SdpaOptions& options) {
   const char* fn = "scaled_dot_product_attention";
+  if (is_bfloat16_call(q, k, v)) return scaled_dot_product_attention_bfloat16(q, k, v, options);
   PreparedSdpa prepared = prepare_sdpa(q, k, v, options, fn);
   kernels::SdpaProblem& p = prepared.problem;
   const bool fused = use_fused_kernel(q, options, fn);

@@ -2,6 +2,7 @@
 // one backward kernel call; broadcast and GQA operands sum their gradients.
 #include "kernels/fused_attention.h"
 #include "ops/checks.h"
+#include "ops/sdpa_bfloat16.h"
 #include "ops/sdpa_prepare.h"
 
 namespace qkv {
@@ -44,6 +45,8 @@ SdpaGradients scaled_dot_product_attention_backward(const Tensor& grad_output, c
                                                     const SdpaResult& forward,
                                                     const SdpaOptions& options) {
   const char* fn = "scaled_dot_product_attention_backward";
+  if (is_bfloat16_call(q, k, v))
+    return scaled_dot_product_attention_backward_bfloat16(grad_output, q, k, v, forward, options);
   PreparedSdpa prepared = prepare_sdpa(q, k, v, options, fn);
   const bool fused = use_fused_kernel(q, options, fn);
   check_floating(grad_output, fn, "grad_output");

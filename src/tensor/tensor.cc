@@ -18,6 +18,8 @@ size_t dtype_size(DType dtype) {
       return 8;
     case DType::kBool:
       return 1;
+    case DType::kBFloat16:
+      return 2;
   }
   return 0;
 }
@@ -30,6 +32,8 @@ const char* dtype_name(DType dtype) {
       return "float64";
     case DType::kBool:
       return "bool";
+    case DType::kBFloat16:
+      return "bfloat16";
   }
   return "?";
 }
@@ -96,6 +100,8 @@ double load(const std::byte* p, DType dtype) {
       return *reinterpret_cast<const double*>(p);
     case DType::kBool:
       return *reinterpret_cast<const bool*>(p) ? 1.0 : 0.0;
+    case DType::kBFloat16:
+      return bfloat16_to_float(*reinterpret_cast<const uint16_t*>(p));
   }
   return 0.0;
 }
@@ -111,7 +117,30 @@ void store(std::byte* p, DType dtype, double value) {
     case DType::kBool:
       *reinterpret_cast<bool*>(p) = value != 0.0;
       break;
+    case DType::kBFloat16:
+      // Through float32, as torch rounds float64 -> bfloat16 (double rounding included).
+      *reinterpret_cast<uint16_t*>(p) = float_to_bfloat16(static_cast<float>(value));
+      break;
   }
+}
+
+// Dense conversions between bfloat16 and float32 (attention's way in and
+// out), as tight loops; false for other pairs, which take the general path.
+bool convert_contiguous(const Tensor& from, Tensor& to) {
+  const int64_t n = to.numel();
+  if (from.dtype() == DType::kBFloat16 && to.dtype() == DType::kFloat32) {
+    const uint16_t* src = static_cast<const uint16_t*>(from.raw_data());
+    float* dst = to.data<float>();
+    for (int64_t i = 0; i < n; ++i) dst[i] = bfloat16_to_float(src[i]);
+    return true;
+  }
+  if (from.dtype() == DType::kFloat32 && to.dtype() == DType::kBFloat16) {
+    const float* src = from.data<float>();
+    uint16_t* dst = static_cast<uint16_t*>(to.raw_data());
+    for (int64_t i = 0; i < n; ++i) dst[i] = float_to_bfloat16(src[i]);
+    return true;
+  }
+  return false;
 }
 
 // Strides for viewing (old_shape, old_strides) as new_shape without a copy,
@@ -427,6 +456,7 @@ void Tensor::copy_from(const Tensor& src) {
     std::memmove(to_base, from_base, static_cast<size_t>(numel()) * to_size);
     return;
   }
+  if (from.is_contiguous() && is_contiguous() && convert_contiguous(from, *this)) return;
   // Gather source offsets first: the two views may walk memory differently.
   std::vector<int64_t> from_offsets(static_cast<size_t>(numel()));
   for_each_offset(from.shape_, from.strides_,

@@ -28,6 +28,7 @@ qkv.runtime.last_sdpa_kernel() names the kernel the last call ran.
 
 import collections
 import threading
+import warnings
 
 import numpy as np
 
@@ -61,6 +62,22 @@ def _causal_name(is_causal, causal, function):
             f"got {causal!r}"
         )
     return causal
+
+
+def _bfloat16_out(x):
+    """_core returns bfloat16 results as uint16 bit patterns (numpy has no
+    bfloat16); they came from torch.bfloat16 inputs, so they go back as such."""
+    if isinstance(x, np.ndarray) and x.dtype == np.uint16:
+        import torch  # already imported: the inputs were torch tensors
+
+        if x.flags.writeable:
+            return torch.from_numpy(x).view(torch.bfloat16)
+        # The output of a *_with_grad call is read-only on purpose (its backward
+        # reads it again); torch would warn that it cannot mark it so.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            return torch.from_numpy(x).view(torch.bfloat16)
+    return x
 
 
 def _check_generator(generator, function):
@@ -110,7 +127,7 @@ def _sdpa(function, query, key, value, attn_mask, dropout_p, is_causal, scale, e
     )
     last = result[3]
     _last_call.kernel = last if isinstance(last, str) else last.kernel
-    return result
+    return (_bfloat16_out(result[0]), _bfloat16_out(result[1])) + tuple(result[2:])
 
 
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0,
@@ -122,7 +139,9 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
 
     query: [..., H, L, E]  key: [..., Hkv, S, E]  value: [..., Hkv, S, Ev]  ->  [..., H, L, Ev]
 
-    Leading dims broadcast. All three float32 or float64, the same dtype.
+    Leading dims broadcast. All three float32 or float64 (numpy arrays or torch
+    tensors), or all three torch.bfloat16 tensors (computed in float32, the
+    output a torch.bfloat16 tensor); the same dtype.
 
     attn_mask: bool (True = take part) or floating of the query's dtype (added
         to the scores), broadcastable to [..., H, L, S]. Not with is_causal.
@@ -236,7 +255,7 @@ class SdpaBackward:
         return self._impl.logsumexp
 
     def __call__(self, grad_output):
-        return SdpaGradients(*self._impl(grad_output))
+        return SdpaGradients(*(_bfloat16_out(g) for g in self._impl(grad_output)))
 
     def __repr__(self):
         return f"<qkv SdpaBackward kernel={self.kernel!r}>"

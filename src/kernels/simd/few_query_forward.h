@@ -66,6 +66,30 @@ float row_max(const float* x, int64_t n) {
   return m;
 }
 
+// scale·q of rows [q_begin, q_begin + rows), row by row: q_scaled [rows, E].
+inline void scaled_query_rows(const SdpaProblem& p, int64_t b, int64_t q_begin, int64_t rows,
+                              float* q_scaled) {
+  const float* q = static_cast<const float*>(p.q.base) + p.q.offsets[b];
+  const float scale = static_cast<float>(p.scale);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t e = 0; e < p.E; ++e)
+      q_scaled[r * p.E + e] = scale * q[(q_begin + r) * p.q.row_stride + e * p.q.col_stride];
+}
+
+// s[r, j] = (scale·q_r)·k_(j0+j), adjusted (masks, biases, limits); s has row step ld.
+template <class Isa>
+void few_query_scores(const SdpaProblem& p, int64_t b, int64_t q_begin, int64_t rows, int64_t j0,
+                      int64_t keys, const float* q_scaled, float* s, int64_t ld) {
+  const float* k = static_cast<const float*>(p.k.base) + p.k.offsets[b];
+  for (int64_t j = 0; j < keys; ++j) {
+    const float* kj = k + (j0 + j) * p.k.row_stride;
+    for (int64_t r = 0; r < rows; ++r) s[r * ld + j] = dot<Isa>(q_scaled + r * p.E, kj, p.E);
+  }
+  if (p.softcap > 0.0 || p.mask.base != nullptr || p.alibi_slopes != nullptr ||
+      !tile_fully_visible(p, q_begin, rows, j0, keys))
+    adjust_scores(p, b, q_begin, rows, j0, keys, s, ld, 1);
+}
+
 // Output rows [q_begin, q_begin + rows) of problem b, rows ≤ kFewQueries.
 // Uses the scratch of ForwardScratch: q_t holds scale·q row by row, s_t the
 // scores [rows, block_k], out the unnormalised outputs [rows, Ev].
@@ -75,15 +99,8 @@ void few_query_forward_tile(const SdpaProblem& p, const FlashTiling& t, int64_t 
   const ForwardScratch<Isa> w(p, t, scratch);
   const int64_t ld = t.block_k;  // row step of the score tile
   const float keep_scale = p.dropout_p > 0.0 ? static_cast<float>(1.0 / (1.0 - p.dropout_p)) : 1.0f;
-  const float* k = static_cast<const float*>(p.k.base) + p.k.offsets[b];
   const float* v = static_cast<const float*>(p.v.base) + p.v.offsets[b];
-
-  float* q = w.q_t;  // [rows, E]
-  const float* q_in = static_cast<const float*>(p.q.base) + p.q.offsets[b];
-  const float scale = static_cast<float>(p.scale);
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t e = 0; e < p.E; ++e)
-      q[r * p.E + e] = scale * q_in[(q_begin + r) * p.q.row_stride + e * p.q.col_stride];
+  scaled_query_rows(p, b, q_begin, rows, w.q_t);
   for (int64_t r = 0; r < rows; ++r) {
     w.m[r] = kNegInfF;
     w.l[r] = 0.0f;
@@ -94,13 +111,7 @@ void few_query_forward_tile(const SdpaProblem& p, const FlashTiling& t, int64_t 
   tile_key_range(p, q_begin, rows, &key_begin, &key_end);
   for (int64_t j0 = key_begin; j0 < key_end; j0 += t.block_k) {
     const int64_t keys = std::min<int64_t>(t.block_k, key_end - j0);
-    for (int64_t j = 0; j < keys; ++j) {
-      const float* kj = k + (j0 + j) * p.k.row_stride;
-      for (int64_t r = 0; r < rows; ++r) w.s_t[r * ld + j] = dot<Isa>(q + r * p.E, kj, p.E);
-    }
-    if (p.softcap > 0.0 || p.mask.base != nullptr || p.alibi_slopes != nullptr ||
-        !tile_fully_visible(p, q_begin, rows, j0, keys))
-      adjust_scores(p, b, q_begin, rows, j0, keys, w.s_t, ld, 1);
+    few_query_scores<Isa>(p, b, q_begin, rows, j0, keys, w.q_t, w.s_t, ld);
 
     for (int64_t r = 0; r < rows; ++r) {
       float* s = w.s_t + r * ld;
@@ -133,6 +144,38 @@ void few_query_forward_tile(const SdpaProblem& p, const FlashTiling& t, int64_t 
   }
 }
 
+// The weights of those rows, rebuilt from the saved log-sum-exp with the
+// scores computed exactly as few_query_forward_tile computed them (the same
+// rounding as the log-sum-exp, so each row sums to 1 as closely as the tiled
+// kernel's).
+template <class Isa>
+void few_query_weights_tile(const SdpaProblem& p, const FlashTiling& t, int64_t b, int64_t q_begin,
+                            int64_t rows, float* scratch) {
+  const ForwardScratch<Isa> w(p, t, scratch);
+  const int64_t ld = t.block_k;
+  const double keep_scale = p.dropout_p > 0.0 ? 1.0 / (1.0 - p.dropout_p) : 1.0;
+  float* weights = static_cast<float*>(p.weights) + (b * p.L + q_begin) * p.S;
+  std::fill(weights, weights + rows * p.S, 0.0f);
+  scaled_query_rows(p, b, q_begin, rows, w.q_t);
+  int64_t key_begin, key_end;
+  tile_key_range(p, q_begin, rows, &key_begin, &key_end);
+  for (int64_t j0 = key_begin; j0 < key_end; j0 += t.block_k) {
+    const int64_t keys = std::min<int64_t>(t.block_k, key_end - j0);
+    few_query_scores<Isa>(p, b, q_begin, rows, j0, keys, w.q_t, w.s_t, ld);
+    for (int64_t r = 0; r < rows; ++r) {
+      const double lse = p.lse[b * p.L + q_begin + r];
+      if (lse == -std::numeric_limits<double>::infinity()) continue;  // fully masked row
+      float* out = weights + r * p.S + j0;
+      for (int64_t j = 0; j < keys; ++j) {
+        const float s = w.s_t[r * ld + j];
+        const double prob = s == kNegInfF ? 0.0 : std::exp(static_cast<double>(s) - lse);
+        out[j] =
+            dropout_kept(p, b, q_begin + r, j0 + j) ? static_cast<float>(prob * keep_scale) : 0.0f;
+      }
+    }
+  }
+}
+
 // The forward pass of a query tile: the few-query path for decoding-sized
 // tiles, the tiled kernel otherwise.
 template <class Isa>
@@ -142,6 +185,16 @@ void forward_tile(const SdpaProblem& p, const FlashTiling& t, int64_t b, int64_t
     few_query_forward_tile<Isa>(p, t, b, q_begin, rows, scratch);
   else
     flash_forward_tile<Isa>(p, t, b, q_begin, rows, scratch);
+}
+
+// The weights of a query tile, by the same path as its forward pass.
+template <class Isa>
+void weights_tile(const SdpaProblem& p, const FlashTiling& t, int64_t b, int64_t q_begin,
+                  int64_t rows, float* scratch) {
+  if (use_few_query_path(p, rows))
+    few_query_weights_tile<Isa>(p, t, b, q_begin, rows, scratch);
+  else
+    flash_weights_tile<Isa>(p, t, b, q_begin, rows, scratch);
 }
 
 }  // namespace

@@ -1,0 +1,72 @@
+#include "ops/sdpa_bfloat16.h"
+
+#include "qkv/error.h"
+
+namespace qkv {
+
+namespace {
+
+Tensor widen(const Tensor& t) { return t.defined() ? t.to(DType::kFloat32) : t; }
+
+Tensor narrow(const Tensor& t) { return t.defined() ? t.to(DType::kBFloat16) : t; }
+
+// All three bfloat16, and a float mask too (torch's rule: the query's dtype).
+void check_bfloat16_inputs(const Tensor& q, const Tensor& k, const Tensor& v,
+                           const SdpaOptions& options, const char* fn) {
+  QKV_CHECK_TYPE(q.dtype() == DType::kBFloat16 && k.dtype() == DType::kBFloat16 &&
+                     v.dtype() == DType::kBFloat16,
+                 fn, ": query, key and value must have the same dtype, got ", dtype_name(q.dtype()),
+                 ", ", dtype_name(k.dtype()), " and ", dtype_name(v.dtype()));
+  const Tensor& mask = options.attn_mask;
+  QKV_CHECK_TYPE(
+      !mask.defined() || mask.dtype() == DType::kBool || mask.dtype() == DType::kBFloat16, fn,
+      ": attn_mask must be bool or bfloat16 like the query, got ",
+      mask.defined() ? dtype_name(mask.dtype()) : "");
+}
+
+SdpaOptions widened_options(const SdpaOptions& options) {
+  SdpaOptions wide = options;
+  if (wide.attn_mask.defined() && wide.attn_mask.dtype() == DType::kBFloat16)
+    wide.attn_mask = widen(wide.attn_mask);
+  return wide;
+}
+
+}  // namespace
+
+bool is_bfloat16_call(const Tensor& q, const Tensor& k, const Tensor& v) {
+  return q.dtype() == DType::kBFloat16 || k.dtype() == DType::kBFloat16 ||
+         v.dtype() == DType::kBFloat16;
+}
+
+SdpaResult scaled_dot_product_attention_bfloat16(const Tensor& q, const Tensor& k, const Tensor& v,
+                                                 const SdpaOptions& options) {
+  check_bfloat16_inputs(q, k, v, options, "scaled_dot_product_attention");
+  SdpaResult result =
+      scaled_dot_product_attention(widen(q), widen(k), widen(v), widened_options(options));
+  result.output = narrow(result.output);
+  result.weights = narrow(result.weights);
+  return result;
+}
+
+SdpaGradients scaled_dot_product_attention_backward_bfloat16(const Tensor& grad_output,
+                                                             const Tensor& q, const Tensor& k,
+                                                             const Tensor& v,
+                                                             const SdpaResult& forward,
+                                                             const SdpaOptions& options) {
+  const char* fn = "scaled_dot_product_attention_backward";
+  check_bfloat16_inputs(q, k, v, options, fn);
+  QKV_CHECK_TYPE(grad_output.dtype() == DType::kBFloat16, fn,
+                 ": grad_output must be bfloat16 like the query, got ",
+                 dtype_name(grad_output.dtype()));
+  SdpaResult wide_forward = forward;
+  wide_forward.output = widen(forward.output);
+  SdpaGradients grads = scaled_dot_product_attention_backward(
+      widen(grad_output), widen(q), widen(k), widen(v), wide_forward, widened_options(options));
+  grads.query = narrow(grads.query);
+  grads.key = narrow(grads.key);
+  grads.value = narrow(grads.value);
+  grads.attn_mask = narrow(grads.attn_mask);
+  return grads;
+}
+
+}  // namespace qkv
