@@ -28,6 +28,7 @@ from . import masks
 from . import nn
 from .models import DecoderModel, DecoderModelConfig, DecoderSession
 from . import runtime
+from . import text
 
 __version__ = "0.1.0"
 
@@ -41,6 +42,7 @@ __all__ = [
     "matmul",
     "nn",
     "runtime",
+    "text",
     "simple_attention",
 ]
 
