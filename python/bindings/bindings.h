@@ -18,6 +18,7 @@ void bind_runtime(py::module_& m);              // runtime.cc
 void bind_layers(py::module_& m);               // layers.cc
 void bind_transformer(py::module_& m);          // transformer.cc
 void bind_positional(py::module_& m);           // positional.cc
+void bind_optim(py::module_& m);                // optim.cc
 void bind_text(py::module_& m);                 // text.cc
 
 }  // namespace qkv::python

@@ -41,5 +41,6 @@ PYBIND11_MODULE(_core, m) {
   qkv::python::bind_layers(m);
   qkv::python::bind_transformer(m);
   qkv::python::bind_positional(m);
+  qkv::python::bind_optim(m);
   qkv::python::bind_text(m);
 }

@@ -26,6 +26,7 @@ from . import _core
 from ._core import Generator, ScoreFunction
 from . import masks
 from . import nn
+from . import optim
 from .models import DecoderModel, DecoderModelConfig, DecoderSession
 from . import runtime
 from . import text
@@ -41,6 +42,7 @@ __all__ = [
     "masks",
     "matmul",
     "nn",
+    "optim",
     "runtime",
     "text",
     "simple_attention",

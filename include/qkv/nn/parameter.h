@@ -1,0 +1,35 @@
+// nn::Parameter — a trainable tensor and the buffer its gradient accumulates in.
+//
+// Modules own their tensors and expose them through state_dict() as shared
+// views, so parameters are made from a module's state dict without copying:
+//
+//   nn::Linear proj({.in_features = 8, .out_features = 4});
+//   std::vector<nn::Parameter> params = nn::make_parameters(proj.state_dict(), "proj");
+//   // params[0]: {"proj.bias", value (the module's own bias), grad (zeros)}
+//   linear_backward(grad_y, x, proj.weight(), proj.bias(),
+//                   {.weight = params[1].grad, .bias = params[0].grad});
+//   optim::AdamW opt(params, {.lr = 1e-3});
+//   opt.step();   // updates the module's tensors in place
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "qkv/tensor.h"
+
+namespace qkv::nn {
+
+struct Parameter {
+  std::string name;  // the state_dict name, e.g. "layers.0.linear1.weight"
+  Tensor value;      // a view of the module's tensor: updates change the module
+  Tensor grad;       // same shape and dtype as value; backward passes add into it
+};
+
+// One Parameter per entry of `state_dict` (sorted by name), with fresh zero
+// gradients; names become "prefix.name" when a prefix is given. Every tensor
+// must be float32 or float64.
+std::vector<Parameter> make_parameters(const std::map<std::string, Tensor>& state_dict,
+                                       const std::string& prefix = "");
+
+}  // namespace qkv::nn

@@ -1,0 +1,90 @@
+// Checkpoints as safetensors files: "model." and "optimizer." tensors plus
+// "qkv.*" metadata, written through save_safetensors (atomic and streamed).
+#include "qkv/io/checkpoint.h"
+
+#include <charconv>
+#include <optional>
+
+#include "qkv/io/safetensors.h"
+
+namespace qkv::io {
+
+namespace {
+
+constexpr const char* kModelPrefix = "model.";
+constexpr const char* kOptimizerPrefix = "optimizer.";
+constexpr const char* kFormatKey = "qkv.format";
+constexpr const char* kVersionKey = "qkv.format_version";
+constexpr const char* kStepKey = "qkv.step";
+
+bool starts_with(const std::string& s, const std::string& prefix) {
+  return s.compare(0, prefix.size(), prefix) == 0;
+}
+
+}  // namespace
+
+void save_checkpoint(const std::filesystem::path& path, const Checkpoint& checkpoint) {
+  const char* fn = "save_checkpoint";
+  QKV_CHECK(checkpoint.step >= 0, fn, ": step must be >= 0, got ", checkpoint.step);
+  std::map<std::string, Tensor> tensors;
+  for (const auto& [name, t] : checkpoint.model) tensors[kModelPrefix + name] = t;
+  for (const auto& [name, t] : checkpoint.optimizer) tensors[kOptimizerPrefix + name] = t;
+  SafetensorsMetadata metadata;
+  for (const auto& [key, value] : checkpoint.metadata) {
+    QKV_CHECK(!starts_with(key, "qkv."), fn, ": metadata key \"", key,
+              "\" is reserved (keys starting with \"qkv.\" describe the checkpoint itself)");
+    metadata[key] = value;
+  }
+  metadata.emplace(kFormatKey, std::string("checkpoint"));
+  metadata.emplace(kVersionKey, std::string("1"));
+  metadata.emplace(kStepKey, std::to_string(checkpoint.step));
+  save_safetensors(path, tensors, metadata);
+}
+
+Checkpoint load_checkpoint(const std::filesystem::path& path) {
+  std::optional<SafetensorsFile> file;
+  try {
+    file.emplace(path);
+  } catch (const Error& e) {
+    // The reader's message names the file and the problem.
+    throw Error(e.kind(), std::string("load_checkpoint: ") + e.what());
+  }
+  const SafetensorsMetadata& metadata = file->metadata();
+  auto meta = [&](const char* key) -> const std::string* {
+    const auto it = metadata.find(key);
+    return it == metadata.end() ? nullptr : &it->second;
+  };
+  const std::string* format = meta(kFormatKey);
+  QKV_CHECK(format && *format == "checkpoint", "load_checkpoint: '", path.string(),
+            "' is a safetensors file but not a qkv checkpoint (no metadata \"", kFormatKey,
+            "\": \"checkpoint\")");
+  const std::string* version = meta(kVersionKey);
+  QKV_CHECK(version && *version == "1", "load_checkpoint: '", path.string(),
+            "' has checkpoint format version ", version ? *version : "(none)",
+            "; this qkv reads version 1");
+  Checkpoint checkpoint;
+  const std::string* step = meta(kStepKey);
+  bool step_ok = false;
+  if (step) {
+    const char* end = step->data() + step->size();
+    const auto [ptr, ec] = std::from_chars(step->data(), end, checkpoint.step);
+    step_ok = ec == std::errc() && ptr == end && checkpoint.step >= 0;
+  }
+  QKV_CHECK(step_ok, "load_checkpoint: '", path.string(), "' has an invalid \"", kStepKey,
+            "\" entry \"", step ? *step : "(missing)", "\" (expected a whole number >= 0)");
+  for (const auto& [key, value] : metadata)
+    if (!starts_with(key, "qkv.")) checkpoint.metadata[key] = value;
+  for (const std::string& name : file->names()) {
+    if (starts_with(name, kModelPrefix)) {
+      checkpoint.model[name.substr(std::string(kModelPrefix).size())] = file->load(name);
+    } else if (starts_with(name, kOptimizerPrefix)) {
+      checkpoint.optimizer[name.substr(std::string(kOptimizerPrefix).size())] = file->load(name);
+    } else {
+      QKV_CHECK(false, "load_checkpoint: '", path.string(), "' holds the tensor \"", name,
+                "\", which is neither \"model.*\" nor \"optimizer.*\"");
+    }
+  }
+  return checkpoint;
+}
+
+}  // namespace qkv::io
