@@ -14,6 +14,10 @@ struct Command {
   std::function<int()> run;
 };
 
+// Runs the process again with OPENBLAS_CORETYPE set when OpenBLAS chose its
+// generic kernels on a CPU it did not recognise (tools/blas_kernels.cc).
+void use_fast_blas_kernels(char** argv);
+
 // `qkv demo`: the tutorial walked through with qkv's own output (tools/demo.cc).
 Command add_demo_command(CLI::App& parent);
 

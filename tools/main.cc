@@ -40,6 +40,7 @@ int report_parse_error(CLI::App& app, const CLI::ParseError& error) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  qkv::cli::use_fast_blas_kernels(argv);
   CLI::App app(
       "qkv: attention from Query/Key/Value to the Transformer, as a C++ library.\n"
       "The commands below run the tutorial's examples with qkv's own code.",

@@ -22,6 +22,21 @@ std::string kernel_isa();
 // Every instruction set this CPU can run, fastest first.
 std::vector<std::string> supported_isas();
 
+// BLAS (the linear layers' matrix products) is OpenBLAS. Debian 12's OpenBLAS
+// 0.3.21 does not recognise recent Xeons and falls back to its SSE3
+// "Prescott" kernels, about 5x slower than its AVX-512 ones (docs/benchmarks.md,
+// "Linear layers"). OpenBLAS reads OPENBLAS_CORETYPE once, when it loads, so
+// the qkv CLI and the Python module set it (when unset) before that; a C++
+// program of your own can export OPENBLAS_CORETYPE=<openblas_coretype_for_cpu()>.
+
+// The kernel family OpenBLAS chose, e.g. "SkylakeX" or "Prescott".
+std::string blas_core_name();
+// The OPENBLAS_CORETYPE that suits this CPU: "SkylakeX" (AVX-512), "Haswell"
+// (AVX2 + FMA), or "" (leave OpenBLAS's own choice).
+std::string openblas_coretype_for_cpu();
+// Whether OpenBLAS runs generic kernels although this CPU has better ones.
+bool blas_kernels_misdetected();
+
 // The machine's FP32 peak in GFLOP/s, measured now: FMA chains on every
 // thread for about `seconds`. Benchmarks divide by it.
 double measure_fp32_peak_gflops(double seconds = 0.2);

@@ -10,6 +10,7 @@ void bind_runtime(py::module_& m) {
   m.def("num_threads", &num_threads);
   m.def("kernel_isa", &kernel_isa);
   m.def("supported_isas", &supported_isas);
+  m.def("blas_core_name", &blas_core_name);
   // Runs for `seconds` on every thread: let other Python threads go on.
   m.def("measure_fp32_peak_gflops", &measure_fp32_peak_gflops, py::arg("seconds") = 0.2,
         py::call_guard<py::gil_scoped_release>());

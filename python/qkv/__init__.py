@@ -22,7 +22,10 @@ Errors from the library come as TypeError (wrong dtype), ValueError (wrong
 shape or value) or OSError (files), with a message naming the argument.
 """
 
-from . import _core
+from ._openblas import fast_kernels_while_loading as _fast_blas
+
+with _fast_blas():
+    from . import _core
 from ._core import Generator, ScoreFunction
 from . import masks
 from . import nn

@@ -8,11 +8,17 @@ core) and set_num_threads changes it; torch keeps its own pool
 Instruction set: the fused kernels use the fastest set this CPU runs (avx512,
 then avx2, then portable), chosen once per process; the environment variable
 QKV_ISA=avx512|avx2|portable, set before the first call, overrides it.
+
+BLAS: the linear layers run OpenBLAS. Importing qkv sets OPENBLAS_CORETYPE for
+this CPU (when it is not set already) just while OpenBLAS loads, because
+Debian's OpenBLAS 0.3.21 does not recognise recent Xeons and would run its
+generic SSE3 kernels, ~5x slower; blas_core_name() tells which ones run.
 """
 
 from . import _core
 
 __all__ = [
+    "blas_core_name",
     "kernel_isa",
     "last_sdpa_kernel",
     "measure_fp32_peak_gflops",
@@ -38,6 +44,11 @@ def num_threads():
 def kernel_isa():
     """The instruction set of the fused kernels, e.g. "avx512"."""
     return _core.kernel_isa()
+
+
+def blas_core_name():
+    """The kernel family OpenBLAS runs, e.g. "SkylakeX" (its generic one is "Prescott")."""
+    return _core.blas_core_name()
 
 
 def supported_isas():

@@ -1,6 +1,10 @@
 #include "qkv/runtime.h"
 
+#include <cblas.h>
 #include <omp.h>
+
+#include <algorithm>
+#include <array>
 
 #include "kernels/fused_attention.h"
 #include "qkv/error.h"
@@ -20,6 +24,25 @@ std::vector<std::string> supported_isas() {
   std::vector<std::string> names;
   for (const kernels::KernelTable* t : kernels::supported_kernel_tables()) names.push_back(t->name);
   return names;
+}
+
+std::string blas_core_name() { return openblas_get_corename(); }
+
+std::string openblas_coretype_for_cpu() {
+  const std::vector<std::string> isas = supported_isas();
+  if (isas.front() == "avx512") return "SkylakeX";
+  if (isas.front() == "avx2") return "Haswell";
+  return "";
+}
+
+bool blas_kernels_misdetected() {
+  // OpenBLAS's SSE-era families: what 0.3.21 falls back to for a CPU it does not know.
+  static constexpr std::array<const char*, 6> kGeneric = {"Prescott",   "Core2",   "Penryn",
+                                                          "Dunnington", "Nehalem", "Katmai"};
+  const std::string name = blas_core_name();
+  return !openblas_coretype_for_cpu().empty() &&
+         std::any_of(kGeneric.begin(), kGeneric.end(),
+                     [&](const char* generic) { return name == generic; });
 }
 
 double measure_fp32_peak_gflops(double seconds) {
