@@ -43,4 +43,5 @@ PYBIND11_MODULE(_core, m) {
   qkv::python::bind_positional(m);
   qkv::python::bind_optim(m);
   qkv::python::bind_text(m);
+  qkv::python::bind_module_backward(m);
 }

@@ -25,8 +25,11 @@ Embedding::Embedding(const EmbeddingOptions& options, Generator* gen) : options_
   if (o.padding_idx) weight_.select(0, *o.padding_idx).fill(0.0);
 }
 
-Tensor Embedding::forward(const std::vector<int64_t>& ids, const Shape& shape) const {
-  return embedding(ids, shape, weight_);
+Tensor Embedding::forward(const std::vector<int64_t>& ids, const Shape& shape,
+                          EmbeddingRecord* record) const {
+  Tensor out = embedding(ids, shape, weight_);
+  if (record) *record = {ids, shape};
+  return out;
 }
 
 std::map<std::string, Tensor> Embedding::state_dict() const { return {{"weight", weight_}}; }
@@ -38,6 +41,7 @@ void Embedding::load_state_dict(const std::map<std::string, Tensor>& state) {
 Embedding Embedding::clone() const {
   Embedding copy = *this;
   copy.weight_ = weight_.clone();
+  copy.grads_.clear();
   return copy;
 }
 

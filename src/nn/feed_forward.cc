@@ -48,8 +48,16 @@ FeedForward::FeedForward(const FeedForwardOptions& options, Generator* gen)
                 .dtype = options.dtype},
                gen) {}
 
-Tensor FeedForward::forward(const Tensor& x) const {
+Tensor FeedForward::forward(const Tensor& x, FeedForwardRecord* record) const {
   check_input("FeedForward", x, options_.d_model, options_.dtype);
+  if (record) {
+    record->hidden = linear1_.forward(x, &record->linear1);
+    const Tensor dropped =
+        detail::recorded_dropout(activate(record->hidden, options_.activation), options_.dropout,
+                                 training_, gen_, &record->keep_mask);
+    record->dropout_p = training_ ? options_.dropout : 0.0;
+    return linear2_.forward(dropped, &record->linear2);
+  }
   const Tensor h = activate(linear1_.forward(x), options_.activation);
   return linear2_.forward(dropout(h, options_.dropout, training_, gen_));
 }
@@ -90,8 +98,15 @@ SwiGLUFeedForward::SwiGLUFeedForward(const SwiGLUFeedForwardOptions& options, Ge
            .dtype = options.dtype},
           gen) {}
 
-Tensor SwiGLUFeedForward::forward(const Tensor& x) const {
+Tensor SwiGLUFeedForward::forward(const Tensor& x, SwiGLUFeedForwardRecord* record) const {
   check_input("SwiGLUFeedForward", x, options_.d_model, options_.dtype);
+  if (record) {
+    record->gate = w1_.forward(x, &record->w1);
+    record->up = w3_.forward(x, &record->w3);
+    record->dropout_p = training_ ? options_.dropout : 0.0;
+    return detail::recorded_dropout(w2_.forward(mul(silu(record->gate), record->up), &record->w2),
+                                    options_.dropout, training_, gen_, &record->keep_mask);
+  }
   // silu(x W1ᵀ) is the gate, x W3ᵀ the value it gates.
   const Tensor gated = mul(silu(w1_.forward(x)), w3_.forward(x));
   return dropout(w2_.forward(gated), options_.dropout, training_, gen_);

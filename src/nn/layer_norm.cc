@@ -37,8 +37,9 @@ LayerNorm::LayerNorm(const LayerNormOptions& options) : options_(options) {
   }
 }
 
-Tensor LayerNorm::forward(const Tensor& x) const {
+Tensor LayerNorm::forward(const Tensor& x, LayerNormRecord* record) const {
   check_input("LayerNorm", x, options_.dtype);
+  if (record) record->input = x;
   return layer_norm(x, options_.normalized_shape, weight_, bias_, options_.eps);
 }
 
@@ -56,6 +57,7 @@ void LayerNorm::load_state_dict(const std::map<std::string, Tensor>& state) {
 LayerNorm LayerNorm::clone() const {
   LayerNorm copy = *this;
   if (weight_.defined()) copy.weight_ = weight_.clone();
+  copy.grads_.clear();
   if (bias_.defined()) copy.bias_ = bias_.clone();
   return copy;
 }

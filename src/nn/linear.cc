@@ -18,13 +18,14 @@ Linear::Linear(const LinearOptions& options, Generator* gen) : options_(options)
   if (o.bias) bias_ = detail::uniform_fan_in({o.out_features}, o.in_features, g, o.dtype);
 }
 
-Tensor Linear::forward(const Tensor& x) const {
+Tensor Linear::forward(const Tensor& x, LinearRecord* record) const {
   QKV_CHECK(x.defined(), "Linear: input is undefined");
   QKV_CHECK_TYPE(x.dtype() == options_.dtype, "Linear: input must have the module's dtype ",
                  dtype_name(options_.dtype), ", got ", dtype_name(x.dtype()));
   QKV_CHECK(x.dim() >= 1 && x.size(-1) == options_.in_features,
             "Linear: input must be [..., in_features=", options_.in_features, "], got shape ",
             shape_str(x.shape()));
+  if (record) record->input = x;
   return linear(x, weight_, bias_);
 }
 
@@ -42,6 +43,7 @@ Linear Linear::clone() const {
   Linear copy = *this;
   copy.weight_ = weight_.clone();
   if (bias_.defined()) copy.bias_ = bias_.clone();
+  copy.grads_.clear();
   return copy;
 }
 

@@ -2,6 +2,9 @@
 
 #include <cmath>
 
+#include "qkv/functional.h"
+#include "qkv/gradients.h"
+
 namespace qkv::nn::detail {
 
 void add_prefixed(StateDict& out, const std::string& prefix, const StateDict& child) {
@@ -53,6 +56,51 @@ Tensor uniform_fan_in(const Shape& shape, int64_t fan_in, Generator& gen, DType 
 Tensor xavier_uniform(const Shape& shape, Generator& gen, DType dtype) {
   const double bound = std::sqrt(6.0 / static_cast<double>(shape[0] + shape[1]));
   return Tensor::rand(shape, gen, -bound, bound, dtype);
+}
+
+Tensor grad_buffer(StateDict& grads, const std::string& name, const Tensor& value) {
+  Tensor& grad = grads[name];
+  if (!grad.defined()) grad = Tensor::zeros(value.shape(), value.dtype());
+  return grad;
+}
+
+std::vector<Parameter> own_parameters(const StateDict& values, StateDict& grads) {
+  std::vector<Parameter> params;
+  params.reserve(values.size());
+  for (const auto& [name, value] : values)
+    params.push_back({name, value, grad_buffer(grads, name, value)});
+  return params;
+}
+
+void append_parameters(std::vector<Parameter>& out, const std::string& prefix,
+                       std::vector<Parameter> child) {
+  for (Parameter& p : child) {
+    if (!prefix.empty()) p.name = prefix + "." + p.name;
+    out.push_back(std::move(p));
+  }
+}
+
+void zero_grads(StateDict& grads) {
+  for (auto& [name, grad] : grads) grad.fill(0.0);
+}
+
+Tensor add_grads(const Tensor& a, const Tensor& b) {
+  if (!a.defined()) return b;
+  if (!b.defined()) return a;
+  return add(a, b);
+}
+
+Tensor recorded_dropout(const Tensor& x, double p, bool training, Generator* gen,
+                        Tensor* keep_mask) {
+  DropoutResult d = dropout_forward(x, p, training, gen);
+  *keep_mask = d.keep_mask;
+  return d.output;
+}
+
+Tensor dropout_grad(const Tensor& grad_output, const Tensor& keep_mask, double p) {
+  Tensor grad = Tensor::zeros(grad_output.shape(), grad_output.dtype());
+  dropout_backward(grad_output, keep_mask, p, grad);
+  return grad;
 }
 
 }  // namespace qkv::nn::detail

@@ -4,8 +4,10 @@
 
 #include <map>
 #include <string>
+#include <vector>
 
 #include "qkv/generator.h"
+#include "qkv/nn/parameter.h"
 #include "qkv/tensor.h"
 
 namespace qkv::nn::detail {
@@ -28,5 +30,40 @@ Tensor uniform_fan_in(const Shape& shape, int64_t fan_in, Generator& gen, DType 
 
 // xavier_uniform_ of a 2-D [out, in] weight: U(-a, a), a = √(6 / (in + out)).
 Tensor xavier_uniform(const Shape& shape, Generator& gen, DType dtype);
+
+// --- Gradient buffers (the modules' .grad) ----------------------------------------
+//
+// A module keeps the gradients of its own parameters in a StateDict keyed by
+// the state_dict names, allocated (zeros, like the parameter) on first use.
+
+// The gradient buffer of `value`, allocated as zeros on first use.
+Tensor grad_buffer(StateDict& grads, const std::string& name, const Tensor& value);
+
+// One Parameter per entry of `values` (a module's own state_dict), sharing the
+// module's tensors and its gradient buffers (allocated here if needed).
+std::vector<Parameter> own_parameters(const StateDict& values, StateDict& grads);
+
+// Appends `child`'s parameters to `out` with names "prefix.name" (as they are
+// for an empty prefix).
+void append_parameters(std::vector<Parameter>& out, const std::string& prefix,
+                       std::vector<Parameter> child);
+
+// Sets every allocated gradient buffer to 0.
+void zero_grads(StateDict& grads);
+
+// The sum of two gradients of one tensor (either may be undefined).
+// a, b: same shape and dtype  ->  like a
+Tensor add_grads(const Tensor& a, const Tensor& b);
+
+// dropout(x, p, training, gen) that also stores its keep mask in *keep_mask
+// (undefined when nothing was dropped); draws exactly as dropout().
+// x: [...]  ->  like x
+Tensor recorded_dropout(const Tensor& x, double p, bool training, Generator* gen,
+                        Tensor* keep_mask);
+
+// ∂loss/∂x of dropout's input, replaying the recorded keep mask (p: the
+// probability in effect).
+// grad_output: [...]  keep_mask: bool like it, or undefined  ->  like grad_output
+Tensor dropout_grad(const Tensor& grad_output, const Tensor& keep_mask, double p);
 
 }  // namespace qkv::nn::detail

@@ -151,7 +151,8 @@ MultiheadAttention::MultiheadAttention(const MultiheadAttentionOptions& options,
 
 MultiheadAttentionOutput MultiheadAttention::forward(const Tensor& query, const Tensor& key,
                                                      const Tensor& value,
-                                                     const MultiheadAttentionForward& args) {
+                                                     const MultiheadAttentionForward& args,
+                                                     MultiheadAttentionRecord* record) {
   const MultiheadAttentionOptions& o = options_;
   const int64_t D = o.embed_dim, H = o.num_heads, E = head_dim();
   const DType dt = o.dtype;
@@ -320,6 +321,17 @@ MultiheadAttentionOutput MultiheadAttention::forward(const Tensor& query, const 
   if (args.need_weights) {
     Tensor w = args.average_attn_weights ? mean_over_heads(attn.weights) : attn.weights;
     result.weights = batched ? w : w.squeeze(0);
+  }
+  if (record) {
+    *record = {.query = query, .key = key, .value = value, .q = q, .k = k, .v = v};
+    // The backward replays dropout from the seed and needs no weights.
+    record->sdpa = sdpa;
+    record->sdpa.generator = nullptr;
+    record->sdpa.need_weights = false;
+    record->attention = std::move(attn);
+    record->attention.weights = Tensor();
+    record->merged = merged;
+    record->dropped_all = drop_all;
   }
   return result;
 }

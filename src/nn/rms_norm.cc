@@ -24,10 +24,11 @@ RMSNorm::RMSNorm(const RMSNormOptions& options) : options_(options) {
     weight_ = Tensor::ones(options_.normalized_shape, options_.dtype);
 }
 
-Tensor RMSNorm::forward(const Tensor& x) const {
+Tensor RMSNorm::forward(const Tensor& x, RMSNormRecord* record) const {
   QKV_CHECK(x.defined(), "RMSNorm: input is undefined");
   QKV_CHECK_TYPE(x.dtype() == options_.dtype, "RMSNorm: input must have the module's dtype ",
                  dtype_name(options_.dtype), ", got ", dtype_name(x.dtype()));
+  if (record) record->input = x;
   return rms_norm(x, options_.normalized_shape, weight_, options_.eps);
 }
 
@@ -44,6 +45,7 @@ void RMSNorm::load_state_dict(const std::map<std::string, Tensor>& state) {
 RMSNorm RMSNorm::clone() const {
   RMSNorm copy = *this;
   if (weight_.defined()) copy.weight_ = weight_.clone();
+  copy.grads_.clear();
   return copy;
 }
 

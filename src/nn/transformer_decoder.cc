@@ -36,11 +36,18 @@ TransformerDecoderLayer::TransformerDecoderLayer(const TransformerLayerOptions& 
       norm3_(detail::layer_norm_options(options)) {}
 
 Tensor TransformerDecoderLayer::forward(const Tensor& tgt, const Tensor& memory,
-                                        const TransformerDecoderLayerForward& args) {
+                                        const TransformerDecoderLayerForward& args,
+                                        TransformerDecoderLayerRecord* record) {
   const char* module = "TransformerDecoderLayer";
   detail::check_sequence(module, "tgt", tgt, options_);
   check_memory(module, tgt, memory, options_);
   const double p = options_.dropout;
+  if (record) record->dropout_p = training_ ? p : 0.0;
+  // dropout(out), saving the keep mask in the record's `keep` when there is one.
+  auto drop = [&](const Tensor& out, Tensor TransformerDecoderLayerRecord::*keep) {
+    if (record) return detail::recorded_dropout(out, p, training_, gen_, &(record->*keep));
+    return dropout(out, p, training_, gen_);
+  };
 
   // dropout1(self_attn(x, x, x))
   auto sa_block = [&](const Tensor& x) {
@@ -49,9 +56,10 @@ Tensor TransformerDecoderLayer::forward(const Tensor& tgt, const Tensor& memory,
                                     {.key_padding_mask = args.tgt_key_padding_mask,
                                      .need_weights = false,
                                      .attn_mask = args.tgt_mask,
-                                     .is_causal = args.tgt_is_causal})
+                                     .is_causal = args.tgt_is_causal},
+                                    record ? &record->self_attn : nullptr)
                            .output;
-    return dropout(out, p, training_, gen_);
+    return drop(out, &TransformerDecoderLayerRecord::keep1);
   };
   // dropout2(multihead_attn(x, memory, memory)): queries from the decoder,
   // keys and values from the encoder's output.
@@ -61,22 +69,29 @@ Tensor TransformerDecoderLayer::forward(const Tensor& tgt, const Tensor& memory,
                                     {.key_padding_mask = args.memory_key_padding_mask,
                                      .need_weights = false,
                                      .attn_mask = args.memory_mask,
-                                     .is_causal = args.memory_is_causal})
+                                     .is_causal = args.memory_is_causal},
+                                    record ? &record->multihead_attn : nullptr)
                            .output;
-    return dropout(out, p, training_, gen_);
+    return drop(out, &TransformerDecoderLayerRecord::keep2);
   };
   // dropout3(linear2(dropout(activation(linear1(x)))))
-  auto ff_block = [&](const Tensor& x) { return dropout(ff_.forward(x), p, training_, gen_); };
+  auto ff_block = [&](const Tensor& x) {
+    return drop(ff_.forward(x, record ? &record->ff : nullptr),
+                &TransformerDecoderLayerRecord::keep3);
+  };
+  LayerNormRecord* norm1 = record ? &record->norm1 : nullptr;
+  LayerNormRecord* norm2 = record ? &record->norm2 : nullptr;
+  LayerNormRecord* norm3 = record ? &record->norm3 : nullptr;
 
   Tensor x = tgt;
   if (options_.norm_first) {
-    x = add(x, sa_block(norm1_.forward(x)));
-    x = add(x, mha_block(norm2_.forward(x)));
-    x = add(x, ff_block(norm3_.forward(x)));
+    x = add(x, sa_block(norm1_.forward(x, norm1)));
+    x = add(x, mha_block(norm2_.forward(x, norm2)));
+    x = add(x, ff_block(norm3_.forward(x, norm3)));
   } else {
-    x = norm1_.forward(add(x, sa_block(x)));
-    x = norm2_.forward(add(x, mha_block(x)));
-    x = norm3_.forward(add(x, ff_block(x)));
+    x = norm1_.forward(add(x, sa_block(x)), norm1);
+    x = norm2_.forward(add(x, mha_block(x)), norm2);
+    x = norm3_.forward(add(x, ff_block(x)), norm3);
   }
   return x;
 }
@@ -137,21 +152,24 @@ TransformerDecoder::TransformerDecoder(const TransformerDecoderOptions& options,
                                       : std::nullopt) {}
 
 Tensor TransformerDecoder::forward(const Tensor& tgt, const Tensor& memory,
-                                   const TransformerDecoderForward& args) {
+                                   const TransformerDecoderForward& args,
+                                   TransformerDecoderRecord* record) {
   const TransformerLayerOptions& o = layers_.front().options();
   detail::check_sequence("TransformerDecoder", "tgt", tgt, o);
   const bool tgt_is_causal = detail::detect_is_causal_mask(
       args.tgt_mask, args.tgt_is_causal, detail::sequence_length(tgt, o.batch_first));
+  if (record) *record = {.layers = std::vector<TransformerDecoderLayerRecord>(layers_.size())};
   Tensor x = tgt;
-  for (TransformerDecoderLayer& layer : layers_)
-    x = layer.forward(x, memory,
-                      {.tgt_mask = args.tgt_mask,
-                       .memory_mask = args.memory_mask,
-                       .tgt_key_padding_mask = args.tgt_key_padding_mask,
-                       .memory_key_padding_mask = args.memory_key_padding_mask,
-                       .tgt_is_causal = tgt_is_causal,
-                       .memory_is_causal = args.memory_is_causal});
-  return norm_ ? norm_->forward(x) : x;
+  for (size_t i = 0; i < layers_.size(); ++i)
+    x = layers_[i].forward(x, memory,
+                           {.tgt_mask = args.tgt_mask,
+                            .memory_mask = args.memory_mask,
+                            .tgt_key_padding_mask = args.tgt_key_padding_mask,
+                            .memory_key_padding_mask = args.memory_key_padding_mask,
+                            .tgt_is_causal = tgt_is_causal,
+                            .memory_is_causal = args.memory_is_causal},
+                           record ? &record->layers[i] : nullptr);
+  return norm_ ? norm_->forward(x, record ? &record->norm : nullptr) : x;
 }
 
 void TransformerDecoder::train(bool on) {

@@ -17,34 +17,45 @@ TransformerEncoderLayer::TransformerEncoderLayer(const TransformerLayerOptions& 
       norm2_(detail::layer_norm_options(options)) {}
 
 Tensor TransformerEncoderLayer::forward(const Tensor& src,
-                                        const TransformerEncoderLayerForward& args) {
+                                        const TransformerEncoderLayerForward& args,
+                                        TransformerEncoderLayerRecord* record) {
   detail::check_sequence("TransformerEncoderLayer", "src", src, options_);
+  LayerNormRecord* norm1 = record ? &record->norm1 : nullptr;
+  LayerNormRecord* norm2 = record ? &record->norm2 : nullptr;
+  if (record) record->dropout_p = training_ ? options_.dropout : 0.0;
   Tensor x = src;
   if (options_.norm_first) {
-    x = add(x, sa_block(norm1_.forward(x), args));
-    x = add(x, ff_block(norm2_.forward(x)));
+    x = add(x, sa_block(norm1_.forward(x, norm1), args, record));
+    x = add(x, ff_block(norm2_.forward(x, norm2), record));
   } else {
-    x = norm1_.forward(add(x, sa_block(x, args)));
-    x = norm2_.forward(add(x, ff_block(x)));
+    x = norm1_.forward(add(x, sa_block(x, args, record)), norm1);
+    x = norm2_.forward(add(x, ff_block(x, record)), norm2);
   }
   return x;
 }
 
 // dropout1(self_attn(x, x, x)).
 Tensor TransformerEncoderLayer::sa_block(const Tensor& x,
-                                         const TransformerEncoderLayerForward& args) {
+                                         const TransformerEncoderLayerForward& args,
+                                         TransformerEncoderLayerRecord* record) {
   const Tensor out = self_attn_
                          .forward(x, x, x,
                                   {.key_padding_mask = args.src_key_padding_mask,
                                    .need_weights = false,
                                    .attn_mask = args.src_mask,
-                                   .is_causal = args.is_causal})
+                                   .is_causal = args.is_causal},
+                                  record ? &record->self_attn : nullptr)
                          .output;
+  if (record)
+    return detail::recorded_dropout(out, options_.dropout, training_, gen_, &record->keep1);
   return dropout(out, options_.dropout, training_, gen_);
 }
 
 // dropout2(linear2(dropout(activation(linear1(x))))).
-Tensor TransformerEncoderLayer::ff_block(const Tensor& x) {
+Tensor TransformerEncoderLayer::ff_block(const Tensor& x, TransformerEncoderLayerRecord* record) {
+  if (record)
+    return detail::recorded_dropout(ff_.forward(x, &record->ff), options_.dropout, training_, gen_,
+                                    &record->keep2);
   return dropout(ff_.forward(x), options_.dropout, training_, gen_);
 }
 
@@ -97,17 +108,21 @@ TransformerEncoder::TransformerEncoder(const TransformerEncoderOptions& options,
                                             LayerNorm(detail::layer_norm_options(options.layer)))
                                       : std::nullopt) {}
 
-Tensor TransformerEncoder::forward(const Tensor& src, const TransformerEncoderForward& args) {
+Tensor TransformerEncoder::forward(const Tensor& src, const TransformerEncoderForward& args,
+                                   TransformerEncoderRecord* record) {
   const TransformerLayerOptions& o = layers_.front().options();
   detail::check_sequence("TransformerEncoder", "src", src, o);
   const bool is_causal = detail::detect_is_causal_mask(args.mask, args.is_causal,
                                                        detail::sequence_length(src, o.batch_first));
+  if (record) *record = {.layers = std::vector<TransformerEncoderLayerRecord>(layers_.size())};
   Tensor x = src;
-  for (TransformerEncoderLayer& layer : layers_)
-    x = layer.forward(x, {.src_mask = args.mask,
-                          .src_key_padding_mask = args.src_key_padding_mask,
-                          .is_causal = is_causal});
-  return norm_ ? norm_->forward(x) : x;
+  for (size_t i = 0; i < layers_.size(); ++i)
+    x = layers_[i].forward(x,
+                           {.src_mask = args.mask,
+                            .src_key_padding_mask = args.src_key_padding_mask,
+                            .is_causal = is_causal},
+                           record ? &record->layers[i] : nullptr);
+  return norm_ ? norm_->forward(x, record ? &record->norm : nullptr) : x;
 }
 
 void TransformerEncoder::train(bool on) {

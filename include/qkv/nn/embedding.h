@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "qkv/generator.h"
+#include "qkv/nn/parameter.h"
 #include "qkv/tensor.h"
 
 namespace qkv::nn {
@@ -23,13 +24,30 @@ struct EmbeddingOptions {
   DType dtype = DType::kFloat32;
 };
 
+// What Embedding::forward saves for its backward: the looked-up ids.
+struct EmbeddingRecord {
+  std::vector<int64_t> ids;
+  Shape shape;
+};
+
 class Embedding {
  public:
   // torch's initialisation: weight ~ N(0, 1), the padding row 0.
   explicit Embedding(const EmbeddingOptions& options, Generator* gen = nullptr);
 
   // ids: shape (row-major, each in [0, num_embeddings))  ->  [*shape, embedding_dim]
-  Tensor forward(const std::vector<int64_t>& ids, const Shape& shape) const;
+  // With a record, also saves what backward() needs (nullptr: inference).
+  Tensor forward(const std::vector<int64_t>& ids, const Shape& shape,
+                 EmbeddingRecord* record = nullptr) const;
+
+  // Scatter-adds grad_output into the weight's gradient (never into the
+  // padding_idx row, as torch). The ids have no gradient.
+  // grad_output: [*record.shape, embedding_dim]
+  void backward(const Tensor& grad_output, const EmbeddingRecord& record);
+
+  // "weight" with the module's gradient buffer; zero_grad() sets it to 0.
+  std::vector<Parameter> parameters();
+  void zero_grad();
 
   // "weight" [num_embeddings, embedding_dim].
   std::map<std::string, Tensor> state_dict() const;
@@ -42,6 +60,8 @@ class Embedding {
  private:
   EmbeddingOptions options_;
   Tensor weight_;
+  // Gradient buffers by state_dict name, allocated on first use.
+  std::map<std::string, Tensor> grads_;
 };
 
 }  // namespace qkv::nn

@@ -8,10 +8,12 @@
 
 #include <map>
 #include <string>
+#include <vector>
 
 #include "qkv/functional.h"
 #include "qkv/generator.h"
 #include "qkv/nn/linear.h"
+#include "qkv/nn/parameter.h"
 #include "qkv/tensor.h"
 
 namespace qkv::nn {
@@ -25,13 +27,33 @@ struct FeedForwardOptions {
   DType dtype = DType::kFloat32;
 };
 
+// What FeedForward::forward saves for its backward.
+struct FeedForwardRecord {
+  LinearRecord linear1;  // x
+  Tensor hidden;         // linear1(x), before the activation
+  Tensor keep_mask;      // dropout's keep mask; undefined when nothing was dropped
+  double dropout_p = 0;  // the probability in effect
+  LinearRecord linear2;  // dropout(activation(hidden))
+};
+
 class FeedForward {
  public:
   // linear1 is initialised before linear2 (torch's order), both as nn.Linear.
   explicit FeedForward(const FeedForwardOptions& options, Generator* gen = nullptr);
 
   // x: [..., d_model]  ->  [..., d_model]
-  Tensor forward(const Tensor& x) const;
+  // With a record, also saves what backward() needs (nullptr: inference);
+  // dropout draws the same either way.
+  Tensor forward(const Tensor& x, FeedForwardRecord* record = nullptr) const;
+
+  // Adds the parameter gradients to the buffers, returns ∂loss/∂x (dropout
+  // replays the recorded mask).
+  // grad_output: [..., d_model]  ->  like x
+  Tensor backward(const Tensor& grad_output, const FeedForwardRecord& record);
+
+  // linear1.*, linear2.* with their gradient buffers; zero_grad() sets them to 0.
+  std::vector<Parameter> parameters();
+  void zero_grad();
 
   void train(bool on = true) { training_ = on; }
   void eval() { training_ = false; }
@@ -64,13 +86,31 @@ struct SwiGLUFeedForwardOptions {
   DType dtype = DType::kFloat32;
 };
 
+// What SwiGLUFeedForward::forward saves for its backward.
+struct SwiGLUFeedForwardRecord {
+  LinearRecord w1, w3;   // x
+  Tensor gate;           // w1(x), before silu
+  Tensor up;             // w3(x)
+  LinearRecord w2;       // silu(gate) ⊙ up
+  Tensor keep_mask;      // dropout's keep mask on the output; undefined when none
+  double dropout_p = 0;  // the probability in effect
+};
+
 class SwiGLUFeedForward {
  public:
   // w1, w2, w3 each as nn.Linear (in that order).
   explicit SwiGLUFeedForward(const SwiGLUFeedForwardOptions& options, Generator* gen = nullptr);
 
   // x: [..., d_model]  ->  [..., d_model]
-  Tensor forward(const Tensor& x) const;
+  // With a record, also saves what backward() needs (nullptr: inference).
+  Tensor forward(const Tensor& x, SwiGLUFeedForwardRecord* record = nullptr) const;
+
+  // grad_output: [..., d_model]  ->  like x (parameter gradients added to the buffers)
+  Tensor backward(const Tensor& grad_output, const SwiGLUFeedForwardRecord& record);
+
+  // w1.*, w2.*, w3.* with their gradient buffers; zero_grad() sets them to 0.
+  std::vector<Parameter> parameters();
+  void zero_grad();
 
   void train(bool on = true) { training_ = on; }
   void eval() { training_ = false; }

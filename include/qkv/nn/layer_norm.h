@@ -6,7 +6,9 @@
 
 #include <map>
 #include <string>
+#include <vector>
 
+#include "qkv/nn/parameter.h"
 #include "qkv/tensor.h"
 
 namespace qkv::nn {
@@ -19,13 +21,27 @@ struct LayerNormOptions {
   DType dtype = DType::kFloat32;
 };
 
+// What LayerNorm::forward saves for its backward (the statistics are recomputed).
+struct LayerNormRecord {
+  Tensor input;  // x (held, not copied)
+};
+
 class LayerNorm {
  public:
   // weight = 1, bias = 0, as torch.
   explicit LayerNorm(const LayerNormOptions& options);
 
   // x: [..., *normalized_shape]  ->  like x
-  Tensor forward(const Tensor& x) const;
+  // With a record, also saves what backward() needs (nullptr: inference).
+  Tensor forward(const Tensor& x, LayerNormRecord* record = nullptr) const;
+
+  // Adds the weight (and bias) gradients to the module's buffers, returns ∂loss/∂x.
+  // grad_output: like record.input  ->  like record.input
+  Tensor backward(const Tensor& grad_output, const LayerNormRecord& record);
+
+  // The affine parameters with the module's gradient buffers; zero_grad() sets them to 0.
+  std::vector<Parameter> parameters();
+  void zero_grad();
 
   // "weight" and "bias" (those that exist), each of normalized_shape.
   std::map<std::string, Tensor> state_dict() const;
@@ -38,6 +54,8 @@ class LayerNorm {
   LayerNormOptions options_;
   Tensor weight_;
   Tensor bias_;
+  // Gradient buffers by state_dict name, allocated on first use.
+  std::map<std::string, Tensor> grads_;
 };
 
 }  // namespace qkv::nn

@@ -2,12 +2,19 @@
 //
 //   nn::Linear proj({.in_features = 8, .out_features = 16});
 //   Tensor y = proj.forward(x);   // x: [B, L, 8] -> [B, L, 16]
+//
+// Training: forward with a record, backward with ∂loss/∂y (see parameter.h):
+//   nn::LinearRecord rec;
+//   Tensor y = proj.forward(x, &rec);
+//   Tensor grad_x = proj.backward(grad_y, rec);   // adds into proj's weight/bias grads
 #pragma once
 
 #include <map>
 #include <string>
+#include <vector>
 
 #include "qkv/generator.h"
+#include "qkv/nn/parameter.h"
 #include "qkv/tensor.h"
 
 namespace qkv::nn {
@@ -19,6 +26,11 @@ struct LinearOptions {
   DType dtype = DType::kFloat32;
 };
 
+// What Linear::forward saves for its backward.
+struct LinearRecord {
+  Tensor input;  // x (held, not copied: do not change it in place before the backward)
+};
+
 class Linear {
  public:
   // torch's initialisation: weight and bias U(-1/√in, 1/√in), drawn from
@@ -26,14 +38,24 @@ class Linear {
   explicit Linear(const LinearOptions& options, Generator* gen = nullptr);
 
   // x: [..., in_features]  ->  [..., out_features]
-  Tensor forward(const Tensor& x) const;
+  // With a record, also saves what backward() needs (nullptr: inference).
+  Tensor forward(const Tensor& x, LinearRecord* record = nullptr) const;
+
+  // Adds ∂loss/∂weight and ∂loss/∂bias to the gradient buffers, returns ∂loss/∂x.
+  // grad_output: [..., out_features]  ->  like record.input
+  Tensor backward(const Tensor& grad_output, const LinearRecord& record);
+
+  // "weight" and "bias" with the module's gradient buffers (zeros until a backward).
+  std::vector<Parameter> parameters();
+  // Sets the gradient buffers to 0.
+  void zero_grad();
 
   // "weight" [out, in] and "bias" [out] (if bias). Shared, not copied.
   std::map<std::string, Tensor> state_dict() const;
   // Strict, as torch's default: exact names and shapes.
   void load_state_dict(const std::map<std::string, Tensor>& state);
 
-  // A deep copy (own parameters).
+  // A deep copy (own parameters, fresh gradients).
   Linear clone() const;
 
   const LinearOptions& options() const { return options_; }
@@ -44,6 +66,8 @@ class Linear {
   LinearOptions options_;
   Tensor weight_;  // [out, in]
   Tensor bias_;    // [out] or undefined
+  // Gradient buffers by state_dict name, allocated on first use.
+  std::map<std::string, Tensor> grads_;
 };
 
 }  // namespace qkv::nn

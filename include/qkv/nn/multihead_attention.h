@@ -9,12 +9,24 @@
 //
 // One difference from torch: query rows whose keys are all masked give output
 // 0 and weights 0; torch gives NaN there when need_weights=True.
+//
+// Training: the caller keeps a record of the forward; backward takes
+// ∂loss/∂output, adds the parameter gradients into the module's buffers
+// (parameters(), zero_grad()) and returns the gradients of query, key, value:
+//   nn::MultiheadAttentionRecord rec;
+//   auto [out, w] = mha.forward(x, x, x, {.need_weights = false}, &rec);
+//   nn::MultiheadAttentionInputGradients g = mha.backward(grad_out, rec);
+//   // self-attention: ∂loss/∂x = g.query + g.key + g.value
+// Dropout on the weights is replayed from the recorded seed. Masks get no gradient.
 #pragma once
 
 #include <map>
 #include <string>
+#include <vector>
 
+#include "qkv/attention.h"
 #include "qkv/generator.h"
+#include "qkv/nn/parameter.h"
 #include "qkv/tensor.h"
 
 namespace qkv::nn {
@@ -45,6 +57,23 @@ struct MultiheadAttentionOutput {
   Tensor weights;  // [B, L, S] averaged or [B, H, L, S]; undefined unless need_weights
 };
 
+// What MultiheadAttention::forward saves for its backward.
+struct MultiheadAttentionRecord {
+  Tensor query, key, value;  // the inputs (held, not copied)
+  Tensor q, k, v;            // [B, H, L, E], [B, H, S', E]: S' = S (+1 bias_kv) (+1 zero_attn)
+  SdpaOptions sdpa;          // as the attention ran: merged mask, causal, dropout
+  SdpaResult attention;      // its output, log-sum-exp and dropout seed
+  Tensor merged;             // heads merged in the query's layout: out_proj's input
+  bool dropped_all = false;  // dropout p = 1: the attention output was all zeros
+};
+
+// Gradients of the three inputs, each shaped like its input.
+struct MultiheadAttentionInputGradients {
+  Tensor query;
+  Tensor key;
+  Tensor value;
+};
+
 class MultiheadAttention {
  public:
   // Parameters get torch's default initialisation, drawn from `gen`
@@ -54,8 +83,21 @@ class MultiheadAttention {
   // query: [L, B, D] (batch_first: [B, L, D]; unbatched: [L, D])
   // key:   [S, B, kdim]   value: [S, B, vdim]
   // -> output like query; weights [B, L, S] or [B, H, L, S] (unbatched: no B)
+  // With a record, also saves what backward() needs (nullptr: inference).
   MultiheadAttentionOutput forward(const Tensor& query, const Tensor& key, const Tensor& value,
-                                   const MultiheadAttentionForward& args = {});
+                                   const MultiheadAttentionForward& args = {},
+                                   MultiheadAttentionRecord* record = nullptr);
+
+  // Adds the parameter gradients to the module's buffers and returns those of
+  // query, key and value. Only the output has a gradient (not the weights).
+  // grad_output: like the output  ->  like query, key, value
+  MultiheadAttentionInputGradients backward(const Tensor& grad_output,
+                                            const MultiheadAttentionRecord& record);
+
+  // The parameters (state_dict names) with the module's gradient buffers,
+  // allocated as zeros on first use; zero_grad() sets them to 0.
+  std::vector<Parameter> parameters();
+  void zero_grad();
 
   // Dropout is active only in training mode (the default, as in torch).
   void train(bool on = true) { training_ = on; }
@@ -91,6 +133,8 @@ class MultiheadAttention {
   Tensor out_proj_bias_;    // [D] when bias
   Tensor bias_k_;           // [1, 1, D] when add_bias_kv
   Tensor bias_v_;           // [1, 1, D] when add_bias_kv
+  // Gradient buffers by state_dict name, allocated on first use.
+  std::map<std::string, Tensor> grads_;
 };
 
 }  // namespace qkv::nn

@@ -7,7 +7,9 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
+#include "qkv/nn/parameter.h"
 #include "qkv/tensor.h"
 
 namespace qkv::nn {
@@ -20,13 +22,27 @@ struct RMSNormOptions {
   DType dtype = DType::kFloat32;
 };
 
+// What RMSNorm::forward saves for its backward (the statistics are recomputed).
+struct RMSNormRecord {
+  Tensor input;  // x (held, not copied)
+};
+
 class RMSNorm {
  public:
   // weight = 1, as torch.
   explicit RMSNorm(const RMSNormOptions& options);
 
   // x: [..., *normalized_shape]  ->  like x
-  Tensor forward(const Tensor& x) const;
+  // With a record, also saves what backward() needs (nullptr: inference).
+  Tensor forward(const Tensor& x, RMSNormRecord* record = nullptr) const;
+
+  // Adds the weight (and bias) gradients to the module's buffers, returns ∂loss/∂x.
+  // grad_output: like record.input  ->  like record.input
+  Tensor backward(const Tensor& grad_output, const RMSNormRecord& record);
+
+  // The affine parameters with the module's gradient buffers; zero_grad() sets them to 0.
+  std::vector<Parameter> parameters();
+  void zero_grad();
 
   // "weight" (when elementwise_affine).
   std::map<std::string, Tensor> state_dict() const;
@@ -38,6 +54,8 @@ class RMSNorm {
  private:
   RMSNormOptions options_;
   Tensor weight_;
+  // Gradient buffers by state_dict name, allocated on first use.
+  std::map<std::string, Tensor> grads_;
 };
 
 }  // namespace qkv::nn

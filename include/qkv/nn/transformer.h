@@ -24,6 +24,14 @@
 // is active only in training mode (the default, as in torch).
 //
 // Layouts: [L, B, D] by default, [B, L, D] with batch_first, or unbatched [L, D].
+//
+// Training: forward(..., &record) saves what backward needs in a record the
+// caller keeps; backward(grad_output, record) adds every parameter's gradient
+// into the module's buffers (parameters(), zero_grad()) and returns the
+// inputs' gradients. Dropout masks (also on the attention weights) are replayed.
+//   nn::TransformerEncoderLayerRecord rec;
+//   Tensor y = layer.forward(x, {.src_key_padding_mask = padding}, &rec);
+//   Tensor grad_x = layer.backward(grad_y, rec);
 #pragma once
 
 #include <map>
@@ -36,6 +44,7 @@
 #include "qkv/nn/feed_forward.h"
 #include "qkv/nn/layer_norm.h"
 #include "qkv/nn/multihead_attention.h"
+#include "qkv/nn/parameter.h"
 #include "qkv/tensor.h"
 
 namespace qkv::nn {
@@ -64,6 +73,15 @@ struct TransformerEncoderLayerForward {
   bool is_causal = false;       // hint that src_mask is causal (needs src_mask, as torch)
 };
 
+// What TransformerEncoderLayer::forward saves for its backward.
+struct TransformerEncoderLayerRecord {
+  LayerNormRecord norm1, norm2;
+  MultiheadAttentionRecord self_attn;
+  FeedForwardRecord ff;
+  Tensor keep1, keep2;   // dropout1/dropout2 keep masks (undefined: nothing dropped)
+  double dropout_p = 0;  // the probability in effect
+};
+
 class TransformerEncoderLayer {
  public:
   // Initialised as torch: self_attn, then linear1, linear2 (nn.Linear), norms 1/0.
@@ -71,7 +89,17 @@ class TransformerEncoderLayer {
                                    Generator* gen = nullptr);
 
   // src: [L, B, D] ([B, L, D] if batch_first; unbatched [L, D])  ->  like src
-  Tensor forward(const Tensor& src, const TransformerEncoderLayerForward& args = {});
+  // With a record, also saves what backward() needs (nullptr: inference).
+  Tensor forward(const Tensor& src, const TransformerEncoderLayerForward& args = {},
+                 TransformerEncoderLayerRecord* record = nullptr);
+
+  // Adds the parameter gradients to the buffers, returns ∂loss/∂src.
+  // grad_output: like src  ->  like src
+  Tensor backward(const Tensor& grad_output, const TransformerEncoderLayerRecord& record);
+
+  // The parameters (state_dict names) with their gradient buffers; zero_grad() sets them to 0.
+  std::vector<Parameter> parameters();
+  void zero_grad();
 
   void train(bool on = true);
   void eval() { train(false); }
@@ -93,8 +121,9 @@ class TransformerEncoderLayer {
   MultiheadAttention& self_attn() { return self_attn_; }
 
  private:
-  Tensor sa_block(const Tensor& x, const TransformerEncoderLayerForward& args);
-  Tensor ff_block(const Tensor& x);
+  Tensor sa_block(const Tensor& x, const TransformerEncoderLayerForward& args,
+                  TransformerEncoderLayerRecord* record);
+  Tensor ff_block(const Tensor& x, TransformerEncoderLayerRecord* record);
 
   TransformerLayerOptions options_;
   MultiheadAttention self_attn_;
@@ -116,6 +145,22 @@ struct TransformerDecoderLayerForward {
   bool memory_is_causal = false;   // hint that memory_mask is causal
 };
 
+// What TransformerDecoderLayer::forward saves for its backward.
+struct TransformerDecoderLayerRecord {
+  LayerNormRecord norm1, norm2, norm3;
+  MultiheadAttentionRecord self_attn;
+  MultiheadAttentionRecord multihead_attn;
+  FeedForwardRecord ff;
+  Tensor keep1, keep2, keep3;  // dropout1/2/3 keep masks (undefined: nothing dropped)
+  double dropout_p = 0;        // the probability in effect
+};
+
+// Gradients of a decoder's inputs.
+struct TransformerDecoderInputGradients {
+  Tensor tgt;     // like tgt
+  Tensor memory;  // like memory
+};
+
 class TransformerDecoderLayer {
  public:
   // Initialised as torch: self_attn, multihead_attn, linear1, linear2, norms.
@@ -124,8 +169,18 @@ class TransformerDecoderLayer {
 
   // tgt: [T, B, D]  memory: [S, B, D] (batch_first: [B, T, D], [B, S, D];
   // unbatched: [T, D], [S, D])  ->  like tgt
+  // With a record, also saves what backward() needs (nullptr: inference).
   Tensor forward(const Tensor& tgt, const Tensor& memory,
-                 const TransformerDecoderLayerForward& args = {});
+                 const TransformerDecoderLayerForward& args = {},
+                 TransformerDecoderLayerRecord* record = nullptr);
+
+  // Adds the parameter gradients to the buffers, returns ∂loss/∂tgt and ∂loss/∂memory.
+  // grad_output: like tgt  ->  like tgt, like memory
+  TransformerDecoderInputGradients backward(const Tensor& grad_output,
+                                            const TransformerDecoderLayerRecord& record);
+
+  std::vector<Parameter> parameters();
+  void zero_grad();
 
   void train(bool on = true);
   void eval() { train(false); }
@@ -170,6 +225,12 @@ struct TransformerEncoderForward {
   std::optional<bool> is_causal;
 };
 
+// What TransformerEncoder::forward saves for its backward.
+struct TransformerEncoderRecord {
+  std::vector<TransformerEncoderLayerRecord> layers;
+  LayerNormRecord norm;
+};
+
 class TransformerEncoder {
  public:
   // As torch: num_layers deep copies of `encoder_layer` (identical weights)
@@ -180,7 +241,16 @@ class TransformerEncoder {
   explicit TransformerEncoder(const TransformerEncoderOptions& options, Generator* gen = nullptr);
 
   // src: [L, B, D] ([B, L, D] if batch_first; unbatched [L, D])  ->  like src
-  Tensor forward(const Tensor& src, const TransformerEncoderForward& args = {});
+  // With a record, also saves what backward() needs (nullptr: inference).
+  Tensor forward(const Tensor& src, const TransformerEncoderForward& args = {},
+                 TransformerEncoderRecord* record = nullptr);
+
+  // grad_output: like src  ->  like src (parameter gradients added to the buffers)
+  Tensor backward(const Tensor& grad_output, const TransformerEncoderRecord& record);
+
+  // "layers.<i>.…", "norm.…" with their gradient buffers; zero_grad() sets them to 0.
+  std::vector<Parameter> parameters();
+  void zero_grad();
 
   void train(bool on = true);
   void eval() { train(false); }
@@ -216,6 +286,12 @@ struct TransformerDecoderForward {
   bool memory_is_causal = false;
 };
 
+// What TransformerDecoder::forward saves for its backward.
+struct TransformerDecoderRecord {
+  std::vector<TransformerDecoderLayerRecord> layers;
+  LayerNormRecord norm;
+};
+
 class TransformerDecoder {
  public:
   TransformerDecoder(const TransformerDecoderLayer& decoder_layer, int64_t num_layers,
@@ -223,8 +299,17 @@ class TransformerDecoder {
   explicit TransformerDecoder(const TransformerDecoderOptions& options, Generator* gen = nullptr);
 
   // tgt: [T, B, D]  memory: [S, B, D] (or batch_first / unbatched)  ->  like tgt
+  // With a record, also saves what backward() needs (nullptr: inference).
   Tensor forward(const Tensor& tgt, const Tensor& memory,
-                 const TransformerDecoderForward& args = {});
+                 const TransformerDecoderForward& args = {},
+                 TransformerDecoderRecord* record = nullptr);
+
+  // grad_output: like tgt  ->  like tgt, like memory (summed over the layers)
+  TransformerDecoderInputGradients backward(const Tensor& grad_output,
+                                            const TransformerDecoderRecord& record);
+
+  std::vector<Parameter> parameters();
+  void zero_grad();
 
   void train(bool on = true);
   void eval() { train(false); }

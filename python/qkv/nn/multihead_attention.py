@@ -3,6 +3,7 @@
 from collections import namedtuple
 
 from .. import _core
+from ._grad import GradMixin
 from .functional import _check_generator
 
 __all__ = ["MultiheadAttention"]
@@ -29,7 +30,7 @@ def _check_device(device):
         raise ValueError(f"MultiheadAttention(): qkv runs on the CPU only, got device={device!r}")
 
 
-class MultiheadAttention:
+class MultiheadAttention(GradMixin):
     """Multi-head attention with torch.nn.MultiheadAttention's arguments, defaults,
     parameter names and initialisation, so that torch state_dicts load unchanged.
 
@@ -77,6 +78,22 @@ class MultiheadAttention:
 
     def __call__(self, *args, **kwargs):
         return self.forward(*args, **kwargs)
+
+    def forward_with_grad(self, query, key, value, key_padding_mask=None, need_weights=False,
+                          attn_mask=None, average_attn_weights=True, is_causal=False):
+        """-> (attn_output, attn_weights or None, grad_fn): forward() that keeps
+        what its backward needs (need_weights defaults to False here).
+
+        grad_fn(grad_output) -> (grad_query, grad_key, grad_value) given
+        grad_output = ∂loss/∂attn_output, and adds the parameter gradients into
+        named_grads() (every call adds again; zero_grad() clears). For
+        self-attention the input's gradient is the sum of the three. Dropout is
+        replayed; masks get no gradient. The inputs are held, not copied: do not
+        change them in place before calling grad_fn.
+        """
+        return self._impl.forward_with_grad(query, key, value, key_padding_mask,
+                                            bool(need_weights), attn_mask,
+                                            bool(average_attn_weights), bool(is_causal))
 
     # --- Mode ------------------------------------------------------------------
     def train(self, mode=True):

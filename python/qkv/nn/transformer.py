@@ -24,6 +24,7 @@ different numerics (torch's eval-mode fast path and nested tensors).
 """
 
 from .. import _core
+from ._grad import GradMixin
 from ._module import (Module, attach_view, check_device, check_generator, keep_generator,
                       kept_generators)
 from .layers import LayerNorm
@@ -96,7 +97,7 @@ class _LayerOptions:
                 f"bias={impl.bias}, dtype={impl.dtype!r})")
 
 
-class TransformerEncoderLayer(_LayerOptions, Module):
+class TransformerEncoderLayer(_LayerOptions, GradMixin, Module):
     """Self-attention and a feed-forward network with residual connections and
     LayerNorm, as torch.nn.TransformerEncoderLayer.
 
@@ -134,13 +135,22 @@ class TransformerEncoderLayer(_LayerOptions, Module):
         """
         return self._impl.forward(src, src_mask, src_key_padding_mask, bool(is_causal))
 
+    def forward_with_grad(self, src, src_mask=None, src_key_padding_mask=None, is_causal=False):
+        """-> (output, grad_fn): forward() that keeps what its backward needs.
+
+        grad_fn(grad_output) -> grad_src, and adds the parameter gradients
+        into named_grads() (zero_grad() clears them). Dropout is replayed.
+        """
+        return self._impl.forward_with_grad(src, src_mask, src_key_padding_mask,
+                                            bool(is_causal))
+
     @property
     def self_attn(self):
         """The self-attention (a view: it shares this layer's parameters)."""
         return _wrap_attention(self._impl.self_attn, self, "self_attn")
 
 
-class TransformerDecoderLayer(_LayerOptions, Module):
+class TransformerDecoderLayer(_LayerOptions, GradMixin, Module):
     """Self-attention, cross-attention to the encoder's output ("memory") and a
     feed-forward network, as torch.nn.TransformerDecoderLayer.
 
@@ -176,6 +186,18 @@ class TransformerDecoderLayer(_LayerOptions, Module):
         return self._impl.forward(tgt, memory, tgt_mask, memory_mask, tgt_key_padding_mask,
                                   memory_key_padding_mask, bool(tgt_is_causal),
                                   bool(memory_is_causal))
+
+    def forward_with_grad(self, tgt, memory, tgt_mask=None, memory_mask=None,
+                          tgt_key_padding_mask=None, memory_key_padding_mask=None,
+                          tgt_is_causal=False, memory_is_causal=False):
+        """-> (output, grad_fn): forward() that keeps what its backward needs.
+
+        grad_fn(grad_output) -> (grad_tgt, grad_memory), and adds the
+        parameter gradients into named_grads() (zero_grad() clears them).
+        """
+        return self._impl.forward_with_grad(tgt, memory, tgt_mask, memory_mask,
+                                            tgt_key_padding_mask, memory_key_padding_mask,
+                                            bool(tgt_is_causal), bool(memory_is_causal))
 
     @property
     def self_attn(self):
@@ -234,7 +256,7 @@ def _check_stack_args(module, layer, layer_class, num_layers, norm):
                         f"{type(norm).__name__}")
 
 
-class TransformerEncoder(_Stack):
+class TransformerEncoder(GradMixin, _Stack):
     """num_layers copies of an encoder layer and an optional final norm, as
     torch.nn.TransformerEncoder.
 
@@ -268,6 +290,15 @@ class TransformerEncoder(_Stack):
         mask; True/False is a hint passed to every layer.
         """
         return self._impl.forward(src, mask, src_key_padding_mask, _optional_bool(is_causal))
+
+    def forward_with_grad(self, src, mask=None, src_key_padding_mask=None, is_causal=None):
+        """-> (output, grad_fn): forward() that keeps what its backward needs.
+
+        grad_fn(grad_output) -> grad_src, and adds the parameter gradients
+        into named_grads() (zero_grad() clears them).
+        """
+        return self._impl.forward_with_grad(src, mask, src_key_padding_mask,
+                                            _optional_bool(is_causal))
 
 
 class TransformerDecoder(_Stack):

@@ -1,0 +1,62 @@
+// The backward passes of FeedForward and SwiGLUFeedForward.
+#include "nn/module_util.h"
+#include "qkv/gradients.h"
+#include "qkv/nn/feed_forward.h"
+
+namespace qkv::nn {
+
+Tensor FeedForward::backward(const Tensor& grad_output, const FeedForwardRecord& record) {
+  QKV_CHECK(record.hidden.defined(),
+            "FeedForward::backward: the record is empty (pass it to forward)");
+  // y = linear2(dropout(activation(linear1(x))))
+  const Tensor grad_dropped = linear2_.backward(grad_output, record.linear2);
+  const Tensor grad_activated =
+      detail::dropout_grad(grad_dropped, record.keep_mask, record.dropout_p);
+  Tensor grad_hidden = Tensor::zeros(record.hidden.shape(), record.hidden.dtype());
+  activate_backward(grad_activated, record.hidden, options_.activation, grad_hidden);
+  return linear1_.backward(grad_hidden, record.linear1);
+}
+
+std::vector<Parameter> FeedForward::parameters() {
+  std::vector<Parameter> params;
+  detail::append_parameters(params, "linear1", linear1_.parameters());
+  detail::append_parameters(params, "linear2", linear2_.parameters());
+  return params;
+}
+
+void FeedForward::zero_grad() {
+  linear1_.zero_grad();
+  linear2_.zero_grad();
+}
+
+Tensor SwiGLUFeedForward::backward(const Tensor& grad_output,
+                                   const SwiGLUFeedForwardRecord& record) {
+  QKV_CHECK(record.gate.defined(),
+            "SwiGLUFeedForward::backward: the record is empty (pass it to forward)");
+  // y = dropout(w2(silu(w1 x) ⊙ w3 x))
+  const Tensor grad_w2_out = detail::dropout_grad(grad_output, record.keep_mask, record.dropout_p);
+  const Tensor grad_gated = w2_.backward(grad_w2_out, record.w2);
+  const Tensor silu_gate = silu(record.gate);
+  Tensor grad_silu = Tensor::zeros(record.gate.shape(), record.gate.dtype());
+  Tensor grad_up = Tensor::zeros(record.up.shape(), record.up.dtype());
+  mul_backward(grad_gated, silu_gate, record.up, {.a = grad_silu, .b = grad_up});
+  Tensor grad_gate = Tensor::zeros(record.gate.shape(), record.gate.dtype());
+  silu_backward(grad_silu, record.gate, grad_gate);
+  return add(w1_.backward(grad_gate, record.w1), w3_.backward(grad_up, record.w3));
+}
+
+std::vector<Parameter> SwiGLUFeedForward::parameters() {
+  std::vector<Parameter> params;
+  detail::append_parameters(params, "w1", w1_.parameters());
+  detail::append_parameters(params, "w2", w2_.parameters());
+  detail::append_parameters(params, "w3", w3_.parameters());
+  return params;
+}
+
+void SwiGLUFeedForward::zero_grad() {
+  w1_.zero_grad();
+  w2_.zero_grad();
+  w3_.zero_grad();
+}
+
+}  // namespace qkv::nn

@@ -1,0 +1,29 @@
+// nn::Linear's backward and gradient buffers.
+#include "nn/module_util.h"
+#include "qkv/gradients.h"
+#include "qkv/nn/linear.h"
+
+namespace qkv::nn {
+
+Tensor Linear::backward(const Tensor& grad_output, const LinearRecord& record) {
+  QKV_CHECK(record.input.defined(), "Linear::backward: the record is empty (pass it to forward)");
+  Shape out_shape = record.input.shape();
+  out_shape.back() = options_.out_features;
+  QKV_CHECK(grad_output.defined() && grad_output.shape() == out_shape,
+            "Linear::backward: grad_output must have the output's shape ", shape_str(out_shape),
+            ", got ", grad_output.defined() ? shape_str(grad_output.shape()) : "undefined");
+  Tensor grad_input = Tensor::zeros(record.input.shape(), record.input.dtype());
+  // y = x Wᵀ + b
+  linear_backward(
+      grad_output, record.input, weight_, bias_,
+      {.input = grad_input,
+       .weight = detail::grad_buffer(grads_, "weight", weight_),
+       .bias = bias_.defined() ? detail::grad_buffer(grads_, "bias", bias_) : Tensor()});
+  return grad_input;
+}
+
+std::vector<Parameter> Linear::parameters() { return detail::own_parameters(state_dict(), grads_); }
+
+void Linear::zero_grad() { detail::zero_grads(grads_); }
+
+}  // namespace qkv::nn
