@@ -151,3 +151,160 @@ TEST_F(Cli, HelpAndVersion) {
 }
 
 }  // namespace
+
+// --- `qkv embed` and `qkv similarity` (all-MiniLM-L6-v2 from scripts/fetch_model.sh) ---------
+// Their numbers are checked against sentence-transformers in
+// python/tests/test_sentence_embeddings.py; here: files, formats and errors.
+
+namespace {
+
+const fs::path kMiniLM =
+    fs::path(__FILE__).parent_path().parent_path() / "models" / "all-MiniLM-L6-v2";
+
+#define SKIP_WITHOUT_MINILM()                     \
+  if (!fs::exists(kMiniLM / "model.safetensors")) \
+  GTEST_SKIP() << kMiniLM << " is missing: run scripts/fetch_model.sh"
+
+std::string read_bytes(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// The numbers of every [ ... ] row after "embeddings" in `qkv embed`'s JSON.
+std::vector<std::vector<double>> json_embeddings(const std::string& json) {
+  std::vector<std::vector<double>> rows;
+  size_t at = json.find("\"embeddings\": [");
+  if (at == std::string::npos) return rows;
+  at += 15;
+  while ((at = json.find('[', at)) != std::string::npos) {
+    const size_t end = json.find(']', at);
+    std::vector<double> row;
+    const char* p = json.c_str() + at + 1;
+    while (p < json.c_str() + end) {
+      char* next = nullptr;
+      row.push_back(std::strtod(p, &next));
+      p = next + 1;  // past the comma
+    }
+    rows.push_back(row);
+    at = end;
+  }
+  return rows;
+}
+
+// The float32 rows of a .npy file written by `qkv embed` ([N, D], '<f4').
+std::vector<std::vector<double>> npy_embeddings(const std::string& bytes, int64_t d) {
+  std::vector<std::vector<double>> rows;
+  const size_t header =
+      10 + static_cast<unsigned char>(bytes[8]) + 256 * static_cast<unsigned char>(bytes[9]);
+  for (size_t at = header; at + 4 * d <= bytes.size(); at += 4 * d) {
+    std::vector<double> row(d);
+    for (int64_t j = 0; j < d; ++j) {
+      float x;
+      char* raw = reinterpret_cast<char*>(&x);  // the bytes may be unaligned
+      for (int k = 0; k < 4; ++k) raw[k] = bytes[at + 4 * j + k];
+      row[j] = x;
+    }
+    rows.push_back(row);
+  }
+  return rows;
+}
+
+double dot(const std::vector<double>& a, const std::vector<double>& b) {
+  double s = 0;
+  for (size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
+  return s;
+}
+
+}  // namespace
+
+TEST_F(Cli, EmbedWithoutTheModelSaysHowToFetchIt) {
+  const fs::path absent = dir_ / "models" / "all-MiniLM-L6-v2";
+  const CliRun run = run_qkv("embed hello --model '" + absent.string() + "'");
+  EXPECT_EQ(run.exit_code, 1) << run.output;
+  EXPECT_TRUE(contains(run.output, "qkv embed: error:")) << run.output;
+  EXPECT_TRUE(contains(run.output, absent.string() + "' not found")) << run.output;
+  EXPECT_TRUE(contains(run.output, "scripts/fetch_model.sh")) << run.output;
+  // The default, relative to the working directory, is where that script puts the model.
+  const CliRun help = run_qkv("embed --help");
+  EXPECT_TRUE(contains(help.output, "models/all-MiniLM-L6-v2")) << help.output;
+
+  const CliRun other = run_qkv("similarity a b --model '" + (dir_ / "nope").string() + "'");
+  EXPECT_EQ(other.exit_code, 1) << other.output;
+  EXPECT_TRUE(contains(other.output, (dir_ / "nope").string())) << other.output;
+
+  const CliRun format = run_qkv("embed hello --output '" + (dir_ / "e.csv").string() + "'");
+  EXPECT_EQ(format.exit_code, 1) << format.output;
+  EXPECT_TRUE(contains(format.output, ".json or .npy")) << format.output;
+  EXPECT_FALSE(fs::exists(dir_ / "e.csv"));
+}
+
+TEST_F(Cli, EmbedWritesJsonAndNpyWithTheSameRows) {
+  SKIP_WITHOUT_MINILM();
+  const std::string model = "--model '" + kMiniLM.string() + "'";
+  // Arguments and stdin give the same texts, in order.
+  const CliRun json = run_qkv("embed " + model + " 'A cat sits.' 'Stocks fell \"sharply\".' ''");
+  ASSERT_EQ(json.exit_code, 0) << json.output;
+  EXPECT_TRUE(contains(json.output, "\"dimension\": 384")) << json.output;
+  EXPECT_TRUE(contains(json.output, R"("texts": ["A cat sits.", "Stocks fell \"sharply\".", ""])"))
+      << json.output;
+  const auto from_json = json_embeddings(json.output);
+
+  std::ofstream(dir_ / "in.txt") << "A cat sits.\r\nStocks fell \"sharply\".\n\n";
+  const fs::path npy = dir_ / "e.npy";
+  const CliRun file = run_qkv("embed " + model + " -o '" + npy.string() + "' < '" +
+                              (dir_ / "in.txt").string() + "'");
+  ASSERT_EQ(file.exit_code, 0) << file.output;
+  const std::string bytes = read_bytes(npy);
+  ASSERT_GT(bytes.size(), 128u);
+  EXPECT_EQ(bytes.substr(0, 8), std::string("\x93NUMPY\x01\x00", 8));
+  EXPECT_TRUE(contains(bytes.substr(0, 128),
+                       "{'descr': '<f4', 'fortran_order': False, 'shape': (3, 384), }"));
+  EXPECT_EQ((10 + static_cast<unsigned char>(bytes[8])) % 64, 0u);  // data aligned to 64
+  EXPECT_EQ(bytes.size(), 128u + 3 * 384 * 4);
+  const auto from_npy = npy_embeddings(bytes, 384);
+
+  ASSERT_EQ(from_json.size(), 3u);
+  ASSERT_EQ(from_npy.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    ASSERT_EQ(from_json[i].size(), 384u);
+    EXPECT_NEAR(dot(from_npy[i], from_npy[i]), 1.0, 1e-5);  // L2-normalised
+    for (size_t j = 0; j < 384; ++j)
+      ASSERT_EQ(static_cast<float>(from_json[i][j]), static_cast<float>(from_npy[i][j]))
+          << "row " << i << " element " << j;
+  }
+  EXPECT_LT(dot(from_npy[0], from_npy[1]), 0.5);  // unrelated texts
+}
+
+TEST_F(Cli, SimilarityPrintsTheCosinesWithCutLabels) {
+  SKIP_WITHOUT_MINILM();
+  const std::string model = "--model '" + kMiniLM.string() + "'";
+  const std::string texts =
+      "'A man is eating food.' 'A man is eating a piece of bread.' "
+      "'The girl is carrying a baby on her back through the crowded market.'";
+  const CliRun run = run_qkv("similarity --label-width 24 " + model + " " + texts);
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  const CliRun embed =
+      run_qkv("embed " + model + " -o '" + (dir_ / "e.npy").string() + "' " + texts);
+  ASSERT_EQ(embed.exit_code, 0) << embed.output;
+  const auto e = npy_embeddings(read_bytes(dir_ / "e.npy"), 384);
+  ASSERT_EQ(e.size(), 3u);
+
+  std::vector<std::string> lines;
+  for (size_t at = 0, end; (end = run.output.find('\n', at)) != std::string::npos; at = end + 1)
+    lines.push_back(run.output.substr(at, end - at));
+  ASSERT_EQ(lines.size(), 4u) << run.output;
+  EXPECT_TRUE(contains(lines[0], "[1]") && contains(lines[0], "[3]")) << run.output;
+  EXPECT_TRUE(contains(lines[1], "[1] A man is eating food.")) << run.output;
+  EXPECT_TRUE(contains(lines[2], "[2] A man is eating a piece\xe2\x80\xa6")) << run.output;
+  EXPECT_TRUE(contains(lines[3], "[3] The girl is carrying a\xe2\x80\xa6")) << run.output;
+  for (size_t i = 1; i <= 3; ++i) {
+    // Every cell: cos(e_i, e_j) to 3 decimals, aligned in 8 columns.
+    const std::string cells = lines[i].substr(lines[i].size() - 24);
+    for (size_t j = 0; j < 3; ++j) {
+      char expected[16];
+      std::snprintf(expected, sizeof expected, "%8.3f", dot(e[i - 1], e[j]));
+      EXPECT_EQ(cells.substr(8 * j, 8), expected) << run.output;
+    }
+  }
+  EXPECT_TRUE(contains(lines[1], "   1.000   0.7")) << run.output;  // close meanings
+}

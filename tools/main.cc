@@ -52,6 +52,8 @@ int main(int argc, char** argv) {
   std::vector<qkv::cli::Command> commands = {
       qkv::cli::add_demo_command(app),
       qkv::cli::add_generate_command(app),
+      qkv::cli::add_embed_command(app),
+      qkv::cli::add_similarity_command(app),
   };
 
   try {

@@ -19,6 +19,7 @@ void bind_layers(py::module_& m);               // layers.cc
 void bind_transformer(py::module_& m);          // transformer.cc
 void bind_positional(py::module_& m);           // positional.cc
 void bind_optim(py::module_& m);                // optim.cc
+void bind_models(py::module_& m);               // models.cc
 void bind_text(py::module_& m);                 // text.cc
 void bind_module_backward(py::module_& m);      // module_backward.cc (after the modules)
 

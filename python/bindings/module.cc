@@ -42,6 +42,7 @@ PYBIND11_MODULE(_core, m) {
   qkv::python::bind_transformer(m);
   qkv::python::bind_positional(m);
   qkv::python::bind_optim(m);
+  qkv::python::bind_models(m);
   qkv::python::bind_text(m);
   qkv::python::bind_module_backward(m);
 }

@@ -33,6 +33,7 @@ from . import optim
 from .models import DecoderModel, DecoderModelConfig, DecoderSession
 from . import runtime
 from . import text
+from .sentence_encoder import SentenceEncoder
 
 __version__ = "0.1.0"
 

@@ -21,6 +21,10 @@ from . import _core
 
 __all__ = ["DecoderModel", "DecoderModelConfig", "DecoderSession"]
 
+from .bert import BertModel  # noqa: E402  (BERT encoders live in bert.py)
+
+__all__ += ["BertModel"]
+
 
 @dataclasses.dataclass
 class DecoderModelConfig:

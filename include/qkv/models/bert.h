@@ -1,0 +1,130 @@
+// models::BertModel — the BERT family of encoders (BERT, MiniLM, all-MiniLM-L6-v2, ...),
+// computing what Hugging Face transformers' BertModel computes: its last hidden state.
+//
+//   x = LayerNorm(word_embeddings[id] + token_type_embeddings[type] + position_embeddings[pos])
+//   for each of the N layers (post-norm, tutorial §8.1):
+//     x = LayerNorm(x + attention.output.dense(multi-head self-attention(x, padding mask)))
+//     x = LayerNorm(x + output.dense(act(intermediate.dense(x))))
+//
+//   auto model = models::BertModel::from_pretrained("models/all-MiniLM-L6-v2");
+//   Tensor hidden = model.forward(ids, mask, 2);   // ids, mask: [2, L] row-major -> [2, L, 384]
+//
+// Files (a Hugging Face model directory):
+//   config.json        BertConfig below; unknown fields are ignored, known ones checked
+//   model.safetensors  Hugging Face's tensor names, with or without the "bert." prefix:
+//     embeddings.{word,position,token_type}_embeddings.weight, embeddings.LayerNorm.{weight,bias}
+//     encoder.layer.<i>.attention.self.{query,key,value}.{weight,bias}
+//     encoder.layer.<i>.attention.output.dense.{weight,bias}, ...attention.output.LayerNorm.*
+//     encoder.layer.<i>.intermediate.dense.*, encoder.layer.<i>.output.dense.*,
+//     encoder.layer.<i>.output.LayerNorm.*
+//   Other tensors (the pooler, heads of derived models, the position_ids buffer) are ignored.
+//
+// Differences from transformers: a row whose attention_mask is all 0 has no key
+// to attend to and gets attention output 0 (transformers spreads it uniformly
+// over the padding).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "qkv/generator.h"
+#include "qkv/tensor.h"
+
+namespace qkv::models {
+
+// The feed-forward activation, by config.json's "hidden_act".
+enum class BertActivation {
+  kGelu,      // "gelu": x·Φ(x) with erf
+  kGeluTanh,  // "gelu_new", "gelu_pytorch_tanh", "gelu_fast": the tanh approximation
+  kRelu,      // "relu"
+  kSilu,      // "silu", "swish"
+};
+
+// "gelu" -> kGelu, ...; anything else is an Error listing the accepted names.
+BertActivation bert_activation_from_string(const std::string& name);
+// The canonical name: "gelu", "gelu_new", "relu" or "silu".
+const char* bert_activation_name(BertActivation activation);
+
+// The fields of a Hugging Face BertConfig that shape the model.
+struct BertConfig {
+  int64_t vocab_size = 30522;
+  int64_t hidden_size = 768;  // D
+  int64_t num_hidden_layers = 12;
+  int64_t num_attention_heads = 12;  // H; head dim E = D / H
+  int64_t intermediate_size = 3072;
+  int64_t max_position_embeddings = 512;  // longest input
+  int64_t type_vocab_size = 2;
+  double layer_norm_eps = 1e-12;
+  BertActivation hidden_act = BertActivation::kGelu;
+
+  // Parses config.json text. vocab_size, hidden_size, num_hidden_layers,
+  // num_attention_heads and intermediate_size are required; the others
+  // default to transformers' values. Every field read is checked (type and
+  // range, D divisible by H, position_embedding_type "absolute", not a
+  // decoder); errors name `source` and the field.
+  static BertConfig from_json(const std::string& text, const std::string& source = "config.json");
+  // Reads and parses the file.
+  static BertConfig from_file(const std::filesystem::path& config_json);
+
+  // Throws an Error naming `source` and the field when a value is out of range.
+  void validate(const std::string& source = "BertConfig") const;
+  int64_t head_dim() const { return hidden_size / num_attention_heads; }
+};
+
+class BertModel {
+ public:
+  // Random weights (normal, std 0.02 as transformers initialises them; LayerNorm
+  // weight 1, bias 0), drawn from `gen` (default_generator() when null).
+  explicit BertModel(const BertConfig& config, Generator* gen = nullptr);
+
+  // config.json and model.safetensors of a model directory.
+  static BertModel from_pretrained(const std::filesystem::path& model_dir);
+  // The weights of `config` from a safetensors file; errors name the file and
+  // the missing or mis-shaped tensor.
+  static BertModel load(const BertConfig& config, const std::filesystem::path& safetensors);
+
+  // ids, attention_mask, token_type_ids: [B, L] row-major with B = batch_size.
+  // attention_mask: 1 (any non-zero) for real tokens, 0 for padding; empty = all real.
+  // token_type_ids: empty = all 0.
+  //   ->  last hidden state [B, L, D] float32
+  Tensor forward(std::span<const int64_t> ids, std::span<const int64_t> attention_mask,
+                 int64_t batch_size, std::span<const int64_t> token_type_ids = {}) const;
+
+  // Parameters by transformers' names (no "bert." prefix), as shared views.
+  std::map<std::string, Tensor> state_dict() const;
+  // Strict: exactly the names and shapes of state_dict(). A failed load changes nothing.
+  void load_state_dict(const std::map<std::string, Tensor>& state);
+
+  const BertConfig& config() const { return config_; }
+  int64_t num_parameters() const;
+
+ private:
+  struct Layer {
+    // attention.self.{query,key,value}: their [D, D] weights stacked as rows
+    // of one [3D, D] matrix, so that one GEMM projects all three.
+    Tensor qkv_weight, qkv_bias;              // [3D, D], [3D]
+    Tensor attn_out_weight, attn_out_bias;    // attention.output.dense [D, D], [D]
+    Tensor attn_norm_weight, attn_norm_bias;  // attention.output.LayerNorm [D]
+    Tensor ffn_in_weight, ffn_in_bias;        // intermediate.dense [I, D], [I]
+    Tensor ffn_out_weight, ffn_out_bias;      // output.dense [D, I], [D]
+    Tensor ffn_norm_weight, ffn_norm_bias;    // output.LayerNorm [D]
+  };
+
+  BertModel(const BertConfig& config, Generator* gen, bool random);
+
+  // x: [B, L, D] (updated in place)  keep: bool [B, 1, 1, L] or undefined
+  void layer_forward(const Layer& layer, Tensor& x, const Tensor& keep) const;
+
+  BertConfig config_;
+  Tensor word_embeddings_;                      // [vocab_size, D]
+  Tensor position_embeddings_;                  // [max_position_embeddings, D]
+  Tensor token_type_embeddings_;                // [type_vocab_size, D]
+  Tensor embed_norm_weight_, embed_norm_bias_;  // [D]
+  std::vector<Layer> layers_;
+};
+
+}  // namespace qkv::models

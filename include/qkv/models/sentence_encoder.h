@@ -1,0 +1,81 @@
+// models::SentenceEncoder — one vector per text, as sentence-transformers
+// computes it for a Transformer → Pooling (→ Normalize) model such as
+// all-MiniLM-L6-v2:
+//
+//   ids    = [CLS] word pieces [SEP], truncated to max_seq_length
+//   h      = BertModel(ids, mask)                      [n, L, D]
+//   pooled = Σ_real h / (number of real tokens)        mean pooling (or CLS, max, mean·√len)
+//   out    = pooled / max(‖pooled‖, 1e-12)             when modules.json has Normalize
+//
+//   models::SentenceEncoder encoder("models/all-MiniLM-L6-v2");
+//   Tensor e = encoder.encode({"A cat sits.", "A dog runs."});   // [2, 384]
+//   double cosine = dot(row 0, row 1);                           // rows have norm 1
+//
+// Files of the model directory: config.json and model.safetensors (BertModel),
+// tokenizer.json (text::WordPieceTokenizer), modules.json (which modules run;
+// optional: without it, mean pooling and no normalisation), <pooling
+// dir>/config.json (1_Pooling/config.json), and for max_seq_length
+// sentence_bert_config.json or tokenizer_config.json (both optional), in the
+// layouts of sentence-transformers before and from version 6.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "qkv/models/bert.h"
+#include "qkv/tensor.h"
+#include "qkv/text/wordpiece_tokenizer.h"
+
+namespace qkv::models {
+
+// sentence-transformers' pooling modes (pooling_mode_* in the pooling config).
+enum class Pooling {
+  kMean,         // mean over real tokens
+  kCls,          // the first token's vector
+  kMax,          // elementwise max over real tokens
+  kMeanSqrtLen,  // sum over real tokens / √(number of real tokens)
+};
+// sentence-transformers' names: "mean", "cls", "max", "mean_sqrt_len_tokens".
+const char* pooling_name(Pooling pooling);
+
+class SentenceEncoder {
+ public:
+  // Reads the model directory; errors name the file and the problem.
+  explicit SentenceEncoder(const std::filesystem::path& model_dir);
+
+  // Embeddings of `texts`, row i for texts[i]: [N, D] float32 ([0, D] for no text).
+  // Texts are encoded in batches of `batch_size` texts of similar token counts
+  // (sorted by length, so that little padding is computed).
+  Tensor encode(const std::vector<std::string>& texts, int64_t batch_size = 32) const;
+
+  // Token ids as encode() feeds them to the model: [CLS] … [SEP], at most max_seq_length().
+  std::vector<int64_t> token_ids(const std::string& text) const;
+
+  int64_t dimension() const { return model_.config().hidden_size; }
+  int64_t max_seq_length() const { return max_seq_length_; }
+  Pooling pooling() const { return pooling_; }
+  bool normalize() const { return normalize_; }
+  const BertModel& model() const { return model_; }
+  const text::WordPieceTokenizer& tokenizer() const { return tokenizer_; }
+
+ private:
+  // Where modules.json puts the transformer and the pooling config (sentence_encoder.cc).
+  struct Layout;
+  static Layout read_layout(const std::filesystem::path& model_dir);
+  explicit SentenceEncoder(const Layout& layout);
+
+  // hidden: [n, L, D]  lengths: n real-token counts  ->  rows written to out[rows[i]]
+  void pool(const Tensor& hidden, const std::vector<int64_t>& lengths,
+            const std::vector<int64_t>& rows, Tensor& out) const;
+
+  BertModel model_;
+  text::WordPieceTokenizer tokenizer_;
+  Pooling pooling_ = Pooling::kMean;
+  bool normalize_ = false;
+  int64_t max_seq_length_ = 0;
+  int64_t pad_id_ = 0;
+};
+
+}  // namespace qkv::models

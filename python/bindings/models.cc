@@ -1,0 +1,137 @@
+// qkv.models.BertModel and qkv.SentenceEncoder's compiled half (the Python
+// classes in python/qkv/bert.py and python/qkv/sentence_encoder.py give the
+// documented signatures).
+#include <pybind11/numpy.h>
+
+#include <cstdint>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "bindings.h"
+#include "convert.h"
+#include "module_common.h"
+#include "qkv/models/bert.h"
+#include "qkv/models/sentence_encoder.h"
+
+namespace qkv::python {
+
+namespace {
+
+using models::BertConfig;
+using models::BertModel;
+using models::SentenceEncoder;
+
+// A [B, L] (or [L]: B = 1) integer or bool array as row-major int64 values.
+struct IntMatrix {
+  std::vector<int64_t> values;
+  int64_t rows = 0, cols = 0;
+};
+
+IntMatrix int_matrix(py::handle obj, const char* function, const char* name) {
+  const std::string what = std::string(function) + "(): argument '" + name + "'";
+  py::array array = py::array::ensure(obj);
+  if (!array) throw py::type_error(what + " must be an array or a sequence of ints");
+  const char kind = array.dtype().kind();
+  if (array.size() > 0 && kind != 'i' && kind != 'u' && kind != 'b')
+    throw py::type_error(what + " must hold integers, got dtype " +
+                         std::string(py::str(array.dtype())));
+  if (array.ndim() != 1 && array.ndim() != 2)
+    throw py::value_error(what + " must be [L] or [B, L], got " + std::to_string(array.ndim()) +
+                          " dims");
+  const auto ints = py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(array);
+  IntMatrix m;
+  m.rows = array.ndim() == 2 ? array.shape(0) : 1;
+  m.cols = array.ndim() == 2 ? array.shape(1) : array.shape(0);
+  m.values.assign(ints.data(), ints.data() + ints.size());
+  return m;
+}
+
+py::dict config_dict(const BertConfig& c) {
+  py::dict d;
+  d["vocab_size"] = c.vocab_size;
+  d["hidden_size"] = c.hidden_size;
+  d["num_hidden_layers"] = c.num_hidden_layers;
+  d["num_attention_heads"] = c.num_attention_heads;
+  d["intermediate_size"] = c.intermediate_size;
+  d["max_position_embeddings"] = c.max_position_embeddings;
+  d["type_vocab_size"] = c.type_vocab_size;
+  d["layer_norm_eps"] = c.layer_norm_eps;
+  d["hidden_act"] = models::bert_activation_name(c.hidden_act);
+  return d;
+}
+
+}  // namespace
+
+void bind_models(py::module_& m) {
+  py::class_<BertModel> bert(m, "BertModel");
+  bert.def(py::init([](const std::string& config_json, Generator* generator) {
+             return BertModel(BertConfig::from_json(config_json, "config"), generator);
+           }),
+           py::arg("config_json"), py::arg("generator") = py::none())
+      .def_static(
+          "from_pretrained",
+          [](const std::string& model_dir) {
+            py::gil_scoped_release release;
+            return BertModel::from_pretrained(model_dir);
+          },
+          py::arg("model_dir"))
+      .def("config", [](const BertModel& self) { return config_dict(self.config()); })
+      .def(
+          "forward",
+          [](const BertModel& self, py::handle input_ids, py::handle attention_mask,
+             py::handle token_type_ids) {
+            const char* fn = "BertModel.forward";
+            const IntMatrix ids = int_matrix(input_ids, fn, "input_ids");
+            IntMatrix mask, types;
+            for (auto [obj, out, name] : {std::tuple{attention_mask, &mask, "attention_mask"},
+                                          std::tuple{token_type_ids, &types, "token_type_ids"}}) {
+              if (obj.is_none()) continue;
+              *out = int_matrix(obj, fn, name);
+              if (out->rows != ids.rows || out->cols != ids.cols)
+                throw py::value_error(
+                    std::string(fn) + "(): " + name + " must have the shape of " + "input_ids [" +
+                    std::to_string(ids.rows) + ", " + std::to_string(ids.cols) + "], got [" +
+                    std::to_string(out->rows) + ", " + std::to_string(out->cols) + "]");
+            }
+            Tensor hidden;
+            {
+              py::gil_scoped_release release;
+              hidden = self.forward(ids.values, mask.values, ids.rows, types.values);
+            }
+            return to_numpy(hidden);
+          },
+          py::arg("input_ids"), py::arg("attention_mask") = py::none(),
+          py::arg("token_type_ids") = py::none())
+      .def("num_parameters", &BertModel::num_parameters);
+  def_state_dict<BertModel>(bert, "BertModel.load_state_dict");
+
+  py::class_<SentenceEncoder>(m, "SentenceEncoder")
+      .def(py::init([](const std::string& model_dir) {
+             py::gil_scoped_release release;
+             return SentenceEncoder(model_dir);
+           }),
+           py::arg("model_dir"))
+      .def(
+          "encode",
+          [](const SentenceEncoder& self, const std::vector<std::string>& texts,
+             int64_t batch_size) {
+            Tensor out;
+            {
+              py::gil_scoped_release release;
+              out = self.encode(texts, batch_size);
+            }
+            return to_numpy(out);
+          },
+          py::arg("texts"), py::arg("batch_size") = 32)
+      .def("token_ids", &SentenceEncoder::token_ids, py::arg("text"))
+      .def_property_readonly("dimension", &SentenceEncoder::dimension)
+      .def_property_readonly("max_seq_length", &SentenceEncoder::max_seq_length)
+      .def_property_readonly("pooling",
+                             [](const SentenceEncoder& self) {
+                               return std::string(models::pooling_name(self.pooling()));
+                             })
+      .def_property_readonly("normalize", &SentenceEncoder::normalize);
+}
+
+}  // namespace qkv::python

@@ -1,0 +1,68 @@
+"""Sentence embeddings, as sentence-transformers computes them for a
+Transformer -> Pooling (-> Normalize) model such as all-MiniLM-L6-v2.
+
+    import qkv
+    encoder = qkv.SentenceEncoder("models/all-MiniLM-L6-v2")
+    e = encoder.encode(["A cat sits on the mat.", "A dog runs."])   # [2, 384] float32
+    cosine = e @ e.T                                                # rows have norm 1
+"""
+
+import os
+
+from . import _core
+
+__all__ = ["SentenceEncoder"]
+
+
+class SentenceEncoder:
+    """Reads a sentence-transformers model directory: config.json,
+    model.safetensors, tokenizer.json, modules.json, the pooling config
+    (1_Pooling/config.json) and sentence_bert_config.json or tokenizer_config.json
+    (max_seq_length), as written by sentence-transformers before or from version 6.
+
+    Tokenizes with qkv's WordPiece tokenizer, runs qkv's BertModel, pools
+    (mean over real tokens for all-MiniLM-L6-v2; CLS, max and mean·√len are
+    read too) and L2-normalises when modules.json lists Normalize.
+    """
+
+    def __init__(self, model_dir):
+        self._encoder = _core.SentenceEncoder(os.fspath(model_dir))
+
+    def encode(self, sentences, batch_size=32):
+        """sentences: a str or a list of str  ->  [D] or [N, D] float32 numpy.
+
+        Texts are processed in batches of `batch_size` with similar token
+        counts (sorted by length, so little padding is computed); rows come
+        back in the order of `sentences`. Longer texts are truncated to
+        max_seq_length tokens, as by sentence-transformers.
+        """
+        if isinstance(sentences, str):
+            return self._encoder.encode([sentences], int(batch_size))[0]
+        return self._encoder.encode(list(sentences), int(batch_size))
+
+    def token_ids(self, text):
+        """The ids encode() feeds the model: [CLS] ... [SEP], truncated."""
+        return self._encoder.token_ids(text)
+
+    @property
+    def dimension(self):
+        """Size of an embedding (the model's hidden_size)."""
+        return self._encoder.dimension
+
+    def get_sentence_embedding_dimension(self):
+        """sentence-transformers' name for `dimension`."""
+        return self._encoder.dimension
+
+    @property
+    def max_seq_length(self):
+        return self._encoder.max_seq_length
+
+    @property
+    def pooling(self):
+        """"mean", "cls", "max" or "mean_sqrt_len_tokens" (sentence-transformers' names)."""
+        return self._encoder.pooling
+
+    @property
+    def normalize(self):
+        """Whether embeddings are L2-normalised (modules.json lists Normalize)."""
+        return self._encoder.normalize

@@ -1,0 +1,455 @@
+// models::BertModel: config.json parsing, weights from safetensors, and the
+// forward pass as batched GEMMs (one per projection over all B·L tokens) around
+// the fused attention kernel.
+#include "qkv/models/bert.h"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "nn/module_util.h"
+#include "qkv/attention.h"
+#include "qkv/functional.h"
+#include "qkv/io/safetensors.h"
+#include "qkv/linear.h"
+
+namespace qkv::models {
+
+namespace {
+
+using Json = nlohmann::json;
+
+struct ActivationName {
+  const char* name;
+  BertActivation activation;
+};
+// transformers' ACT2FN names with the same function; the first of each is canonical.
+constexpr ActivationName kActivations[] = {{"gelu", BertActivation::kGelu},
+                                           {"gelu_new", BertActivation::kGeluTanh},
+                                           {"gelu_pytorch_tanh", BertActivation::kGeluTanh},
+                                           {"gelu_fast", BertActivation::kGeluTanh},
+                                           {"relu", BertActivation::kRelu},
+                                           {"silu", BertActivation::kSilu},
+                                           {"swish", BertActivation::kSilu}};
+
+std::string accepted_activations() {
+  std::string names;
+  for (const ActivationName& a : kActivations)
+    names += std::string(names.empty() ? "\"" : ", \"") + a.name + "\"";
+  return names;
+}
+
+// A required or optional config field, checked; `source` names the file.
+class ConfigReader {
+ public:
+  ConfigReader(const Json& j, const std::string& source) : j_(j), source_(source) {}
+
+  // A positive integer; required unless `fallback` > 0.
+  int64_t positive(const char* field, int64_t fallback = 0) const {
+    const Json* v = find(field, fallback <= 0);
+    if (!v) return fallback;
+    QKV_CHECK(v->is_number_integer() && v->get<int64_t>() > 0, source_, ": \"", field,
+              "\" must be a positive integer, got ", v->dump());
+    return v->get<int64_t>();
+  }
+
+  double eps(const char* field, double fallback) const {
+    const Json* v = find(field, false);
+    if (!v) return fallback;
+    QKV_CHECK(v->is_number() && std::isfinite(v->get<double>()) && v->get<double>() >= 0.0 &&
+                  v->get<double>() < 1.0,
+              source_, ": \"", field, "\" must be a number in [0, 1), got ", v->dump());
+    return v->get<double>();
+  }
+
+  // The string value, or `fallback` when absent.
+  std::string string(const char* field, const std::string& fallback) const {
+    const Json* v = find(field, false);
+    if (!v) return fallback;
+    QKV_CHECK(v->is_string(), source_, ": \"", field, "\" must be a string, got ", v->dump());
+    return v->get<std::string>();
+  }
+
+  bool flag(const char* field) const {
+    const Json* v = find(field, false);
+    if (!v) return false;
+    QKV_CHECK(v->is_boolean(), source_, ": \"", field, "\" must be true or false, got ", v->dump());
+    return v->get<bool>();
+  }
+
+ private:
+  const Json* find(const char* field, bool required) const {
+    const auto it = j_.find(field);
+    QKV_CHECK(it != j_.end() || !required, source_, ": the required field \"", field,
+              "\" is missing");
+    return it == j_.end() ? nullptr : &*it;
+  }
+
+  const Json& j_;
+  const std::string& source_;
+};
+
+// Parameter names in the order transformers lists them, with their shapes.
+std::vector<std::pair<std::string, Shape>> parameter_shapes(const BertConfig& c) {
+  const int64_t D = c.hidden_size, I = c.intermediate_size;
+  std::vector<std::pair<std::string, Shape>> shapes = {
+      {"embeddings.word_embeddings.weight", {c.vocab_size, D}},
+      {"embeddings.position_embeddings.weight", {c.max_position_embeddings, D}},
+      {"embeddings.token_type_embeddings.weight", {c.type_vocab_size, D}},
+      {"embeddings.LayerNorm.weight", {D}},
+      {"embeddings.LayerNorm.bias", {D}}};
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    const std::string p = "encoder.layer." + std::to_string(i) + ".";
+    for (const char* proj : {"query", "key", "value"}) {
+      shapes.push_back({p + "attention.self." + proj + ".weight", {D, D}});
+      shapes.push_back({p + "attention.self." + proj + ".bias", {D}});
+    }
+    shapes.push_back({p + "attention.output.dense.weight", {D, D}});
+    shapes.push_back({p + "attention.output.dense.bias", {D}});
+    shapes.push_back({p + "attention.output.LayerNorm.weight", {D}});
+    shapes.push_back({p + "attention.output.LayerNorm.bias", {D}});
+    shapes.push_back({p + "intermediate.dense.weight", {I, D}});
+    shapes.push_back({p + "intermediate.dense.bias", {I}});
+    shapes.push_back({p + "output.dense.weight", {D, I}});
+    shapes.push_back({p + "output.dense.bias", {D}});
+    shapes.push_back({p + "output.LayerNorm.weight", {D}});
+    shapes.push_back({p + "output.LayerNorm.bias", {D}});
+  }
+  return shapes;
+}
+
+// Calls op(parts) on the same block of rows of each tensor (viewed as
+// [rows, size(-1)]), the blocks spread over the threads. The elementwise ops
+// are single-threaded, and the scalar erf of GELU alone took ~20 % of a forward
+// of 32 × 128 tokens on both cores (perf; ~35 % on one).
+template <class Op>
+void for_row_blocks(const std::vector<Tensor*>& tensors, Op op) {
+  // Not tuned: any block of a few rows makes the ops' per-call checks negligible.
+  constexpr int64_t kBlock = 32;
+  const int64_t rows = tensors.front()->numel() / tensors.front()->size(-1);
+  const int64_t blocks = (rows + kBlock - 1) / kBlock;
+#pragma omp parallel for schedule(static)
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int64_t begin = b * kBlock, end = std::min(rows, begin + kBlock);
+    std::vector<Tensor> parts;
+    for (Tensor* t : tensors) parts.push_back(t->view({rows, t->size(-1)}).slice(0, begin, end));
+    op(parts);
+  }
+}
+
+// x <- act(x), in place.
+void activate_in_place(Tensor& x, BertActivation activation) {
+  switch (activation) {
+    case BertActivation::kGelu:
+      gelu_into(x, x, GeluApproximation::kNone);
+      return;
+    case BertActivation::kGeluTanh:
+      gelu_into(x, x, GeluApproximation::kTanh);
+      return;
+    case BertActivation::kRelu:
+      activate_into(x, x, Activation::kRelu);
+      return;
+    case BertActivation::kSilu:
+      silu_into(x, x);
+      return;
+  }
+}
+
+}  // namespace
+
+// --- BertConfig ------------------------------------------------------------------
+
+BertActivation bert_activation_from_string(const std::string& name) {
+  for (const ActivationName& a : kActivations)
+    if (name == a.name) return a.activation;
+  QKV_CHECK(false, "hidden_act must be one of ", accepted_activations(), ", got \"", name, "\"");
+  return BertActivation::kGelu;
+}
+
+const char* bert_activation_name(BertActivation activation) {
+  for (const ActivationName& a : kActivations)
+    if (a.activation == activation) return a.name;
+  return "?";
+}
+
+BertConfig BertConfig::from_json(const std::string& text, const std::string& source) {
+  Json j;
+  try {
+    j = Json::parse(text);
+  } catch (const Json::exception& e) {
+    QKV_CHECK(false, source, ": not valid JSON (", e.what(), ")");
+  }
+  QKV_CHECK(j.is_object(), source, ": expected a JSON object, got ", j.type_name());
+  const ConfigReader r(j, source);
+  BertConfig c;
+  c.vocab_size = r.positive("vocab_size");
+  c.hidden_size = r.positive("hidden_size");
+  c.num_hidden_layers = r.positive("num_hidden_layers");
+  c.num_attention_heads = r.positive("num_attention_heads");
+  c.intermediate_size = r.positive("intermediate_size");
+  c.max_position_embeddings = r.positive("max_position_embeddings", c.max_position_embeddings);
+  c.type_vocab_size = r.positive("type_vocab_size", c.type_vocab_size);
+  c.layer_norm_eps = r.eps("layer_norm_eps", c.layer_norm_eps);
+  const std::string act = r.string("hidden_act", "gelu");
+  bool known = false;
+  for (const ActivationName& a : kActivations) known = known || act == a.name;
+  QKV_CHECK(known, source, ": \"hidden_act\" must be one of ", accepted_activations(), ", got \"",
+            act, "\"");
+  c.hidden_act = bert_activation_from_string(act);
+
+  // Fields that would make transformers compute something else than this model.
+  const std::string model_type = r.string("model_type", "bert");
+  QKV_CHECK(model_type == "bert", source, ": \"model_type\" is \"", model_type,
+            "\"; BertModel reads \"bert\" models (others place positions or weights differently)");
+  const std::string positions = r.string("position_embedding_type", "absolute");
+  QKV_CHECK(positions == "absolute", source, ": \"position_embedding_type\" is \"", positions,
+            "\"; only \"absolute\" (learned position embeddings) is implemented");
+  QKV_CHECK(!r.flag("is_decoder") && !r.flag("add_cross_attention"), source,
+            ": \"is_decoder\"/\"add_cross_attention\" are set; BertModel is an encoder only");
+  c.validate(source);
+  return c;
+}
+
+BertConfig BertConfig::from_file(const std::filesystem::path& config_json) {
+  std::ifstream in(config_json, std::ios::binary);
+  if (!in)
+    throw Error(ErrorKind::kIO,
+                "cannot read " + config_json.string() +
+                    (std::filesystem::exists(config_json) ? "" : " (no such file)"));
+  std::ostringstream text;
+  text << in.rdbuf();
+  return from_json(text.str(), config_json.string());
+}
+
+void BertConfig::validate(const std::string& source) const {
+  const std::pair<const char*, int64_t> sizes[] = {
+      {"vocab_size", vocab_size},
+      {"hidden_size", hidden_size},
+      {"num_hidden_layers", num_hidden_layers},
+      {"num_attention_heads", num_attention_heads},
+      {"intermediate_size", intermediate_size},
+      {"max_position_embeddings", max_position_embeddings},
+      {"type_vocab_size", type_vocab_size}};
+  for (const auto& [field, value] : sizes)
+    QKV_CHECK(value > 0, source, ": \"", field, "\" must be a positive integer, got ", value);
+  QKV_CHECK(hidden_size % num_attention_heads == 0, source, ": \"hidden_size\" (", hidden_size,
+            ") must be divisible by \"num_attention_heads\" (", num_attention_heads, ")");
+  QKV_CHECK(std::isfinite(layer_norm_eps) && layer_norm_eps >= 0.0 && layer_norm_eps < 1.0, source,
+            ": \"layer_norm_eps\" must be in [0, 1), got ", layer_norm_eps);
+}
+
+// --- BertModel: construction and weights ---------------------------------------------
+
+BertModel::BertModel(const BertConfig& config, Generator* gen)
+    : BertModel(config, gen ? gen : &default_generator(), true) {}
+
+BertModel::BertModel(const BertConfig& config, Generator* gen, bool random) : config_(config) {
+  config_.validate();
+  const BertConfig& c = config_;
+  const int64_t D = c.hidden_size, I = c.intermediate_size;
+  // transformers' _init_weights: normal(0, initializer_range = 0.02) for
+  // embeddings and linear weights, zero biases, LayerNorm 1 and 0. Without
+  // `random` the weights are zeros, to be overwritten by a file's.
+  auto normal = [&](const Shape& shape) {
+    return random ? scale(Tensor::randn(shape, *gen), 0.02) : Tensor::zeros(shape);
+  };
+  word_embeddings_ = normal({c.vocab_size, D});
+  position_embeddings_ = normal({c.max_position_embeddings, D});
+  token_type_embeddings_ = normal({c.type_vocab_size, D});
+  embed_norm_weight_ = Tensor::ones({D});
+  embed_norm_bias_ = Tensor::zeros({D});
+  layers_.resize(static_cast<size_t>(c.num_hidden_layers));
+  for (Layer& layer : layers_) {
+    layer.qkv_weight = normal({3 * D, D});
+    layer.qkv_bias = Tensor::zeros({3 * D});
+    layer.attn_out_weight = normal({D, D});
+    layer.attn_out_bias = Tensor::zeros({D});
+    layer.attn_norm_weight = Tensor::ones({D});
+    layer.attn_norm_bias = Tensor::zeros({D});
+    layer.ffn_in_weight = normal({I, D});
+    layer.ffn_in_bias = Tensor::zeros({I});
+    layer.ffn_out_weight = normal({D, I});
+    layer.ffn_out_bias = Tensor::zeros({D});
+    layer.ffn_norm_weight = Tensor::ones({D});
+    layer.ffn_norm_bias = Tensor::zeros({D});
+  }
+}
+
+std::map<std::string, Tensor> BertModel::state_dict() const {
+  const int64_t D = config_.hidden_size;
+  std::map<std::string, Tensor> state = {
+      {"embeddings.word_embeddings.weight", word_embeddings_},
+      {"embeddings.position_embeddings.weight", position_embeddings_},
+      {"embeddings.token_type_embeddings.weight", token_type_embeddings_},
+      {"embeddings.LayerNorm.weight", embed_norm_weight_},
+      {"embeddings.LayerNorm.bias", embed_norm_bias_}};
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    const Layer& l = layers_[i];
+    const std::string p = "encoder.layer." + std::to_string(i) + ".";
+    const char* projections[] = {"query", "key", "value"};
+    for (int64_t j = 0; j < 3; ++j) {  // rows [j·D, (j+1)·D) of the stacked projection
+      const std::string name = p + "attention.self." + projections[j];
+      state[name + ".weight"] = l.qkv_weight.slice(0, j * D, (j + 1) * D);
+      state[name + ".bias"] = l.qkv_bias.slice(0, j * D, (j + 1) * D);
+    }
+    state[p + "attention.output.dense.weight"] = l.attn_out_weight;
+    state[p + "attention.output.dense.bias"] = l.attn_out_bias;
+    state[p + "attention.output.LayerNorm.weight"] = l.attn_norm_weight;
+    state[p + "attention.output.LayerNorm.bias"] = l.attn_norm_bias;
+    state[p + "intermediate.dense.weight"] = l.ffn_in_weight;
+    state[p + "intermediate.dense.bias"] = l.ffn_in_bias;
+    state[p + "output.dense.weight"] = l.ffn_out_weight;
+    state[p + "output.dense.bias"] = l.ffn_out_bias;
+    state[p + "output.LayerNorm.weight"] = l.ffn_norm_weight;
+    state[p + "output.LayerNorm.bias"] = l.ffn_norm_bias;
+  }
+  return state;
+}
+
+void BertModel::load_state_dict(const std::map<std::string, Tensor>& state) {
+  nn::detail::load_strict("BertModel", state_dict(), state);
+}
+
+int64_t BertModel::num_parameters() const {
+  int64_t n = 0;
+  for (const auto& [name, t] : state_dict()) n += t.numel();
+  return n;
+}
+
+BertModel BertModel::load(const BertConfig& config, const std::filesystem::path& safetensors) {
+  config.validate();
+  const std::string source = safetensors.string();
+  QKV_CHECK(std::filesystem::is_regular_file(safetensors), "BertModel: ", source,
+            " does not exist or is not a file");
+  const io::SafetensorsFile file(safetensors);
+  // Checkpoints of derived models (BertForMaskedLM, ...) name the encoder "bert.".
+  const std::string prefix = file.contains("bert.embeddings.word_embeddings.weight") ? "bert." : "";
+
+  // Every tensor is checked against the config before the model is allocated.
+  const auto shapes = parameter_shapes(config);
+  for (const auto& [name, shape] : shapes) {
+    const std::string key = prefix + name;
+    QKV_CHECK(file.contains(key), source, ": missing tensor \"", key, "\"",
+              prefix.empty() ? " (nor \"bert." + name + "\")" : std::string(),
+              "; a BertModel with ", config.num_hidden_layers, " layers needs it");
+    const io::SafetensorsEntry& e = file.entry(key);
+    QKV_CHECK_TYPE(e.dtype == "F32" || e.dtype == "F16" || e.dtype == "BF16" || e.dtype == "F64",
+                   source, ": tensor \"", key, "\" has dtype ", e.dtype,
+                   "; weights must be F32, F16, BF16 or F64");
+    QKV_CHECK(e.shape == shape, source, ": tensor \"", key, "\" has shape ", shape_str(e.shape),
+              " but the config (hidden_size ", config.hidden_size, ", intermediate_size ",
+              config.intermediate_size, ", vocab_size ", config.vocab_size,
+              ", max_position_embeddings ", config.max_position_embeddings, ", type_vocab_size ",
+              config.type_vocab_size, ") needs ", shape_str(shape));
+  }
+  BertModel model(config, nullptr, /*random=*/false);
+  std::map<std::string, Tensor> own = model.state_dict();
+  for (const auto& [name, shape] : shapes) {
+    const Tensor src = file.load(prefix + name);
+    own.at(name).copy_from(src.dtype() == DType::kFloat32 ? src : src.to(DType::kFloat32));
+  }
+  return model;
+}
+
+BertModel BertModel::from_pretrained(const std::filesystem::path& model_dir) {
+  QKV_CHECK(std::filesystem::is_directory(model_dir),
+            "BertModel::from_pretrained: ", model_dir.string(), " is not a directory");
+  return load(BertConfig::from_file(model_dir / "config.json"), model_dir / "model.safetensors");
+}
+
+// --- BertModel: forward --------------------------------------------------------------
+
+Tensor BertModel::forward(std::span<const int64_t> ids, std::span<const int64_t> attention_mask,
+                          int64_t batch_size, std::span<const int64_t> token_type_ids) const {
+  const char* fn = "BertModel::forward";
+  const BertConfig& c = config_;
+  const int64_t n = static_cast<int64_t>(ids.size()), D = c.hidden_size;
+  QKV_CHECK(batch_size > 0 && n > 0 && n % batch_size == 0, fn, ": ", n,
+            " ids do not form batch_size = ", batch_size, " non-empty sequences");
+  const int64_t B = batch_size, L = n / batch_size;
+  QKV_CHECK(L <= c.max_position_embeddings, fn, ": sequences of ", L,
+            " tokens exceed max_position_embeddings = ", c.max_position_embeddings,
+            "; truncate them");
+  QKV_CHECK(attention_mask.empty() || static_cast<int64_t>(attention_mask.size()) == n, fn,
+            ": attention_mask must have one value per id (", n, "), got ", attention_mask.size());
+  QKV_CHECK(token_type_ids.empty() || static_cast<int64_t>(token_type_ids.size()) == n, fn,
+            ": token_type_ids must have one value per id (", n, "), got ", token_type_ids.size());
+  for (int64_t i = 0; i < n; ++i) {
+    QKV_CHECK(ids[i] >= 0 && ids[i] < c.vocab_size, fn, ": id ", ids[i], " at [", i / L, ", ",
+              i % L, "] is outside the vocabulary [0, ", c.vocab_size, ")");
+    QKV_CHECK(
+        token_type_ids.empty() || (token_type_ids[i] >= 0 && token_type_ids[i] < c.type_vocab_size),
+        fn, ": token type ", token_type_ids.empty() ? 0 : token_type_ids[i], " at [", i / L, ", ",
+        i % L, "] is outside [0, ", c.type_vocab_size, ")");
+  }
+
+  // Embeddings, summed in transformers' order: (word + token type) + position.
+  Tensor x = Tensor::empty({B, L, D});  // [B, L, D]
+  {
+    const float* word = word_embeddings_.data<float>();
+    const float* type = token_type_embeddings_.data<float>();
+    const float* pos = position_embeddings_.data<float>();
+    float* out = x.data<float>();
+    for (int64_t i = 0; i < n; ++i) {
+      const float* w = word + ids[i] * D;
+      const float* t = type + (token_type_ids.empty() ? 0 : token_type_ids[i]) * D;
+      const float* p = pos + (i % L) * D;
+      float* o = out + i * D;
+      for (int64_t d = 0; d < D; ++d) o[d] = (w[d] + t[d]) + p[d];
+    }
+  }
+  for_row_blocks({&x}, [&](std::vector<Tensor>& t) {
+    layer_norm_into(t[0], t[0], {D}, embed_norm_weight_, embed_norm_bias_, c.layer_norm_eps);
+  });
+
+  // Padding keys take no part: a keep mask [B, 1, 1, S] broadcast over heads and
+  // queries. Without padding there is no mask at all (the kernel's fast case).
+  Tensor keep;
+  bool padded = false;
+  for (int64_t m : attention_mask) padded = padded || m == 0;
+  if (padded) {
+    keep = Tensor::empty({B, 1, 1, L}, DType::kBool);
+    bool* k = keep.data<bool>();
+    for (int64_t i = 0; i < n; ++i) k[i] = attention_mask[i] != 0;
+  }
+  for (const Layer& layer : layers_) layer_forward(layer, x, keep);
+  return x;
+}
+
+void BertModel::layer_forward(const Layer& layer, Tensor& x, const Tensor& keep) const {
+  const BertConfig& c = config_;
+  const int64_t B = x.size(0), L = x.size(1), D = c.hidden_size;
+  const int64_t H = c.num_attention_heads, E = c.head_dim();
+
+  // Self-attention. One GEMM gives q, k and v side by side; each is a strided
+  // view [B, H, L, E] of it, which the attention kernel reads in place.
+  const Tensor qkv = linear(x, layer.qkv_weight, layer.qkv_bias).view({B, L, 3, H, E});
+  auto heads = [&](int64_t which) { return qkv.select(2, which).transpose(1, 2); };
+  SdpaOptions options;
+  options.attn_mask = keep;
+  const Tensor context =
+      scaled_dot_product_attention(heads(0), heads(1), heads(2), options).output;  // [B, H, L, E]
+  // Heads side by side again: [B, H, L, E] -> [B, L, H·E] (one copy).
+  Tensor h = linear(context.transpose(1, 2).reshape({B, L, D}), layer.attn_out_weight,
+                    layer.attn_out_bias);
+  // h = LayerNorm(h + x), in place.
+  for_row_blocks({&h, &x}, [&](std::vector<Tensor>& t) {
+    add_into(t[0], t[0], t[1]);
+    layer_norm_into(t[0], t[0], {D}, layer.attn_norm_weight, layer.attn_norm_bias,
+                    c.layer_norm_eps);
+  });
+
+  // Feed-forward network: out = LayerNorm(dense(act(dense(h))) + h).
+  Tensor inner = linear(h, layer.ffn_in_weight, layer.ffn_in_bias);  // [B, L, I]
+  for_row_blocks({&inner}, [&](std::vector<Tensor>& t) { activate_in_place(t[0], c.hidden_act); });
+  Tensor out = linear(inner, layer.ffn_out_weight, layer.ffn_out_bias);  // [B, L, D]
+  for_row_blocks({&out, &h}, [&](std::vector<Tensor>& t) {
+    add_into(t[0], t[0], t[1]);
+    layer_norm_into(t[0], t[0], {D}, layer.ffn_norm_weight, layer.ffn_norm_bias, c.layer_norm_eps);
+  });
+  x = out;
+}
+
+}  // namespace qkv::models

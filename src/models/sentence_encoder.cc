@@ -1,0 +1,267 @@
+// models::SentenceEncoder: reading a sentence-transformers model directory,
+// length-sorted batches through BertModel, pooling and normalisation.
+#include "qkv/models/sentence_encoder.h"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <numeric>
+#include <sstream>
+
+#include "qkv/error.h"
+
+namespace qkv::models {
+
+namespace {
+
+using Json = nlohmann::json;
+
+Json read_json(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in)
+    throw Error(ErrorKind::kIO, "SentenceEncoder: cannot read " + path.string() +
+                                    (std::filesystem::exists(path) ? "" : " (no such file)"));
+  std::ostringstream text;
+  text << in.rdbuf();
+  try {
+    return Json::parse(text.str());
+  } catch (const Json::exception& e) {
+    QKV_CHECK(false, "SentenceEncoder: ", path.string(), " is not valid JSON (", e.what(), ")");
+  }
+  return {};
+}
+
+bool flag(const Json& j, const char* field, const std::filesystem::path& source) {
+  const auto it = j.find(field);
+  if (it == j.end() || it->is_null()) return false;
+  QKV_CHECK(it->is_boolean(), "SentenceEncoder: ", source.string(), ": \"", field,
+            "\" must be true or false, got ", it->dump());
+  return it->get<bool>();
+}
+
+}  // namespace
+
+// What modules.json asks for: where the transformer and the pooling config
+// live, and whether a Normalize module follows.
+struct SentenceEncoder::Layout {
+  std::filesystem::path transformer_dir;
+  std::filesystem::path pooling_dir;  // empty: no Pooling module listed
+  bool normalize = false;
+};
+
+SentenceEncoder::Layout SentenceEncoder::read_layout(const std::filesystem::path& model_dir) {
+  QKV_CHECK(std::filesystem::is_directory(model_dir), "SentenceEncoder: ", model_dir.string(),
+            " is not a directory");
+  Layout p{model_dir, {}, false};
+  const std::filesystem::path file = model_dir / "modules.json";
+  if (!std::filesystem::exists(file)) return p;  // a plain transformers model
+  const Json modules = read_json(file);
+  QKV_CHECK(modules.is_array(), "SentenceEncoder: ", file.string(),
+            " must be a list of modules, got ", modules.type_name());
+  for (size_t i = 0; i < modules.size(); ++i) {
+    const Json& m = modules[i];
+    QKV_CHECK(m.is_object() && m.contains("type") && m["type"].is_string(),
+              "SentenceEncoder: ", file.string(), ": module ", i,
+              " must be an object with a \"type\" string, got ", m.dump());
+    std::string path;
+    if (m.contains("path")) {
+      QKV_CHECK(m["path"].is_string(), "SentenceEncoder: ", file.string(), ": module ", i,
+                " has a \"path\" that is not a string: ", m["path"].dump());
+      path = m["path"].get<std::string>();
+    }
+    // "sentence_transformers.models.Pooling" (before version 6) or
+    // "sentence_transformers.sentence_transformer.modules.pooling.Pooling": the class name.
+    const std::string type = m["type"].get<std::string>();
+    const std::string name =
+        type.starts_with("sentence_transformers.") ? type.substr(type.rfind('.') + 1) : type;
+    const bool first = i == 0;
+    if (name == "Transformer" && first) {
+      p.transformer_dir = model_dir / path;
+    } else if (name == "Pooling" && i == 1) {
+      p.pooling_dir = model_dir / path;
+    } else if (name == "Normalize" && i + 1 == modules.size() && i >= 1) {
+      p.normalize = true;
+    } else {
+      QKV_CHECK(false, "SentenceEncoder: ", file.string(), ": module ", i, " is \"", type,
+                "\"; supported: Transformer, then Pooling, then optionally Normalize");
+    }
+  }
+  QKV_CHECK(!modules.empty(), "SentenceEncoder: ", file.string(), " lists no module");
+  return p;
+}
+
+namespace {
+
+// The pooling config: {"embedding_dimension": D, "pooling_mode": "mean"}
+// (sentence-transformers 6) or {"word_embedding_dimension": D,
+// "pooling_mode_mean_tokens": true, ...} (before; no mode set means mean).
+Pooling read_pooling(const std::filesystem::path& dir, int64_t hidden_size) {
+  const std::filesystem::path file = dir / "config.json";
+  const Json j = read_json(file);
+  QKV_CHECK(j.is_object(), "SentenceEncoder: ", file.string(), " must be a JSON object");
+  for (const char* field : {"embedding_dimension", "word_embedding_dimension"}) {
+    if (const auto it = j.find(field); it != j.end())
+      QKV_CHECK(it->is_number_integer() && it->get<int64_t>() == hidden_size,
+                "SentenceEncoder: ", file.string(), ": \"", field, "\" is ", it->dump(),
+                " but the model's hidden_size is ", hidden_size);
+  }
+  const std::pair<const char*, Pooling> names[] = {{"mean", Pooling::kMean},
+                                                   {"cls", Pooling::kCls},
+                                                   {"max", Pooling::kMax},
+                                                   {"mean_sqrt_len_tokens", Pooling::kMeanSqrtLen}};
+  const std::pair<const char*, const char*> legacy[] = {
+      {"pooling_mode_cls_token", "cls"},
+      {"pooling_mode_max_tokens", "max"},
+      {"pooling_mode_mean_tokens", "mean"},
+      {"pooling_mode_mean_sqrt_len_tokens", "mean_sqrt_len_tokens"},
+      {"pooling_mode_weightedmean_tokens", "weightedmean"},
+      {"pooling_mode_lasttoken", "lasttoken"}};
+  std::vector<std::string> modes;
+  if (const auto it = j.find("pooling_mode"); it != j.end()) {
+    for (const Json& mode : it->is_array() ? *it : Json::array({*it})) {
+      QKV_CHECK(mode.is_string(), "SentenceEncoder: ", file.string(),
+                ": \"pooling_mode\" must be a string or a list of strings, got ", it->dump());
+      modes.push_back(mode.get<std::string>());
+    }
+  } else {
+    for (const auto& [field, mode] : legacy)
+      if (flag(j, field, file)) modes.push_back(mode);
+    if (modes.empty()) modes.push_back("mean");
+  }
+  QKV_CHECK(modes.size() == 1, "SentenceEncoder: ", file.string(), ": ", modes.size(),
+            " pooling modes are set; combining them is not implemented");
+  for (const auto& [name, pooling] : names)
+    if (modes.front() == name) return pooling;
+  QKV_CHECK(false, "SentenceEncoder: ", file.string(), ": pooling mode \"", modes.front(),
+            "\" is not implemented (mean, cls, max and mean_sqrt_len_tokens are)");
+  return Pooling::kMean;
+}
+
+}  // namespace
+
+const char* pooling_name(Pooling pooling) {
+  switch (pooling) {
+    case Pooling::kMean:
+      return "mean";
+    case Pooling::kCls:
+      return "cls";
+    case Pooling::kMax:
+      return "max";
+    case Pooling::kMeanSqrtLen:
+      return "mean_sqrt_len_tokens";
+  }
+  return "?";
+}
+
+SentenceEncoder::SentenceEncoder(const std::filesystem::path& model_dir)
+    : SentenceEncoder(read_layout(model_dir)) {}
+
+SentenceEncoder::SentenceEncoder(const Layout& p)
+    : model_(BertModel::from_pretrained(p.transformer_dir)),
+      tokenizer_(text::WordPieceTokenizer::from_json(p.transformer_dir / "tokenizer.json")),
+      pooling_(p.pooling_dir.empty() ? Pooling::kMean
+                                     : read_pooling(p.pooling_dir, model_.config().hidden_size)),
+      normalize_(p.normalize) {
+  const BertConfig& c = model_.config();
+  // max_seq_length as sentence-transformers finds it: sentence_bert_config.json's
+  // "max_seq_length", else min(tokenizer_config.json's "model_max_length",
+  // max_position_embeddings) (where version 6 keeps it), else max_position_embeddings.
+  max_seq_length_ = c.max_position_embeddings;
+  const std::filesystem::path tokenizer_config = p.transformer_dir / "tokenizer_config.json";
+  if (std::filesystem::exists(tokenizer_config)) {
+    const Json j = read_json(tokenizer_config);
+    // Unset, transformers writes a huge float (1e30): only integers count.
+    if (const auto it = j.find("model_max_length");
+        j.is_object() && it != j.end() && it->is_number_integer() && it->get<int64_t>() >= 2)
+      max_seq_length_ = std::min(max_seq_length_, it->get<int64_t>());
+  }
+  const std::filesystem::path st_config = p.transformer_dir / "sentence_bert_config.json";
+  if (std::filesystem::exists(st_config)) {
+    const Json j = read_json(st_config);
+    QKV_CHECK(j.is_object(), "SentenceEncoder: ", st_config.string(), " must be a JSON object");
+    if (const auto it = j.find("max_seq_length"); it != j.end() && !it->is_null()) {
+      QKV_CHECK(it->is_number_integer() && it->get<int64_t>() >= 2 &&
+                    it->get<int64_t>() <= c.max_position_embeddings,
+                "SentenceEncoder: ", st_config.string(),
+                ": \"max_seq_length\" must be an integer in [2, max_position_embeddings = ",
+                c.max_position_embeddings, "], got ", it->dump());
+      max_seq_length_ = it->get<int64_t>();
+    }
+    QKV_CHECK(!flag(j, "do_lower_case", st_config) || tokenizer_.options().lowercase,
+              "SentenceEncoder: ", st_config.string(),
+              ": \"do_lower_case\" is set but the tokenizer does not lower-case");
+  }
+  const int64_t vocab = tokenizer_.vocab_size();
+  QKV_CHECK(vocab <= c.vocab_size, "SentenceEncoder: the tokenizer has ", vocab,
+            " tokens but the model's vocab_size is ", c.vocab_size);
+  // As sentence-transformers: max_seq_length replaces tokenizer.json's truncation.
+  tokenizer_.set_max_length(max_seq_length_);
+  pad_id_ = std::max<int64_t>(0, tokenizer_.token_to_id(tokenizer_.options().pad_token));
+}
+
+std::vector<int64_t> SentenceEncoder::token_ids(const std::string& text) const {
+  return tokenizer_.encode(text);
+}
+
+Tensor SentenceEncoder::encode(const std::vector<std::string>& texts, int64_t batch_size) const {
+  QKV_CHECK(batch_size > 0, "SentenceEncoder::encode: batch_size must be positive, got ",
+            batch_size);
+  const int64_t n = static_cast<int64_t>(texts.size());
+  Tensor out = Tensor::empty({n, dimension()});
+  std::vector<std::vector<int64_t>> ids(texts.size());
+  for (size_t i = 0; i < texts.size(); ++i) ids[i] = token_ids(texts[i]);
+
+  // Longest first, so that each batch pads to a length close to its texts'.
+  std::vector<int64_t> order(texts.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int64_t a, int64_t b) { return ids[a].size() > ids[b].size(); });
+
+  for (int64_t start = 0; start < n; start += batch_size) {
+    const std::vector<int64_t> rows(order.begin() + start,
+                                    order.begin() + std::min(n, start + batch_size));
+    const int64_t B = static_cast<int64_t>(rows.size());
+    const int64_t L = static_cast<int64_t>(ids[rows.front()].size());
+    std::vector<int64_t> flat(static_cast<size_t>(B * L), pad_id_), mask(flat.size(), 0);
+    std::vector<int64_t> lengths;
+    for (int64_t b = 0; b < B; ++b) {
+      const std::vector<int64_t>& row = ids[rows[b]];
+      std::copy(row.begin(), row.end(), flat.begin() + b * L);
+      std::fill(mask.begin() + b * L, mask.begin() + b * L + row.size(), 1);
+      lengths.push_back(static_cast<int64_t>(row.size()));
+    }
+    pool(model_.forward(flat, mask, B), lengths, rows, out);
+  }
+  return out;
+}
+
+void SentenceEncoder::pool(const Tensor& hidden, const std::vector<int64_t>& lengths,
+                           const std::vector<int64_t>& rows, Tensor& out) const {
+  const int64_t L = hidden.size(1), D = hidden.size(2);
+  const float* h = hidden.data<float>();
+  std::vector<double> v(static_cast<size_t>(D));
+  for (size_t b = 0; b < rows.size(); ++b) {
+    const float* tokens = h + static_cast<int64_t>(b) * L * D;
+    const int64_t n = lengths[b];  // real tokens: the first n
+    std::fill(v.begin(), v.end(), pooling_ == Pooling::kMax ? -INFINITY : 0.0);
+    for (int64_t t = 0; t < (pooling_ == Pooling::kCls ? 1 : n); ++t)
+      for (int64_t d = 0; d < D; ++d)
+        v[d] = pooling_ == Pooling::kMax ? std::max(v[d], static_cast<double>(tokens[t * D + d]))
+                                         : v[d] + tokens[t * D + d];
+    const double divisor = pooling_ == Pooling::kMean          ? static_cast<double>(n)
+                           : pooling_ == Pooling::kMeanSqrtLen ? std::sqrt(static_cast<double>(n))
+                                                               : 1.0;
+    for (double& x : v) x /= divisor;
+    double norm = 1.0;
+    if (normalize_) {  // torch.nn.functional.normalize: x / max(‖x‖, 1e-12)
+      norm = 0.0;
+      for (double x : v) norm += x * x;
+      norm = std::max(std::sqrt(norm), 1e-12);
+    }
+    float* dst = out.data<float>() + rows[b] * D;
+    for (int64_t d = 0; d < D; ++d) dst[d] = static_cast<float>(v[d] / norm);
+  }
+}
+
+}  // namespace qkv::models

@@ -1,0 +1,40 @@
+// What `qkv embed` and `qkv similarity` share: the texts to encode (from the
+// command line or stdin) and the sentence encoder of a model directory.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "qkv/error.h"
+#include "qkv/models/sentence_encoder.h"
+
+namespace qkv::cli {
+
+// all-MiniLM-L6-v2 where scripts/fetch_model.sh puts it, relative to the working directory.
+inline constexpr const char* kDefaultEmbeddingModel = "models/all-MiniLM-L6-v2";
+
+// `texts` when any were given, else the lines of stdin (one text per line; a
+// final newline ends the last line rather than starting an empty text).
+inline std::vector<std::string> texts_or_stdin(const std::vector<std::string>& texts) {
+  if (!texts.empty()) return texts;
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(std::cin, line);) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();  // CRLF files
+    lines.push_back(line);
+  }
+  return lines;
+}
+
+// The encoder of `model_dir`, with a hint at the fetch script when the
+// directory is missing.
+inline models::SentenceEncoder load_sentence_encoder(const std::string& model_dir) {
+  QKV_CHECK(std::filesystem::is_directory(model_dir), "model directory '", model_dir,
+            "' not found; run scripts/fetch_model.sh (from the repository root) to fetch ",
+            "all-MiniLM-L6-v2 into ", kDefaultEmbeddingModel, ", or pass --model DIR");
+  return models::SentenceEncoder(model_dir);
+}
+
+}  // namespace qkv::cli
