@@ -17,8 +17,8 @@ retained graph, each after its own forward outside the timing.
 
 Sections of the report:
   grid      B·L = 4,096 tokens, H·E = 512, L ∈ {128 … 4096}, E ∈ {32, 64, 128},
-            causal and not, forward and backward; fp32 (both) and bf16 (torch only
-            while qkv has no bf16)
+            causal and not, forward and backward; fp32 and bf16 (qkv takes
+            torch.bfloat16 tensors and computes in float32)
   named     MiniLM (B 32, H 12, L 128, E 32, padding mask), BERT-base (B 8, H 12,
             L 512, E 64)
   decode    one query against S cached keys, GQA 9:3, E 64, through the 30 layers
@@ -155,11 +155,20 @@ class Point:
         self.np = [x.numpy() for x in (self.q, self.k, self.v, self.dout)]
         self.np_mask = None if mask is None else mask.numpy()
 
+    def bf16_inputs(self):
+        """q, k, v, dout and the mask as torch.bfloat16 (a bool mask stays bool)."""
+        mask = self.mask
+        if mask is not None and mask.dtype != torch.bool:
+            mask = mask.bfloat16()
+        return [x.bfloat16() for x in (self.q, self.k, self.v, self.dout)] + [mask]
+
     # forward
-    def qkv_forward(self):
+    def qkv_forward(self, dtype=torch.float32):
         q, k, v, _ = self.np
-        return lambda: QF.scaled_dot_product_attention(q, k, v, attn_mask=self.np_mask,
-                                                       **self.kwargs)
+        mask = self.np_mask
+        if dtype == torch.bfloat16:
+            q, k, v, _, mask = self.bf16_inputs()
+        return lambda: QF.scaled_dot_product_attention(q, k, v, attn_mask=mask, **self.kwargs)
 
     def torch_forward(self, dtype=torch.float32):
         q, k, v = (x.to(dtype) for x in (self.q, self.k, self.v))
@@ -172,9 +181,12 @@ class Point:
         return run
 
     # backward (after a forward outside the timing)
-    def qkv_backward(self):
+    def qkv_backward(self, dtype=torch.float32):
         q, k, v, dout = self.np
-        _, grad_fn = QF.scaled_dot_product_attention_with_grad(q, k, v, attn_mask=self.np_mask,
+        mask = self.np_mask
+        if dtype == torch.bfloat16:
+            q, k, v, dout, mask = self.bf16_inputs()
+        _, grad_fn = QF.scaled_dot_product_attention_with_grad(q, k, v, attn_mask=mask,
                                                                **self.kwargs)
         return lambda: grad_fn(dout)
 
@@ -221,6 +233,7 @@ def bench_point(timer, shape, bf16, label, peak, mask=None, seed=0):
                 "backward": (p.qkv_backward, p.torch_backward)}[pass_name]
         fns = {"qkv": make[0](), "torch": make[1]()}
         if bf16:
+            fns["qkv_bf16"] = make[0](torch.bfloat16)
             fns["torch_bf16"] = make[1](torch.bfloat16)
         t = timer.run(fns)
         del fns
@@ -231,7 +244,8 @@ def bench_point(timer, shape, bf16, label, peak, mask=None, seed=0):
         row["qkv_peak_pct"] = 100 * row["qkv_gflops"] / peak.value
         row["torch_peak_pct"] = 100 * row["torch_gflops"] / peak.value
         rows.append(row)
-        bf = f", torch bf16 {row['torch_bf16_gflops']:.0f}" if bf16 else ""
+        bf = (f"; bf16 qkv {row['qkv_bf16_gflops']:.0f}, torch {row['torch_bf16_gflops']:.0f}"
+              if bf16 else "")
         log(f"  {pass_name:8s} qkv {row['qkv_gflops']:7.1f} GFLOP/s ({row['qkv_peak_pct']:.0f}% "
             f"of peak), torch {row['torch_gflops']:7.1f}{bf} -> qkv/torch {row['ratio']:.2f}")
     return rows
@@ -365,7 +379,10 @@ def headline(res):
         "decode_ratio": median_of(res["decode"], "ratio"),
     }
     if any("torch_bf16_gflops" in r for r in grid):
-        h["bf16_torch_forward_gflops"] = median_of(grid, "torch_bf16_gflops", is_fwd)
+        for r in grid:
+            r["bf16_ratio"] = r["torch_bf16_s"] / r["qkv_bf16_s"]
+        h["bf16_forward_ratio"] = median_of(grid, "bf16_ratio", is_fwd)
+        h["bf16_backward_ratio"] = median_of(grid, "bf16_ratio", is_bwd)
     return h
 
 
@@ -402,9 +419,9 @@ def markdown(res, command):
     add(f"| small shapes called from Python (L ≤ 256), median qkv/torch forward; backward | "
         f"**{fmt(h['python_forward_ratio'], 2)}×**; {fmt(h['python_backward_ratio'], 2)}× |")
     add(f"| decode (GQA 9:3), median qkv/torch | {fmt(h['decode_ratio'], 2)}× |")
-    if "bf16_torch_forward_gflops" in h:
-        add(f"| bf16 forward | qkv: n/a (no bf16 dtype yet); torch bf16 median "
-            f"{fmt(h['bf16_torch_forward_gflops'])} GFLOP/s |")
+    if "bf16_forward_ratio" in h:
+        add(f"| bf16, median over the grid of qkv/torch, forward; backward | "
+            f"**{fmt(h['bf16_forward_ratio'], 2)}×**; {fmt(h['bf16_backward_ratio'], 2)}× |")
     add("")
 
     def point_table(rows, first_cols):
@@ -412,7 +429,7 @@ def markdown(res, command):
         head = first_cols + ["pass", "qkv GFLOP/s", "torch GFLOP/s", "qkv/torch", "qkv % peak",
                              "torch % peak"]
         if bf16:
-            head += ["qkv bf16", "torch bf16 GFLOP/s"]
+            head += ["qkv bf16 GFLOP/s", "torch bf16 GFLOP/s"]
         add("| " + " | ".join(head) + " |")
         add("|" + " --- |" * len(head))
         for r in rows:
@@ -420,7 +437,7 @@ def markdown(res, command):
             cells += [r["pass_"][:3], fmt(r["qkv_gflops"], 1), fmt(r["torch_gflops"], 1),
                       f"**{r['ratio']:.2f}**", fmt(r["qkv_peak_pct"]), fmt(r["torch_peak_pct"])]
             if bf16:
-                cells += ["n/a", fmt(r.get("torch_bf16_gflops"), 1)]
+                cells += [fmt(r.get("qkv_bf16_gflops"), 1), fmt(r.get("torch_bf16_gflops"), 1)]
             add("| " + " | ".join(cells) + " |")
         add("")
 
@@ -491,6 +508,9 @@ def plot(res, path):
                         label=f"qkv fp32{tag}")
                 ax.plot(Ls, [r["torch_gflops"] for r in pts], style, marker="s", color="C1",
                         label=f"torch fp32{tag}")
+                if "qkv_bf16_gflops" in pts[0]:
+                    ax.plot(Ls, [r["qkv_bf16_gflops"] for r in pts], style, marker="v",
+                            color="C0", alpha=0.6, label=f"qkv bf16{tag}")
                 if "torch_bf16_gflops" in pts[0]:
                     ax.plot(Ls, [r["torch_bf16_gflops"] for r in pts], style, marker="^",
                             color="C2", alpha=0.6, label=f"torch bf16{tag}")
@@ -525,7 +545,7 @@ def main():
     ap.add_argument("--threads", type=int, default=os.cpu_count(),
                     help="threads for both libraries (default: every core)")
     ap.add_argument("--no-bf16", dest="bf16", action="store_false",
-                    help="skip torch's bf16 points")
+                    help="skip the bf16 points")
     ap.add_argument("--sections", default="grid,named,decode,python",
                     help="comma-separated subset of grid,named,decode,python")
     ap.add_argument("--out", default="attention_vs_torch.md", help="markdown report to write")
