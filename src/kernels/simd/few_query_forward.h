@@ -44,15 +44,63 @@ float dot(const float* a, const float* b, int64_t n) {
   return sum;
 }
 
-// y[e] += a·x[e] over n floats.
-template <class Isa>
-void axpy(float* y, float a, const float* x, int64_t n) {
+// out[r, e0 + e] += Σⱼ p[r·ld + j] · v[j·v_step + e0 + e] over kVecs vectors of
+// columns from e0, for kRows rows: the outputs stay in registers across all
+// keys (updating them in memory per key chains every key behind the previous
+// one's store).
+template <class Isa, int kRows, int kVecs>
+void add_weighted_values_block(const float* p, int64_t ld, const float* v, int64_t v_step,
+                               int64_t keys, float* out, int64_t out_step, int64_t e0) {
+  using V = typename Isa::V;
   constexpr int kL = Isa::kLanes;
-  const typename Isa::V va = Isa::set1(a);
+  V acc[kRows][kVecs];
+  for (int r = 0; r < kRows; ++r)
+    for (int c = 0; c < kVecs; ++c) acc[r][c] = Isa::load(out + r * out_step + e0 + c * kL);
+  for (int64_t j = 0; j < keys; ++j) {
+    const float* vj = v + j * v_step + e0;
+    V x[kVecs];
+    for (int c = 0; c < kVecs; ++c) x[c] = Isa::load(vj + c * kL);
+    for (int r = 0; r < kRows; ++r) {
+      const V pr = Isa::set1(p[r * ld + j]);
+      for (int c = 0; c < kVecs; ++c) acc[r][c] = Isa::fmadd(pr, x[c], acc[r][c]);
+    }
+  }
+  for (int r = 0; r < kRows; ++r)
+    for (int c = 0; c < kVecs; ++c) Isa::store(out + r * out_step + e0 + c * kL, acc[r][c]);
+}
+
+// out[r, :] += Σⱼ p[r·ld + j] · v[j·v_step, :] for kRows rows and ev columns.
+template <class Isa, int kRows>
+void add_weighted_values_rows(const float* p, int64_t ld, const float* v, int64_t v_step,
+                              int64_t keys, float* out, int64_t ev) {
+  constexpr int kL = Isa::kLanes;
   int64_t e = 0;
-  for (; e + kL <= n; e += kL)
-    Isa::store(y + e, Isa::fmadd(va, Isa::load(x + e), Isa::load(y + e)));
-  for (; e < n; ++e) y[e] += a * x[e];
+  for (; e + 4 * kL <= ev; e += 4 * kL)
+    add_weighted_values_block<Isa, kRows, 4>(p, ld, v, v_step, keys, out, ev, e);
+  for (; e + kL <= ev; e += kL)
+    add_weighted_values_block<Isa, kRows, 1>(p, ld, v, v_step, keys, out, ev, e);
+  for (; e < ev; ++e)
+    for (int r = 0; r < kRows; ++r) {
+      float sum = 0.0f;
+      for (int64_t j = 0; j < keys; ++j) sum += p[r * ld + j] * v[j * v_step + e];
+      out[r * ev + e] += sum;
+    }
+}
+
+// O[rows, ev] += P[rows, keys] V[keys, ev] for 1 … kFewQueries rows.
+template <class Isa>
+void add_weighted_values(int64_t rows, const float* p, int64_t ld, const float* v, int64_t v_step,
+                         int64_t keys, float* out, int64_t ev) {
+  switch (rows) {
+    case 1:
+      return add_weighted_values_rows<Isa, 1>(p, ld, v, v_step, keys, out, ev);
+    case 2:
+      return add_weighted_values_rows<Isa, 2>(p, ld, v, v_step, keys, out, ev);
+    case 3:
+      return add_weighted_values_rows<Isa, 3>(p, ld, v, v_step, keys, out, ev);
+    default:
+      return add_weighted_values_rows<Isa, 4>(p, ld, v, v_step, keys, out, ev);
+  }
 }
 
 template <class Isa>
@@ -126,10 +174,8 @@ void few_query_forward_tile(const SdpaProblem& p, const FlashTiling& t, int64_t 
           s[j] *= dropout_kept(p, b, q_begin + r, j0 + j) ? keep_scale : 0.0f;
     }
 
-    for (int64_t j = 0; j < keys; ++j) {
-      const float* vj = v + (j0 + j) * p.v.row_stride;
-      for (int64_t r = 0; r < rows; ++r) axpy<Isa>(w.out + r * p.Ev, w.s_t[r * ld + j], vj, p.Ev);
-    }
+    add_weighted_values<Isa>(rows, w.s_t, ld, v + j0 * p.v.row_stride, p.v.row_stride, keys, w.out,
+                             p.Ev);
   }
 
   float* out = static_cast<float*>(p.output) + (b * p.L + q_begin) * p.Ev;
