@@ -308,3 +308,47 @@ TEST_F(Cli, SimilarityPrintsTheCosinesWithCutLabels) {
   }
   EXPECT_TRUE(contains(lines[1], "   1.000   0.7")) << run.output;  // close meanings
 }
+
+// --- `qkv train recall` ------------------------------------------------------------------
+// Learning itself is tested in test_recall_task.cc; here: output, files and errors.
+
+namespace {
+
+TEST_F(Cli, TrainRecallPrintsBothAccuraciesAndWritesHeatmaps) {
+  const fs::path out = dir_ / "recall";
+  const CliRun run =
+      run_qkv("train recall --pairs 2 --steps 100 --seed 1 --threads 1 --examples 2 --out '" +
+              out.string() + "'");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  const std::string& text = run.output;
+  for (const char* part : {"attention  accuracy", "mean-pool  accuracy", "on matching key",
+                           "step   100/100", "tok/s", "left"})
+    EXPECT_TRUE(contains(text, part)) << "missing '" << part << "' in:\n" << text;
+  // Piped: plain lines, no redrawing or colour.
+  EXPECT_FALSE(contains(text, "\r")) << text;
+  EXPECT_FALSE(contains(text, "\x1b[")) << text;
+  for (int e = 0; e < 2; ++e)
+    for (int layer = 0; layer < 2; ++layer)
+      for (int head = 0; head < 4; ++head) {
+        const fs::path png =
+            out / ("example" + std::to_string(e) + "_layer" + std::to_string(layer) + "_head" +
+                   std::to_string(head) + ".png");
+        ASSERT_TRUE(fs::exists(png)) << png;
+        EXPECT_EQ(read_bytes(png).substr(0, 8), "\x89PNG\r\n\x1a\n");
+      }
+  EXPECT_FALSE(fs::exists(out / "example2_layer0_head0.png"));
+  const std::string tokens = read_bytes(out / "tokens.txt");
+  EXPECT_TRUE(contains(tokens, "example0: K")) << tokens;
+  EXPECT_TRUE(contains(tokens, "example1: K")) << tokens;
+}
+
+TEST_F(Cli, TrainRecallRejectsBadOptions) {
+  const CliRun zero = run_qkv("train recall --pairs 0");
+  EXPECT_NE(zero.exit_code, 0);
+  EXPECT_TRUE(contains(zero.output, "qkv train recall --help")) << zero.output;
+  const CliRun bare = run_qkv("train");
+  EXPECT_NE(bare.exit_code, 0);
+  EXPECT_TRUE(contains(bare.output, "recall")) << bare.output;
+}
+
+}  // namespace

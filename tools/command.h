@@ -29,4 +29,7 @@ Command add_generate_command(CLI::App& parent);
 Command add_embed_command(CLI::App& parent);
 Command add_similarity_command(CLI::App& parent);
 
+// `qkv train recall`: a Transformer learns key-value recall (tools/train.cc).
+Command add_train_command(CLI::App& parent);
+
 }  // namespace qkv::cli
