@@ -7,8 +7,10 @@
 // the time to read K and V once. The tiled kernel of flash_forward.h would
 // pad the queries to a full vector and pack them into panels; here each key
 // row is read in place and dotted with each query along E (vectors across
-// the head dimension), and each value row is added into the few output rows,
-// so K and V stream through at the speed of memory.
+// the head dimension), and each value row is added into the few output rows
+// kept in registers, so K and V are read once. What limits it now is the
+// horizontal sum of each dot product (one per key and query); summing 16 keys
+// at a time through a transpose is the next step.
 //
 // Same mathematics as flash_forward_tile, per tile of keys j:
 //   s = q·kⱼ (soft-capped, + ALiBi + mask, −inf outside causal/window)
