@@ -180,16 +180,7 @@ void few_query_forward_tile(const SdpaProblem& p, const FlashTiling& t, int64_t 
                              p.Ev);
   }
 
-  float* out = static_cast<float*>(p.output) + (b * p.L + q_begin) * p.Ev;
-  for (int64_t r = 0; r < rows; ++r) {
-    const float l = w.l[r];
-    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-    for (int64_t e = 0; e < p.Ev; ++e) out[r * p.Ev + e] = w.out[r * p.Ev + e] * inv;
-    if (p.lse)
-      p.lse[b * p.L + q_begin + r] =
-          l > 0.0f ? static_cast<double>(w.m[r]) + std::log(static_cast<double>(l))
-                   : -std::numeric_limits<double>::infinity();
-  }
+  finish_forward_rows(p, b, q_begin, rows, w.out, w.m, w.l);
 }
 
 // The weights of those rows, rebuilt from the saved log-sum-exp with the
@@ -201,7 +192,6 @@ void few_query_weights_tile(const SdpaProblem& p, const FlashTiling& t, int64_t 
                             int64_t rows, float* scratch) {
   const ForwardScratch<Isa> w(p, t, scratch);
   const int64_t ld = t.block_k;
-  const double keep_scale = p.dropout_p > 0.0 ? 1.0 / (1.0 - p.dropout_p) : 1.0;
   float* weights = static_cast<float*>(p.weights) + (b * p.L + q_begin) * p.S;
   std::fill(weights, weights + rows * p.S, 0.0f);
   scaled_query_rows(p, b, q_begin, rows, w.q_t);
@@ -210,17 +200,8 @@ void few_query_weights_tile(const SdpaProblem& p, const FlashTiling& t, int64_t 
   for (int64_t j0 = key_begin; j0 < key_end; j0 += t.block_k) {
     const int64_t keys = std::min<int64_t>(t.block_k, key_end - j0);
     few_query_scores<Isa>(p, b, q_begin, rows, j0, keys, w.q_t, w.s_t, ld);
-    for (int64_t r = 0; r < rows; ++r) {
-      const double lse = p.lse[b * p.L + q_begin + r];
-      if (lse == -std::numeric_limits<double>::infinity()) continue;  // fully masked row
-      float* out = weights + r * p.S + j0;
-      for (int64_t j = 0; j < keys; ++j) {
-        const float s = w.s_t[r * ld + j];
-        const double prob = s == kNegInfF ? 0.0 : std::exp(static_cast<double>(s) - lse);
-        out[j] =
-            dropout_kept(p, b, q_begin + r, j0 + j) ? static_cast<float>(prob * keep_scale) : 0.0f;
-      }
-    }
+    for (int64_t r = 0; r < rows; ++r)
+      weights_from_scores(p, b, q_begin + r, j0, keys, w.s_t + r * ld, 1, weights + r * p.S + j0);
   }
 }
 

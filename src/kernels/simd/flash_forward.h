@@ -132,6 +132,36 @@ void scale_row(float* x, int64_t n, float factor) {
   for (; j < n; ++j) x[j] *= factor;
 }
 
+// The end of a forward tile: O = O / l into p.output, lse = m + log l into
+// p.lse (−inf and output 0 for a row whose keys were all masked).
+// out_acc: [rows, Ev] unnormalised outputs; m, l: per row.
+inline void finish_forward_rows(const SdpaProblem& p, int64_t b, int64_t q_begin, int64_t rows,
+                                const float* out_acc, const float* m, const float* l) {
+  float* out = static_cast<float*>(p.output) + (b * p.L + q_begin) * p.Ev;
+  for (int64_t r = 0; r < rows; ++r) {
+    const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
+    for (int64_t e = 0; e < p.Ev; ++e) out[r * p.Ev + e] = out_acc[r * p.Ev + e] * inv;
+    if (p.lse)
+      p.lse[b * p.L + q_begin + r] =
+          l[r] > 0.0f ? static_cast<double>(m[r]) + std::log(static_cast<double>(l[r]))
+                      : -std::numeric_limits<double>::infinity();
+  }
+}
+
+// Weights of query i over keys [j0, j0 + keys) from its scores s[j·step] and
+// the saved log-sum-exp: w = dropout(exp(s − lse)), into out[0 .. keys).
+inline void weights_from_scores(const SdpaProblem& p, int64_t b, int64_t i, int64_t j0,
+                                int64_t keys, const float* s, int64_t step, float* out) {
+  const double lse = p.lse[b * p.L + i];
+  if (lse == -std::numeric_limits<double>::infinity()) return;  // fully masked row: stays 0
+  const double keep_scale = p.dropout_p > 0.0 ? 1.0 / (1.0 - p.dropout_p) : 1.0;
+  for (int64_t j = 0; j < keys; ++j) {
+    const float x = s[j * step];
+    const double prob = x == kNegInfF ? 0.0 : std::exp(static_cast<double>(x) - lse);
+    out[j] = dropout_kept(p, b, i, j0 + j) ? static_cast<float>(prob * keep_scale) : 0.0f;
+  }
+}
+
 // The scratch of one query tile, carved from one buffer.
 template <class Isa>
 struct ForwardScratch {
@@ -296,16 +326,7 @@ void flash_forward_tile(const SdpaProblem& p, const FlashTiling& t, int64_t b, i
                             p.Ev, true);
   }
 
-  float* out = static_cast<float*>(p.output) + (b * p.L + q_begin) * p.Ev;
-  for (int64_t r = 0; r < rows; ++r) {
-    const float l = w.l[r];
-    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-    for (int64_t e = 0; e < p.Ev; ++e) out[r * p.Ev + e] = w.out[r * p.Ev + e] * inv;
-    if (p.lse)
-      p.lse[b * p.L + q_begin + r] =
-          l > 0.0f ? static_cast<double>(w.m[r]) + std::log(static_cast<double>(l))
-                   : -std::numeric_limits<double>::infinity();
-  }
+  finish_forward_rows(p, b, q_begin, rows, w.out, w.m, w.l);
 }
 
 // The attention weights of a query tile, rebuilt from the log-sum-exp the
@@ -315,7 +336,6 @@ void flash_weights_tile(const SdpaProblem& p, const FlashTiling& t, int64_t b, i
                         int64_t rows, float* scratch) {
   const ForwardScratch<Isa> w(p, t, scratch);
   const int64_t qp = ForwardScratch<Isa>::query_pad(rows);
-  const double keep_scale = p.dropout_p > 0.0 ? 1.0 / (1.0 - p.dropout_p) : 1.0;
   float* weights = static_cast<float*>(p.weights) + (b * p.L + q_begin) * p.S;
   std::fill(weights, weights + rows * p.S, 0.0f);
   pack_scaled_query<Isa>(p, b, q_begin, rows, w, qp);
@@ -324,17 +344,8 @@ void flash_weights_tile(const SdpaProblem& p, const FlashTiling& t, int64_t b, i
   for (int64_t j0 = key_begin; j0 < key_end; j0 += t.block_k) {
     const int64_t keys = std::min<int64_t>(t.block_k, key_end - j0);
     transposed_scores<Isa>(p, b, q_begin, rows, j0, keys, w, qp);
-    for (int64_t r = 0; r < rows; ++r) {
-      const double lse = p.lse[b * p.L + q_begin + r];
-      if (lse == -std::numeric_limits<double>::infinity()) continue;  // fully masked row
-      float* out = weights + r * p.S + j0;
-      for (int64_t j = 0; j < keys; ++j) {
-        const float s = w.s_t[j * qp + r];
-        const double prob = s == kNegInfF ? 0.0 : std::exp(static_cast<double>(s) - lse);
-        out[j] =
-            dropout_kept(p, b, q_begin + r, j0 + j) ? static_cast<float>(prob * keep_scale) : 0.0f;
-      }
-    }
+    for (int64_t r = 0; r < rows; ++r)
+      weights_from_scores(p, b, q_begin + r, j0, keys, w.s_t + r, qp, weights + r * p.S + j0);
   }
 }
 
