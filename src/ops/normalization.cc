@@ -5,17 +5,10 @@
 
 #include "ops/checks.h"
 #include "ops/into_checks.h"
+#include "ops/normalization_checks.h"
 #include "qkv/functional.h"
 
 namespace qkv {
-
-namespace {
-
-// Rows and row length of `x` normalised over its trailing `normalized_shape`.
-struct Rows {
-  int64_t count = 0;
-  int64_t length = 0;
-};
 
 Rows check_normalized(const Tensor& x, const Shape& normalized_shape, const Tensor& weight,
                       const Tensor& bias, const char* fn) {
@@ -43,6 +36,8 @@ Rows check_normalized(const Tensor& x, const Shape& normalized_shape, const Tens
   rows.count = x.numel() / rows.length;
   return rows;
 }
+
+namespace {
 
 // Contiguous data of an optional parameter, or nullptr.
 template <class T>

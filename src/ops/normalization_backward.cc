@@ -6,6 +6,7 @@
 
 #include "ops/backward_util.h"
 #include "ops/checks.h"
+#include "ops/normalization_checks.h"
 #include "qkv/gradients.h"
 
 namespace qkv {
@@ -16,23 +17,7 @@ namespace {
 int64_t check_norm(const Tensor& grad_output, const Tensor& x, const Shape& normalized_shape,
                    const Tensor& weight, const Tensor& bias, const NormGradients& grads,
                    const char* fn) {
-  check_floating(x, fn, "input");
-  QKV_CHECK(!normalized_shape.empty() && shape_numel(normalized_shape) > 0, fn,
-            ": normalized_shape ", shape_str(normalized_shape), " must be non-empty and positive");
-  const int64_t nd = static_cast<int64_t>(normalized_shape.size());
-  bool matches = x.dim() >= nd;
-  for (int64_t i = 0; matches && i < nd; ++i)
-    matches = x.size(x.dim() - nd + i) == normalized_shape[i];
-  QKV_CHECK(matches, fn, ": input of shape ", shape_str(x.shape()),
-            " must end with normalized_shape ", shape_str(normalized_shape));
-  const std::pair<const Tensor*, const char*> params[] = {{&weight, "weight"}, {&bias, "bias"}};
-  for (const auto& [p, name] : params) {
-    if (!p->defined()) continue;
-    QKV_CHECK_TYPE(p->dtype() == x.dtype(), fn, ": ", name, " dtype ", dtype_name(p->dtype()),
-                   " differs from input dtype ", dtype_name(x.dtype()));
-    QKV_CHECK(p->shape() == normalized_shape, fn, ": ", name, " must have normalized_shape ",
-              shape_str(normalized_shape), ", got ", shape_str(p->shape()));
-  }
+  const Rows rows = check_normalized(x, normalized_shape, weight, bias, fn);
   check_grad_output(grad_output, x.shape(), x, fn);
   check_grad(grads.input, x, fn, "grads.input");
   QKV_CHECK(!grads.weight.defined() || weight.defined(), fn,
@@ -41,7 +26,7 @@ int64_t check_norm(const Tensor& grad_output, const Tensor& x, const Shape& norm
             ": grads.bias is given but the forward had no bias");
   if (weight.defined()) check_grad(grads.weight, weight, fn, "grads.weight");
   if (bias.defined()) check_grad(grads.bias, bias, fn, "grads.bias");
-  return x.numel() / shape_numel(normalized_shape);
+  return rows.count;
 }
 
 // The gradient buffers of one call, in float64, added to the caller's at the end.
