@@ -1,0 +1,14 @@
+// The tasks of `qkv train`: each lives in tools/train_<task>.cc and adds its
+// own subcommand under `train` (registered in tools/train.cc).
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include "command.h"
+
+namespace qkv::cli {
+
+// `qkv train recall`: key-value recall; attention against mean pooling, heatmaps.
+Command add_train_recall(CLI::App& train);
+
+}  // namespace qkv::cli
