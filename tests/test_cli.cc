@@ -1,13 +1,12 @@
 // The `qkv` command-line tool, run as a user would run it.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
-#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
+
+#include "cli_runner.h"
 
 #ifndef QKV_EXPECTED_VERSION
 #define QKV_EXPECTED_VERSION ""
@@ -15,54 +14,7 @@
 
 namespace {
 
-namespace fs = std::filesystem;
-
-struct CliRun {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr together
-};
-
-// Runs `qkv <args>` through the shell; arguments must be shell-safe.
-CliRun run_qkv(const std::string& args) {
-#ifdef QKV_CLI_PATH
-  const std::string command = std::string("'") + QKV_CLI_PATH + "' " + args + " 2>&1";
-  CliRun run;
-  FILE* pipe = ::popen(command.c_str(), "r");
-  if (pipe == nullptr) {
-    ADD_FAILURE() << "cannot run " << command;
-    return run;
-  }
-  char buffer[4096];
-  size_t n;
-  while ((n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0) run.output.append(buffer, n);
-  const int status = ::pclose(pipe);
-  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  return run;
-#else
-  (void)args;
-  return {};
-#endif
-}
-
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
-
-class Cli : public ::testing::Test {
- protected:
-  void SetUp() override {
-#ifndef QKV_CLI_PATH
-    GTEST_SKIP() << "the qkv CLI is not built (QKV_BUILD_TOOLS=OFF)";
-#endif
-    std::string pattern = (fs::temp_directory_path() / "qkv_cli_XXXXXX").string();
-    ASSERT_NE(::mkdtemp(pattern.data()), nullptr);
-    dir_ = pattern;
-  }
-  void TearDown() override {
-    if (!dir_.empty()) fs::remove_all(dir_);
-  }
-  fs::path dir_;
-};
+using namespace qkv_test;
 
 TEST_F(Cli, DemoPrintsTheTutorialNumbersAndWritesTheHeatmap) {
   const fs::path out = dir_ / "demo-out";  // does not exist yet: the demo creates it

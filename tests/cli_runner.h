@@ -1,0 +1,66 @@
+// Runs the built `qkv` binary the way a user would, for the tests/test_cli*.cc
+// files (CMake gives them QKV_CLI_PATH). Each TEST_F(Cli, ...) gets a fresh
+// temporary directory dir_.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+
+namespace qkv_test {
+
+namespace fs = std::filesystem;
+
+struct CliRun {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr together
+};
+
+// Runs `qkv <args>` through the shell; arguments must be shell-safe.
+inline CliRun run_qkv(const std::string& args) {
+#ifdef QKV_CLI_PATH
+  const std::string command = std::string("'") + QKV_CLI_PATH + "' " + args + " 2>&1";
+  CliRun run;
+  FILE* pipe = ::popen(command.c_str(), "r");
+  if (pipe == nullptr) {
+    ADD_FAILURE() << "cannot run " << command;
+    return run;
+  }
+  char buffer[4096];
+  size_t n;
+  while ((n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0) run.output.append(buffer, n);
+  const int status = ::pclose(pipe);
+  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return run;
+#else
+  (void)args;
+  return {};
+#endif
+}
+
+inline bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+class Cli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+#ifndef QKV_CLI_PATH
+    GTEST_SKIP() << "the qkv CLI is not built (QKV_BUILD_TOOLS=OFF)";
+#endif
+    std::string pattern = (fs::temp_directory_path() / "qkv_cli_XXXXXX").string();
+    ASSERT_NE(::mkdtemp(pattern.data()), nullptr);
+    dir_ = pattern;
+  }
+  void TearDown() override {
+    if (!dir_.empty()) fs::remove_all(dir_);
+  }
+  fs::path dir_;
+};
+
+}  // namespace qkv_test
