@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "qkv/functional.h"
+#include "qkv/gradients.h"
 
 namespace qkv {
 namespace {
@@ -86,6 +87,65 @@ TEST(Gelu, Float32SpecialValuesAndTheInPlaceForm) {
   Tensor in_place = big.clone();
   gelu_into(in_place, in_place);
   EXPECT_EQ(in_place.to_vector(), gelu(big).to_vector());
+}
+
+// --- Backward: the float32 derivative kernels against the derivatives in float64 ------
+
+double gelu_grad_f64(double x) {
+  return 0.5 * std::erfc(-x / std::sqrt(2.0)) + x * std::exp(-0.5 * x * x) / std::sqrt(2.0 * M_PI);
+}
+double gelu_tanh_grad_f64(double x) {
+  const double k = std::sqrt(2.0 / M_PI), t = std::tanh(k * (x + 0.044715 * x * x * x));
+  return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * k * (1.0 + 3.0 * 0.044715 * x * x);
+}
+double silu_grad_f64(double x) {
+  const double s = 1.0 / (1.0 + std::exp(-x));
+  return s * (1.0 + x * (1.0 - s));
+}
+
+// grad_input starts at 0.5 and grad_output is 1, so the kernel must add
+// f'(x) to what is there: |got - (0.5 + f'(x))| <= tol (|x| + 1).
+template <class Backward, class Want>
+void check_backward_float32(Backward backward, Want want, double tol, const char* name) {
+  const std::vector<double> xs = grid();
+  const int64_t n = static_cast<int64_t>(xs.size());
+  const Tensor x = Tensor::from_vector({n}, std::span(xs)).to(DType::kFloat32);
+  const Tensor ones = Tensor::full({n}, 1.0, DType::kFloat32);
+  Tensor grad = Tensor::full({n}, 0.5, DType::kFloat32);
+  backward(ones, x, grad);
+  const std::vector<double> xf = x.to_vector(), got = grad.to_vector();
+  double worst = 0.0;
+  for (size_t i = 0; i < xf.size(); ++i) {
+    const double w = 0.5 + want(xf[i]), bound = tol * (std::abs(xf[i]) + 1.0);
+    EXPECT_NEAR(got[i], w, bound) << name << "'(" << xf[i] << ")";
+    worst = std::max(worst, std::abs(got[i] - w) / bound);
+  }
+  std::printf("%s' float32: max |error| / (%.0e (|x| + 1)) = %.3f over %zu points\n", name, tol,
+              worst, xf.size());
+}
+
+TEST(GeluBackward, Float32ErfFormMatchesFloat64Derivative) {
+  check_backward_float32(
+      [](const Tensor& go, const Tensor& x, Tensor& gi) { gelu_backward(go, x, {}, gi); },
+      gelu_grad_f64, 1e-6, "gelu");
+}
+
+TEST(GeluBackward, Float32TanhFormMatchesFloat64Derivative) {
+  check_backward_float32([](const Tensor& go, const Tensor& x,
+                            Tensor& gi) { gelu_backward(go, x, GeluApproximation::kTanh, gi); },
+                         gelu_tanh_grad_f64, 1e-6, "gelu_tanh");
+}
+
+TEST(SiluBackward, Float32MatchesFloat64Derivative) {
+  check_backward_float32(
+      [](const Tensor& go, const Tensor& x, Tensor& gi) { silu_backward(go, x, gi); },
+      silu_grad_f64, 1e-6, "silu");
+}
+
+TEST(ReluBackward, Float32PassesTheGradientWherePositive) {
+  check_backward_float32(
+      [](const Tensor& go, const Tensor& x, Tensor& gi) { relu_backward(go, x, gi); },
+      [](double x) { return x > 0.0 ? 1.0 : 0.0; }, 1e-12, "relu");
 }
 
 }  // namespace

@@ -15,9 +15,15 @@
 #include "ops/into_checks.h"
 #include "qkv/functional.h"
 
+// Before float32_math.h, whose clamps need it (see there).
+#pragma GCC optimize("no-trapping-math")
+#include "ops/float32_math.h"
+
 namespace qkv {
 
 namespace {
+
+using namespace float32_math;
 
 // --- float64: the C library, one rounding to the output ------------------------------
 
@@ -39,75 +45,10 @@ double silu_value(double v) { return v / (1.0 + std::exp(-v)); }
 
 // --- float32: vectorisable approximations --------------------------------------------
 // Straight-line code (no calls, no branches; clamps and selects instead) so
-// that GCC vectorises the loops below; target_clones compiles each loop for
-// AVX-512, AVX2+FMA and the baseline, chosen once when the library loads.
-#if defined(__GNUC__) && defined(__x86_64__) && !defined(__clang__)
-#define QKV_ACTIVATION_CLONES __attribute__((target_clones("avx512f", "arch=haswell", "default")))
-#else
-#define QKV_ACTIVATION_CLONES
-#endif
-#define QKV_ALWAYS_INLINE inline __attribute__((always_inline))
-// Clamps are selects; GCC if-converts them for SSE/AVX2 only when comparisons
-// may not trap (AVX-512 uses masks either way). No code here reads FP flags.
-// std::min/max would no longer inline under the pragma: clamp_f32 replaces them.
-#pragma GCC optimize("no-trapping-math")
-
-// v clamped to [lo, hi]; NaN stays NaN.
-QKV_ALWAYS_INLINE float clamp_f32(float v, float lo, float hi) {
-  v = v < lo ? lo : v;
-  return v > hi ? hi : v;
-}
-
-// erf(z) ~ z * P(z²) / Q(z²) on |z| <= 4 (beyond, erf rounds to ±1 in float32).
-// Coefficients fitted here (Lawson-weighted linearised least squares toward
-// minimax, float64 error 2.1e-8); evaluated in float32 the error is <= 3e-7
-// absolute, ~5 ulp near ±1, set by rounding in the two Horner chains.
-QKV_ALWAYS_INLINE float erf_f32(float z) {
-  const float c = clamp_f32(z, -4.0f, 4.0f);
-  const float t = c * c;
-  float p = 1.974782207980752e-06f;
-  p = p * t + 2.880418614950031e-04f;
-  p = p * t + 4.003758076578379e-03f;
-  p = p * t + 5.346782505512238e-02f;
-  p = p * t + 1.962518692016602e-01f;
-  p = p * t + 1.128378987312317e+00f;
-  float q = 3.748038579942659e-05f;
-  q = q * t + 1.216382952407002e-03f;
-  q = q * t + 1.544465124607086e-02f;
-  q = q * t + 1.164775937795639e-01f;
-  q = q * t + 5.072548389434814e-01f;
-  q = q * t + 1.0f;
-  const float e = c * p / q;
-  return clamp_f32(e, -1.0f, 1.0f);
-}
-
-// exp(y) for y clamped to [-86, 86] (normal floats; callers only need exp to
-// saturate there). y = n ln2 + r, |r| <= ln2/2: 2^n from the exponent bits and
-// e^r from its Taylor polynomial to r^7 (truncation < 5e-9 relative).
-QKV_ALWAYS_INLINE float exp_f32(float y) {
-  const float c = clamp_f32(y, -86.0f, 86.0f);
-  // Round to nearest by adding 1.5 * 2^23 (vectorises, unlike std::nearbyint).
-  const float shifter = 12582912.0f;
-  const float n = (c * 1.44269504088896341f + shifter) - shifter;
-  // ln2 in two parts so that n * ln2_hi is exact (Cody and Waite).
-  const float r = (c - n * 0.693145751953125f) - n * 1.428606765330187e-06f;
-  float p = 1.0f / 5040.0f;
-  p = p * r + 1.0f / 720.0f;
-  p = p * r + 1.0f / 120.0f;
-  p = p * r + 1.0f / 24.0f;
-  p = p * r + 1.0f / 6.0f;
-  p = p * r + 0.5f;
-  p = p * r + 1.0f;
-  p = p * r + 1.0f;
-  // memcpy, not std::bit_cast: GCC 12 vectorises the loops only with memcpy.
-  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
-  float scale;
-  std::memcpy(&scale, &bits, sizeof scale);
-  return p * scale;
-}
+// that GCC vectorises the loops below, compiled for each ISA (QKV_FLOAT32_CLONES).
 
 // gelu(x) = x/2 (1 + erf(x/√2)).
-QKV_ACTIVATION_CLONES void gelu_f32(const float* x, float* y, int64_t n) {
+QKV_FLOAT32_CLONES void gelu_f32(const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     const float v = x[i];
     y[i] = 0.5f * v * (1.0f + erf_f32(v * 0.70710678118654752f));
@@ -115,7 +56,7 @@ QKV_ACTIVATION_CLONES void gelu_f32(const float* x, float* y, int64_t n) {
 }
 
 // x/2 (1 + tanh(u)) = x / (1 + exp(-2u)), u = √(2/π) (x + 0.044715 x³).
-QKV_ACTIVATION_CLONES void gelu_tanh_f32(const float* x, float* y, int64_t n) {
+QKV_FLOAT32_CLONES void gelu_tanh_f32(const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     const float v = x[i];
     const float u = 0.79788456080286536f * (v + 0.044715f * v * v * v);
@@ -125,7 +66,7 @@ QKV_ACTIVATION_CLONES void gelu_tanh_f32(const float* x, float* y, int64_t n) {
   }
 }
 
-QKV_ACTIVATION_CLONES void silu_f32(const float* x, float* y, int64_t n) {
+QKV_FLOAT32_CLONES void silu_f32(const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     const float v = x[i];
     y[i] = -v >= 86.0f ? 0.0f * v : v / (1.0f + exp_f32(-v));  // the limit, as in gelu_tanh_f32

@@ -1,8 +1,11 @@
 // Backward of layer_norm and rms_norm. The row statistics are recomputed from
 // x in float64 exactly as the forward computes them (src/ops/normalization.cc),
-// so nothing but the inputs has to be kept from the forward.
+// so nothing but the inputs has to be kept from the forward. Rows are spread
+// over the threads; every sum is float64, each result rounded once.
 #include <cmath>
 #include <limits>
+#include <utility>
+#include <vector>
 
 #include "ops/backward_util.h"
 #include "ops/checks.h"
@@ -29,16 +32,138 @@ int64_t check_norm(const Tensor& grad_output, const Tensor& x, const Shape& norm
   return rows.count;
 }
 
-// The gradient buffers of one call, in float64, added to the caller's at the end.
-struct Accumulators {
-  std::vector<double> dx, dw, db;
+// What one backward call reads and writes, as contiguous row-major buffers of
+// T: x and grad_output, the weight (null without one), and grads.input (null
+// when not wanted; a zeroed temporary when the caller's is strided).
+template <class T>
+struct NormBuffers {
+  Tensor x, dy, w, dx;
+  const T* xs() const { return x.data<T>(); }
+  const T* dys() const { return dy.data<T>(); }
+  const T* ws() const { return w.defined() ? w.data<T>() : nullptr; }
+  T* dxs() { return dx.defined() ? dx.data<T>() : nullptr; }
 };
 
-void flush(const NormGradients& grads, const Accumulators& acc) {
+template <class T>
+NormBuffers<T> buffers(const Tensor& grad_output, const Tensor& x, const Tensor& weight,
+                       const NormGradients& grads) {
+  NormBuffers<T> b{x.contiguous(), grad_output.contiguous(),
+                   weight.defined() ? weight.contiguous() : Tensor(), Tensor()};
+  if (grads.input.defined())
+    b.dx = grads.input.is_contiguous() ? grads.input : Tensor::zeros(x.shape(), x.dtype());
+  return b;
+}
+
+// Adds the per-thread float64 sums of the weight and bias gradients, and the
+// temporary input gradient, into the caller's buffers (one rounding each).
+template <class T>
+void flush(const NormGradients& grads, NormBuffers<T>& b, const std::vector<double>& dw,
+           const std::vector<double>& db) {
   Tensor g;
-  if (grads.input.defined()) add_to_grad(g = grads.input, acc.dx);
-  if (grads.weight.defined()) add_to_grad(g = grads.weight, acc.dw);
-  if (grads.bias.defined()) add_to_grad(g = grads.bias, acc.db);
+  if (grads.input.defined() && !grads.input.is_contiguous()) add_to_grad(g = grads.input, b.dx);
+  if (grads.weight.defined()) add_to_grad(g = grads.weight, dw);
+  if (grads.bias.defined()) add_to_grad(g = grads.bias, db);
+}
+
+// Runs row(r, dw, db) for every row, spread over the threads, each thread
+// summing the weight/bias gradients of its rows into its own float64
+// vectors; returns their total.
+template <class Row>
+std::pair<std::vector<double>, std::vector<double>> for_rows(int64_t rows, int64_t n, Row row) {
+  std::vector<double> dw(n, 0.0), db(n, 0.0);
+#pragma omp parallel if (rows * n >= (1 << 15))
+  {
+    std::vector<double> my_dw(n, 0.0), my_db(n, 0.0);
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) row(r, my_dw.data(), my_db.data());
+#pragma omp critical
+    for (int64_t i = 0; i < n; ++i) {
+      dw[i] += my_dw[i];
+      db[i] += my_db[i];
+    }
+  }
+  return {std::move(dw), std::move(db)};
+}
+
+template <class T>
+void layer_norm_backward_typed(NormBuffers<T>& b, int64_t rows, int64_t n, double eps,
+                               std::vector<double>& dw_out, std::vector<double>& db_out) {
+  const T *xs = b.xs(), *dys = b.dys(), *w = b.ws();
+  T* dxs = b.dxs();
+  auto [dw, db] = for_rows(rows, n, [&](int64_t r, double* dw, double* db) {
+    const T* xr = xs + r * n;
+    const T* dy = dys + r * n;
+    double mean = 0.0;
+    for (int64_t i = 0; i < n; ++i) mean += static_cast<double>(xr[i]);
+    mean /= static_cast<double>(n);
+    double var = 0.0;
+    for (int64_t i = 0; i < n; ++i) {
+      const double d = static_cast<double>(xr[i]) - mean;
+      var += d * d;
+    }
+    var /= static_cast<double>(n);
+    const double rstd = 1.0 / std::sqrt(var + eps);
+    // Forward: v = (xr[i] - mean) * rstd; v *= w[i]; v += b[i];
+    double mean_dxhat = 0.0, mean_dxhat_xhat = 0.0;
+    for (int64_t i = 0; i < n; ++i) {
+      const double xhat = (static_cast<double>(xr[i]) - mean) * rstd;
+      const double g = static_cast<double>(dy[i]);
+      const double dxhat = w == nullptr ? g : g * static_cast<double>(w[i]);
+      dw[i] += g * xhat;
+      db[i] += g;
+      mean_dxhat += dxhat;
+      mean_dxhat_xhat += dxhat * xhat;
+    }
+    mean_dxhat /= static_cast<double>(n);
+    mean_dxhat_xhat /= static_cast<double>(n);
+    if (dxs == nullptr) return;
+    // mean and rstd depend on every x of the row:
+    // dx = rstd · (dxhat − mean(dxhat) − xhat · mean(dxhat ∘ xhat))
+    T* dx = dxs + r * n;
+    for (int64_t i = 0; i < n; ++i) {
+      const double xhat = (static_cast<double>(xr[i]) - mean) * rstd;
+      const double g = static_cast<double>(dy[i]);
+      const double dxhat = w == nullptr ? g : g * static_cast<double>(w[i]);
+      dx[i] = static_cast<T>(static_cast<double>(dx[i]) +
+                             rstd * (dxhat - mean_dxhat - xhat * mean_dxhat_xhat));
+    }
+  });
+  dw_out = std::move(dw);
+  db_out = std::move(db);
+}
+
+template <class T>
+void rms_norm_backward_typed(NormBuffers<T>& b, int64_t rows, int64_t n, double eps,
+                             std::vector<double>& dw_out) {
+  const T *xs = b.xs(), *dys = b.dys(), *w = b.ws();
+  T* dxs = b.dxs();
+  auto [dw, db] = for_rows(rows, n, [&](int64_t r, double* dw, double*) {
+    const T* xr = xs + r * n;
+    const T* dy = dys + r * n;
+    double mean_square = 0.0;
+    for (int64_t i = 0; i < n; ++i) mean_square += static_cast<double>(xr[i]) * xr[i];
+    mean_square /= static_cast<double>(n);
+    const double rrms = 1.0 / std::sqrt(mean_square + eps);
+    // Forward: double v = xr[i] * rrms; v *= w[i];
+    double dot = 0.0;  // Σ dxhat_i x_i
+    for (int64_t i = 0; i < n; ++i) {
+      const double g = static_cast<double>(dy[i]), xi = static_cast<double>(xr[i]);
+      const double dxhat = w == nullptr ? g : g * static_cast<double>(w[i]);
+      dw[i] += g * xi * rrms;
+      dot += dxhat * xi;
+    }
+    if (dxs == nullptr) return;
+    // rrms = (mean(x²) + eps)^(−1/2)  ->  ∂rrms/∂x_i = −rrms³ · x_i / n
+    T* dx = dxs + r * n;
+    const double c = rrms * rrms * rrms * dot / static_cast<double>(n);
+    for (int64_t i = 0; i < n; ++i) {
+      const double g = static_cast<double>(dy[i]);
+      const double dxhat = w == nullptr ? g : g * static_cast<double>(w[i]);
+      dx[i] = static_cast<T>(static_cast<double>(dx[i]) + rrms * dxhat -
+                             c * static_cast<double>(xr[i]));
+    }
+  });
+  dw_out = std::move(dw);
 }
 
 }  // namespace
@@ -50,42 +175,16 @@ void layer_norm_backward(const Tensor& grad_output, const Tensor& x, const Shape
   const int64_t rows = check_norm(grad_output, x, normalized_shape, weight, bias, grads, fn);
   QKV_CHECK(eps >= 0.0 && std::isfinite(eps), fn, ": eps must be finite and >= 0, got ", eps);
   const int64_t n = shape_numel(normalized_shape);
-  const std::vector<double> xs = x.to_vector(), dys = grad_output.to_vector();
-  const std::vector<double> w = weight.defined() ? weight.to_vector() : std::vector<double>();
-  Accumulators acc;
-  acc.dx.assign(xs.size(), 0.0);
-  acc.dw.assign(n, 0.0);
-  acc.db.assign(n, 0.0);
-  std::vector<double> xhat(n), dxhat(n);
-  for (int64_t r = 0; r < rows; ++r) {
-    const double* xr = xs.data() + r * n;
-    const double* dy = dys.data() + r * n;
-    double mean = 0.0;
-    for (int64_t i = 0; i < n; ++i) mean += xr[i];
-    mean /= static_cast<double>(n);
-    double var = 0.0;
-    for (int64_t i = 0; i < n; ++i) var += (xr[i] - mean) * (xr[i] - mean);
-    var /= static_cast<double>(n);
-    const double rstd = 1.0 / std::sqrt(var + eps);
-    // Forward: v = (xr[i] - mean) * rstd; v *= w[i]; v += b[i];
-    double mean_dxhat = 0.0, mean_dxhat_xhat = 0.0;
-    for (int64_t i = 0; i < n; ++i) {
-      xhat[i] = (xr[i] - mean) * rstd;
-      dxhat[i] = w.empty() ? dy[i] : dy[i] * w[i];
-      acc.dw[i] += dy[i] * xhat[i];
-      acc.db[i] += dy[i];
-      mean_dxhat += dxhat[i];
-      mean_dxhat_xhat += dxhat[i] * xhat[i];
-    }
-    mean_dxhat /= static_cast<double>(n);
-    mean_dxhat_xhat /= static_cast<double>(n);
-    // mean and rstd depend on every x of the row:
-    // dx = rstd · (dxhat − mean(dxhat) − xhat · mean(dxhat ∘ xhat))
-    double* dx = acc.dx.data() + r * n;
-    for (int64_t i = 0; i < n; ++i)
-      dx[i] = rstd * (dxhat[i] - mean_dxhat - xhat[i] * mean_dxhat_xhat);
+  std::vector<double> dw, db;
+  if (x.dtype() == DType::kFloat64) {
+    NormBuffers<double> b = buffers<double>(grad_output, x, weight, grads);
+    layer_norm_backward_typed(b, rows, n, eps, dw, db);
+    flush(grads, b, dw, db);
+  } else {
+    NormBuffers<float> b = buffers<float>(grad_output, x, weight, grads);
+    layer_norm_backward_typed(b, rows, n, eps, dw, db);
+    flush(grads, b, dw, db);
   }
-  flush(grads, acc);
 }
 
 void rms_norm_backward(const Tensor& grad_output, const Tensor& x, const Shape& normalized_shape,
@@ -100,34 +199,16 @@ void rms_norm_backward(const Tensor& grad_output, const Tensor& x, const Shape& 
                                                 : std::numeric_limits<float>::epsilon());
   QKV_CHECK(e >= 0.0 && std::isfinite(e), fn, ": eps must be finite and >= 0, got ", e);
   const int64_t n = shape_numel(normalized_shape);
-  const std::vector<double> xs = x.to_vector(), dys = grad_output.to_vector();
-  const std::vector<double> w = weight.defined() ? weight.to_vector() : std::vector<double>();
-  Accumulators acc;
-  acc.dx.assign(xs.size(), 0.0);
-  acc.dw.assign(n, 0.0);
-  for (int64_t r = 0; r < rows; ++r) {
-    const double* xr = xs.data() + r * n;
-    const double* dy = dys.data() + r * n;
-    double mean_square = 0.0;
-    for (int64_t i = 0; i < n; ++i) mean_square += xr[i] * xr[i];
-    mean_square /= static_cast<double>(n);
-    const double rrms = 1.0 / std::sqrt(mean_square + e);
-    // Forward: double v = xr[i] * rrms; v *= w[i];
-    double dot = 0.0;  // Σ dxhat_i x_i
-    for (int64_t i = 0; i < n; ++i) {
-      const double dxhat = w.empty() ? dy[i] : dy[i] * w[i];
-      acc.dw[i] += dy[i] * xr[i] * rrms;
-      dot += dxhat * xr[i];
-    }
-    // rrms = (mean(x²) + eps)^(−1/2)  ->  ∂rrms/∂x_i = −rrms³ · x_i / n
-    double* dx = acc.dx.data() + r * n;
-    const double c = rrms * rrms * rrms * dot / static_cast<double>(n);
-    for (int64_t i = 0; i < n; ++i) {
-      const double dxhat = w.empty() ? dy[i] : dy[i] * w[i];
-      dx[i] = rrms * dxhat - c * xr[i];
-    }
+  std::vector<double> dw;
+  if (x.dtype() == DType::kFloat64) {
+    NormBuffers<double> b = buffers<double>(grad_output, x, weight, grads);
+    rms_norm_backward_typed(b, rows, n, e, dw);
+    flush(grads, b, dw, {});
+  } else {
+    NormBuffers<float> b = buffers<float>(grad_output, x, weight, grads);
+    rms_norm_backward_typed(b, rows, n, e, dw);
+    flush(grads, b, dw, {});
   }
-  flush(grads, acc);
 }
 
 }  // namespace qkv
