@@ -290,8 +290,8 @@ TEST_F(Cli, TrainRecallPrintsBothAccuraciesAndWritesHeatmaps) {
       }
   EXPECT_FALSE(fs::exists(out / "example2_layer0_head0.png"));
   const std::string tokens = read_bytes(out / "tokens.txt");
-  EXPECT_TRUE(contains(tokens, "example0: K")) << tokens;
-  EXPECT_TRUE(contains(tokens, "example1: K")) << tokens;
+  EXPECT_TRUE(contains(tokens, "example0: V")) << tokens;
+  EXPECT_TRUE(contains(tokens, "example1: V")) << tokens;
 }
 
 TEST_F(Cli, TrainRecallRejectsBadOptions) {

@@ -36,12 +36,13 @@ TEST(RecallTask, SequencesFollowTheDefinition) {
     const int64_t* row = batch.tokens.data() + b * 14;
     std::set<int64_t> keys, values;
     for (int64_t i = 0; i < 6; ++i) {
-      EXPECT_GE(row[2 * i], 0);
-      EXPECT_LT(row[2 * i], 10) << "a key is expected at " << 2 * i;
-      EXPECT_GE(row[2 * i + 1], 10);
-      EXPECT_LT(row[2 * i + 1], 22) << "a value is expected at " << 2 * i + 1;
-      keys.insert(row[2 * i]);
-      values.insert(row[2 * i + 1]);
+      // The tutorial's order: the person (value), then the city (key).
+      EXPECT_GE(row[2 * i + 1], 0);
+      EXPECT_LT(row[2 * i + 1], 10) << "a key is expected at " << 2 * i + 1;
+      EXPECT_GE(row[2 * i], 10);
+      EXPECT_LT(row[2 * i], 22) << "a value is expected at " << 2 * i;
+      keys.insert(row[2 * i + 1]);
+      values.insert(row[2 * i]);
     }
     EXPECT_EQ(keys.size(), 6u) << "keys repeat in sequence " << b;
     EXPECT_EQ(values.size(), 6u) << "values repeat in sequence " << b;
@@ -49,10 +50,10 @@ TEST(RecallTask, SequencesFollowTheDefinition) {
     // The answer, found by scanning the pairs for the asked key.
     int64_t found = -1;
     for (int64_t i = 0; i < 6; ++i)
-      if (row[2 * i] == row[13]) found = i;
+      if (row[2 * i + 1] == row[13]) found = i;
     ASSERT_GE(found, 0) << "the asked key is not among the pairs of sequence " << b;
-    EXPECT_EQ(batch.labels[b], row[2 * found + 1] - 10);
-    EXPECT_EQ(batch.key_positions[b], 2 * found);
+    EXPECT_EQ(batch.labels[b], row[2 * found] - 10);
+    EXPECT_EQ(batch.key_positions[b], 2 * found + 1);
     asked_slots.insert(found);
   }
   EXPECT_EQ(asked_slots.size(), 6u) << "every pair should get asked about";
@@ -135,7 +136,8 @@ TEST(RecallModel, AttentionModelGradientsMatchFiniteDifferences) {
 
 TEST(RecallModel, MeanPoolGradientsMatchFiniteDifferences) { check_gradients(Mixer::kMeanPool); }
 
-TEST(RecallModel, AttentionRowsAreDistributions) {
+// Causal by default: a position never looks at a later one.
+TEST(RecallModel, AttentionRowsAreCausalDistributions) {
   const RecallTask task({.pairs = 4});
   RecallModel model(task, {.seed = 1});
   Generator gen(2);
@@ -150,6 +152,7 @@ TEST(RecallModel, AttentionRowsAreDistributions) {
           double sum = 0;
           for (int64_t k = 0; k < 10; ++k) sum += w.at({b, h, q, k});
           EXPECT_NEAR(sum, 1.0, 1e-5);
+          for (int64_t k = q + 1; k < 10; ++k) EXPECT_EQ(w.at({b, h, q, k}), 0.0) << q << " " << k;
         }
   }
   RecallModel pooled(task, {.mixer = Mixer::kMeanPool});
@@ -201,7 +204,7 @@ TEST(RecallTraining, AttentionLearnsWhatMeanPoolingCannot) {
 
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  EXPECT_LT(seconds, 30.0);
+  EXPECT_LT(seconds, 60.0);  // ~5 s on an idle core; a guard, not a benchmark
   std::printf("attention %.3f after %lld steps (%.1f s), mean-pool %.3f; %.1f s in all\n",
               fraction_right(attention, test), static_cast<long long>(trained.steps),
               trained.seconds, pooled_right, seconds);
@@ -217,7 +220,9 @@ TEST(RecallTraining, AttentionLearnsWhatMeanPoolingCannot) {
     std::printf("layer %lld head %lld: key %.3f value %.3f\n", static_cast<long long>(a.layer),
                 static_cast<long long>(a.head), a.on_key, a.on_value);
   }
-  // Some head must find the pair it answers from (its key or its value).
+  // Some head must find the pair it answers from: the matching key (whose
+  // position alone holds key and value under causal attention) or, having
+  // found the key's position in layer 0, the value just before it.
   EXPECT_GT(best, 0.5);
 }
 

@@ -323,10 +323,13 @@ void section_trained_recall(Printer& p, const std::filesystem::path& out_dir) {
   // No time in the output: the demo prints the same text for the same seed.
   p.line("trained " + std::to_string(r.steps) + " steps; held-out accuracy " +
          fixed(100 * train::accuracy(model, test), 1) + "%");
-  double best = 0;
+  // The head that looks hardest at the asked pair: its key, or the value before it.
+  train::QueryAttention best;
   for (const train::QueryAttention& a : train::query_attention(model, test))
-    best = std::max(best, a.on_value);
-  p.line("attention of the query on the matching pair's value (best head): " + fixed(best, 2));
+    if (std::max(a.on_key, a.on_value) > std::max(best.on_key, best.on_value)) best = a;
+  p.line("the query's attention, layer " + std::to_string(best.layer) + " head " +
+         std::to_string(best.head) + ": " + fixed(best.on_key, 2) + " on the matching key, " +
+         fixed(best.on_value, 2) + " on its value");
   train::RecallBatch one = test;
   one.batch = 1;
   one.tokens.resize(test.length);
@@ -334,12 +337,19 @@ void section_trained_recall(Printer& p, const std::filesystem::path& out_dir) {
   one.key_positions.resize(1);
   const std::vector<Tensor> weights = model.attention_weights(one);
   const std::filesystem::path path = out_dir / "recall_trained_last_layer.png";
-  // Head 0 of the last layer, the one that reads the answer.
-  viz::write_heatmap_png(path, weights.back().select(0, 0).select(0, 0), {.cell_pixels = 48});
+  viz::write_heatmap_png(path, weights[best.layer].select(0, 0).select(0, best.head),
+                         {.cell_pixels = 48});
   std::string tokens;
   for (int64_t t = 0; t < test.length; ++t) tokens += " " + task.token_name(one.tokens[t]);
-  p.line("heatmap of" + tokens + ": " + p.style().good(path.string()));
-  p.note("The last row (the query) lights up on the value paired with the asked key;");
+  p.line("heatmap of that head on" + tokens + ": " + p.style().good(path.string()));
+  if (best.on_key >= best.on_value) {
+    p.note("Its last row (the query) lights up on the asked key: under causal attention");
+    p.note("the only position that has seen the key's value.");
+  } else {
+    p.note("Its last row (the query) lights up on the value just before the asked key:");
+    p.note("a layer below found where the key stands (`qkv train recall`, 4 pairs, learns");
+    p.note("a head that reads the key itself).");
+  }
   p.note("`qkv train recall` trains 4 pairs and compares with a model without attention.");
 }
 

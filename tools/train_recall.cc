@@ -32,7 +32,7 @@ struct RecallOptions {
   int64_t pairs = 4;
   int64_t steps = 3000;
   int64_t batch_size = 64;
-  double lr = 3e-3;
+  double lr = 2e-3;
   uint64_t seed = 0;
   std::string out = "qkv-train-recall";
   // One thread: the matrices are tiny, and on a busy machine two threads spent
@@ -208,7 +208,7 @@ Command add_train_recall(CLI::App& train) {
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   recall->footer(
-      "Sequences are k1 v1 ... kk vk ? kq; the label is the value paired with kq.\n"
+      "Sequences are v1 k1 ... vk kk ? kq; the label is the value paired with kq.\n"
       "The heatmaps have no text: tokens.txt in --out lists each example's tokens.");
   return {recall, [options] { return run_recall(*options); }};
 }

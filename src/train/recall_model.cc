@@ -6,6 +6,7 @@
 #include "qkv/error.h"
 #include "qkv/functional.h"
 #include "qkv/gradients.h"
+#include "qkv/masks.h"
 
 namespace qkv::train {
 
@@ -48,6 +49,10 @@ RecallModel::RecallModel(const RecallTask& task, const RecallModelOptions& optio
                                                 .norm_first = options.norm_first},
                                       .num_layers = options.num_layers},
         &gen_);
+    if (options.causal) {
+      encoder_args_.mask = keep_mask_to_additive(causal_mask(length_, length_));
+      encoder_args_.is_causal = true;
+    }
   } else {
     hidden_.emplace(
         nn::LinearOptions{.in_features = options.d_model, .out_features = options.dim_feedforward},
@@ -75,7 +80,7 @@ Tensor RecallModel::forward(const RecallBatch& batch, RecallModelRecord* record)
   const Tensor x = embed(batch, record);  // [B, L, D]
   const int64_t b = batch.batch, l = batch.length, d = options_.d_model;
   if (encoder_) {
-    const Tensor y = encoder_->forward(x, {}, record ? &record->encoder : nullptr);
+    const Tensor y = encoder_->forward(x, encoder_args_, record ? &record->encoder : nullptr);
     // The last position holds the queried key: classify from there.
     const Tensor last = y.select(1, l - 1).contiguous();  // [B, D]
     return head_.forward(last, record ? &record->head : nullptr);
@@ -153,7 +158,7 @@ std::vector<Tensor> RecallModel::attention_weights(const RecallBatch& batch) {
   // The record keeps each layer's per-head queries and keys as the attention
   // saw them (after norm1 in pre-norm layers); the weights are recomputed from them.
   RecallModelRecord record;
-  encoder_->forward(embed(batch, nullptr), {}, &record.encoder);
+  encoder_->forward(embed(batch, nullptr), encoder_args_, &record.encoder);
   std::vector<Tensor> weights;
   for (const nn::TransformerEncoderLayerRecord& layer : record.encoder.layers) {
     const nn::MultiheadAttentionRecord& a = layer.self_attn;

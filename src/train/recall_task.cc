@@ -52,13 +52,13 @@ RecallBatch RecallTask::sample(int64_t batch, Generator& gen) const {
     const int64_t asked = static_cast<int64_t>(gen.next_u64() % static_cast<uint64_t>(k));
     int64_t* row = out.tokens.data() + b * length;
     for (int64_t i = 0; i < k; ++i) {
-      row[2 * i] = key_token(keys[i]);
-      row[2 * i + 1] = value_token(values[i]);
+      row[2 * i] = value_token(values[i]);
+      row[2 * i + 1] = key_token(keys[i]);
     }
     row[2 * k] = query_token();
     row[2 * k + 1] = key_token(keys[asked]);
     out.labels[b] = values[asked];
-    out.key_positions[b] = 2 * asked;
+    out.key_positions[b] = 2 * asked + 1;
   }
   return out;
 }

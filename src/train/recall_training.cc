@@ -122,7 +122,7 @@ std::vector<QueryAttention> query_attention(RecallModel& model, const RecallBatc
       for (int64_t b = 0; b < batch.batch; ++b) {
         const float* row = p + ((b * heads + h) * l + q) * l;
         entry.on_key += row[batch.key_positions[b]];
-        entry.on_value += row[batch.key_positions[b] + 1];
+        entry.on_value += row[batch.key_positions[b] - 1];
       }
       entry.on_key /= batch.batch;
       entry.on_value /= batch.batch;

@@ -1,8 +1,9 @@
 // The small classifiers trained on the recall task (recall_task.h):
 //
 //   kAttention: token embedding + learned position embedding, an
-//     nn::TransformerEncoder (post-norm by default, batch_first, no dropout), and an
-//     nn::Linear head on the last position (the queried key) -> value logits.
+//     nn::TransformerEncoder (post-norm by default, causal, batch_first, no
+//     dropout), and an nn::Linear head on the last position (the queried key)
+//     -> value logits.
 //   kMeanPool: the baseline without attention. The same embeddings are
 //     averaged over the positions, then Linear -> ReLU -> Linear -> logits.
 //     Adding a position vector and averaging leaves the bag of tokens (plus a
@@ -41,6 +42,11 @@ struct RecallModelOptions {
   // Post-norm (torch's default) learned the task here in far fewer steps than
   // pre-norm, which stayed at the bag-of-tokens plateau for 1000+ steps.
   bool norm_first = false;
+  // Each position attends only to itself and earlier ones (as in a decoder).
+  // A value then cannot see the key that follows it, so the key's position is
+  // the only one that comes to hold both, and the query has to look there —
+  // the pattern §6.2 draws. Without it the model may as well look at values.
+  bool causal = true;
   uint64_t seed = 0;  // initialisation
 };
 
@@ -87,6 +93,7 @@ class RecallModel {
   nn::Embedding tokens_;
   nn::Embedding positions_;
   std::optional<nn::TransformerEncoder> encoder_;  // kAttention
+  nn::TransformerEncoderForward encoder_args_;     // the causal mask, or none
   std::optional<nn::Linear> hidden_;               // kMeanPool: D -> dim_feedforward
   nn::Linear head_;                                // D (kMeanPool: dim_feedforward) -> num_values
 };

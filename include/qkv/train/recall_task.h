@@ -1,11 +1,12 @@
 // The associative-recall task (tutorial §1: "张三在杭州工作，李四在上海工作，
-// 那谁在杭州？"): a sequence lists k (key, value) pairs, then a query token
-// and one of the keys; the answer is the value paired with that key.
+// 那谁在杭州？"): a sequence lists k (value, key) pairs — the person, then the
+// city they work in — then a query token and one of the keys (a city); the
+// answer is the value (the person) paired with that key.
 //
 //   train::RecallTask task({.pairs = 8});
 //   Generator gen(0);
 //   train::RecallBatch batch = task.sample(64, gen);
-//   // batch.tokens[b * L .. b * L + L): k1 v1 k2 v2 ... kk vk QUERY kq
+//   // batch.tokens[b * L .. b * L + L): v1 k1 v2 k2 ... vk kk QUERY kq
 //   // batch.labels[b]: index (0 .. num_values-1) of the value paired with kq
 //
 // Token ids: keys 0 .. num_keys-1, values num_keys .. num_keys+num_values-1,
@@ -35,7 +36,7 @@ struct RecallBatch {
   int64_t length = 0;
   std::vector<int64_t> tokens;         // [B, L] token ids
   std::vector<int64_t> labels;         // [B] value index of the queried key, in [0, num_values)
-  std::vector<int64_t> key_positions;  // [B] where the queried key stands (its value is next)
+  std::vector<int64_t> key_positions;  // [B] where the queried key stands (its value just before)
 };
 
 class RecallTask {

@@ -72,7 +72,7 @@ double accuracy(RecallModel& model, const RecallBatch& batch);
 
 // Where the last position (the queried key) looks, per layer and head,
 // averaged over a batch: the weight on the matching key's position and on
-// its value's position (the one after it).
+// its value's position (the one before it).
 struct QueryAttention {
   int64_t layer = 0;
   int64_t head = 0;
