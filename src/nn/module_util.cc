@@ -98,6 +98,8 @@ Tensor recorded_dropout(const Tensor& x, double p, bool training, Generator* gen
 }
 
 Tensor dropout_grad(const Tensor& grad_output, const Tensor& keep_mask, double p) {
+  // No mask: the forward dropped nothing (p = 0 or eval mode), so this is the identity.
+  if (!keep_mask.defined()) return grad_output;
   Tensor grad = Tensor::zeros(grad_output.shape(), grad_output.dtype());
   dropout_backward(grad_output, keep_mask, p, grad);
   return grad;

@@ -91,17 +91,38 @@ void dropout_backward(const Tensor& grad_output, const Tensor& keep_mask, double
   QKV_CHECK(p >= 0.0 && p <= 1.0, fn, ": probability p must be in [0, 1], got ", p);
   check_defined(grad_input, fn, "grad_input");
   check_grad(grad_input, grad_output, fn, "grad_input");
-  std::vector<double> g = grad_output.to_vector();
   if (keep_mask.defined()) {
     QKV_CHECK_TYPE(keep_mask.dtype() == DType::kBool, fn, ": keep_mask must be bool, got ",
                    dtype_name(keep_mask.dtype()));
     QKV_CHECK(keep_mask.shape() == grad_output.shape(), fn, ": keep_mask must have shape ",
               shape_str(grad_output.shape()), ", got ", shape_str(keep_mask.shape()));
-    // Forward: out[i] = kept[i] ? in[i] * keep_scale : T(0); keep_scale rounded to the dtype
-    const double keep_scale = p == 1.0 ? 0.0
-                              : grad_output.dtype() == DType::kFloat32
-                                  ? static_cast<float>(1.0 / (1.0 - p))
-                                  : 1.0 / (1.0 - p);
+  }
+  // Forward: out[i] = kept[i] ? in[i] * keep_scale : T(0); keep_scale rounded to the dtype
+  const double keep_scale = p == 1.0 ? 0.0
+                            : grad_output.dtype() == DType::kFloat32
+                                ? static_cast<float>(1.0 / (1.0 - p))
+                                : 1.0 / (1.0 - p);
+  if (keep_mask.defined() && grad_output.is_contiguous() && grad_input.is_contiguous() &&
+      keep_mask.is_contiguous()) {
+    // The same arithmetic in place, without float64 copies of the tensors.
+    auto run = [&]<class T>(T*) {
+      const T* g = grad_output.data<T>();
+      const bool* kept = keep_mask.data<bool>();
+      T* gi = grad_input.data<T>();
+      const int64_t n = grad_output.numel();
+#pragma omp parallel for schedule(static) if (n >= (1 << 16))
+      for (int64_t i = 0; i < n; ++i)
+        gi[i] = static_cast<T>(static_cast<double>(gi[i]) +
+                               (kept[i] ? static_cast<double>(g[i]) * keep_scale : 0.0));
+    };
+    if (grad_output.dtype() == DType::kFloat64)
+      run(static_cast<double*>(nullptr));
+    else
+      run(static_cast<float*>(nullptr));
+    return;
+  }
+  std::vector<double> g = grad_output.to_vector();
+  if (keep_mask.defined()) {
     const std::vector<double> kept = keep_mask.to_vector();
     for (size_t i = 0; i < g.size(); ++i) g[i] = kept[i] != 0.0 ? g[i] * keep_scale : 0.0;
   }
