@@ -62,7 +62,8 @@ py::dict grads_to_python(const std::vector<nn::Parameter>& params) {
 template <class Module, class PyClass>
 void def_grads(PyClass& cls) {
   cls.def("named_grads", [](Module& self) { return grads_to_python(self.parameters()); })
-      .def("zero_grad", [](Module& self) { self.zero_grad(); });
+      .def("zero_grad", [](Module& self) { self.zero_grad(); })
+      .def("_parameter_list", [](Module& self) { return ModuleParameters{self.parameters()}; });
 }
 
 Tensor mask_arg(py::handle obj, const char* function, const char* name) {
@@ -224,6 +225,8 @@ void bind_encoder(py::module_& m) {
 }  // namespace
 
 void bind_module_backward(py::module_& m) {
+  py::class_<ModuleParameters>(m, "ModuleParameters")
+      .def("__len__", [](const ModuleParameters& self) { return self.params.size(); });
   bind_mha(m);
   bind_encoder_layer(m);
   bind_decoder_layer(m);

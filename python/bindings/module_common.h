@@ -11,6 +11,7 @@
 #include "bindings.h"
 #include "convert.h"
 #include "qkv/generator.h"
+#include "qkv/nn/parameter.h"
 #include "qkv/tensor.h"
 
 namespace qkv::python {
@@ -67,5 +68,13 @@ auto without_gil_unless(bool draws_random, F&& forward) {
   if (!draws_random) release.emplace();
   return forward();
 }
+
+// A trainable module's parameters as the optimizers see them: values and
+// gradient buffers shared with the module (no copies), so that
+// qkv.optim.AdamW(module) updates the module itself from what its backward
+// accumulated. Python gets it from module._impl._parameter_list().
+struct ModuleParameters {
+  std::vector<nn::Parameter> params;
+};
 
 }  // namespace qkv::python

@@ -60,15 +60,32 @@ std::vector<nn::Parameter> parameters_of(
   return out;
 }
 
-// An optimizer over numpy arrays; step(grads) copies the gradients in first.
+// Either numpy arrays (name, array) or a module's own parameters.
+std::vector<nn::Parameter> parameters_of(py::handle params, const char* function) {
+  if (py::isinstance<ModuleParameters>(params)) return params.cast<ModuleParameters&>().params;
+  return parameters_of(params.cast<std::vector<std::pair<std::string, py::object>>>(), function);
+}
+
+// An optimizer over numpy arrays, where step(grads) copies the gradients in
+// first, or over a module's parameters, where step() reads their buffers.
 class PyOptimizer {
  public:
-  explicit PyOptimizer(std::unique_ptr<optim::Optimizer> impl, const char* kind)
-      : impl_(std::move(impl)), kind_(kind) {}
+  PyOptimizer(std::unique_ptr<optim::Optimizer> impl, const char* kind, bool over_module)
+      : impl_(std::move(impl)), kind_(kind), over_module_(over_module) {}
 
+  // grads empty: the parameters belong to a module whose backward filled
+  // their gradient buffers already (ModuleParameters).
   void step(const std::vector<py::object>& grads) {
     const auto& params = impl_->parameters();
     const std::string fn = std::string(kind_) + ".step";
+    if (grads.empty() && over_module_) {
+      py::gil_scoped_release release;
+      impl_->step();
+      return;
+    }
+    if (over_module_)
+      throw py::value_error(fn + "(): this optimizer updates a module from the gradients its "
+                                 "backward accumulated; call step() without gradients");
     if (grads.size() != params.size())
       throw py::value_error(fn + "(): expected " + std::to_string(params.size()) +
                             " gradients (one per parameter), got " + std::to_string(grads.size()));
@@ -91,6 +108,7 @@ class PyOptimizer {
  private:
   std::unique_ptr<optim::Optimizer> impl_;
   const char* kind_;
+  bool over_module_;
 };
 
 CrossEntropyOptions ce_options(int64_t ignore_index, double label_smoothing,
@@ -111,9 +129,10 @@ CrossEntropyOptions ce_options(int64_t ignore_index, double label_smoothing,
 }  // namespace
 
 void bind_optim(py::module_& m) {
-  using Params = std::vector<std::pair<std::string, py::object>>;
+  // A list of (name, array) pairs, or ModuleParameters.
+  using Params = py::object;
   py::class_<PyOptimizer> cls(m, "Optimizer");
-  cls.def("step", &PyOptimizer::step, py::arg("grads"))
+  cls.def("step", &PyOptimizer::step, py::arg("grads") = std::vector<py::object>{})
       .def_property(
           "lr", [](PyOptimizer& self) { return self.impl().lr(); },
           [](PyOptimizer& self, double lr) { self.impl().set_lr(lr); })
@@ -137,7 +156,7 @@ void bind_optim(py::module_& m) {
                                                            .dampening = dampening,
                                                            .weight_decay = weight_decay,
                                                            .nesterov = nesterov}),
-            "SGD");
+            "SGD", py::isinstance<ModuleParameters>(params));
       },
       py::arg("params"), py::arg("lr"), py::arg("momentum"), py::arg("dampening"),
       py::arg("weight_decay"), py::arg("nesterov"));
@@ -159,7 +178,7 @@ void bind_optim(py::module_& m) {
           impl = std::make_unique<optim::AdamW>(std::move(p), o);
         else
           impl = std::make_unique<optim::Adam>(std::move(p), o);
-        return PyOptimizer(std::move(impl), kind);
+        return PyOptimizer(std::move(impl), kind, py::isinstance<ModuleParameters>(params));
       },
       py::arg("params"), py::arg("lr"), py::arg("beta1"), py::arg("beta2"), py::arg("eps"),
       py::arg("weight_decay"), py::arg("amsgrad"), py::arg("decoupled"));

@@ -18,6 +18,18 @@ so the gradients are passed to step(), in the order of the parameters:
 ("<name>.exp_avg", ...), as in a checkpoint written by the C++ library;
 with a list the names are "0", "1", ....
 
+Or `params` is a trainable qkv.nn module (one with forward_with_grad): the
+optimizer then updates the module's own parameters, in place and without
+copies, from the gradients its backward accumulated, as torch's
+`AdamW(model.parameters())` does:
+
+    enc = qkv.nn.TransformerEncoder(layer, num_layers=6)
+    opt = qkv.optim.AdamW(enc, lr=1e-4)
+    out, grad_fn = enc.forward_with_grad(x)
+    grad_fn(grad_out)
+    opt.step()                                  # no gradients to pass
+    enc.zero_grad()
+
 The arithmetic is torch 2.13's single-tensor update in the parameters' dtype
 (one rounding per torch tensor op), so results agree with torch.optim to the
 last bits or nearly so. Hyperparameters are given once; `opt.lr` may be set
@@ -34,6 +46,12 @@ __all__ = ["Adam", "AdamW", "SGD", "WarmupCosineSchedule", "clip_grad_norm_"]
 
 
 def _named_params(params, kind):
+    impl = getattr(params, "_impl", None)
+    if impl is not None and hasattr(impl, "_parameter_list"):
+        handle = impl._parameter_list()
+        if len(handle) == 0:
+            raise ValueError(f"{kind}(): optimizer got a module without parameters")
+        return handle
     if isinstance(params, dict):
         items = [(str(name), array) for name, array in params.items()]
     else:
@@ -54,13 +72,25 @@ class Optimizer:
         self._impl = impl
         self._params = params  # the arrays (the C++ side holds them too)
 
-    def step(self, grads):
+    def step(self, grads=None):
         """Updates every parameter in place from its gradient.
 
         grads: a list of arrays in the order of the parameters (or a dict by
         name when the parameters were given as a dict), each shaped like its
-        parameter.
+        parameter; None when the optimizer was given a module, whose
+        backward left the gradients in the module.
         """
+        kind = type(self).__name__
+        if isinstance(self._params, _core.ModuleParameters):
+            if grads is not None:
+                raise ValueError(f"{kind}.step(): this optimizer updates a module from the "
+                                 f"gradients its backward accumulated; call step() without "
+                                 f"gradients")
+            self._impl.step()
+            return
+        if grads is None:
+            raise TypeError(f"{kind}.step(): pass the gradients, one per parameter (only an "
+                            f"optimizer over a module reads them from the module)")
         if isinstance(grads, dict):
             grads = [grads[name] for name, _ in self._params]
         self._impl.step(list(grads))

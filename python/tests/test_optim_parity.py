@@ -154,6 +154,53 @@ def test_optimizer_argument_errors():
         opt.load_state_dict({"1.momentum_buffer": np.zeros(3, np.float32)})
 
 
+def test_adamw_over_a_module_trains_it_as_torch_does():
+    """qkv.optim.AdamW(module): three steps of forward_with_grad, backward and
+    step() on a TransformerEncoderLayer, against the same steps in torch."""
+    torch.manual_seed(0)
+    theirs = torch.nn.TransformerEncoderLayer(16, 4, 32, dropout=0.0, batch_first=True,
+                                              dtype=torch.float64)
+    ours = qkv.nn.TransformerEncoderLayer(16, 4, 32, dropout=0.0, batch_first=True,
+                                          dtype=np.float64)
+    ours.load_state_dict({k: v.detach().numpy() for k, v in theirs.state_dict().items()})
+    opt_t = torch.optim.AdamW(theirs.parameters(), lr=1e-2, weight_decay=0.1)
+    opt_q = qkv.optim.AdamW(ours, lr=1e-2, weight_decay=0.1)
+    rng = np.random.default_rng(3)
+    for step in range(3):
+        x = rng.standard_normal((2, 5, 16))
+        g = rng.standard_normal((2, 5, 16))
+        (theirs(torch.from_numpy(x)) * torch.from_numpy(g)).sum().backward()
+        opt_t.step()
+        opt_t.zero_grad()
+        _, grad_fn = ours.forward_with_grad(x)
+        grad_fn(g)
+        opt_q.step()
+        ours.zero_grad()
+        state = ours.state_dict()
+        for name, value in theirs.state_dict().items():
+            value = value.numpy()
+            if name == "self_attn.in_proj_bias":
+                # The key bias (its middle third) has gradient 0 in exact arithmetic, and
+                # Adam divides the rounding noise (~1e-17) by its own size: both libraries
+                # move it by noise-driven amounts up to lr · 1e-8. Compared on its own.
+                key = slice(16, 32)
+                assert np.abs(state[name][key] - value[key]).max() <= 1e-2 * 1e-6
+                state[name][key] = value[key]
+            err = rel_err(state[name], value)
+            assert err <= 1e-10, f"step {step}, {name}: {err:.3g}"
+    assert all(np.all(g == 0) for g in ours.named_grads().values())
+
+
+def test_optimizer_over_a_module_takes_no_gradients():
+    layer = qkv.nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True)
+    opt = qkv.optim.SGD(layer, lr=0.1)
+    with pytest.raises(ValueError, match="without gradients"):
+        opt.step([np.zeros(3, np.float32)])
+    arrays = qkv.optim.SGD([np.zeros(3, np.float32)], lr=0.1)
+    with pytest.raises(TypeError, match="pass the gradients"):
+        arrays.step()
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("max_norm,norm_type", [
     (1.0, 2.0), (100.0, 2.0), (0.5, math.inf), (2.0, 1.0), (0.3, 3.0),
