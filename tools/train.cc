@@ -11,6 +11,7 @@ Command add_train_command(CLI::App& parent) {
   CLI::App* app = parent.add_subcommand("train", "Train small models and show what they learned");
   const std::vector<Command> tasks = {
       add_train_recall(*app),
+      add_train_lm(*app),
   };
   return {app, [app, tasks] {
             for (const Command& task : tasks)

@@ -10,5 +10,7 @@ namespace qkv::cli {
 
 // `qkv train recall`: key-value recall; attention against mean pooling, heatmaps.
 Command add_train_recall(CLI::App& train);
+// `qkv train lm`: a character-level decoder-only LM on fortune texts; bits/char, a sample.
+Command add_train_lm(CLI::App& train);
 
 }  // namespace qkv::cli

@@ -14,6 +14,16 @@
 // Generation feeds one token at a time through a cache of the keys and values
 // already computed: see nn::DecoderSession (decoder_session.h) and `qkv generate`.
 //
+// Training (the full-sequence path): forward with a record the caller keeps,
+// a loss on the logits, backward with ∂loss/∂logits into every parameter's
+// gradient buffer (a tied head and the embedding share one), then an
+// optimizer over parameters() — train::train_char_lm (qkv/train/char_lm.h)
+// is a complete loop:
+//   nn::DecoderModelRecord rec;
+//   Tensor logits = model.forward(ids, batch, &rec);    // [B, T, vocab]
+//   ... cross_entropy_backward(..., grad_logits) ...
+//   model.backward(grad_logits, rec);
+//
 // Parameter names (state_dict, safetensors):
 //   tok_embeddings.weight                 [vocab, D]
 //   pos_embeddings.weight                 [max_seq_len, D]   learned positions only
@@ -42,6 +52,7 @@
 #include "qkv/nn/grouped_query_attention.h"
 #include "qkv/nn/kv_cache.h"
 #include "qkv/nn/layer_norm.h"
+#include "qkv/nn/parameter.h"
 #include "qkv/nn/positional_encoding.h"
 #include "qkv/nn/rms_norm.h"
 #include "qkv/tensor.h"
@@ -91,6 +102,24 @@ DecoderModelConfig config_from_json(const std::string& json);
 // The metadata key under which save() stores config_to_json.
 inline constexpr const char* kDecoderConfigKey = "qkv.decoder_model.config";
 
+// What DecoderModel::forward saves for its backward, per block and for the
+// whole model. The variants hold the record of the kind the config chose.
+using NormRecord = std::variant<RMSNormRecord, LayerNormRecord>;
+struct DecoderBlockRecord {
+  NormRecord attention_norm;
+  GroupedQueryAttentionRecord attention;
+  NormRecord ffn_norm;
+  std::variant<SwiGLUFeedForwardRecord, FeedForwardRecord> feed_forward;
+};
+struct DecoderModelRecord {
+  int64_t batch_size = 0;  // B
+  int64_t length = 0;      // T
+  EmbeddingRecord tok_embeddings;
+  std::vector<DecoderBlockRecord> blocks;
+  NormRecord norm;
+  Tensor head_input;  // norm(x): [B, T, D]
+};
+
 class DecoderModel {
  public:
   // Parameters initialised as the torch modules they mirror (embeddings
@@ -107,6 +136,23 @@ class DecoderModel {
   // (one step or a whole prompt at once).
   // ids: B·T ids, row-major [B, T]  ->  [B, T, vocab]
   Tensor forward(std::span<const int64_t> ids, int64_t batch_size, KVCache& cache);
+
+  // Training: forward(ids, batch_size) that also saves what backward() needs
+  // (nullptr: as forward(ids, batch_size)).
+  // ids: B·T ids, row-major [B, T]  ->  [B, T, vocab]
+  Tensor forward(std::span<const int64_t> ids, int64_t batch_size, DecoderModelRecord* record);
+
+  // Adds every parameter's gradient to its buffer (see parameters()); the ids
+  // have none. With tied embeddings the head's gradient and the embedding
+  // lookup's both go into tok_embeddings.weight's buffer.
+  // grad_logits: [B, T, vocab]
+  void backward(const Tensor& grad_logits, const DecoderModelRecord& record);
+
+  // Every trainable tensor under its state_dict name, sharing the model's
+  // values and gradient buffers (allocated as zeros on first use), for an
+  // optimizer; zero_grad() sets the buffers to 0.
+  std::vector<Parameter> parameters();
+  void zero_grad();
 
   // An empty cache shaped for this model; max_len 0 means config.max_seq_len.
   KVCache make_cache(int64_t batch_size = 1, int64_t max_len = 0) const;
@@ -152,6 +198,8 @@ class DecoderModel {
   std::vector<Block> blocks_;
   std::variant<RMSNorm, LayerNorm> norm_;
   Tensor output_;  // [vocab, D] when untied
+  // Gradient buffers of the tensors no module owns: pos_embeddings.weight, output.weight.
+  std::map<std::string, Tensor> grads_;
 };
 
 }  // namespace qkv::nn

@@ -12,14 +12,25 @@
 // Its two halves are public so that a cache can sit between them:
 //   project(x, offset)  -> q, k, v per head (q and k rotated for positions offset…)
 //   attend(q, k, v)     -> attention over any keys, heads merged, o_proj
+//
+// Training: forward with a record the caller keeps, then backward with
+// ∂loss/∂output; it adds the parameter gradients into the module's buffers
+// (parameters(), zero_grad()) and returns ∂loss/∂x. The gradients of a
+// key/value head sum over the query heads of its group; dropout on the
+// weights is replayed from the recorded seed; masks get no gradient.
+//   nn::GroupedQueryAttentionRecord rec;
+//   Tensor y = attn.forward(x, {.causal = CausalMask::kTopLeft}, &rec);
+//   Tensor grad_x = attn.backward(grad_y, rec);
 #pragma once
 
 #include <map>
 #include <string>
+#include <vector>
 
 #include "qkv/attention.h"
 #include "qkv/generator.h"
 #include "qkv/nn/linear.h"
+#include "qkv/nn/parameter.h"
 #include "qkv/nn/positional_encoding.h"
 #include "qkv/tensor.h"
 
@@ -56,6 +67,16 @@ struct ProjectedQkv {
   Tensor v;  // [B, Hkv, L, E]
 };
 
+// What GroupedQueryAttention::forward saves for its backward.
+struct GroupedQueryAttentionRecord {
+  LinearRecord q_proj, k_proj, v_proj;  // x (held, not copied)
+  int64_t position_offset = 0;          // RoPE's first position
+  Tensor q, k, v;                       // SDPA's inputs: [B, H, L, E], [B, Hkv, L, E] (rotated)
+  SdpaOptions sdpa;                     // as the attention ran: mask, causal, dropout, GQA
+  SdpaResult attention;                 // its output, log-sum-exp and dropout seed
+  LinearRecord o_proj;                  // the heads merged: [B, L, H·E]
+};
+
 class GroupedQueryAttention {
  public:
   // q_proj, k_proj, v_proj, o_proj initialised as nn.Linear, in that order.
@@ -64,6 +85,20 @@ class GroupedQueryAttention {
 
   // x: [B, L, D]  ->  [B, L, D]
   Tensor forward(const Tensor& x, const GroupedQueryAttentionForward& args = {});
+
+  // The same, also saving what backward() needs (nullptr: as above).
+  // x: [B, L, D]  ->  [B, L, D]
+  Tensor forward(const Tensor& x, const GroupedQueryAttentionForward& args,
+                 GroupedQueryAttentionRecord* record);
+
+  // Adds the parameter gradients to the module's buffers, returns ∂loss/∂x.
+  // grad_output: [B, L, D]  ->  like record's x
+  Tensor backward(const Tensor& grad_output, const GroupedQueryAttentionRecord& record);
+
+  // q_proj.*, k_proj.*, v_proj.*, o_proj.* with their gradient buffers;
+  // zero_grad() sets them to 0.
+  std::vector<Parameter> parameters();
+  void zero_grad();
 
   // x: [B, L, D]  ->  q [B, H, L, E], k and v [B, Hkv, L, E]
   ProjectedQkv project(const Tensor& x, int64_t position_offset = 0) const;

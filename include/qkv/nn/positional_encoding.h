@@ -139,6 +139,13 @@ class RotaryEmbedding {
   // q: [..., L, E]  k: [..., L, E]  ->  (q', k')
   std::pair<Tensor, Tensor> forward(const Tensor& q, const Tensor& k, int64_t offset) const;
 
+  // Training: the backward of forward(x, offset). A rotation's transpose is
+  // its inverse, so ∂loss/∂x is grad_output rotated back by the same angles.
+  // RoPE has no parameters and needs no record: the angles depend only on the
+  // positions.
+  // grad_output: [..., L, E]  ->  like grad_output
+  Tensor backward(const Tensor& grad_output, int64_t offset = 0) const;
+
   // θ_i = base^(-2i/E).
   // -> E/2 values
   std::vector<double> inverse_frequencies() const;

@@ -1,0 +1,186 @@
+// nn::DecoderModel for training: the full-sequence forward that keeps a
+// record, the backward that walks it in reverse, and the parameter list.
+#include <string>
+#include <vector>
+
+#include "nn/module_util.h"
+#include "qkv/functional.h"
+#include "qkv/gradients.h"
+#include "qkv/linear.h"
+#include "qkv/nn/decoder_model.h"
+
+namespace qkv::nn {
+
+namespace {
+
+using Norm = std::variant<RMSNorm, LayerNorm>;
+using FeedForwardNet = std::variant<SwiGLUFeedForward, FeedForward>;
+using FeedForwardRecordVariant = std::variant<SwiGLUFeedForwardRecord, FeedForwardRecord>;
+
+// Each module kind with the record kind it fills; the variants' alternatives
+// pair up in order, so a record always matches the module that made it.
+Tensor recorded(const RMSNorm& n, const Tensor& x, NormRecord& r) {
+  return n.forward(x, &r.emplace<RMSNormRecord>());
+}
+Tensor recorded(const LayerNorm& n, const Tensor& x, NormRecord& r) {
+  return n.forward(x, &r.emplace<LayerNormRecord>());
+}
+Tensor recorded(const SwiGLUFeedForward& f, const Tensor& x, FeedForwardRecordVariant& r) {
+  return f.forward(x, &r.emplace<SwiGLUFeedForwardRecord>());
+}
+Tensor recorded(const FeedForward& f, const Tensor& x, FeedForwardRecordVariant& r) {
+  return f.forward(x, &r.emplace<FeedForwardRecord>());
+}
+
+Tensor back(RMSNorm& n, const Tensor& g, const NormRecord& r) {
+  return n.backward(g, std::get<RMSNormRecord>(r));
+}
+Tensor back(LayerNorm& n, const Tensor& g, const NormRecord& r) {
+  return n.backward(g, std::get<LayerNormRecord>(r));
+}
+Tensor back(SwiGLUFeedForward& f, const Tensor& g, const FeedForwardRecordVariant& r) {
+  return f.backward(g, std::get<SwiGLUFeedForwardRecord>(r));
+}
+Tensor back(FeedForward& f, const Tensor& g, const FeedForwardRecordVariant& r) {
+  return f.backward(g, std::get<FeedForwardRecord>(r));
+}
+
+template <class Module, class Record>
+Tensor forward_recorded(const Module& module, const Tensor& x, Record& record) {
+  return std::visit([&](const auto& m) { return recorded(m, x, record); }, module);
+}
+
+template <class Module, class Record>
+Tensor backward_recorded(Module& module, const Tensor& grad, const Record& record) {
+  return std::visit([&](auto& m) { return back(m, grad, record); }, module);
+}
+
+template <class Module>
+std::vector<Parameter> parameters_of(Module& module) {
+  return std::visit([](auto& m) { return m.parameters(); }, module);
+}
+
+template <class Module>
+void zero_grad_of(Module& module) {
+  std::visit([](auto& m) { m.zero_grad(); }, module);
+}
+
+}  // namespace
+
+Tensor DecoderModel::forward(std::span<const int64_t> ids, int64_t batch_size,
+                             DecoderModelRecord* record) {
+  if (record == nullptr) return forward(ids, batch_size);
+  const DecoderModelConfig& c = config_;
+  const char* m = "DecoderModel::forward";
+  const int64_t n = static_cast<int64_t>(ids.size());
+  QKV_CHECK(batch_size > 0 && n > 0 && n % batch_size == 0, m, ": ", n,
+            " ids do not form batch_size = ", batch_size, " non-empty sequences");
+  const int64_t T = n / batch_size;
+  QKV_CHECK(c.positions == PositionKind::kRope || T <= c.max_seq_len, m, ": positions 0 to ", T - 1,
+            " exceed the position table (max_seq_len = ", c.max_seq_len, ")");
+  DecoderModelRecord& r = *record;
+  r = {};
+  r.batch_size = batch_size;
+  r.length = T;
+  r.blocks.resize(blocks_.size());
+
+  // As forward(ids, batch_size), each step with its record.
+  Tensor x = tok_embeddings_.forward(std::vector<int64_t>(ids.begin(), ids.end()), {batch_size, T},
+                                     &r.tok_embeddings);  // [B, T, D]
+  if (learned_positions_) x = learned_positions_->forward(x, 0);
+  if (sinusoidal_positions_) x = sinusoidal_positions_->forward(x, 0);
+  for (size_t i = 0; i < blocks_.size(); ++i) {
+    Block& block = blocks_[i];
+    DecoderBlockRecord& br = r.blocks[i];
+    const Tensor normed = forward_recorded(block.attention_norm, x, br.attention_norm);
+    x = add(x, block.attention.forward(normed, {.causal = CausalMask::kTopLeft}, &br.attention));
+    const Tensor ffn_in = forward_recorded(block.ffn_norm, x, br.ffn_norm);
+    x = add(x, forward_recorded(block.feed_forward, ffn_in, br.feed_forward));
+  }
+  r.head_input = forward_recorded(norm_, x, r.norm);
+  return linear(r.head_input, output_weight());  // [B, T, vocab]
+}
+
+void DecoderModel::backward(const Tensor& grad_logits, const DecoderModelRecord& record) {
+  const DecoderModelRecord& r = record;
+  const DecoderModelConfig& c = config_;
+  const char* m = "DecoderModel::backward";
+  QKV_CHECK(r.head_input.defined() && r.blocks.size() == blocks_.size(), m,
+            ": the record is empty or from another model (pass it to forward)");
+  const Shape logits_shape{r.batch_size, r.length, c.vocab_size};
+  QKV_CHECK(grad_logits.defined() && grad_logits.shape() == logits_shape, m,
+            ": grad_logits must have the logits' shape ", shape_str(logits_shape), ", got ",
+            grad_logits.defined() ? shape_str(grad_logits.shape()) : "undefined");
+  QKV_CHECK_TYPE(grad_logits.dtype() == c.dtype, m, ": grad_logits must have the model's dtype ",
+                 dtype_name(c.dtype), ", got ", dtype_name(grad_logits.dtype()));
+
+  // logits = linear(norm(x), output_weight()); tied, the weight is the embedding table.
+  const Tensor grad_head_weight = c.tie_embeddings
+                                      ? tok_embeddings_.parameters().front().grad
+                                      : detail::grad_buffer(grads_, "output.weight", output_);
+  Tensor grad_head_input = Tensor::zeros(r.head_input.shape(), c.dtype);
+  linear_backward(grad_logits, r.head_input, output_weight(), Tensor(),
+                  {.input = grad_head_input, .weight = grad_head_weight});
+  Tensor grad_x = backward_recorded(norm_, grad_head_input, r.norm);
+
+  for (size_t i = blocks_.size(); i-- > 0;) {
+    Block& block = blocks_[i];
+    const DecoderBlockRecord& br = r.blocks[i];
+    // x = x + feed_forward(ffn_norm(x))
+    const Tensor grad_ffn_in = backward_recorded(block.feed_forward, grad_x, br.feed_forward);
+    grad_x = add(grad_x, backward_recorded(block.ffn_norm, grad_ffn_in, br.ffn_norm));
+    // x = x + attention(attention_norm(x))
+    const Tensor grad_normed = block.attention.backward(grad_x, br.attention);
+    grad_x = add(grad_x, backward_recorded(block.attention_norm, grad_normed, br.attention_norm));
+  }
+
+  // x = x + pos_embeddings.weight[0 : T] (broadcast over the batch); the
+  // sinusoidal table is fixed.
+  if (learned_positions_) {
+    const Tensor table = position_table();
+    Tensor grad_rows =
+        detail::grad_buffer(grads_, "pos_embeddings.weight", table).slice(0, 0, r.length);
+    Tensor sum = grad_x.select(0, 0).contiguous();
+    for (int64_t b = 1; b < r.batch_size; ++b) sum = add(sum, grad_x.select(0, b));
+    grad_rows.copy_from(add(grad_rows, sum));
+  }
+  // x = tok_embeddings(ids)
+  tok_embeddings_.backward(grad_x, r.tok_embeddings);
+}
+
+std::vector<Parameter> DecoderModel::parameters() {
+  std::vector<Parameter> params;
+  detail::append_parameters(params, "tok_embeddings", tok_embeddings_.parameters());
+  if (learned_positions_) {
+    const Tensor table = position_table();
+    params.push_back({"pos_embeddings.weight", table,
+                      detail::grad_buffer(grads_, "pos_embeddings.weight", table)});
+  }
+  for (size_t i = 0; i < blocks_.size(); ++i) {
+    Block& b = blocks_[i];
+    const std::string prefix = "layers." + std::to_string(i);
+    detail::append_parameters(params, prefix + ".attention_norm", parameters_of(b.attention_norm));
+    detail::append_parameters(params, prefix + ".attention", b.attention.parameters());
+    detail::append_parameters(params, prefix + ".ffn_norm", parameters_of(b.ffn_norm));
+    detail::append_parameters(params, prefix + ".feed_forward", parameters_of(b.feed_forward));
+  }
+  detail::append_parameters(params, "norm", parameters_of(norm_));
+  if (!config_.tie_embeddings)
+    params.push_back(
+        {"output.weight", output_, detail::grad_buffer(grads_, "output.weight", output_)});
+  return params;
+}
+
+void DecoderModel::zero_grad() {
+  tok_embeddings_.zero_grad();
+  for (Block& b : blocks_) {
+    zero_grad_of(b.attention_norm);
+    b.attention.zero_grad();
+    zero_grad_of(b.ffn_norm);
+    zero_grad_of(b.feed_forward);
+  }
+  zero_grad_of(norm_);
+  detail::zero_grads(grads_);
+}
+
+}  // namespace qkv::nn

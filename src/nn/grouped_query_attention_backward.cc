@@ -1,0 +1,138 @@
+// nn::GroupedQueryAttention for training: the forward that keeps a record,
+// and the backward that walks its steps in reverse.
+#include <cstddef>
+#include <cstring>
+
+#include "nn/module_util.h"
+#include "qkv/functional.h"
+#include "qkv/masks.h"
+#include "qkv/nn/grouped_query_attention.h"
+
+namespace qkv::nn {
+
+namespace {
+
+// Swaps dims 1 and 2 of a contiguous [A, M, N, E] tensor into a new
+// contiguous [A, N, M, E] one, a row of E values at a time: the layout change
+// between [B, L, heads·E] (projections) and [B, heads, L, E] (attention).
+// Row copies keep it at memory speed (Tensor::copy_from walks a strided view
+// element by element, which showed up in the training profile).
+Tensor swap_middle_dims(const Tensor& x) {
+  const Tensor c = x.contiguous();
+  const int64_t A = c.size(0), M = c.size(1), N = c.size(2), E = c.size(3);
+  Tensor out = Tensor::empty({A, N, M, E}, c.dtype());
+  const size_t row = static_cast<size_t>(E) * dtype_size(c.dtype());
+  const auto* src = static_cast<const std::byte*>(c.raw_data());
+  auto* dst = static_cast<std::byte*>(out.raw_data());
+  for (int64_t a = 0; a < A; ++a)
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t n = 0; n < N; ++n)
+        std::memcpy(dst + static_cast<size_t>((a * N + n) * M + m) * row,
+                    src + static_cast<size_t>((a * M + m) * N + n) * row, row);
+  return out;
+}
+
+// [B, L, heads·E] -> [B, heads, L, E] (contiguous).
+Tensor split_heads(const Tensor& x, int64_t heads, int64_t E) {
+  return swap_middle_dims(x.reshape({x.size(0), x.size(1), heads, E}));
+}
+
+// [B, heads, L, E] -> [B, L, heads·E]: split_heads undone.
+Tensor merge_heads(const Tensor& x) {
+  return swap_middle_dims(x).view({x.size(0), x.size(2), x.size(1) * x.size(3)});
+}
+
+}  // namespace
+
+Tensor GroupedQueryAttention::forward(const Tensor& x, const GroupedQueryAttentionForward& args,
+                                      GroupedQueryAttentionRecord* record) {
+  if (record == nullptr) return forward(x, args);
+  // project(x, offset) and attend(q, k, v, args), step by step so that the
+  // record keeps each step's input. Checks as project().
+  const auto& o = options_;
+  const char* m = "GroupedQueryAttention";
+  QKV_CHECK(x.defined(), m, ": input is undefined");
+  QKV_CHECK_TYPE(x.dtype() == o.dtype, m, ": input must have the module's dtype ",
+                 dtype_name(o.dtype), ", got ", dtype_name(x.dtype()));
+  QKV_CHECK(x.dim() == 3 && x.size(2) == o.embed_dim, m,
+            ": input must be [B, L, D] with D = ", o.embed_dim, ", got shape ",
+            shape_str(x.shape()));
+  QKV_CHECK(args.position_offset >= 0, m, ": position_offset must be >= 0, got ",
+            args.position_offset);
+  GroupedQueryAttentionRecord& r = *record;
+  r = {};
+  r.position_offset = args.position_offset;
+  r.q = split_heads(q_proj_.forward(x, &r.q_proj), o.num_heads, o.head_dim);
+  r.k = split_heads(k_proj_.forward(x, &r.k_proj), o.num_kv_heads, o.head_dim);
+  r.v = split_heads(v_proj_.forward(x, &r.v_proj), o.num_kv_heads, o.head_dim);
+  if (o.rope) std::tie(r.q, r.k) = rope_.forward(r.q, r.k, args.position_offset);
+
+  // The SDPA options as attend() builds them.
+  const int64_t L = x.size(1);
+  SdpaOptions& sdpa = r.sdpa;
+  sdpa.enable_gqa = o.num_kv_heads != o.num_heads;
+  sdpa.dropout_p = training_ ? o.dropout : 0.0;
+  sdpa.generator = gen_;
+  if (args.attn_mask.defined() && args.causal != CausalMask::kNone) {
+    Tensor mask = args.attn_mask;
+    if (mask.dtype() == DType::kBool) mask = keep_mask_to_additive(mask, o.dtype);
+    sdpa.attn_mask = add(mask, keep_mask_to_additive(causal_mask(L, L, args.causal), o.dtype));
+  } else {
+    sdpa.attn_mask = args.attn_mask;
+    sdpa.causal = args.causal;
+  }
+  r.attention = scaled_dot_product_attention(r.q, r.k, r.v, sdpa);  // [B, H, L, E]
+  return o_proj_.forward(merge_heads(r.attention.output), &r.o_proj);
+}
+
+Tensor GroupedQueryAttention::backward(const Tensor& grad_output,
+                                       const GroupedQueryAttentionRecord& record) {
+  const GroupedQueryAttentionRecord& r = record;
+  const auto& o = options_;
+  const char* m = "GroupedQueryAttention::backward";
+  QKV_CHECK(r.q_proj.input.defined() && r.o_proj.input.defined(), m,
+            ": the record is empty (pass it to forward)");
+  const Tensor& x = r.q_proj.input;
+  QKV_CHECK(grad_output.defined() && grad_output.shape() == x.shape(), m,
+            ": grad_output must have the output's shape ", shape_str(x.shape()), ", got ",
+            grad_output.defined() ? shape_str(grad_output.shape()) : "undefined");
+  QKV_CHECK_TYPE(grad_output.dtype() == o.dtype, m, ": grad_output must have the module's dtype ",
+                 dtype_name(o.dtype), ", got ", dtype_name(grad_output.dtype()));
+
+  // return o_proj_.forward(merged)
+  const Tensor grad_merged = o_proj_.backward(grad_output, r.o_proj);  // [B, L, H·E]
+  // merged = heads.transpose(1, 2).reshape({B, L, H·E})
+  const Tensor grad_heads = split_heads(grad_merged, o.num_heads, o.head_dim);
+  // heads = scaled_dot_product_attention(q, k, v, sdpa): with GQA, the
+  // gradient of a key/value head sums over the query heads that read it.
+  const SdpaGradients g =
+      scaled_dot_product_attention_backward(grad_heads, r.q, r.k, r.v, r.attention, r.sdpa);
+  // (q, k) = rope_.forward(q, k, offset)
+  Tensor grad_q = g.query, grad_k = g.key;
+  if (o.rope) {
+    grad_q = rope_.backward(grad_q, r.position_offset);
+    grad_k = rope_.backward(grad_k, r.position_offset);
+  }
+  // q = split_heads(q_proj(x)); k, v likewise: x feeds all three.
+  Tensor grad_x = q_proj_.backward(merge_heads(grad_q), r.q_proj);
+  grad_x = add(grad_x, k_proj_.backward(merge_heads(grad_k), r.k_proj));
+  return add(grad_x, v_proj_.backward(merge_heads(g.value), r.v_proj));
+}
+
+std::vector<Parameter> GroupedQueryAttention::parameters() {
+  std::vector<Parameter> params;
+  detail::append_parameters(params, "q_proj", q_proj_.parameters());
+  detail::append_parameters(params, "k_proj", k_proj_.parameters());
+  detail::append_parameters(params, "v_proj", v_proj_.parameters());
+  detail::append_parameters(params, "o_proj", o_proj_.parameters());
+  return params;
+}
+
+void GroupedQueryAttention::zero_grad() {
+  q_proj_.zero_grad();
+  k_proj_.zero_grad();
+  v_proj_.zero_grad();
+  o_proj_.zero_grad();
+}
+
+}  // namespace qkv::nn

@@ -1,0 +1,77 @@
+// `qkv train lm`, run as a user would: a tiny run on a text file of the
+// test's own writes a model that `qkv generate` reads unchanged; a missing
+// text file is a clear error.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <string>
+
+#include "cli_runner.h"
+
+namespace {
+
+using namespace qkv_test;
+
+// A small fortune file: entries separated by "%" lines.
+void write_fortunes(const fs::path& path) {
+  std::ofstream out(path);
+  const char* entries[] = {
+      "The early bird gets the worm, but the second mouse gets the cheese.\n",
+      "A clean desk is a sign of a cluttered desk drawer.\n",
+      "Never put off until tomorrow what you can do the day after tomorrow.\n\t\t-- Mark Twain\n",
+      "Time flies like an arrow; fruit flies like a banana.\n",
+  };
+  for (int i = 0; i < 30; ++i) out << entries[i % 4] << "%\n";
+}
+
+TEST_F(Cli, TrainLmWritesAModelThatGenerateReads) {
+  const fs::path text = dir_ / "tiny.fortunes";
+  write_fortunes(text);
+  const fs::path model = dir_ / "tiny.safetensors";
+  const CliRun run = run_qkv("train lm --text '" + text.string() +
+                             "' --steps 12 --batch-size 4 --context 16 --layers 1 --d-model 16 "
+                             "--heads 2 --sample-tokens 30 --threads 1 --out '" +
+                             model.string() + "'");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_TRUE(contains(run.output, "bits/char")) << run.output;
+  EXPECT_TRUE(contains(run.output, "unigram baseline")) << run.output;
+  EXPECT_TRUE(contains(run.output, "step    12/12")) << run.output;
+  EXPECT_TRUE(contains(run.output, "qkv generate")) << run.output;
+  EXPECT_TRUE(contains(run.output, model.string())) << run.output;
+  EXPECT_FALSE(contains(run.output, "\x1b[")) << run.output;  // piped: no colour
+  ASSERT_TRUE(fs::exists(model));
+
+  const CliRun gen = run_qkv("generate '" + model.string() + "' --max-new-tokens 20 --seed 3");
+  ASSERT_EQ(gen.exit_code, 0) << gen.output;
+  // Every generated character comes from the training text's vocabulary
+  // (none is '%', which only appeared in separator lines).
+  const std::string vocab =
+      "The early bird gets the worm, but the second mouse gets the cheese.\n"
+      "A clean desk is a sign of a cluttered desk drawer.\n"
+      "Never put off until tomorrow what you can do the day after tomorrow.\n\t\t-- Mark Twain\n"
+      "Time flies like an arrow; fruit flies like a banana.\n";
+  for (char c : gen.output)
+    EXPECT_NE(vocab.find(c), std::string::npos) << "character " << int(c) << " in:\n" << gen.output;
+}
+
+TEST_F(Cli, TrainLmNamesAMissingTextFile) {
+  const fs::path missing = dir_ / "no-such-file.txt";
+  const CliRun run = run_qkv("train lm --text '" + missing.string() + "' --steps 1 --out '" +
+                             (dir_ / "m.safetensors").string() + "'");
+  EXPECT_NE(run.exit_code, 0) << run.output;
+  EXPECT_TRUE(contains(run.output, missing.string())) << run.output;
+  EXPECT_TRUE(contains(run.output, "no such file")) << run.output;
+  EXPECT_FALSE(fs::exists(dir_ / "m.safetensors"));
+}
+
+TEST_F(Cli, TrainLmRejectsAnEmptyTextFile) {
+  const fs::path empty = dir_ / "empty.txt";
+  std::ofstream(empty) << "\n%\n\n";
+  const CliRun run = run_qkv("train lm --text '" + empty.string() + "' --steps 1 --out '" +
+                             (dir_ / "m.safetensors").string() + "'");
+  EXPECT_NE(run.exit_code, 0) << run.output;
+  EXPECT_TRUE(contains(run.output, empty.string())) << run.output;
+  EXPECT_TRUE(contains(run.output, "empty")) << run.output;
+}
+
+}  // namespace
