@@ -1,4 +1,5 @@
-// RoPE: rotate coordinate pairs of q and k by position-dependent angles.
+// RoPE: rotate coordinate pairs of q and k by position-dependent angles;
+// the backward rotates the gradient back.
 #include <cmath>
 #include <vector>
 
@@ -48,15 +49,16 @@ std::vector<double> RotaryEmbedding::inverse_frequencies() const {
   return theta;
 }
 
-Tensor RotaryEmbedding::forward(const Tensor& x, int64_t offset) const {
+Tensor RotaryEmbedding::rotated(const Tensor& x, int64_t offset, double direction,
+                                const char* fn) const {
   const int64_t E = options_.head_dim;
-  QKV_CHECK(x.defined(), "RotaryEmbedding: input is undefined");
-  QKV_CHECK_TYPE(is_floating(x.dtype()), "RotaryEmbedding: input must be float32 or float64, got ",
+  QKV_CHECK(x.defined(), fn, ": input is undefined");
+  QKV_CHECK_TYPE(is_floating(x.dtype()), fn, ": input must be float32 or float64, got ",
                  dtype_name(x.dtype()));
-  QKV_CHECK(x.dim() >= 2 && x.size(-1) == E,
-            "RotaryEmbedding: input must be [..., L, E] with E = ", "head_dim = ", E,
-            ", got shape ", shape_str(x.shape()));
-  QKV_CHECK(offset >= 0, "RotaryEmbedding: position offset must be >= 0, got ", offset);
+  QKV_CHECK(x.dim() >= 2 && x.size(-1) == E, fn,
+            ": input must be [..., L, E] with E = ", "head_dim = ", E, ", got shape ",
+            shape_str(x.shape()));
+  QKV_CHECK(offset >= 0, fn, ": position offset must be >= 0, got ", offset);
   const int64_t L = x.size(-2);
   const int64_t batches = L == 0 ? 0 : x.numel() / (L * E);
 
@@ -64,7 +66,7 @@ Tensor RotaryEmbedding::forward(const Tensor& x, int64_t offset) const {
   const std::vector<double> theta = inverse_frequencies();
   for (int64_t l = 0; l < L; ++l)
     for (int64_t i = 0; i < E / 2; ++i) {
-      const double angle = static_cast<double>(offset + l) * theta[i];
+      const double angle = direction * static_cast<double>(offset + l) * theta[i];
       cos_sin[l * E + 2 * i] = std::cos(angle);
       cos_sin[l * E + 2 * i + 1] = std::sin(angle);
     }
@@ -75,6 +77,17 @@ Tensor RotaryEmbedding::forward(const Tensor& x, int64_t offset) const {
   else
     rotate<float>(y.data<float>(), batches, L, E, options_.style, cos_sin);
   return y;
+}
+
+Tensor RotaryEmbedding::forward(const Tensor& x, int64_t offset) const {
+  return rotated(x, offset, 1.0, "RotaryEmbedding");
+}
+
+// A rotation's transpose is the rotation by the opposite angle: with
+// a' = a cos − b sin, b' = b cos + a sin, ∂/∂a = g_a' cos + g_b' sin and
+// ∂/∂b = g_b' cos − g_a' sin.
+Tensor RotaryEmbedding::backward(const Tensor& grad_output, int64_t offset) const {
+  return rotated(grad_output, offset, -1.0, "RotaryEmbedding::backward");
 }
 
 std::pair<Tensor, Tensor> RotaryEmbedding::forward(const Tensor& q, const Tensor& k,

@@ -153,6 +153,10 @@ class RotaryEmbedding {
   const RotaryEmbeddingOptions& options() const { return options_; }
 
  private:
+  // x rotated by direction · pos · θ_i (+1: forward, −1: backward); `fn` names
+  // the call in errors.
+  Tensor rotated(const Tensor& x, int64_t offset, double direction, const char* fn) const;
+
   RotaryEmbeddingOptions options_;
 };
 
