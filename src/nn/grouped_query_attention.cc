@@ -78,6 +78,25 @@ ProjectedQkv GroupedQueryAttention::project(const Tensor& x, int64_t position_of
   return p;
 }
 
+SdpaOptions GroupedQueryAttention::sdpa_options(const GroupedQueryAttentionForward& args, int64_t L,
+                                                int64_t S) const {
+  const auto& o = options_;
+  SdpaOptions sdpa;
+  sdpa.enable_gqa = o.num_kv_heads != o.num_heads;
+  sdpa.dropout_p = training_ ? o.dropout : 0.0;
+  sdpa.generator = gen_;
+  if (args.attn_mask.defined() && args.causal != CausalMask::kNone) {
+    // SDPA takes one or the other: fold the causal mask into an additive mask.
+    Tensor mask = args.attn_mask;
+    if (mask.dtype() == DType::kBool) mask = keep_mask_to_additive(mask, o.dtype);
+    sdpa.attn_mask = add(mask, keep_mask_to_additive(causal_mask(L, S, args.causal), o.dtype));
+  } else {
+    sdpa.attn_mask = args.attn_mask;
+    sdpa.causal = args.causal;
+  }
+  return sdpa;
+}
+
 Tensor GroupedQueryAttention::attend(const Tensor& q, const Tensor& k, const Tensor& v,
                                      const GroupedQueryAttentionForward& args) {
   const auto& o = options_;
@@ -93,20 +112,8 @@ Tensor GroupedQueryAttention::attend(const Tensor& q, const Tensor& k, const Ten
             shape_str(k.shape()), ", v ", shape_str(v.shape()));
   const int64_t B = q.size(0), L = q.size(2), S = k.size(2);
 
-  SdpaOptions sdpa;
-  sdpa.enable_gqa = o.num_kv_heads != o.num_heads;
-  sdpa.dropout_p = training_ ? o.dropout : 0.0;
-  sdpa.generator = gen_;
-  if (args.attn_mask.defined() && args.causal != CausalMask::kNone) {
-    // SDPA takes one or the other: fold the causal mask into an additive mask.
-    Tensor mask = args.attn_mask;
-    if (mask.dtype() == DType::kBool) mask = keep_mask_to_additive(mask, o.dtype);
-    sdpa.attn_mask = add(mask, keep_mask_to_additive(causal_mask(L, S, args.causal), o.dtype));
-  } else {
-    sdpa.attn_mask = args.attn_mask;
-    sdpa.causal = args.causal;
-  }
-  const Tensor heads = scaled_dot_product_attention(q, k, v, sdpa).output;  // [B, H, L, E]
+  const Tensor heads =
+      scaled_dot_product_attention(q, k, v, sdpa_options(args, L, S)).output;  // [B, H, L, E]
   const Tensor merged = heads.transpose(1, 2).reshape({B, L, o.num_heads * o.head_dim});
   return o_proj_.forward(merged);
 }

@@ -69,19 +69,8 @@ Tensor GroupedQueryAttention::forward(const Tensor& x, const GroupedQueryAttenti
 
   // The SDPA options as attend() builds them.
   const int64_t L = x.size(1);
-  SdpaOptions& sdpa = r.sdpa;
-  sdpa.enable_gqa = o.num_kv_heads != o.num_heads;
-  sdpa.dropout_p = training_ ? o.dropout : 0.0;
-  sdpa.generator = gen_;
-  if (args.attn_mask.defined() && args.causal != CausalMask::kNone) {
-    Tensor mask = args.attn_mask;
-    if (mask.dtype() == DType::kBool) mask = keep_mask_to_additive(mask, o.dtype);
-    sdpa.attn_mask = add(mask, keep_mask_to_additive(causal_mask(L, L, args.causal), o.dtype));
-  } else {
-    sdpa.attn_mask = args.attn_mask;
-    sdpa.causal = args.causal;
-  }
-  r.attention = scaled_dot_product_attention(r.q, r.k, r.v, sdpa);  // [B, H, L, E]
+  r.sdpa = sdpa_options(args, L, L);
+  r.attention = scaled_dot_product_attention(r.q, r.k, r.v, r.sdpa);  // [B, H, L, E]
   return o_proj_.forward(merge_heads(r.attention.output), &r.o_proj);
 }
 

@@ -122,6 +122,10 @@ class GroupedQueryAttention {
   const GroupedQueryAttentionOptions& options() const { return options_; }
 
  private:
+  // The SDPA options of L queries against S keys: GQA, dropout in training,
+  // the causal mask folded into args.attn_mask when both are given.
+  SdpaOptions sdpa_options(const GroupedQueryAttentionForward& args, int64_t L, int64_t S) const;
+
   GroupedQueryAttentionOptions options_;
   Linear q_proj_;
   Linear k_proj_;
