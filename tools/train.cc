@@ -12,6 +12,7 @@ Command add_train_command(CLI::App& parent) {
   const std::vector<Command> tasks = {
       add_train_recall(*app),
       add_train_lm(*app),
+      add_train_fortunes(*app),
   };
   return {app, [app, tasks] {
             for (const Command& task : tasks)

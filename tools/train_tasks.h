@@ -12,5 +12,7 @@ namespace qkv::cli {
 Command add_train_recall(CLI::App& train);
 // `qkv train lm`: a character-level decoder-only LM on fortune texts; bits/char, a sample.
 Command add_train_lm(CLI::App& train);
+// `qkv train fortunes`: topic of a fortune text; Transformer encoder against bag of words.
+Command add_train_fortunes(CLI::App& train);
 
 }  // namespace qkv::cli
