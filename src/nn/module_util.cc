@@ -72,14 +72,6 @@ std::vector<Parameter> own_parameters(const StateDict& values, StateDict& grads)
   return params;
 }
 
-void append_parameters(std::vector<Parameter>& out, const std::string& prefix,
-                       std::vector<Parameter> child) {
-  for (Parameter& p : child) {
-    if (!prefix.empty()) p.name = prefix + "." + p.name;
-    out.push_back(std::move(p));
-  }
-}
-
 void zero_grads(StateDict& grads) {
   for (auto& [name, grad] : grads) grad.fill(0.0);
 }

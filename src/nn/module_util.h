@@ -43,10 +43,8 @@ Tensor grad_buffer(StateDict& grads, const std::string& name, const Tensor& valu
 // module's tensors and its gradient buffers (allocated here if needed).
 std::vector<Parameter> own_parameters(const StateDict& values, StateDict& grads);
 
-// Appends `child`'s parameters to `out` with names "prefix.name" (as they are
-// for an empty prefix).
-void append_parameters(std::vector<Parameter>& out, const std::string& prefix,
-                       std::vector<Parameter> child);
+// The public nn::append_parameters (parameter.h), as the modules call it.
+using ::qkv::nn::append_parameters;
 
 // Sets every allocated gradient buffer to 0.
 void zero_grads(StateDict& grads);

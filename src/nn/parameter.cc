@@ -1,5 +1,7 @@
 #include "qkv/nn/parameter.h"
 
+#include <utility>
+
 namespace qkv::nn {
 
 std::vector<Parameter> make_parameters(const std::map<std::string, Tensor>& state_dict,
@@ -14,6 +16,14 @@ std::vector<Parameter> make_parameters(const std::map<std::string, Tensor>& stat
                       Tensor::zeros(value.shape(), value.dtype())});
   }
   return params;
+}
+
+void append_parameters(std::vector<Parameter>& out, const std::string& prefix,
+                       std::vector<Parameter> child) {
+  for (Parameter& p : child) {
+    if (!prefix.empty()) p.name = prefix + "." + p.name;
+    out.push_back(std::move(p));
+  }
 }
 
 }  // namespace qkv::nn

@@ -12,14 +12,6 @@ namespace qkv::train {
 
 namespace {
 
-void append_prefixed(std::vector<nn::Parameter>& out, std::vector<nn::Parameter> params,
-                     const std::string& prefix) {
-  for (nn::Parameter& p : params) {
-    p.name = prefix + "." + p.name;
-    out.push_back(std::move(p));
-  }
-}
-
 void check_batch(const TextBatch& batch, const char* who) {
   QKV_CHECK(batch.batch >= 1 && batch.length >= 1 &&
                 static_cast<int64_t>(batch.tokens.size()) == batch.batch * batch.length &&
@@ -181,11 +173,11 @@ void EncoderClassifier::backward(const Tensor& grad_logits, const EncoderClassif
 
 std::vector<nn::Parameter> EncoderClassifier::parameters() {
   std::vector<nn::Parameter> out;
-  append_prefixed(out, tokens_.parameters(), "tokens");
-  append_prefixed(out, positions_.parameters(), "positions");
-  append_prefixed(out, encoder_.parameters(), "encoder");
-  if (score_) append_prefixed(out, score_->parameters(), "score");
-  append_prefixed(out, head_.parameters(), "head");
+  nn::append_parameters(out, "tokens", tokens_.parameters());
+  nn::append_parameters(out, "positions", positions_.parameters());
+  nn::append_parameters(out, "encoder", encoder_.parameters());
+  if (score_) nn::append_parameters(out, "score", score_->parameters());
+  nn::append_parameters(out, "head", head_.parameters());
   return out;
 }
 
@@ -285,7 +277,7 @@ void BagOfWordsClassifier::backward(const Tensor& grad_logits, const BagOfWordsR
 
 std::vector<nn::Parameter> BagOfWordsClassifier::parameters() {
   std::vector<nn::Parameter> out;
-  append_prefixed(out, head_.parameters(), "head");
+  nn::append_parameters(out, "head", head_.parameters());
   return out;
 }
 
@@ -341,7 +333,7 @@ void LinearProbe::backward(const Tensor& grad_logits, const LinearProbeRecord& r
 
 std::vector<nn::Parameter> LinearProbe::parameters() {
   std::vector<nn::Parameter> out;
-  append_prefixed(out, head_.parameters(), "head");
+  nn::append_parameters(out, "head", head_.parameters());
   return out;
 }
 

@@ -10,18 +10,6 @@
 
 namespace qkv::train {
 
-namespace {
-
-void append_prefixed(std::vector<nn::Parameter>& out, std::vector<nn::Parameter> params,
-                     const std::string& prefix) {
-  for (nn::Parameter& p : params) {
-    p.name = prefix + "." + p.name;
-    out.push_back(std::move(p));
-  }
-}
-
-}  // namespace
-
 RecallModel::RecallModel(const RecallTask& task, const RecallModelOptions& options)
     : options_(options),
       length_(task.sequence_length()),
@@ -129,11 +117,11 @@ void RecallModel::backward(const Tensor& grad_logits, const RecallModelRecord& r
 
 std::vector<nn::Parameter> RecallModel::parameters() {
   std::vector<nn::Parameter> out;
-  append_prefixed(out, tokens_.parameters(), "tokens");
-  append_prefixed(out, positions_.parameters(), "positions");
-  if (encoder_) append_prefixed(out, encoder_->parameters(), "encoder");
-  if (hidden_) append_prefixed(out, hidden_->parameters(), "hidden");
-  append_prefixed(out, head_.parameters(), "head");
+  nn::append_parameters(out, "tokens", tokens_.parameters());
+  nn::append_parameters(out, "positions", positions_.parameters());
+  if (encoder_) nn::append_parameters(out, "encoder", encoder_->parameters());
+  if (hidden_) nn::append_parameters(out, "hidden", hidden_->parameters());
+  nn::append_parameters(out, "head", head_.parameters());
   return out;
 }
 

@@ -32,4 +32,9 @@ struct Parameter {
 std::vector<Parameter> make_parameters(const std::map<std::string, Tensor>& state_dict,
                                        const std::string& prefix = "");
 
+// Appends a child module's parameters to `out`, their names prefixed with
+// "prefix." (none when prefix is empty): how a model lists its submodules'.
+void append_parameters(std::vector<Parameter>& out, const std::string& prefix,
+                       std::vector<Parameter> child);
+
 }  // namespace qkv::nn
