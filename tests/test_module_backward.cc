@@ -490,6 +490,35 @@ TEST(ModuleBackward, TransformerEncoderAndDecoderStacks) {
   }
 }
 
+TEST(ModuleBackward, TransformerEncoderDecoder) {
+  for (bool norm_first : {false, true}) {
+    Generator gen(12);
+    nn::Transformer model({.d_model = 4,
+                           .nhead = 2,
+                           .num_encoder_layers = 2,
+                           .num_decoder_layers = 1,
+                           .dim_feedforward = 6,
+                           .dropout = 0.0,
+                           .norm_first = norm_first,
+                           .dtype = kF64},
+                          &gen);
+    randomize(model.parameters(), gen);
+    const Tensor src = randn({3, 2, 4}, gen), tgt = randn({2, 2, 4}, gen);
+    const Tensor r = randn(tgt.shape(), gen);
+    const nn::TransformerForward args{.tgt_mask = causal_bool(2),
+                                      .src_key_padding_mask = Tensor::from_bools(
+                                          {2, 3}, {false, false, true, false, false, false})};
+    nn::TransformerRecord rec;
+    model.forward(src, tgt, args, &rec);
+    const nn::TransformerInputGradients g = model.backward(r, rec);
+    std::vector<Target> targets{{"src", src, g.src}, {"tgt", tgt, g.tgt}};
+    add_parameters(targets, model.parameters());
+    EXPECT_EQ(targets.size(), 2u + 2 * 12u + 2u + 18u + 2u);
+    check_fd("Transformer", targets,
+             [&] { return weighted_sum(model.forward(src, tgt, args), r); });
+  }
+}
+
 TEST(ModuleBackward, ParameterNamesMatchStateDict) {
   Generator gen(11);
   nn::TransformerDecoderLayer layer(layer_options(false, Activation::kRelu, 0.0), &gen);
@@ -503,6 +532,19 @@ TEST(ModuleBackward, ParameterNamesMatchStateDict) {
   nn::Parameter first = layer.parameters().front();
   first.value.fill(0.5);
   EXPECT_EQ(layer.state_dict().at(first.name).to_vector().front(), 0.5);
+
+  nn::Transformer model({.d_model = 4,
+                         .nhead = 2,
+                         .num_encoder_layers = 1,
+                         .num_decoder_layers = 1,
+                         .dim_feedforward = 6},
+                        &gen);
+  names.clear();
+  for (const nn::Parameter& p : model.parameters()) names.push_back(p.name);
+  expected.clear();
+  for (const auto& [name, t] : model.state_dict()) expected.push_back(name);
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, expected);
 }
 
 }  // namespace

@@ -50,7 +50,8 @@ Transformer::Transformer(const TransformerOptions& options, Generator* gen)
     if (p.dim() > 1) p.copy_from(detail::xavier_uniform(p.shape(), g, p.dtype()));
 }
 
-Tensor Transformer::forward(const Tensor& src, const Tensor& tgt, const TransformerForward& args) {
+Tensor Transformer::forward(const Tensor& src, const Tensor& tgt, const TransformerForward& args,
+                            TransformerRecord* record) {
   const TransformerLayerOptions o = layer_options(options_);
   detail::check_sequence("Transformer", "src", src, o);
   detail::check_sequence("Transformer", "tgt", tgt, o);
@@ -61,16 +62,38 @@ Tensor Transformer::forward(const Tensor& src, const Tensor& tgt, const Transfor
             "Transformer: the batch number of src and tgt must be equal, got src ",
             shape_str(src.shape()), " and tgt ", shape_str(tgt.shape()),
             (o.batch_first ? " (batch_first)" : " (batch is dim 1 unless batch_first)"));
-  const Tensor memory = encoder_.forward(src, {.mask = args.src_mask,
-                                               .src_key_padding_mask = args.src_key_padding_mask,
-                                               .is_causal = args.src_is_causal});
+  const Tensor memory = encoder_.forward(src,
+                                         {.mask = args.src_mask,
+                                          .src_key_padding_mask = args.src_key_padding_mask,
+                                          .is_causal = args.src_is_causal},
+                                         record ? &record->encoder : nullptr);
   return decoder_.forward(tgt, memory,
                           {.tgt_mask = args.tgt_mask,
                            .memory_mask = args.memory_mask,
                            .tgt_key_padding_mask = args.tgt_key_padding_mask,
                            .memory_key_padding_mask = args.memory_key_padding_mask,
                            .tgt_is_causal = args.tgt_is_causal,
-                           .memory_is_causal = args.memory_is_causal});
+                           .memory_is_causal = args.memory_is_causal},
+                          record ? &record->decoder : nullptr);
+}
+
+TransformerInputGradients Transformer::backward(const Tensor& grad_output,
+                                                const TransformerRecord& record) {
+  // return decoder(tgt, memory = encoder(src))
+  const TransformerDecoderInputGradients g = decoder_.backward(grad_output, record.decoder);
+  return {encoder_.backward(g.memory, record.encoder), g.tgt};
+}
+
+std::vector<Parameter> Transformer::parameters() {
+  std::vector<Parameter> params;
+  append_parameters(params, "encoder", encoder_.parameters());
+  append_parameters(params, "decoder", decoder_.parameters());
+  return params;
+}
+
+void Transformer::zero_grad() {
+  encoder_.zero_grad();
+  decoder_.zero_grad();
 }
 
 Tensor Transformer::generate_square_subsequent_mask(int64_t sz, DType dtype) {

@@ -359,6 +359,18 @@ struct TransformerForward {
   bool memory_is_causal = false;
 };
 
+// What Transformer::forward saves for its backward.
+struct TransformerRecord {
+  TransformerEncoderRecord encoder;
+  TransformerDecoderRecord decoder;
+};
+
+// ∂loss/∂src and ∂loss/∂tgt; src's flows back through the memory.
+struct TransformerInputGradients {
+  Tensor src;
+  Tensor tgt;
+};
+
 class Transformer {
  public:
   // As torch: encoder and decoder of cloned layers, each with a final
@@ -367,7 +379,18 @@ class Transformer {
 
   // src: [S, B, D]  tgt: [T, B, D] (batch_first: [B, S, D], [B, T, D];
   // unbatched: [S, D], [T, D])  ->  like tgt
-  Tensor forward(const Tensor& src, const Tensor& tgt, const TransformerForward& args = {});
+  // With a record, also saves what backward() needs (nullptr: inference).
+  Tensor forward(const Tensor& src, const Tensor& tgt, const TransformerForward& args = {},
+                 TransformerRecord* record = nullptr);
+
+  // The decoder's backward, then the encoder's from the memory's gradient;
+  // parameter gradients accumulate in the layers (parameters(), zero_grad()).
+  // grad_output: like tgt  ->  like src, like tgt
+  TransformerInputGradients backward(const Tensor& grad_output, const TransformerRecord& record);
+
+  // "encoder.…" then "decoder.…", as state_dict(), sharing values and gradient buffers.
+  std::vector<Parameter> parameters();
+  void zero_grad();
 
   // The causal mask for a decoder input of length sz: -inf above the diagonal, 0 elsewhere.
   // -> [sz, sz]
