@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "qkv/nn/decoder_model.h"
+#include "qkv/runtime.h"
 #include "qkv/nn/grouped_query_attention.h"
 #include "qkv/nn/positional_encoding.h"
 #include "qkv/train/char_lm.h"
@@ -373,6 +374,8 @@ TEST(DecoderBackward, DecoderModelChecksItsInputs) {
 // --- The char-LM task -----------------------------------------------------------------
 
 TEST(CharLm, TrainingLowersTheLossOnARepeatedText) {
+  // Tiny matrices: one thread. Two took 20x longer when another job held a core.
+  qkv::set_num_threads(1);
   std::vector<std::string> entries;
   const char* lines[] = {"the cat sat on the mat.\n", "a dog ate the hat.\n",
                          "the hat sat on a cat.\n"};

@@ -13,6 +13,35 @@ Tensor iota(const Shape& shape) {
   for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<double>(i);
   return Tensor::from_vector(shape, std::span<const double>(v));
 }
+// copy_from between views that keep rows contiguous (head split/merge,
+// slices, broadcasts of a row) against an element-by-element copy.
+TEST(Tensor, CopyFromStridedViewsRowByRow) {
+  Generator gen(5);
+  const Tensor x = Tensor::randn({2, 3, 4, 5}, gen);
+  struct Case {
+    Tensor src;
+    Shape dst_shape;
+  };
+  const std::vector<Case> cases = {
+      {x.permute({0, 2, 1, 3}), {2, 4, 3, 5}},
+      {x.slice(3, 1, 4), {2, 3, 4, 3}},
+      {x.select(1, 2), {2, 4, 5}},
+      {x.select(0, 1).select(0, 0).select(0, 3).reshape({1, 5}).expand({6, 5}), {6, 5}},
+  };
+  for (const Case& c : cases) {
+    Tensor dst = Tensor::zeros(c.dst_shape);
+    dst.copy_from(c.src);
+    EXPECT_EQ(dst.to_vector(), c.src.to_vector());
+    // Into a strided destination: the merge direction.
+    Tensor wide = Tensor::zeros(c.dst_shape);
+    Tensor into = wide.transpose(0, 1).contiguous().transpose(0, 1);
+    if (c.dst_shape.size() >= 3) {
+      into.copy_from(c.src);
+      EXPECT_EQ(into.to_vector(), c.src.to_vector());
+    }
+  }
+}
+
 }  // namespace
 
 TEST(Tensor, CreationAndProperties) {

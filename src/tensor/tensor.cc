@@ -445,6 +445,34 @@ Tensor Tensor::to(DType dtype) const {
   return t;
 }
 
+namespace {
+
+// dst = src (same shape and dtype) when both keep their last dimension
+// contiguous, as head splits and merges ([B, L, H, E] <-> [B, H, L, E]) and
+// slices do: one memmove per row instead of an element at a time. Returns
+// false for other layouts.
+bool copy_rows(const Tensor& src, Tensor& dst) {
+  if (dst.dim() == 0 || dst.numel() == 0 || dst.stride(-1) != 1 || src.stride(-1) != 1)
+    return false;
+  const int64_t row = dst.size(-1);
+  const Shape outer(dst.shape().begin(), dst.shape().end() - 1);
+  const Strides dst_outer(dst.strides().begin(), dst.strides().end() - 1);
+  const Strides src_outer(src.strides().begin(), src.strides().end() - 1);
+  const int64_t rows = dst.numel() / row;
+  std::vector<int64_t> src_rows(static_cast<size_t>(rows)), dst_rows(static_cast<size_t>(rows));
+  for_each_offset(outer, src_outer, [&](int64_t i, int64_t off) { src_rows[i] = off; });
+  for_each_offset(outer, dst_outer, [&](int64_t i, int64_t off) { dst_rows[i] = off; });
+  const size_t size = dtype_size(dst.dtype());
+  const std::byte* from = static_cast<const std::byte*>(src.raw_data());
+  std::byte* to = static_cast<std::byte*>(dst.raw_data());
+#pragma omp parallel for schedule(static) if (dst.numel() >= (1 << 18))
+  for (int64_t r = 0; r < rows; ++r)
+    std::memmove(to + dst_rows[r] * size, from + src_rows[r] * size, row * size);
+  return true;
+}
+
+}  // namespace
+
 void Tensor::copy_from(const Tensor& src) {
   QKV_CHECK(defined() && src.defined(), "copy_from: tensor is undefined");
   const Tensor from = src.expand(shape_);
@@ -457,6 +485,7 @@ void Tensor::copy_from(const Tensor& src) {
     return;
   }
   if (from.is_contiguous() && is_contiguous() && convert_contiguous(from, *this)) return;
+  if (from.dtype_ == dtype_ && copy_rows(from, *this)) return;
   // Gather source offsets first: the two views may walk memory differently.
   std::vector<int64_t> from_offsets(static_cast<size_t>(numel()));
   for_each_offset(from.shape_, from.strides_,
