@@ -18,10 +18,11 @@
 #include <string>
 #include <vector>
 
+#include "finite_differences.h"
 #include "qkv/nn/decoder_model.h"
-#include "qkv/runtime.h"
 #include "qkv/nn/grouped_query_attention.h"
 #include "qkv/nn/positional_encoding.h"
+#include "qkv/runtime.h"
 #include "qkv/train/char_lm.h"
 
 namespace qkv {
@@ -30,73 +31,7 @@ namespace {
 constexpr DType kF64 = DType::kFloat64;
 constexpr double kTolerance = 1e-6;
 
-struct Target {
-  std::string name;
-  Tensor value;  // float64, contiguous: perturbed in place
-  Tensor grad;   // the analytic gradient, like value
-};
-
-// Worst relative error per module kind, printed at the end of the binary.
-std::map<std::string, double>& worst_errors() {
-  static std::map<std::string, double> worst;
-  return worst;
-}
-
-class ReportWorst : public ::testing::Environment {
- public:
-  void TearDown() override {
-    for (const auto& [module, err] : worst_errors())
-      std::printf("[fd] %-36s worst relative error %.2e\n", module.c_str(), err);
-  }
-};
-const auto* const kReport = ::testing::AddGlobalTestEnvironment(new ReportWorst);
-
-double weighted_sum(const Tensor& out, const Tensor& weights) {
-  const std::vector<double> x = out.to_vector(), w = weights.to_vector();
-  double s = 0.0;
-  for (size_t i = 0; i < x.size(); ++i) s += x[i] * w[i];
-  return s;
-}
-
-// max|fd − analytic| / max(max|fd|, 1) over every element of every target.
-double fd_error(const std::vector<Target>& targets, const std::function<double()>& loss,
-                std::string* worst_name = nullptr) {
-  constexpr double kStep = 1e-6;
-  double worst = 0.0;
-  for (const Target& t : targets) {
-    EXPECT_TRUE(t.value.defined() && t.grad.defined()) << t.name;
-    EXPECT_EQ(t.value.shape(), t.grad.shape()) << t.name;
-    EXPECT_TRUE(t.value.is_contiguous() && t.value.dtype() == kF64) << t.name;
-    Tensor value = t.value;
-    double* p = value.data<double>();
-    const std::vector<double> analytic = t.grad.to_vector();
-    double max_diff = 0.0, max_ref = 0.0;
-    for (int64_t i = 0; i < value.numel(); ++i) {
-      const double saved = p[i];
-      p[i] = saved + kStep;
-      const double up = loss();
-      p[i] = saved - kStep;
-      const double down = loss();
-      p[i] = saved;
-      const double fd = (up - down) / (2 * kStep);
-      max_diff = std::max(max_diff, std::abs(fd - analytic[static_cast<size_t>(i)]));
-      max_ref = std::max(max_ref, std::abs(fd));
-    }
-    const double err = max_diff / std::max(max_ref, 1.0);
-    if (err > worst && worst_name) *worst_name = t.name;
-    worst = std::max(worst, err);
-  }
-  return worst;
-}
-
-void check_fd(const std::string& module, const std::vector<Target>& targets,
-              const std::function<double()>& loss) {
-  std::string name;
-  const double err = fd_error(targets, loss, &name);
-  EXPECT_LE(err, kTolerance) << module << ": worst gradient " << name;
-  double& worst = worst_errors()[module];
-  worst = std::max(worst, err);
-}
+using namespace fd;
 
 Tensor randn(const Shape& shape, Generator& gen) { return Tensor::randn(shape, gen, kF64); }
 

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "finite_differences.h"
 #include "qkv/functional.h"
 #include "qkv/nn/embedding.h"
 #include "qkv/nn/feed_forward.h"
@@ -31,66 +32,7 @@ namespace {
 constexpr DType kF64 = DType::kFloat64;
 constexpr uint64_t kDropoutSeed = 1234;
 
-// One tensor to differentiate: its value (perturbed in place) and the analytic gradient.
-struct Target {
-  std::string name;
-  Tensor value;  // float64, contiguous
-  Tensor grad;   // like value
-};
-
-// Worst max|fd − analytic| / max(max|fd|, 1) over the cases of one module kind,
-// printed at the end of the test binary.
-std::map<std::string, double>& worst_errors() {
-  static std::map<std::string, double> worst;
-  return worst;
-}
-
-class ReportWorst : public ::testing::Environment {
- public:
-  void TearDown() override {
-    for (const auto& [module, err] : worst_errors())
-      std::printf("[fd] %-28s worst relative error %.2e\n", module.c_str(), err);
-  }
-};
-const auto* const kReport = ::testing::AddGlobalTestEnvironment(new ReportWorst);
-
-double weighted_sum(const Tensor& out, const Tensor& weights) {
-  const std::vector<double> x = out.to_vector(), w = weights.to_vector();
-  double s = 0.0;
-  for (size_t i = 0; i < x.size(); ++i) s += x[i] * w[i];
-  return s;
-}
-
-// Central differences of `loss` for every element of every target.
-void check_fd(const std::string& module, const std::vector<Target>& targets,
-              const std::function<double()>& loss, double tolerance = 1e-6) {
-  constexpr double kStep = 1e-6;
-  for (const Target& t : targets) {
-    ASSERT_TRUE(t.value.defined() && t.grad.defined()) << module << ": " << t.name;
-    ASSERT_EQ(t.value.shape(), t.grad.shape()) << module << ": " << t.name;
-    ASSERT_TRUE(t.value.is_contiguous() && t.value.dtype() == kF64) << t.name;
-    Tensor value = t.value;
-    double* p = value.data<double>();
-    const std::vector<double> analytic = t.grad.to_vector();
-    double max_diff = 0.0, max_ref = 0.0;
-    for (int64_t i = 0; i < value.numel(); ++i) {
-      const double saved = p[i];
-      p[i] = saved + kStep;
-      const double up = loss();
-      p[i] = saved - kStep;
-      const double down = loss();
-      p[i] = saved;
-      const double fd = (up - down) / (2 * kStep);
-      max_diff = std::max(max_diff, std::abs(fd - analytic[static_cast<size_t>(i)]));
-      max_ref = std::max(max_ref, std::abs(fd));
-    }
-    const double err = max_diff / std::max(max_ref, 1.0);
-    EXPECT_LE(err, tolerance) << module << ": gradient of " << t.name << " (max |fd| " << max_ref
-                              << ", max |fd - analytic| " << max_diff << ")";
-    double& worst = worst_errors()[module];
-    worst = std::max(worst, err);
-  }
-}
+using namespace fd;
 
 Tensor randn(const Shape& shape, Generator& gen) { return Tensor::randn(shape, gen, kF64); }
 
