@@ -37,11 +37,6 @@ LinearOptions projection(int64_t in, int64_t out, const GroupedQueryAttentionOpt
   return {.in_features = in, .out_features = out, .bias = o.bias, .dtype = o.dtype};
 }
 
-// [B, L, heads·E] -> [B, heads, L, E] (contiguous).
-Tensor split_heads(const Tensor& x, int64_t heads, int64_t E) {
-  return x.view({x.size(0), x.size(1), heads, E}).transpose(1, 2).contiguous();
-}
-
 }  // namespace
 
 GroupedQueryAttention::GroupedQueryAttention(const GroupedQueryAttentionOptions& options,
@@ -61,6 +56,11 @@ GroupedQueryAttention::GroupedQueryAttention(const GroupedQueryAttentionOptions&
              .style = options_.rope_style}) {}
 
 ProjectedQkv GroupedQueryAttention::project(const Tensor& x, int64_t position_offset) const {
+  return project(x, position_offset, nullptr);
+}
+
+ProjectedQkv GroupedQueryAttention::project(const Tensor& x, int64_t position_offset,
+                                            GroupedQueryAttentionRecord* record) const {
   const auto& o = options_;
   const char* m = "GroupedQueryAttention";
   QKV_CHECK(x.defined(), m, ": input is undefined");
@@ -71,9 +71,12 @@ ProjectedQkv GroupedQueryAttention::project(const Tensor& x, int64_t position_of
             shape_str(x.shape()));
   QKV_CHECK(position_offset >= 0, m, ": position_offset must be >= 0, got ", position_offset);
   ProjectedQkv p;
-  p.q = split_heads(q_proj_.forward(x), o.num_heads, o.head_dim);
-  p.k = split_heads(k_proj_.forward(x), o.num_kv_heads, o.head_dim);
-  p.v = split_heads(v_proj_.forward(x), o.num_kv_heads, o.head_dim);
+  p.q = detail::split_heads(q_proj_.forward(x, record ? &record->q_proj : nullptr), o.num_heads,
+                            o.head_dim);
+  p.k = detail::split_heads(k_proj_.forward(x, record ? &record->k_proj : nullptr), o.num_kv_heads,
+                            o.head_dim);
+  p.v = detail::split_heads(v_proj_.forward(x, record ? &record->v_proj : nullptr), o.num_kv_heads,
+                            o.head_dim);
   if (o.rope) std::tie(p.q, p.k) = rope_.forward(p.q, p.k, position_offset);
   return p;
 }
@@ -110,11 +113,11 @@ Tensor GroupedQueryAttention::attend(const Tensor& q, const Tensor& k, const Ten
             m, ": attend expects H = ", o.num_heads, " query heads and Hkv = ", o.num_kv_heads,
             " key/value heads of dim E = ", o.head_dim, ", got q ", shape_str(q.shape()), ", k ",
             shape_str(k.shape()), ", v ", shape_str(v.shape()));
-  const int64_t B = q.size(0), L = q.size(2), S = k.size(2);
+  const int64_t L = q.size(2), S = k.size(2);
 
   const Tensor heads =
       scaled_dot_product_attention(q, k, v, sdpa_options(args, L, S)).output;  // [B, H, L, E]
-  const Tensor merged = heads.transpose(1, 2).reshape({B, L, o.num_heads * o.head_dim});
+  const Tensor merged = detail::merge_heads(heads);                            // [B, L, H·E]
   return o_proj_.forward(merged);
 }
 

@@ -1,7 +1,6 @@
 // nn::GroupedQueryAttention for training: the forward that keeps a record,
 // and the backward that walks its steps in reverse.
-#include <cstddef>
-#include <cstring>
+#include <utility>
 
 #include "nn/module_util.h"
 #include "qkv/functional.h"
@@ -10,62 +9,20 @@
 
 namespace qkv::nn {
 
-namespace {
-
-// Swaps dims 1 and 2 of a contiguous [A, M, N, E] tensor into a new
-// contiguous [A, N, M, E] one, a row of E values at a time: the layout change
-// between [B, L, heads·E] (projections) and [B, heads, L, E] (attention).
-// Row copies keep it at memory speed (Tensor::copy_from walks a strided view
-// element by element, which showed up in the training profile).
-Tensor swap_middle_dims(const Tensor& x) {
-  const Tensor c = x.contiguous();
-  const int64_t A = c.size(0), M = c.size(1), N = c.size(2), E = c.size(3);
-  Tensor out = Tensor::empty({A, N, M, E}, c.dtype());
-  const size_t row = static_cast<size_t>(E) * dtype_size(c.dtype());
-  const auto* src = static_cast<const std::byte*>(c.raw_data());
-  auto* dst = static_cast<std::byte*>(out.raw_data());
-  for (int64_t a = 0; a < A; ++a)
-    for (int64_t m = 0; m < M; ++m)
-      for (int64_t n = 0; n < N; ++n)
-        std::memcpy(dst + static_cast<size_t>((a * N + n) * M + m) * row,
-                    src + static_cast<size_t>((a * M + m) * N + n) * row, row);
-  return out;
-}
-
-// [B, L, heads·E] -> [B, heads, L, E] (contiguous).
-Tensor split_heads(const Tensor& x, int64_t heads, int64_t E) {
-  return swap_middle_dims(x.reshape({x.size(0), x.size(1), heads, E}));
-}
-
-// [B, heads, L, E] -> [B, L, heads·E]: split_heads undone.
-Tensor merge_heads(const Tensor& x) {
-  return swap_middle_dims(x).view({x.size(0), x.size(2), x.size(1) * x.size(3)});
-}
-
-}  // namespace
+using detail::merge_heads;
+using detail::split_heads;
 
 Tensor GroupedQueryAttention::forward(const Tensor& x, const GroupedQueryAttentionForward& args,
                                       GroupedQueryAttentionRecord* record) {
   if (record == nullptr) return forward(x, args);
-  // project(x, offset) and attend(q, k, v, args), step by step so that the
-  // record keeps each step's input. Checks as project().
-  const auto& o = options_;
-  const char* m = "GroupedQueryAttention";
-  QKV_CHECK(x.defined(), m, ": input is undefined");
-  QKV_CHECK_TYPE(x.dtype() == o.dtype, m, ": input must have the module's dtype ",
-                 dtype_name(o.dtype), ", got ", dtype_name(x.dtype()));
-  QKV_CHECK(x.dim() == 3 && x.size(2) == o.embed_dim, m,
-            ": input must be [B, L, D] with D = ", o.embed_dim, ", got shape ",
-            shape_str(x.shape()));
-  QKV_CHECK(args.position_offset >= 0, m, ": position_offset must be >= 0, got ",
-            args.position_offset);
+  // project(x, offset) and attend(q, k, v, args), keeping each step's input.
   GroupedQueryAttentionRecord& r = *record;
   r = {};
   r.position_offset = args.position_offset;
-  r.q = split_heads(q_proj_.forward(x, &r.q_proj), o.num_heads, o.head_dim);
-  r.k = split_heads(k_proj_.forward(x, &r.k_proj), o.num_kv_heads, o.head_dim);
-  r.v = split_heads(v_proj_.forward(x, &r.v_proj), o.num_kv_heads, o.head_dim);
-  if (o.rope) std::tie(r.q, r.k) = rope_.forward(r.q, r.k, args.position_offset);
+  ProjectedQkv p = project(x, args.position_offset, &r);
+  r.q = std::move(p.q);
+  r.k = std::move(p.k);
+  r.v = std::move(p.v);
 
   // The SDPA options as attend() builds them.
   const int64_t L = x.size(1);

@@ -97,4 +97,12 @@ Tensor dropout_grad(const Tensor& grad_output, const Tensor& keep_mask, double p
   return grad;
 }
 
+Tensor split_heads(const Tensor& x, int64_t heads, int64_t E) {
+  return x.reshape({x.size(0), x.size(1), heads, E}).transpose(1, 2).contiguous();
+}
+
+Tensor merge_heads(const Tensor& x) {
+  return x.transpose(1, 2).contiguous().view({x.size(0), x.size(2), x.size(1) * x.size(3)});
+}
+
 }  // namespace qkv::nn::detail

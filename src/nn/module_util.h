@@ -64,4 +64,11 @@ Tensor recorded_dropout(const Tensor& x, double p, bool training, Generator* gen
 // grad_output: [...]  keep_mask: bool like it, or undefined  ->  like grad_output
 Tensor dropout_grad(const Tensor& grad_output, const Tensor& keep_mask, double p);
 
+// Batch-first head layouts: the projections' [B, L, heads·E] and attention's
+// [B, heads, L, E] (both contiguous).
+// x: [B, L, heads·E]  ->  [B, heads, L, E]
+Tensor split_heads(const Tensor& x, int64_t heads, int64_t E);
+// x: [B, heads, L, E]  ->  [B, L, heads·E]
+Tensor merge_heads(const Tensor& x);
+
 }  // namespace qkv::nn::detail

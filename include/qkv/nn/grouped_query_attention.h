@@ -122,6 +122,10 @@ class GroupedQueryAttention {
   const GroupedQueryAttentionOptions& options() const { return options_; }
 
  private:
+  // project(), also keeping the projections' inputs in `record` (when given).
+  ProjectedQkv project(const Tensor& x, int64_t position_offset,
+                       GroupedQueryAttentionRecord* record) const;
+
   // The SDPA options of L queries against S keys: GQA, dropout in training,
   // the causal mask folded into args.attn_mask when both are given.
   SdpaOptions sdpa_options(const GroupedQueryAttentionForward& args, int64_t L, int64_t S) const;
