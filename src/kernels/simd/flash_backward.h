@@ -107,7 +107,7 @@ BView rows_as_b(const float* m, int64_t row_stride, int64_t col_stride, int64_t 
     *panel_stride = kNr;
     return BView{m, row_stride};
   }
-  pack_b<kNr>(m, row_stride, col_stride, rows, cols, 1.0f, buffer);
+  pack_b<Isa, kNr>(m, row_stride, col_stride, rows, cols, 1.0f, buffer);
   *panel_stride = rows * kNr;
   return BView{buffer, kNr};
 }
@@ -128,8 +128,8 @@ void flash_backward_tile(const SdpaBackwardProblem& bp, const FlashTiling& t,
   const float* k_tile = static_cast<const float*>(p.k.base) + p.k.offsets[b0] + j0 * p.k.row_stride;
   const float* v_tile = static_cast<const float*>(p.v.base) + p.v.offsets[b0] + j0 * p.v.row_stride;
   // B element (e, j) = scale·K[j, e] for S; (e, j) = V[j, e] for dP
-  pack_b<Wide::kQueryPanel>(k_tile, p.k.col_stride, p.k.row_stride, p.E, cols, scale, w.k_t);
-  pack_b<Wide::kQueryPanel>(v_tile, p.v.col_stride, p.v.row_stride, p.Ev, cols, 1.0f, w.v_t);
+  pack_b<Isa, Wide::kQueryPanel>(k_tile, p.k.col_stride, p.k.row_stride, p.E, cols, scale, w.k_t);
+  pack_b<Isa, Wide::kQueryPanel>(v_tile, p.v.col_stride, p.v.row_stride, p.Ev, cols, 1.0f, w.v_t);
   int64_t k_panel_stride;
   const BView k_rows =
       rows_as_b<Isa>(k_tile, p.k.row_stride, p.k.col_stride, cols, p.E, w.k_rows, &k_panel_stride);

@@ -143,7 +143,8 @@ inline void finish_forward_rows(const SdpaProblem& p, int64_t b, int64_t q_begin
     for (int64_t e = 0; e < p.Ev; ++e) out[r * p.Ev + e] = out_acc[r * p.Ev + e] * inv;
     if (p.lse)
       p.lse[b * p.L + q_begin + r] =
-          l[r] > 0.0f ? static_cast<double>(m[r]) + std::log(static_cast<double>(l[r]))
+          // (a float log: the backward recomputes P in float from this anyway)
+          l[r] > 0.0f ? static_cast<double>(m[r]) + static_cast<double>(std::log(l[r]))
                       : -std::numeric_limits<double>::infinity();
   }
 }
@@ -244,11 +245,11 @@ void pack_scaled_query(const SdpaProblem& p, int64_t b, int64_t q_begin, int64_t
   const float scale = static_cast<float>(p.scale);
   // B element (e, i) = scale·Q[i, e]
   if (qp == Isa::kLanes) {
-    pack_b<ForwardShape<Isa, true>::kQueryPanel>(q, p.q.col_stride, p.q.row_stride, p.E, rows,
-                                                 scale, w.q_t);
+    pack_b<Isa, ForwardShape<Isa, true>::kQueryPanel>(q, p.q.col_stride, p.q.row_stride, p.E, rows,
+                                                      scale, w.q_t);
   } else {
-    pack_b<ForwardShape<Isa>::kQueryPanel>(q, p.q.col_stride, p.q.row_stride, p.E, rows, scale,
-                                           w.q_t);
+    pack_b<Isa, ForwardShape<Isa>::kQueryPanel>(q, p.q.col_stride, p.q.row_stride, p.E, rows, scale,
+                                                w.q_t);
   }
 }
 
@@ -318,7 +319,7 @@ void flash_forward_tile(const SdpaProblem& p, const FlashTiling& t, int64_t b, i
     BView vb{v_tile, p.v.row_stride};
     int64_t v_panel_stride = kNr;
     if (!v_in_place) {
-      pack_b<kNr>(v_tile, p.v.row_stride, p.v.col_stride, keys, p.Ev, 1.0f, w.v_packed);
+      pack_b<Isa, kNr>(v_tile, p.v.row_stride, p.v.col_stride, keys, p.Ev, 1.0f, w.v_packed);
       vb = BView{w.v_packed, kNr};
       v_panel_stride = keys * kNr;
     }

@@ -40,21 +40,25 @@ void pack_a(const float* a, int64_t rs, int64_t cs, int64_t m, int64_t k, float 
 
 // Packs B (element (p, j) at b[p·rs + j·cs], p < k, j < n) as panels of kNr
 // columns: dst[panel][p][c], times `scale`, zero-padded to whole panels.
-template <int kNr>
+template <class Isa, int kNr>
 void pack_b(const float* b, int64_t rs, int64_t cs, int64_t k, int64_t n, float scale, float* dst) {
+  constexpr int kL = Isa::kLanes;
   for (int64_t j0 = 0; j0 < n; j0 += kNr) {
     const int64_t cols = std::min<int64_t>(kNr, n - j0);
     if (cs == 1 && cols == kNr && scale == 1.0f) {
       for (int64_t p = 0; p < k; ++p, dst += kNr) std::copy_n(b + p * rs + j0, kNr, dst);
       continue;
     }
-    if (rs == 1) {  // a transpose: read each source row once, contiguously
-      for (int64_t c = 0; c < cols; ++c) {
+    if (rs == 1) {  // a transpose: square blocks in registers, the edges one by one
+      const int64_t full_cols = cols / kL * kL, full_k = k / kL * kL;
+      for (int64_t c0 = 0; c0 < full_cols; c0 += kL)
+        for (int64_t p0 = 0; p0 < full_k; p0 += kL)
+          Isa::transpose(b + (j0 + c0) * cs + p0, cs, dst + p0 * kNr + c0, kNr, scale);
+      for (int64_t c = 0; c < kNr; ++c) {
         const float* src = b + (j0 + c) * cs;
-        for (int64_t p = 0; p < k; ++p) dst[p * kNr + c] = src[p] * scale;
+        const int64_t from = c < full_cols ? full_k : 0;
+        for (int64_t p = from; p < k; ++p) dst[p * kNr + c] = c < cols ? src[p] * scale : 0.0f;
       }
-      for (int64_t p = 0; p < k; ++p)
-        for (int64_t c = cols; c < kNr; ++c) dst[p * kNr + c] = 0.0f;
       dst += k * kNr;
       continue;
     }

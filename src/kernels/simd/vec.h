@@ -48,6 +48,34 @@ struct Avx512 {
     const __mmask16 keep = _mm512_cmp_ps_mask(x, set1(limit), _CMP_NLT_UQ);
     return _mm512_maskz_mov_ps(keep, v);
   }
+  // dst[c·ldd + r] = scale·src[r·lds + c] for a 16 × 16 block, in registers:
+  // pairs of rows interleaved, then pairs of pairs, then 128-bit quarters.
+  static void transpose(const float* src, int64_t lds, float* dst, int64_t ldd, float scale) {
+    V r[16], t[16];
+    for (int i = 0; i < 16; ++i) r[i] = load(src + i * lds);
+    for (int i = 0; i < 8; ++i) {
+      t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+      t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    // r[4g + j], quarter q: column 4q + j of rows 4g .. 4g + 3
+    for (int g = 0; g < 4; ++g)
+      for (int h = 0; h < 2; ++h) {
+        const __m512d a = _mm512_castps_pd(t[4 * g + h]), b = _mm512_castps_pd(t[4 * g + 2 + h]);
+        r[4 * g + 2 * h] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, b));
+        r[4 * g + 2 * h + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, b));
+      }
+    const V s = set1(scale);
+    for (int j = 0; j < 4; ++j) {
+      const V v0 = _mm512_shuffle_f32x4(r[j], r[4 + j], 0x88);
+      const V v1 = _mm512_shuffle_f32x4(r[j], r[4 + j], 0xdd);
+      const V v2 = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], 0x88);
+      const V v3 = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], 0xdd);
+      store(dst + j * ldd, mul(s, _mm512_shuffle_f32x4(v0, v2, 0x88)));
+      store(dst + (4 + j) * ldd, mul(s, _mm512_shuffle_f32x4(v1, v3, 0x88)));
+      store(dst + (8 + j) * ldd, mul(s, _mm512_shuffle_f32x4(v0, v2, 0xdd)));
+      store(dst + (12 + j) * ldd, mul(s, _mm512_shuffle_f32x4(v1, v3, 0xdd)));
+    }
+  }
 };
 #endif
 
@@ -89,6 +117,27 @@ struct Avx2 {
   static V zero_below(V x, float limit, V v) {
     return _mm256_and_ps(_mm256_cmp_ps(x, set1(limit), _CMP_NLT_UQ), v);
   }
+  // dst[c·ldd + r] = scale·src[r·lds + c] for an 8 × 8 block, in registers.
+  static void transpose(const float* src, int64_t lds, float* dst, int64_t ldd, float scale) {
+    V r[8], t[8];
+    for (int i = 0; i < 8; ++i) r[i] = load(src + i * lds);
+    for (int i = 0; i < 4; ++i) {
+      t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+      t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    // r[4g + j], half q: column 4q + j of rows 4g .. 4g + 3
+    for (int g = 0; g < 2; ++g) {
+      r[4 * g] = _mm256_shuffle_ps(t[4 * g], t[4 * g + 2], 0x44);
+      r[4 * g + 1] = _mm256_shuffle_ps(t[4 * g], t[4 * g + 2], 0xee);
+      r[4 * g + 2] = _mm256_shuffle_ps(t[4 * g + 1], t[4 * g + 3], 0x44);
+      r[4 * g + 3] = _mm256_shuffle_ps(t[4 * g + 1], t[4 * g + 3], 0xee);
+    }
+    const V s = set1(scale);
+    for (int j = 0; j < 4; ++j) {
+      store(dst + j * ldd, mul(s, _mm256_permute2f128_ps(r[j], r[4 + j], 0x20)));
+      store(dst + (4 + j) * ldd, mul(s, _mm256_permute2f128_ps(r[j], r[4 + j], 0x31)));
+    }
+  }
 };
 #endif
 
@@ -127,6 +176,10 @@ struct Portable {
     V out;
     std::memcpy(&out, &e, sizeof out);
     return out;
+  }
+  static void transpose(const float* src, int64_t lds, float* dst, int64_t ldd, float scale) {
+    for (int r = 0; r < kLanes; ++r)
+      for (int c = 0; c < kLanes; ++c) dst[c * ldd + r] = scale * src[r * lds + c];
   }
   static V zero_below(V x, float limit, V v) {
     const I keep = !(x < set1(limit));
