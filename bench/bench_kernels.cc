@@ -5,6 +5,12 @@
 //   Reference/<pass>/<shape>        the float64-arithmetic reference, for scale
 //   TileSweep/<pass>/<shape>/bq:bk  the fused kernel of the default ISA with
 //                                   other tile sizes than src/kernels/dispatch.cc's
+//   FewRowsLinear/<impl>/m<rows>_<out>x<in>
+//                                   y = x Wᵀ for a few rows of x: qkv's linear
+//                                   (W read in place, src/kernels/simd/gemv_rows.h)
+//                                   against OpenBLAS's sgemm on the same call;
+//                                   24 weight matrices in turn, so that W comes
+//                                   from L3 as in a 6-layer forward pass
 //
 // Counters: FLOP/s (forward 4·B·H·L·S·E, half for causal; backward 2.5× the
 // forward) and peak% (of the FP32 peak that the same ISA measures on every
@@ -12,7 +18,9 @@
 //
 //   build/bench/bench_kernels --benchmark_filter='Fused/avx512/forward'
 //   build/bench/bench_kernels --benchmark_filter=TileSweep --benchmark_min_time=0.2
+//   OPENBLAS_CORETYPE=SkylakeX build/bench/bench_kernels --benchmark_filter=FewRowsLinear
 #include <benchmark/benchmark.h>
+#include <cblas.h>
 #include <omp.h>
 
 #include <algorithm>
@@ -28,6 +36,7 @@
 #include "ops/sdpa_prepare.h"
 #include "qkv/attention.h"
 #include "qkv/generator.h"
+#include "qkv/linear.h"
 #include "qkv/runtime.h"
 #include "qkv/tensor.h"
 
@@ -163,8 +172,8 @@ void forward_with_tiling(const qkv::kernels::SdpaProblem& p, const qkv::kernels:
 #pragma omp for schedule(dynamic, 1)
     for (int64_t item = 0; item < p.problems * q_tiles; ++item) {
       const int64_t q_begin = (item % q_tiles) * t.block_q;
-      table.forward_tile(p, t, item / q_tiles, q_begin,
-                               std::min<int64_t>(t.block_q, p.L - q_begin), scratch.data);
+      table.forward_tile(p, t, item / q_tiles, q_begin, std::min<int64_t>(t.block_q, p.L - q_begin),
+                         scratch.data);
     }
   }
 }
@@ -238,6 +247,26 @@ void tile_sweep(benchmark::State& state, Shape s, qkv::kernels::FlashTiling tili
              [&] { backward_with_tiling(bp, table, tiling, row_dot); });
 }
 
+// --- Linear layers over a few rows ------------------------------------------
+
+void few_rows_linear(benchmark::State& state, bool blas, int64_t m, int64_t out, int64_t in) {
+  qkv::Generator gen(7);
+  std::vector<qkv::Tensor> weights;
+  for (int i = 0; i < 24; ++i) weights.push_back(qkv::Tensor::randn({out, in}, gen));
+  const qkv::Tensor x = qkv::Tensor::randn({m, in}, gen);
+  qkv::Tensor y = qkv::Tensor::empty({m, out});
+  size_t next = 0;
+  timed_loop(state, 2.0 * m * out * in, 0.0, [&] {
+    const qkv::Tensor& w = weights[next++ % weights.size()];
+    if (blas) {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, out, in, 1.0f, x.data<float>(), in,
+                  w.data<float>(), in, 0.0f, y.data<float>(), out);
+    } else {
+      qkv::linear_into(y, x, w);
+    }
+  });
+}
+
 void register_all() {
   using qkv::SdpaBackend;
   for (const qkv::kernels::KernelTable* table : qkv::kernels::supported_kernel_tables())
@@ -262,6 +291,16 @@ void register_all() {
         ->UseManualTime()
         ->Unit(benchmark::kMillisecond);
   }
+  for (int64_t m : {1, 2, 8, 16, 32, 48})
+    for (auto [out, in] : {std::pair<int64_t, int64_t>{384, 384}, {1536, 384}, {384, 1536}})
+      for (bool blas : {false, true}) {
+        const std::string name = std::string("FewRowsLinear/") + (blas ? "openblas" : "qkv") +
+                                 "/m" + std::to_string(m) + "_" + std::to_string(out) + "x" +
+                                 std::to_string(in);
+        benchmark::RegisterBenchmark(name.c_str(), few_rows_linear, blas, m, out, in)
+            ->UseManualTime()
+            ->Unit(benchmark::kMicrosecond);
+      }
   for (const char* pass : {"forward", "backward"})
     for (const Shape& s : kSweepShapes)
       for (int64_t bq : kSweepBlockQ)

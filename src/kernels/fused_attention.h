@@ -17,7 +17,8 @@ struct FlashTiling {
   int64_t block_k = 0;
 };
 
-// y[n] = W[n, k] · x[k]  (y += … when accumulate); W row-major, contiguous.
+// y[m, n] = x[m, k] · W[n, k]ᵀ  (y += … when accumulate); all row-major and
+// contiguous. m = 1 is a matrix-vector product y[n] = W x.
 struct GemvTask {
   const float* w = nullptr;
   const float* x = nullptr;
@@ -25,6 +26,7 @@ struct GemvTask {
   int64_t n = 0;
   int64_t k = 0;
   bool accumulate = false;
+  int64_t m = 1;
 };
 
 struct KernelTable {
@@ -45,8 +47,10 @@ struct KernelTable {
   // Writes the weights of those rows into problem.weights, from problem.lse.
   void (*weights_tile)(const SdpaProblem& problem, const FlashTiling& tiling, int64_t b,
                        int64_t q_begin, int64_t rows, float* scratch);
-  // Rows [begin, end) of a matrix-vector product (one-row linear layers).
+  // Columns [begin, end) of y = x·Wᵀ for 1 ≤ task.m ≤ gemv_max_rows rows of
+  // x, W streamed once and read in place (linear layers over few rows).
   void (*gemv_rows)(const GemvTask& task, int64_t begin, int64_t end);
+  int64_t gemv_max_rows;
   int64_t (*backward_scratch_floats)(const SdpaProblem& problem, const FlashTiling& tiling);
   // Backward over keys [j0, j0 + cols) for `count` problems sharing one K/V
   // matrix: adds into their dK/dV rows and into dQ at grad_q_base + offsets.

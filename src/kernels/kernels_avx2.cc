@@ -1,6 +1,6 @@
 // The fused kernels compiled for AVX2 with FMA.
-#include "kernels/simd/flash_backward.h"
 #include "kernels/simd/few_query_forward.h"
+#include "kernels/simd/flash_backward.h"
 #include "kernels/simd/fma_peak.h"
 #include "kernels/simd/gemv_rows.h"
 
@@ -15,6 +15,7 @@ extern const KernelTable kAvx2Kernels = {
     &simd::forward_tile<simd::Avx2>,
     &simd::weights_tile<simd::Avx2>,
     &simd::gemv_rows<simd::Avx2>,
+    simd::kGemvMaxRows<simd::Avx2>,
     &simd::backward_scratch_floats<simd::Avx2>,
     &simd::flash_backward_tile<simd::Avx2>,
 };

@@ -1,6 +1,6 @@
 // The fused kernels compiled for AVX-512 (F, BW, VL, DQ) with FMA.
-#include "kernels/simd/flash_backward.h"
 #include "kernels/simd/few_query_forward.h"
+#include "kernels/simd/flash_backward.h"
 #include "kernels/simd/fma_peak.h"
 #include "kernels/simd/gemv_rows.h"
 
@@ -15,6 +15,7 @@ extern const KernelTable kAvx512Kernels = {
     &simd::forward_tile<simd::Avx512>,
     &simd::weights_tile<simd::Avx512>,
     &simd::gemv_rows<simd::Avx512>,
+    simd::kGemvMaxRows<simd::Avx512>,
     &simd::backward_scratch_floats<simd::Avx512>,
     &simd::flash_backward_tile<simd::Avx512>,
 };

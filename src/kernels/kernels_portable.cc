@@ -1,6 +1,6 @@
 // The fused kernels for any CPU (4-lane GCC vector extensions).
-#include "kernels/simd/flash_backward.h"
 #include "kernels/simd/few_query_forward.h"
+#include "kernels/simd/flash_backward.h"
 #include "kernels/simd/fma_peak.h"
 #include "kernels/simd/gemv_rows.h"
 
@@ -15,6 +15,7 @@ extern const KernelTable kPortableKernels = {
     &simd::forward_tile<simd::Portable>,
     &simd::weights_tile<simd::Portable>,
     &simd::gemv_rows<simd::Portable>,
+    simd::kGemvMaxRows<simd::Portable>,
     &simd::backward_scratch_floats<simd::Portable>,
     &simd::flash_backward_tile<simd::Portable>,
 };

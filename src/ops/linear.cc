@@ -39,16 +39,18 @@ void linear_impl(int64_t m, int64_t n, int64_t k, const T* x, const T* w, const 
     if (!bias) std::fill(y, y + m * n, T(0));
     return;
   }
-  if (m == 1) {
-    // One row (a decoding step): y = W x, a matrix-vector product that
-    // streams W once; gemm's packing would only add overhead here.
-    if constexpr (std::is_same_v<T, float>) {
+  if (m == 0 || n == 0) return;
+  if constexpr (std::is_same_v<T, float>) {
+    // One row (a decoding step) or a few (a short sentence): W streams in
+    // once and is read in place; a gemm's packing of W would cost more.
+    if (m <= detail::gemv_max_rows()) {
       const detail::GemvTask task{
-          .w = w, .x = x, .y = y, .n = n, .k = k, .accumulate = beta != 0.0};
+          .w = w, .x = x, .y = y, .n = n, .k = k, .accumulate = beta != 0.0, .m = m};
       detail::gemv({&task, 1});
-    } else {
-      cblas_dgemv(CblasRowMajor, CblasNoTrans, n, k, 1.0, w, k, x, 1, beta, y, 1);
+      return;
     }
+  } else if (m == 1) {
+    cblas_dgemv(CblasRowMajor, CblasNoTrans, n, k, 1.0, w, k, x, 1, beta, y, 1);
     return;
   }
   gemm<T>(true, m, n, k, x, w, y, beta);

@@ -1,0 +1,72 @@
+// linear() on float32 through every ISA's own kernels (one row: gemv_rows; a
+// few rows: few_rows_gemm, W read in place) and through the BLAS (more rows),
+// against the same product in float64.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/fused_attention.h"
+#include "qkv/generator.h"
+#include "qkv/linear.h"
+#include "qkv/runtime.h"
+
+using namespace qkv;
+
+namespace {
+
+// max |a − b| / max |b|
+double relative_error(const Tensor& a, const Tensor& b) {
+  double worst = 0, scale = 0;
+  const std::vector<double> x = a.to_vector(), y = b.to_vector();
+  for (size_t i = 0; i < x.size(); ++i) {
+    worst = std::max(worst, std::abs(x[i] - y[i]));
+    scale = std::max(scale, std::abs(y[i]));
+  }
+  return worst / scale;
+}
+
+class LinearKernels : public ::testing::TestWithParam<const kernels::KernelTable*> {
+ protected:
+  void SetUp() override { kernels::override_kernel_table(GetParam()); }
+  void TearDown() override {
+    kernels::override_kernel_table(nullptr);
+    set_num_threads(threads_);
+  }
+  const int threads_ = num_threads();
+};
+
+TEST_P(LinearKernels, EveryRowCountAgainstFloat64) {
+  Generator gen(3);
+  const int64_t most = GetParam()->gemv_max_rows;
+  const int64_t rows[] = {1, 2, 3, most / 3, most / 3 + 1, most - 1, most, most + 1, 70};
+  const std::pair<int64_t, int64_t> sizes[] = {{1, 1},   {9, 3},    {8, 16},
+                                               {40, 17}, {385, 64}, {96, 385}};
+  for (int threads : {1, 2}) {
+    set_num_threads(threads);
+    for (int64_t m : rows)
+      for (auto [n, k] : sizes)
+        for (bool with_bias : {false, true}) {
+          const Tensor x = Tensor::randn({m, k}, gen), w = Tensor::randn({n, k}, gen);
+          const Tensor b = with_bias ? Tensor::randn({n}, gen) : Tensor();
+          const Tensor y = linear(x, w, b);
+          const Tensor ref = linear(x.to(DType::kFloat64), w.to(DType::kFloat64),
+                                    with_bias ? b.to(DType::kFloat64) : Tensor());
+          EXPECT_LE(relative_error(y, ref), 1e-5)
+              << "m=" << m << " n=" << n << " k=" << k << (with_bias ? " +bias" : "")
+              << " threads=" << threads;
+          Tensor into = Tensor::full({m, n}, NAN);
+          linear_into(into, x, w, b);
+          EXPECT_LE(relative_error(into, ref), 1e-5) << "linear_into m=" << m << " n=" << n;
+        }
+  }
+}
+
+std::string table_name(const ::testing::TestParamInfo<const kernels::KernelTable*>& info) {
+  return info.param->name;
+}
+
+INSTANTIATE_TEST_SUITE_P(EveryIsa, LinearKernels,
+                         ::testing::ValuesIn(kernels::supported_kernel_tables()), table_name);
+
+}  // namespace
