@@ -1,11 +1,13 @@
 // layer_norm and rms_norm: per-row statistics over the trailing dims,
-// accumulated in float64 for either dtype, then one rounding per output.
+// accumulated in float64 for either dtype (ops/row_statistics.h), then one
+// rounding per output. Rows are spread over the threads.
 #include <cmath>
 #include <limits>
 
 #include "ops/checks.h"
 #include "ops/into_checks.h"
 #include "ops/normalization_checks.h"
+#include "ops/row_statistics.h"
 #include "qkv/functional.h"
 
 namespace qkv {
@@ -45,19 +47,17 @@ const T* optional_data(const Tensor& contiguous_param) {
   return contiguous_param.defined() ? contiguous_param.data<T>() : nullptr;
 }
 
+// Rows are spread over the threads when there are enough of them.
+constexpr int64_t kParallelElements = 1 << 15;
+
 template <class T>
 void layer_norm_rows(const T* x, const T* w, const T* b, T* y, Rows rows, double eps) {
   const int64_t n = rows.length;
+#pragma omp parallel for schedule(static) if (rows.count * n >= kParallelElements)
   for (int64_t r = 0; r < rows.count; ++r) {
     const T* xr = x + r * n;
     T* yr = y + r * n;
-    double mean = 0.0;
-    for (int64_t i = 0; i < n; ++i) mean += xr[i];
-    mean /= static_cast<double>(n);
-    double var = 0.0;
-    for (int64_t i = 0; i < n; ++i) var += (xr[i] - mean) * (xr[i] - mean);
-    var /= static_cast<double>(n);
-    const double rstd = 1.0 / std::sqrt(var + eps);
+    const auto [mean, rstd] = detail::layer_norm_moments(xr, n, eps);
     for (int64_t i = 0; i < n; ++i) {
       double v = (xr[i] - mean) * rstd;
       if (w) v *= w[i];
@@ -70,13 +70,11 @@ void layer_norm_rows(const T* x, const T* w, const T* b, T* y, Rows rows, double
 template <class T>
 void rms_norm_rows(const T* x, const T* w, T* y, Rows rows, double eps) {
   const int64_t n = rows.length;
+#pragma omp parallel for schedule(static) if (rows.count * n >= kParallelElements)
   for (int64_t r = 0; r < rows.count; ++r) {
     const T* xr = x + r * n;
     T* yr = y + r * n;
-    double mean_square = 0.0;
-    for (int64_t i = 0; i < n; ++i) mean_square += static_cast<double>(xr[i]) * xr[i];
-    mean_square /= static_cast<double>(n);
-    const double rrms = 1.0 / std::sqrt(mean_square + eps);
+    const double rrms = detail::rms_norm_rrms(xr, n, eps);
     for (int64_t i = 0; i < n; ++i) {
       double v = xr[i] * rrms;
       if (w) v *= w[i];

@@ -1,5 +1,5 @@
 // Backward of layer_norm and rms_norm. The row statistics are recomputed from
-// x in float64 exactly as the forward computes them (src/ops/normalization.cc),
+// x in float64 exactly as the forward computes them (ops/row_statistics.h),
 // so nothing but the inputs has to be kept from the forward. Rows are spread
 // over the threads; every sum is float64, each result rounded once.
 #include <cmath>
@@ -10,6 +10,7 @@
 #include "ops/backward_util.h"
 #include "ops/checks.h"
 #include "ops/normalization_checks.h"
+#include "ops/row_statistics.h"
 #include "qkv/gradients.h"
 
 namespace qkv {
@@ -93,16 +94,7 @@ void layer_norm_backward_typed(NormBuffers<T>& b, int64_t rows, int64_t n, doubl
   auto [dw, db] = for_rows(rows, n, [&](int64_t r, double* dw, double* db) {
     const T* xr = xs + r * n;
     const T* dy = dys + r * n;
-    double mean = 0.0;
-    for (int64_t i = 0; i < n; ++i) mean += static_cast<double>(xr[i]);
-    mean /= static_cast<double>(n);
-    double var = 0.0;
-    for (int64_t i = 0; i < n; ++i) {
-      const double d = static_cast<double>(xr[i]) - mean;
-      var += d * d;
-    }
-    var /= static_cast<double>(n);
-    const double rstd = 1.0 / std::sqrt(var + eps);
+    const auto [mean, rstd] = detail::layer_norm_moments(xr, n, eps);
     // Forward: v = (xr[i] - mean) * rstd; v *= w[i]; v += b[i];
     double mean_dxhat = 0.0, mean_dxhat_xhat = 0.0;
     for (int64_t i = 0; i < n; ++i) {
@@ -140,10 +132,7 @@ void rms_norm_backward_typed(NormBuffers<T>& b, int64_t rows, int64_t n, double 
   auto [dw, db] = for_rows(rows, n, [&](int64_t r, double* dw, double*) {
     const T* xr = xs + r * n;
     const T* dy = dys + r * n;
-    double mean_square = 0.0;
-    for (int64_t i = 0; i < n; ++i) mean_square += static_cast<double>(xr[i]) * xr[i];
-    mean_square /= static_cast<double>(n);
-    const double rrms = 1.0 / std::sqrt(mean_square + eps);
+    const double rrms = detail::rms_norm_rrms(xr, n, eps);
     // Forward: double v = xr[i] * rrms; v *= w[i];
     double dot = 0.0;  // Σ dxhat_i x_i
     for (int64_t i = 0; i < n; ++i) {
