@@ -77,10 +77,12 @@ const char* run_forward(const kernels::SdpaProblem& p, bool fused, int64_t head_
 }
 
 // NaN or inf in the inputs reach the output; checking the output alone is
-// one read instead of three, and also catches overflow of huge inputs.
-void check_output_finite(const Tensor& output, const Tensor& q, const Tensor& k, const Tensor& v,
-                         const char* fn) {
-  if (all_finite(output)) return;
+// one read instead of three, and also catches overflow of huge inputs. The
+// fused kernels check what they write (`flagged`); the reference's output is
+// scanned.
+void check_output_finite(const Tensor& output, const std::atomic<bool>* flagged, const Tensor& q,
+                         const Tensor& k, const Tensor& v, const char* fn) {
+  if (flagged ? !flagged->load() : all_finite(output)) return;
   check_finite(q, fn, "query");
   check_finite(k, fn, "key");
   check_finite(v, fn, "value");
@@ -119,8 +121,11 @@ void scaled_dot_product_attention_into(Tensor& output, const Tensor& q, const Te
   p.output = output.raw_data();
   st.lse.resize(static_cast<size_t>(p.problems * p.L));
   p.lse = st.lse.data();
+  std::atomic<bool> nonfinite{false};
+  p.nonfinite_output = &nonfinite;
   run_forward(p, fused, st.prepared.head_group, q, st.stacked);
-  check_output_finite(output, q, k, v, fn);
+  p.nonfinite_output = nullptr;  // the workspace outlives this call's flag
+  check_output_finite(output, fused ? &nonfinite : nullptr, q, k, v, fn);
 }
 
 SdpaResult scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
@@ -156,10 +161,12 @@ SdpaResult scaled_dot_product_attention(const Tensor& q, const Tensor& k, const 
   lse_shape.push_back(p.L);
   result.logsumexp = Tensor::empty(lse_shape, DType::kFloat64);
   p.lse = result.logsumexp.data<double>();
+  std::atomic<bool> nonfinite{false};
+  p.nonfinite_output = &nonfinite;
   kernels::SdpaProblem stacked;
   const char* kernel = run_forward(p, fused, prepared.head_group, q, stacked);
   result.kernel = fused ? std::string("fused-") + kernel : kernel;
-  check_output_finite(result.output, q, k, v, fn);
+  check_output_finite(result.output, fused ? &nonfinite : nullptr, q, k, v, fn);
   return result;
 }
 

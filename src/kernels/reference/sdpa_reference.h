@@ -10,6 +10,7 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <vector>
@@ -48,6 +49,9 @@ struct SdpaProblem {
   void* output = nullptr;         // contiguous [problems, L, Ev]
   void* weights = nullptr;        // contiguous [problems, L, S], or nullptr
   double* lse = nullptr;          // log-sum-exp of each score row [problems, L], or nullptr
+  // The fused kernels set it (and never clear it) when they write a NaN or
+  // infinite output, so that no second pass over the output has to look.
+  std::atomic<bool>* nonfinite_output = nullptr;
 };
 
 // Element (row, col) of problem b's matrix in m, as double.

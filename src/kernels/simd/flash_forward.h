@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "kernels/fused_attention.h"
@@ -133,20 +134,29 @@ void scale_row(float* x, int64_t n, float factor) {
 }
 
 // The end of a forward tile: O = O / l into p.output, lse = m + log l into
-// p.lse (−inf and output 0 for a row whose keys were all masked).
+// p.lse (−inf and output 0 for a row whose keys were all masked); raises
+// p.nonfinite_output if an output is NaN or infinite.
 // out_acc: [rows, Ev] unnormalised outputs; m, l: per row.
 inline void finish_forward_rows(const SdpaProblem& p, int64_t b, int64_t q_begin, int64_t rows,
                                 const float* out_acc, const float* m, const float* l) {
   float* out = static_cast<float*>(p.output) + (b * p.L + q_begin) * p.Ev;
+  uint32_t nonfinite = 0;  // an IEEE float is NaN or ±inf when its exponent bits are all ones
   for (int64_t r = 0; r < rows; ++r) {
     const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
-    for (int64_t e = 0; e < p.Ev; ++e) out[r * p.Ev + e] = out_acc[r * p.Ev + e] * inv;
+    for (int64_t e = 0; e < p.Ev; ++e) {
+      const float o = out_acc[r * p.Ev + e] * inv;
+      out[r * p.Ev + e] = o;
+      uint32_t bits;
+      std::memcpy(&bits, &o, sizeof bits);
+      nonfinite |= static_cast<uint32_t>((bits & 0x7f800000u) == 0x7f800000u);
+    }
     if (p.lse)
       p.lse[b * p.L + q_begin + r] =
           // (a float log: the backward recomputes P in float from this anyway)
           l[r] > 0.0f ? static_cast<double>(m[r]) + static_cast<double>(std::log(l[r]))
                       : -std::numeric_limits<double>::infinity();
   }
+  if (nonfinite && p.nonfinite_output) p.nonfinite_output->store(true, std::memory_order_relaxed);
 }
 
 // Weights of query i over keys [j0, j0 + keys) from its scores s[j·step] and
@@ -323,8 +333,14 @@ void flash_forward_tile(const SdpaProblem& p, const FlashTiling& t, int64_t b, i
       vb = BView{w.v_packed, kNr};
       v_panel_stride = keys * kNr;
     }
-    gemm_tiles<Isa, kMr, 2>(rows, p.Ev, keys, AView{w.s_t, 1, qp}, kMr, vb, v_panel_stride, w.out,
-                            p.Ev, true);
+    if (qp == kL) {  // a narrow tile: panels of kKeyRows queries divide it evenly
+      constexpr int kRows = ForwardShape<Isa>::kKeyRows;
+      gemm_tiles<Isa, kRows, 2>(rows, p.Ev, keys, AView{w.s_t, 1, qp}, kRows, vb, v_panel_stride,
+                                w.out, p.Ev, true);
+    } else {
+      gemm_tiles<Isa, kMr, 2>(rows, p.Ev, keys, AView{w.s_t, 1, qp}, kMr, vb, v_panel_stride, w.out,
+                              p.Ev, true);
+    }
   }
 
   finish_forward_rows(p, b, q_begin, rows, w.out, w.m, w.l);
