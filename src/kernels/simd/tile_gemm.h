@@ -136,16 +136,24 @@ void micro_kernel(int64_t k, AView av, BView bv, float* c, int64_t ldc, bool acc
       }
     return;
   }
-  alignas(64) float tile[kRows * kVecs * kL];
+  // An edge tile: the rows that exist, the columns through lane masks.
 #pragma GCC unroll 16
-  for (int r = 0; r < kRows; ++r)
+  for (int r = 0; r < kRows; ++r) {
+    if (r >= rows) break;
 #pragma GCC unroll 4
-    for (int v = 0; v < kVecs; ++v) Isa::store(tile + (r * kVecs + v) * kL, acc[r][v]);
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t j = 0; j < cols; ++j) {
-      const float x = tile[r * kVecs * kL + j];
-      c[r * ldc + j] = accumulate ? c[r * ldc + j] + x : x;
+    for (int v = 0; v < kVecs; ++v) {
+      const int lanes = static_cast<int>(std::min<int64_t>(kL, cols - v * kL));
+      if (lanes <= 0) break;
+      float* out = c + r * ldc + v * kL;
+      if (lanes == kL) {
+        Isa::store(out, accumulate ? Isa::add(Isa::load(out), acc[r][v]) : acc[r][v]);
+      } else {
+        const typename Isa::V sum =
+            accumulate ? Isa::add(Isa::load_first(out, lanes), acc[r][v]) : acc[r][v];
+        Isa::store_first(out, sum, lanes);
+      }
     }
+  }
 }
 
 // C[m × n] (+)= A · B for A rows read in place from a row-major matrix

@@ -24,6 +24,13 @@ struct Avx512 {
   static constexpr const char* kName = "avx512";
   static V load(const float* p) { return _mm512_loadu_ps(p); }
   static void store(float* p, V v) { _mm512_storeu_ps(p, v); }
+  // The first n lanes (0 < n <= 16); the others read as 0 and are not written.
+  static V load_first(const float* p, int n) {
+    return _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << n) - 1), p);
+  }
+  static void store_first(float* p, V v, int n) {
+    _mm512_mask_storeu_ps(p, static_cast<__mmask16>((1u << n) - 1), v);
+  }
   static V set1(float x) { return _mm512_set1_ps(x); }
   static V zero() { return _mm512_setzero_ps(); }
   static V fmadd(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
@@ -106,6 +113,12 @@ struct Avx2 {
   static constexpr const char* kName = "avx2";
   static V load(const float* p) { return _mm256_loadu_ps(p); }
   static void store(float* p, V v) { _mm256_storeu_ps(p, v); }
+  // The first n lanes (0 < n <= 8); the others read as 0 and are not written.
+  static __m256i first_lanes(int n) {
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  }
+  static V load_first(const float* p, int n) { return _mm256_maskload_ps(p, first_lanes(n)); }
+  static void store_first(float* p, V v, int n) { _mm256_maskstore_ps(p, first_lanes(n), v); }
   static V set1(float x) { return _mm256_set1_ps(x); }
   static V zero() { return _mm256_setzero_ps(); }
   static V fmadd(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
@@ -188,6 +201,13 @@ struct Portable {
     return v;
   }
   static void store(float* p, V v) { std::memcpy(p, &v, sizeof v); }
+  // The first n lanes (0 < n <= 4); the others read as 0 and are not written.
+  static V load_first(const float* p, int n) {
+    V v = zero();
+    std::memcpy(&v, p, sizeof(float) * n);
+    return v;
+  }
+  static void store_first(float* p, V v, int n) { std::memcpy(p, &v, sizeof(float) * n); }
   static V set1(float x) { return V{x, x, x, x}; }
   static V zero() { return V{0, 0, 0, 0}; }
   static V fmadd(V a, V b, V c) { return a * b + c; }
