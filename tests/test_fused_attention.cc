@@ -231,6 +231,56 @@ TEST_P(FusedAttention, BFloat16InputsWithFloat32Accumulation) {
   }
 }
 
+// Without a float mask or weights, bfloat16 runs in the fused kernel itself,
+// widening tile by tile: the same arithmetic as float32 on the widened
+// inputs, so the output must be that output rounded, bit for bit.
+TEST_P(FusedAttention, BFloat16TilesWidenedInTheKernelMatchFloat32Exactly) {
+  Generator gen(29);
+  auto bf16 = [&](const Shape& shape) { return Tensor::randn(shape, gen).to(DType::kBFloat16); };
+  const Tensor kt = bf16({2, 2, 64, 150});  // keys strided along E
+  struct Case {
+    std::string name;
+    Tensor q, k, v;
+    SdpaOptions options;
+  };
+  const Case cases[] = {
+      {"E=Ev=64", bf16({2, 4, 130, 64}), bf16({2, 4, 150, 64}), bf16({2, 4, 150, 64}), {}},
+      {"GQA, Ev=24, bool mask",
+       bf16({2, 4, 37, 32}),
+       bf16({2, 2, 90, 32}),
+       bf16({2, 2, 90, 24}),
+       {.attn_mask = key_mask_for_heads(keep_mask_from_lengths({90, 61}, 90)), .enable_gqa = true}},
+      {"causal bottom-right, 3 queries",
+       bf16({1, 3, 3, 64}),
+       bf16({1, 3, 40, 64}),
+       bf16({1, 3, 40, 64}),
+       {.causal = CausalMask::kBottomRight}},
+      {"keys strided along E, dropout",
+       bf16({2, 2, 20, 64}),
+       kt.transpose(2, 3),
+       bf16({2, 2, 150, 64}),
+       {.dropout_p = 0.25}},
+  };
+  for (const Case& c : cases) {
+    SdpaOptions o = c.options;
+    Generator g1(3), g2(3);
+    o.generator = &g1;
+    const SdpaResult got = scaled_dot_product_attention(c.q, c.k, c.v, o);
+    EXPECT_EQ(got.kernel, std::string("fused-") + GetParam()->name) << c.name;
+    ASSERT_EQ(got.output.dtype(), DType::kBFloat16) << c.name;
+    o.generator = &g2;
+    const SdpaResult wide = scaled_dot_product_attention(
+        c.q.to(DType::kFloat32), c.k.to(DType::kFloat32), c.v.to(DType::kFloat32), o);
+    if (c.q.size(-2) > 4) {
+      EXPECT_EQ(got.output.to_vector(), wide.output.to(DType::kBFloat16).to_vector()) << c.name;
+      EXPECT_EQ(got.logsumexp.to_vector(), wide.logsumexp.to_vector()) << c.name;
+    } else {  // float32 takes the few-query kernel here: the same up to rounding
+      EXPECT_LE(relative_error(got.output, wide.output), 4e-3) << c.name;
+      EXPECT_LE(relative_error(got.logsumexp, wide.logsumexp), 1e-6) << c.name;
+    }
+  }
+}
+
 TEST_P(FusedAttention, StridedInputs) {
   Generator gen(23);
   // [B, L, H, E] memory viewed as [B, H, L, E], as MultiheadAttention produces.

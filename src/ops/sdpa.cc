@@ -102,6 +102,8 @@ void scaled_dot_product_attention_into(Tensor& output, const Tensor& q, const Te
                                        SdpaWorkspace& workspace) {
   const char* fn = "scaled_dot_product_attention_into";
   SdpaWorkspace::State& st = *workspace.state_;
+  QKV_CHECK_TYPE(!is_bfloat16_call(q, k, v), fn,
+                 ": bfloat16 inputs are not taken here; call scaled_dot_product_attention");
   prepare_sdpa(st.prepared, q, k, v, options, fn);
   kernels::SdpaProblem& p = st.prepared.problem;
   QKV_CHECK(!options.need_weights && !options.return_dropout_mask, fn,
@@ -131,10 +133,12 @@ void scaled_dot_product_attention_into(Tensor& output, const Tensor& q, const Te
 SdpaResult scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                         const SdpaOptions& options) {
   const char* fn = "scaled_dot_product_attention";
-  if (is_bfloat16_call(q, k, v)) return scaled_dot_product_attention_bfloat16(q, k, v, options);
+  const bool bfloat16_fused = bfloat16_runs_fused(q, k, v, options);
+  if (is_bfloat16_call(q, k, v) && !bfloat16_fused)
+    return scaled_dot_product_attention_bfloat16(q, k, v, options);
   PreparedSdpa prepared = prepare_sdpa(q, k, v, options, fn);
   kernels::SdpaProblem& p = prepared.problem;
-  const bool fused = use_fused_kernel(q, options, fn);
+  const bool fused = bfloat16_fused || use_fused_kernel(q, options, fn);
 
   SdpaResult result;
   if (p.dropout_p > 0.0) {

@@ -38,6 +38,14 @@ bool is_bfloat16_call(const Tensor& q, const Tensor& k, const Tensor& v) {
          v.dtype() == DType::kBFloat16;
 }
 
+bool bfloat16_runs_fused(const Tensor& q, const Tensor& k, const Tensor& v,
+                         const SdpaOptions& options) {
+  const Tensor& mask = options.attn_mask;
+  return q.dtype() == DType::kBFloat16 && k.dtype() == DType::kBFloat16 &&
+         v.dtype() == DType::kBFloat16 && options.backend != SdpaBackend::kReference &&
+         (!mask.defined() || mask.dtype() == DType::kBool) && !options.need_weights;
+}
+
 SdpaResult scaled_dot_product_attention_bfloat16(const Tensor& q, const Tensor& k, const Tensor& v,
                                                  const SdpaOptions& options) {
   check_bfloat16_inputs(q, k, v, options, "scaled_dot_product_attention");

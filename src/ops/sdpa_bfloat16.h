@@ -1,8 +1,10 @@
-// bfloat16 attention: the inputs are widened to float32 (exact), the float32
-// kernels compute with float32 accumulation, and the outputs are rounded back
-// to bfloat16. This CPU family has no bf16 arithmetic (no AVX512_BF16, no
-// AMX), so widening once per call is what a bf16 kernel would do per tile,
-// at the cost of one pass over the inputs.
+// bfloat16 attention. The forward of the common case (no float mask, no
+// weights asked for) runs in the fused float32 kernel, which widens each tile
+// as it reads it (exact) and rounds the output as it writes it: see
+// bfloat16_runs_fused. Everything else widens the inputs to float32 tensors
+// first, computes in float32 and rounds the results back to bfloat16. This
+// CPU family has no bf16 arithmetic (no AVX512_BF16, no AMX): accumulation is
+// float32 either way.
 #pragma once
 
 #include "qkv/attention.h"
@@ -11,6 +13,11 @@ namespace qkv {
 
 // Whether any of query, key, value is bfloat16 (then all three must be).
 bool is_bfloat16_call(const Tensor& q, const Tensor& k, const Tensor& v);
+
+// Whether a bfloat16 forward call runs in the fused kernel directly: all three
+// bfloat16, the fused backend allowed, no float mask and no weights.
+bool bfloat16_runs_fused(const Tensor& q, const Tensor& k, const Tensor& v,
+                         const SdpaOptions& options);
 
 // scaled_dot_product_attention on bfloat16 inputs: output and weights in
 // bfloat16, logsumexp in float64 as always. A float attn_mask must be bfloat16.

@@ -29,9 +29,11 @@ namespace {
 constexpr int64_t kFewQueries = 4;
 
 // Whether a tile of `rows` queries takes the few-query path: K and V rows
-// must be contiguous along the head dimension so they can be read in place.
+// must be float32 and contiguous along the head dimension so they can be
+// read in place.
 inline bool use_few_query_path(const SdpaProblem& p, int64_t rows) {
-  return rows <= kFewQueries && p.k.col_stride == 1 && p.v.col_stride == 1;
+  return rows <= kFewQueries && p.k.col_stride == 1 && p.v.col_stride == 1 &&
+         p.dtype == DType::kFloat32;
 }
 
 // Σₑ a[e]·b[e] over n floats.

@@ -21,6 +21,7 @@
 
 #include "kernels/fused_attention.h"
 #include "kernels/simd/tile_gemm.h"
+#include "qkv/tensor.h"
 
 namespace qkv::kernels::simd {
 namespace {
@@ -133,22 +134,46 @@ void scale_row(float* x, int64_t n, float factor) {
   for (; j < n; ++j) x[j] *= factor;
 }
 
+// Rows [row0, row0 + rows) of problem b's bfloat16 matrix m, widened to
+// float32 into dst [rows, cols].
+inline void widen_rows(const MatrixOperand& m, int64_t b, int64_t row0, int64_t rows, int64_t cols,
+                       float* dst) {
+  const uint16_t* src = static_cast<const uint16_t*>(m.base) + m.offsets[b] + row0 * m.row_stride;
+  for (int64_t r = 0; r < rows; ++r, src += m.row_stride, dst += cols) {
+    if (m.col_stride == 1) {
+      for (int64_t c = 0; c < cols; ++c) dst[c] = bfloat16_to_float(src[c]);
+    } else {
+      for (int64_t c = 0; c < cols; ++c) dst[c] = bfloat16_to_float(src[c * m.col_stride]);
+    }
+  }
+}
+
 // The end of a forward tile: O = O / l into p.output, lse = m + log l into
 // p.lse (−inf and output 0 for a row whose keys were all masked); raises
 // p.nonfinite_output if an output is NaN or infinite.
 // out_acc: [rows, Ev] unnormalised outputs; m, l: per row.
 inline void finish_forward_rows(const SdpaProblem& p, int64_t b, int64_t q_begin, int64_t rows,
                                 const float* out_acc, const float* m, const float* l) {
-  float* out = static_cast<float*>(p.output) + (b * p.L + q_begin) * p.Ev;
+  const int64_t first = (b * p.L + q_begin) * p.Ev;
   uint32_t nonfinite = 0;  // an IEEE float is NaN or ±inf when its exponent bits are all ones
   for (int64_t r = 0; r < rows; ++r) {
     const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
-    for (int64_t e = 0; e < p.Ev; ++e) {
-      const float o = out_acc[r * p.Ev + e] * inv;
-      out[r * p.Ev + e] = o;
-      uint32_t bits;
-      std::memcpy(&bits, &o, sizeof bits);
-      nonfinite |= static_cast<uint32_t>((bits & 0x7f800000u) == 0x7f800000u);
+    if (p.dtype == DType::kBFloat16) {
+      uint16_t* out = static_cast<uint16_t*>(p.output) + first + r * p.Ev;
+      for (int64_t e = 0; e < p.Ev; ++e) {
+        const uint16_t o = float_to_bfloat16(out_acc[r * p.Ev + e] * inv);
+        out[e] = o;
+        nonfinite |= static_cast<uint32_t>((o & 0x7f80u) == 0x7f80u);
+      }
+    } else {
+      float* out = static_cast<float*>(p.output) + first + r * p.Ev;
+      for (int64_t e = 0; e < p.Ev; ++e) {
+        const float o = out_acc[r * p.Ev + e] * inv;
+        out[e] = o;
+        uint32_t bits;
+        std::memcpy(&bits, &o, sizeof bits);
+        nonfinite |= static_cast<uint32_t>((bits & 0x7f800000u) == 0x7f800000u);
+      }
     }
     if (p.lse)
       p.lse[b * p.L + q_begin + r] =
@@ -184,17 +209,26 @@ struct ForwardScratch {
   float* l;         // [query_pad] running sum
   float* shift;     // [query_pad]
   float* alpha;     // [query_pad]
+  // bfloat16 inputs only (else empty): the tile's rows widened to float32
+  float* q_rows;  // [block_q, E]
+  float* k_rows;  // [block_k, E]
+  float* v_rows;  // [block_k, Ev]
 
   // Columns of the transposed score tile for a tile of `rows` queries.
   static int64_t query_pad(int64_t rows) {
     return rows <= Isa::kLanes ? Isa::kLanes : round_up(rows, ForwardShape<Isa>::kQueryPanel);
   }
   static int64_t query_pad(const FlashTiling& t) { return query_pad(t.block_q); }
+  static int64_t widened_floats(const SdpaProblem& p, int64_t n) {
+    return p.dtype == DType::kBFloat16 ? round_up(n, 16) : 0;
+  }
   static int64_t floats(const SdpaProblem& p, const FlashTiling& t) {
     const int64_t qp = query_pad(t);
     return round_up(p.E * qp, 16) + round_up(t.block_k * qp, 16) +
            round_up(t.block_k * round_up(p.Ev, TileShape<Isa>::kNr), 16) +
-           round_up(t.block_q * p.Ev, 16) + 4 * round_up(qp, 16);
+           round_up(t.block_q * p.Ev, 16) + 4 * round_up(qp, 16) +
+           widened_floats(p, t.block_q * p.E) + widened_floats(p, t.block_k * p.E) +
+           widened_floats(p, t.block_k * p.Ev);
   }
   ForwardScratch(const SdpaProblem& p, const FlashTiling& t, float* base) {
     const int64_t qp = query_pad(t);
@@ -211,6 +245,11 @@ struct ForwardScratch {
     l = take(qp);
     shift = take(qp);
     alpha = take(qp);
+    q_rows = base;
+    base += widened_floats(p, t.block_q * p.E);
+    k_rows = base;
+    base += widened_floats(p, t.block_k * p.E);
+    v_rows = base;
   }
 };
 
@@ -230,17 +269,25 @@ bool transposed_scores(const SdpaProblem& p, int64_t b, int64_t q_begin, int64_t
   const bool adjusted = p.softcap > 0.0 || p.mask.base != nullptr || p.alibi_slopes != nullptr ||
                         !tile_fully_visible(p, q_begin, rows, j0, keys);
   if (adjusted) col_max = nullptr;
-  const float* k = static_cast<const float*>(p.k.base) + p.k.offsets[b] + j0 * p.k.row_stride;
-  const AView a{k, p.k.row_stride, p.k.col_stride};
+  AView a;
+  int64_t k_row_stride = p.k.row_stride;
+  if (p.dtype == DType::kBFloat16) {
+    widen_rows(p.k, b, j0, keys, p.E, w.k_rows);
+    a = AView{w.k_rows, p.E, 1};
+    k_row_stride = p.E;
+  } else {
+    a = AView{static_cast<const float*>(p.k.base) + p.k.offsets[b] + j0 * p.k.row_stride,
+              p.k.row_stride, p.k.col_stride};
+  }
   if (qp == Isa::kLanes) {
     using Shape = ForwardShape<Isa, true>;
     gemm_tiles<Isa, Shape::kKeyRows, Shape::kKeyVecs>(
-        keys, rows, p.E, a, Shape::kKeyRows * p.k.row_stride, BView{w.q_t, Shape::kQueryPanel},
+        keys, rows, p.E, a, Shape::kKeyRows * k_row_stride, BView{w.q_t, Shape::kQueryPanel},
         p.E * Shape::kQueryPanel, w.s_t, qp, false, col_max);
   } else {
     using Shape = ForwardShape<Isa>;
     gemm_tiles<Isa, Shape::kKeyRows, Shape::kKeyVecs>(
-        keys, rows, p.E, a, Shape::kKeyRows * p.k.row_stride, BView{w.q_t, Shape::kQueryPanel},
+        keys, rows, p.E, a, Shape::kKeyRows * k_row_stride, BView{w.q_t, Shape::kQueryPanel},
         p.E * Shape::kQueryPanel, w.s_t, qp, false, col_max);
   }
   if (adjusted) adjust_scores(p, b, q_begin, rows, j0, keys, w.s_t, 1, qp);
@@ -251,15 +298,20 @@ bool transposed_scores(const SdpaProblem& p, int64_t b, int64_t q_begin, int64_t
 template <class Isa>
 void pack_scaled_query(const SdpaProblem& p, int64_t b, int64_t q_begin, int64_t rows,
                        const ForwardScratch<Isa>& w, int64_t qp) {
-  const float* q = static_cast<const float*>(p.q.base) + p.q.offsets[b] + q_begin * p.q.row_stride;
+  const bool widen = p.dtype == DType::kBFloat16;
+  if (widen) widen_rows(p.q, b, q_begin, rows, p.E, w.q_rows);
+  const float* q =
+      widen ? w.q_rows
+            : static_cast<const float*>(p.q.base) + p.q.offsets[b] + q_begin * p.q.row_stride;
+  const int64_t row_stride = widen ? p.E : p.q.row_stride;
+  const int64_t col_stride = widen ? 1 : p.q.col_stride;
   const float scale = static_cast<float>(p.scale);
   // B element (e, i) = scale·Q[i, e]
   if (qp == Isa::kLanes) {
-    pack_b<Isa, ForwardShape<Isa, true>::kQueryPanel>(q, p.q.col_stride, p.q.row_stride, p.E, rows,
-                                                      scale, w.q_t);
+    pack_b<Isa, ForwardShape<Isa, true>::kQueryPanel>(q, col_stride, row_stride, p.E, rows, scale,
+                                                      w.q_t);
   } else {
-    pack_b<Isa, ForwardShape<Isa>::kQueryPanel>(q, p.q.col_stride, p.q.row_stride, p.E, rows, scale,
-                                                w.q_t);
+    pack_b<Isa, ForwardShape<Isa>::kQueryPanel>(q, col_stride, row_stride, p.E, rows, scale, w.q_t);
   }
 }
 
@@ -272,9 +324,12 @@ void flash_forward_tile(const SdpaProblem& p, const FlashTiling& t, int64_t b, i
   const ForwardScratch<Isa> w(p, t, scratch);
   const int64_t qp = ForwardScratch<Isa>::query_pad(rows);
   const float keep_scale = p.dropout_p > 0.0 ? static_cast<float>(1.0 / (1.0 - p.dropout_p)) : 1.0f;
-  const float* v = static_cast<const float*>(p.v.base) + p.v.offsets[b];
+  const bool widen = p.dtype == DType::kBFloat16;
+  const float* v = widen ? nullptr : static_cast<const float*>(p.v.base) + p.v.offsets[b];
+  const int64_t v_row_stride = widen ? p.Ev : p.v.row_stride;
+  const int64_t v_col_stride = widen ? 1 : p.v.col_stride;
   // V is read in place when its rows hold whole panels of columns.
-  const bool v_in_place = p.v.col_stride == 1 && p.Ev % kNr == 0;
+  const bool v_in_place = v_col_stride == 1 && p.Ev % kNr == 0;
 
   pack_scaled_query<Isa>(p, b, q_begin, rows, w, qp);
   for (int64_t i = 0; i < qp; ++i) {
@@ -325,11 +380,12 @@ void flash_forward_tile(const SdpaProblem& p, const FlashTiling& t, int64_t b, i
           w.s_t[j * qp + r] *= dropout_kept(p, b, q_begin + r, j0 + j) ? keep_scale : 0.0f;
 
     // O += P Vⱼ: A element (i, j) = Pᵀ[j, i] is a packed panel with step qp.
-    const float* v_tile = v + j0 * p.v.row_stride;
-    BView vb{v_tile, p.v.row_stride};
+    if (widen) widen_rows(p.v, b, j0, keys, p.Ev, w.v_rows);
+    const float* v_tile = widen ? w.v_rows : v + j0 * v_row_stride;
+    BView vb{v_tile, v_row_stride};
     int64_t v_panel_stride = kNr;
     if (!v_in_place) {
-      pack_b<Isa, kNr>(v_tile, p.v.row_stride, p.v.col_stride, keys, p.Ev, 1.0f, w.v_packed);
+      pack_b<Isa, kNr>(v_tile, v_row_stride, v_col_stride, keys, p.Ev, 1.0f, w.v_packed);
       vb = BView{w.v_packed, kNr};
       v_panel_stride = keys * kNr;
     }
