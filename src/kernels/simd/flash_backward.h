@@ -112,6 +112,17 @@ BView rows_as_b(const float* m, int64_t row_stride, int64_t col_stride, int64_t 
   return BView{buffer, kNr};
 }
 
+// dp[c] = s[c]·(dp[c] − d) for c < n.
+template <class Isa>
+void probability_times_shifted(const float* s, float* dp, int64_t n, float d) {
+  constexpr int kL = Isa::kLanes;
+  const typename Isa::V vd = Isa::set1(d);
+  int64_t c = 0;
+  for (; c + kL <= n; c += kL)
+    Isa::store(dp + c, Isa::mul(Isa::load(s + c), Isa::sub(Isa::load(dp + c), vd)));
+  for (; c < n; ++c) dp[c] = s[c] * (dp[c] - d);
+}
+
 template <class Isa>
 void flash_backward_tile(const SdpaBackwardProblem& bp, const FlashTiling& t,
                          const int64_t* problems, int64_t count, int64_t j0, int64_t cols,
@@ -169,11 +180,15 @@ void flash_backward_tile(const SdpaBackwardProblem& bp, const FlashTiling& t,
         }
         exp_shift_sum<Isa>(s, cols, static_cast<float>(lse));
         const float d = static_cast<float>(row_dot[b * p.L + i0 + r]);
-        for (int64_t c = 0; c < cols; ++c) {
-          const float kept = dropout_kept(p, b, i0 + r, j0 + c) ? keep_scale : 0.0f;
-          const float prob = s[c];
-          s[c] = prob * kept;                 // P̃, for dV
-          dp[c] = prob * (dp[c] * kept - d);  // dS
+        if (p.dropout_p > 0.0) {
+          for (int64_t c = 0; c < cols; ++c) {
+            const float kept = dropout_kept(p, b, i0 + r, j0 + c) ? keep_scale : 0.0f;
+            const float prob = s[c];
+            s[c] = prob * kept;                 // P̃, for dV
+            dp[c] = prob * (dp[c] * kept - d);  // dS
+          }
+        } else {
+          probability_times_shifted<Isa>(s, dp, cols, d);  // dS = P ∘ (dP − D); P̃ = P
         }
         if (bp.grad_scores) {
           float* gs = static_cast<float*>(bp.grad_scores) + (b * p.L + i0 + r) * p.S + j0;
