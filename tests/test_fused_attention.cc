@@ -7,22 +7,12 @@
 #include "kernels/fused_attention.h"
 #include "qkv/attention.h"
 #include "qkv/masks.h"
+#include "tensor_comparison.h"
 
 using namespace qkv;
+using qkv::testing::relative_error;
 
 namespace {
-
-// max |a − b| / (max |b| + 1e-6)
-double relative_error(const Tensor& a, const Tensor& b) {
-  double worst = 0, scale = 0;
-  const std::vector<double> x = a.to_vector(), y = b.to_vector();
-  for (size_t i = 0; i < x.size(); ++i) {
-    if (std::isnan(x[i]) != std::isnan(y[i])) return INFINITY;
-    worst = std::max(worst, std::abs(x[i] - y[i]));
-    scale = std::max(scale, std::abs(y[i]));
-  }
-  return worst / (scale + 1e-6);
-}
 
 class FusedAttention : public ::testing::TestWithParam<const kernels::KernelTable*> {
  protected:

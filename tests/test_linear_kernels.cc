@@ -1,6 +1,6 @@
-// linear() on float32 through every ISA's own kernels (one row: gemv_rows; a
-// few rows: few_rows_gemm, W read in place) and through the BLAS (more rows),
-// against the same product in float64.
+// linear() on float32 through every ISA's own kernel for a few rows
+// (gemv_rows, W read in place) and through the BLAS (more rows), against the
+// same product in float64.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -10,21 +10,12 @@
 #include "qkv/generator.h"
 #include "qkv/linear.h"
 #include "qkv/runtime.h"
+#include "tensor_comparison.h"
 
 using namespace qkv;
+using qkv::testing::relative_error;
 
 namespace {
-
-// max |a − b| / max |b|
-double relative_error(const Tensor& a, const Tensor& b) {
-  double worst = 0, scale = 0;
-  const std::vector<double> x = a.to_vector(), y = b.to_vector();
-  for (size_t i = 0; i < x.size(); ++i) {
-    worst = std::max(worst, std::abs(x[i] - y[i]));
-    scale = std::max(scale, std::abs(y[i]));
-  }
-  return worst / scale;
-}
 
 class LinearKernels : public ::testing::TestWithParam<const kernels::KernelTable*> {
  protected:

@@ -8,24 +8,12 @@
 #include "kernels/fused_attention.h"
 #include "qkv/attention.h"
 #include "qkv/masks.h"
+#include "tensor_comparison.h"
 
 using namespace qkv;
+using qkv::testing::relative_error;
 
 namespace {
-
-// max |a − b| / max |b|. When the exact gradient vanishes (with one key the
-// softmax is constant, so dQ = dK = 0) float32 rounding is all that is left:
-// then the absolute error is returned, to be held to the same bound.
-double relative_error(const Tensor& a, const Tensor& b) {
-  double worst = 0, scale = 0;
-  const std::vector<double> x = a.to_vector(), y = b.to_vector();
-  for (size_t i = 0; i < x.size(); ++i) {
-    if (std::isnan(x[i]) || std::isnan(y[i])) return INFINITY;
-    worst = std::max(worst, std::abs(x[i] - y[i]));
-    scale = std::max(scale, std::abs(y[i]));
-  }
-  return scale < 1e-9 ? worst : worst / scale;
-}
 
 // loss = Σ output ∘ weight, so ∂loss/∂output = weight.
 double loss(const Tensor& q, const Tensor& k, const Tensor& v, const SdpaOptions& o,

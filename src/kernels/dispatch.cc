@@ -7,6 +7,8 @@
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "kernels/fused_attention.h"
 #include "kernels/simd/tile_gemm.h"
@@ -101,9 +103,27 @@ struct ScratchBuffer {
 
 }  // namespace
 
+// The query tiles [begin, begin + rows) of one problem: whole blocks, then
+// the rest cut at a multiple of the panel, so that the last tile pads its
+// score panel as little as possible (64 queries: 48 + 16, not 64 padded to 96).
+std::vector<std::pair<int64_t, int64_t>> query_tiles(int64_t L, int64_t block_q, int64_t panel) {
+  std::vector<std::pair<int64_t, int64_t>> tiles;
+  int64_t begin = 0;
+  for (; begin + block_q <= L; begin += block_q) tiles.push_back({begin, block_q});
+  const int64_t whole = (L - begin) / panel * panel;
+  if (whole > 0 && whole < L - begin) {
+    tiles.push_back({begin, whole});
+    begin += whole;
+  }
+  if (begin < L) tiles.push_back({begin, L - begin});
+  return tiles;
+}
+
 void sdpa_forward_fused(const SdpaProblem& p, const KernelTable& table) {
   const FlashTiling t = choose_tiling(p);
-  const int64_t q_tiles = (p.L + t.block_q - 1) / t.block_q;
+  const std::vector<std::pair<int64_t, int64_t>> tiles =
+      query_tiles(p.L, t.block_q, table.query_panel);
+  const int64_t q_tiles = static_cast<int64_t>(tiles.size());
   const int64_t items = p.problems * q_tiles;
   const int64_t scratch_floats = table.forward_scratch_floats(p, t);
   const double flops = static_cast<double>(p.problems) * p.L * p.S * (p.E + p.Ev);
@@ -115,8 +135,7 @@ void sdpa_forward_fused(const SdpaProblem& p, const KernelTable& table) {
 #pragma omp for schedule(dynamic, 1)
     for (int64_t item = 0; item < items; ++item) {
       const int64_t b = item / q_tiles;
-      const int64_t q_begin = (item % q_tiles) * t.block_q;
-      const int64_t rows = std::min<int64_t>(t.block_q, p.L - q_begin);
+      const auto [q_begin, rows] = tiles[item % q_tiles];
       table.forward_tile(p, t, b, q_begin, rows, scratch);
       if (p.weights != nullptr) table.weights_tile(p, t, b, q_begin, rows, scratch);
     }

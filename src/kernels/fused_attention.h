@@ -35,8 +35,10 @@ struct KernelTable {
   // machine's FP32 peak per core as this ISA sees it (benchmarks report
   // kernel speed as a fraction of it).
   double (*fma_peak_gflops)(double seconds);
-  int mr;  // micro-kernel rows
-  int nr;  // micro-kernel columns
+  int mr;           // micro-kernel rows
+  int nr;           // micro-kernel columns
+  int query_panel;  // queries per panel of the forward's score tile (query tiles are cut
+                    // at multiples of it; a last tile of 1 or 2 vectors pads less)
   // Floats of per-thread scratch the two calls below need.
   int64_t (*forward_scratch_floats)(const SdpaProblem& problem, const FlashTiling& tiling);
   // Computes output rows [q_begin, q_begin + rows) of problem `b` (and their

@@ -11,6 +11,7 @@ extern const KernelTable kAvx2Kernels = {
     &simd::fma_peak_gflops<simd::Avx2>,
     simd::TileShape<simd::Avx2>::kMr,
     simd::TileShape<simd::Avx2>::kNr,
+    simd::ForwardShape<simd::Avx2>::kQueryPanel,
     &simd::forward_scratch_floats<simd::Avx2>,
     &simd::forward_tile<simd::Avx2>,
     &simd::weights_tile<simd::Avx2>,

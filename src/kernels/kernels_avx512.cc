@@ -11,6 +11,7 @@ extern const KernelTable kAvx512Kernels = {
     &simd::fma_peak_gflops<simd::Avx512>,
     simd::TileShape<simd::Avx512>::kMr,
     simd::TileShape<simd::Avx512>::kNr,
+    simd::ForwardShape<simd::Avx512>::kQueryPanel,
     &simd::forward_scratch_floats<simd::Avx512>,
     &simd::forward_tile<simd::Avx512>,
     &simd::weights_tile<simd::Avx512>,

@@ -11,6 +11,7 @@ extern const KernelTable kPortableKernels = {
     &simd::fma_peak_gflops<simd::Portable>,
     simd::TileShape<simd::Portable>::kMr,
     simd::TileShape<simd::Portable>::kNr,
+    simd::ForwardShape<simd::Portable>::kQueryPanel,
     &simd::forward_scratch_floats<simd::Portable>,
     &simd::forward_tile<simd::Portable>,
     &simd::weights_tile<simd::Portable>,

@@ -31,14 +31,27 @@ constexpr float kNegInfF = -std::numeric_limits<float>::infinity();
 // Micro-kernel shapes of the two products (rows × vectors of columns):
 // Sᵀ = K Qᵀ reads K rows in place (kKeyRows row pointers), P V keeps
 // kMr × 2 vectors. Both fit the register file with room for the operands.
-// A tile of at most one vector of queries (decoding, short prompts) uses a
-// one-vector panel so that a single query does not pay for 48.
-template <class Isa, bool kNarrow = false>
+// A tile of at most one or two vectors of queries (short prompts, the last
+// tile of a sequence) uses a one- or two-vector panel, so that 16 or 32
+// queries do not pay for 48.
+template <class Isa, int kVecs = 3>
 struct ForwardShape {
   static constexpr int kKeyRows = Isa::kLanes == 16 ? 8 : 4;
-  static constexpr int kKeyVecs = kNarrow ? 1 : 3;
-  static constexpr int kQueryPanel = kKeyVecs * Isa::kLanes;  // 48, 24 or 12 queries
+  static constexpr int kKeyVecs = kVecs;
+  static constexpr int kQueryPanel = kKeyVecs * Isa::kLanes;  // 48, 24 or 12 queries when wide
 };
+
+// Runs f(ForwardShape<Isa, v>{}) for the panel of a tile padded to qp queries.
+template <class Isa, class F>
+void with_query_panel(int64_t qp, F&& f) {
+  if (qp == Isa::kLanes) {
+    f(ForwardShape<Isa, 1>{});
+  } else if (qp == 2 * Isa::kLanes) {
+    f(ForwardShape<Isa, 2>{});
+  } else {
+    f(ForwardShape<Isa>{});
+  }
+}
 
 // The keys [begin, end) a tile of queries may see at all: key tiles outside
 // are skipped, not computed and masked.
@@ -216,7 +229,8 @@ struct ForwardScratch {
 
   // Columns of the transposed score tile for a tile of `rows` queries.
   static int64_t query_pad(int64_t rows) {
-    return rows <= Isa::kLanes ? Isa::kLanes : round_up(rows, ForwardShape<Isa>::kQueryPanel);
+    return rows <= 2 * Isa::kLanes ? round_up(rows, Isa::kLanes)
+                                   : round_up(rows, ForwardShape<Isa>::kQueryPanel);
   }
   static int64_t query_pad(const FlashTiling& t) { return query_pad(t.block_q); }
   static int64_t widened_floats(const SdpaProblem& p, int64_t n) {
@@ -279,17 +293,12 @@ bool transposed_scores(const SdpaProblem& p, int64_t b, int64_t q_begin, int64_t
     a = AView{static_cast<const float*>(p.k.base) + p.k.offsets[b] + j0 * p.k.row_stride,
               p.k.row_stride, p.k.col_stride};
   }
-  if (qp == Isa::kLanes) {
-    using Shape = ForwardShape<Isa, true>;
+  with_query_panel<Isa>(qp, [&](auto shape) {
+    using Shape = decltype(shape);
     gemm_tiles<Isa, Shape::kKeyRows, Shape::kKeyVecs>(
         keys, rows, p.E, a, Shape::kKeyRows * k_row_stride, BView{w.q_t, Shape::kQueryPanel},
         p.E * Shape::kQueryPanel, w.s_t, qp, false, col_max);
-  } else {
-    using Shape = ForwardShape<Isa>;
-    gemm_tiles<Isa, Shape::kKeyRows, Shape::kKeyVecs>(
-        keys, rows, p.E, a, Shape::kKeyRows * k_row_stride, BView{w.q_t, Shape::kQueryPanel},
-        p.E * Shape::kQueryPanel, w.s_t, qp, false, col_max);
-  }
+  });
   if (adjusted) adjust_scores(p, b, q_begin, rows, j0, keys, w.s_t, 1, qp);
   return col_max != nullptr;
 }
@@ -307,12 +316,9 @@ void pack_scaled_query(const SdpaProblem& p, int64_t b, int64_t q_begin, int64_t
   const int64_t col_stride = widen ? 1 : p.q.col_stride;
   const float scale = static_cast<float>(p.scale);
   // B element (e, i) = scale·Q[i, e]
-  if (qp == Isa::kLanes) {
-    pack_b<Isa, ForwardShape<Isa, true>::kQueryPanel>(q, col_stride, row_stride, p.E, rows, scale,
-                                                      w.q_t);
-  } else {
-    pack_b<Isa, ForwardShape<Isa>::kQueryPanel>(q, col_stride, row_stride, p.E, rows, scale, w.q_t);
-  }
+  with_query_panel<Isa>(qp, [&](auto shape) {
+    pack_b<Isa, decltype(shape)::kQueryPanel>(q, col_stride, row_stride, p.E, rows, scale, w.q_t);
+  });
 }
 
 template <class Isa>
@@ -389,7 +395,7 @@ void flash_forward_tile(const SdpaProblem& p, const FlashTiling& t, int64_t b, i
       vb = BView{w.v_packed, kNr};
       v_panel_stride = keys * kNr;
     }
-    if (qp == kL) {  // a narrow tile: panels of kKeyRows queries divide it evenly
+    if (qp <= 2 * kL) {  // a narrow tile: panels of kKeyRows queries divide it evenly
       constexpr int kRows = ForwardShape<Isa>::kKeyRows;
       gemm_tiles<Isa, kRows, 2>(rows, p.Ev, keys, AView{w.s_t, 1, qp}, kRows, vb, v_panel_stride,
                                 w.out, p.Ev, true);

@@ -24,8 +24,10 @@ namespace {
 template <class Isa>
 constexpr int kGemvXRows = Isa::kLanes == 16 ? 4 : 2;
 
-// The most rows of x worth taking here rather than to a BLAS gemm
-// (bench/linear_vs_torch.py).
+// The most rows of x worth taking here rather than to a BLAS gemm: at 48
+// rows AVX-512 still matched or beat OpenBLAS's sgemm on MiniLM's shapes
+// (bench/bench_kernels FewRowsLinear, docs/benchmarks.md "Linear layers over
+// a few rows"); the other ISAs use the same limit, unmeasured.
 template <class Isa>
 constexpr int64_t kGemvMaxRows = 48;
 
