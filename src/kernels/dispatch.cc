@@ -103,27 +103,33 @@ struct ScratchBuffer {
 
 }  // namespace
 
-// The query tiles [begin, begin + rows) of one problem: whole blocks, then
-// the rest cut at a multiple of the panel, so that the last tile pads its
-// score panel as little as possible (64 queries: 48 + 16, not 64 padded to 96).
-std::vector<std::pair<int64_t, int64_t>> query_tiles(int64_t L, int64_t block_q, int64_t panel) {
-  std::vector<std::pair<int64_t, int64_t>> tiles;
-  int64_t begin = 0;
-  for (; begin + block_q <= L; begin += block_q) tiles.push_back({begin, block_q});
-  const int64_t whole = (L - begin) / panel * panel;
-  if (whole > 0 && whole < L - begin) {
-    tiles.push_back({begin, whole});
-    begin += whole;
+// The query tiles of one problem: whole blocks, then the rest cut at a
+// multiple of the panel, so that the last tile pads its score panel as little
+// as possible (64 queries: 48 + 16, not 64 padded to 96). Computed, not
+// stored: a decoding step allocates nothing.
+struct QueryTiles {
+  int64_t L, block_q, whole_blocks, split;  // split: rows of the panel-cut tile, or 0
+
+  QueryTiles(int64_t L, int64_t block_q, int64_t panel)
+      : L(L), block_q(block_q), whole_blocks(L / block_q) {
+    const int64_t rest = L - whole_blocks * block_q;
+    split = rest / panel * panel;
+    if (split == rest) split = 0;
   }
-  if (begin < L) tiles.push_back({begin, L - begin});
-  return tiles;
-}
+  int64_t count() const { return whole_blocks + (split > 0) + (L > whole_blocks * block_q); }
+  // Tile i as (first query, rows).
+  std::pair<int64_t, int64_t> operator[](int64_t i) const {
+    if (i < whole_blocks) return {i * block_q, block_q};
+    const int64_t begin = whole_blocks * block_q;
+    if (split > 0 && i == whole_blocks) return {begin, split};
+    return {begin + split, L - begin - split};
+  }
+};
 
 void sdpa_forward_fused(const SdpaProblem& p, const KernelTable& table) {
   const FlashTiling t = choose_tiling(p);
-  const std::vector<std::pair<int64_t, int64_t>> tiles =
-      query_tiles(p.L, t.block_q, table.query_panel);
-  const int64_t q_tiles = static_cast<int64_t>(tiles.size());
+  const QueryTiles tiles(p.L, kBlockQ, table.query_panel);
+  const int64_t q_tiles = tiles.count();
   const int64_t items = p.problems * q_tiles;
   const int64_t scratch_floats = table.forward_scratch_floats(p, t);
   const double flops = static_cast<double>(p.problems) * p.L * p.S * (p.E + p.Ev);
