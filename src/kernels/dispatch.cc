@@ -112,9 +112,11 @@ struct QueryTiles {
 
   QueryTiles(int64_t L, int64_t block_q, int64_t panel)
       : L(L), block_q(block_q), whole_blocks(L / block_q) {
+    // Cut only when what is left is at least a vector of queries (a third of
+    // the panel): a sliver of a tile would not save its padding.
     const int64_t rest = L - whole_blocks * block_q;
     split = rest / panel * panel;
-    if (split == rest) split = 0;
+    if (rest - split < panel / 3) split = 0;
   }
   int64_t count() const { return whole_blocks + (split > 0) + (L > whole_blocks * block_q); }
   // Tile i as (first query, rows).
