@@ -24,12 +24,13 @@ namespace {
 template <class Isa>
 constexpr int kGemvXRows = Isa::kLanes == 16 ? 4 : 2;
 
-// The most rows of x worth taking here rather than to a BLAS gemm: at 48
-// rows AVX-512 still matched or beat OpenBLAS's sgemm on MiniLM's shapes
-// (bench/bench_kernels FewRowsLinear, docs/benchmarks.md "Linear layers over
-// a few rows"); the other ISAs use the same limit, unmeasured.
+// The most rows of x worth taking here rather than to a BLAS gemm: up to 32
+// rows AVX-512 beat OpenBLAS's sgemm on MiniLM's shapes on one thread
+// (1.35–3.3×); at 48 they were level (bench/bench_kernels FewRowsLinear,
+// docs/benchmarks.md "Linear layers over a few rows"). The other ISAs use the
+// same limit, unmeasured.
 template <class Isa>
-constexpr int64_t kGemvMaxRows = 48;
+constexpr int64_t kGemvMaxRows = 32;
 
 // y[j, r .. r + kW) for x rows j in [j0, j0 + kX): kX × kW dot products of
 // length k, W rows at w (stride k), x rows at x (stride k).
