@@ -83,9 +83,13 @@ const char* run_forward(const kernels::SdpaProblem& p, bool fused, int64_t head_
 void check_output_finite(const Tensor& output, const std::atomic<bool>* flagged, const Tensor& q,
                          const Tensor& k, const Tensor& v, const char* fn) {
   if (flagged ? !flagged->load() : all_finite(output)) return;
-  check_finite(q, fn, "query");
-  check_finite(k, fn, "key");
-  check_finite(v, fn, "value");
+  // (bfloat16 inputs are widened to be scanned: this is the error path only)
+  auto scannable = [](const Tensor& t) {
+    return t.dtype() == DType::kBFloat16 ? t.to(DType::kFloat32) : t;
+  };
+  check_finite(scannable(q), fn, "query");
+  check_finite(scannable(k), fn, "key");
+  check_finite(scannable(v), fn, "value");
   QKV_CHECK(false, fn, ": the output overflowed to NaN/inf although query, key and value are ",
             "finite; scale the inputs down (max |q|·|k|·scale must stay well below 1e38)");
 }
