@@ -161,6 +161,21 @@ inline void widen_rows(const MatrixOperand& m, int64_t b, int64_t row0, int64_t 
   }
 }
 
+// Rows [row0, row0 + rows) of problem b's matrix m as float32: read in place,
+// or, for bfloat16 inputs, widened into `scratch` [rows, cols] first.
+struct FloatRows {
+  const float* data;
+  int64_t row_stride, col_stride;
+};
+inline FloatRows float_rows(const SdpaProblem& p, const MatrixOperand& m, int64_t b, int64_t row0,
+                            int64_t rows, int64_t cols, float* scratch) {
+  if (p.dtype != DType::kBFloat16)
+    return {static_cast<const float*>(m.base) + m.offsets[b] + row0 * m.row_stride, m.row_stride,
+            m.col_stride};
+  widen_rows(m, b, row0, rows, cols, scratch);
+  return {scratch, cols, 1};
+}
+
 // The end of a forward tile: O = O / l into p.output, lse = m + log l into
 // p.lse (−inf and output 0 for a row whose keys were all masked); raises
 // p.nonfinite_output if an output is NaN or infinite.
@@ -283,20 +298,12 @@ bool transposed_scores(const SdpaProblem& p, int64_t b, int64_t q_begin, int64_t
   const bool adjusted = p.softcap > 0.0 || p.mask.base != nullptr || p.alibi_slopes != nullptr ||
                         !tile_fully_visible(p, q_begin, rows, j0, keys);
   if (adjusted) col_max = nullptr;
-  AView a;
-  int64_t k_row_stride = p.k.row_stride;
-  if (p.dtype == DType::kBFloat16) {
-    widen_rows(p.k, b, j0, keys, p.E, w.k_rows);
-    a = AView{w.k_rows, p.E, 1};
-    k_row_stride = p.E;
-  } else {
-    a = AView{static_cast<const float*>(p.k.base) + p.k.offsets[b] + j0 * p.k.row_stride,
-              p.k.row_stride, p.k.col_stride};
-  }
+  const FloatRows k = float_rows(p, p.k, b, j0, keys, p.E, w.k_rows);
+  const AView a{k.data, k.row_stride, k.col_stride};
   with_query_panel<Isa>(qp, [&](auto shape) {
     using Shape = decltype(shape);
     gemm_tiles<Isa, Shape::kKeyRows, Shape::kKeyVecs>(
-        keys, rows, p.E, a, Shape::kKeyRows * k_row_stride, BView{w.q_t, Shape::kQueryPanel},
+        keys, rows, p.E, a, Shape::kKeyRows * k.row_stride, BView{w.q_t, Shape::kQueryPanel},
         p.E * Shape::kQueryPanel, w.s_t, qp, false, col_max);
   });
   if (adjusted) adjust_scores(p, b, q_begin, rows, j0, keys, w.s_t, 1, qp);
@@ -307,17 +314,12 @@ bool transposed_scores(const SdpaProblem& p, int64_t b, int64_t q_begin, int64_t
 template <class Isa>
 void pack_scaled_query(const SdpaProblem& p, int64_t b, int64_t q_begin, int64_t rows,
                        const ForwardScratch<Isa>& w, int64_t qp) {
-  const bool widen = p.dtype == DType::kBFloat16;
-  if (widen) widen_rows(p.q, b, q_begin, rows, p.E, w.q_rows);
-  const float* q =
-      widen ? w.q_rows
-            : static_cast<const float*>(p.q.base) + p.q.offsets[b] + q_begin * p.q.row_stride;
-  const int64_t row_stride = widen ? p.E : p.q.row_stride;
-  const int64_t col_stride = widen ? 1 : p.q.col_stride;
+  const FloatRows q = float_rows(p, p.q, b, q_begin, rows, p.E, w.q_rows);
   const float scale = static_cast<float>(p.scale);
   // B element (e, i) = scale·Q[i, e]
   with_query_panel<Isa>(qp, [&](auto shape) {
-    pack_b<Isa, decltype(shape)::kQueryPanel>(q, col_stride, row_stride, p.E, rows, scale, w.q_t);
+    pack_b<Isa, decltype(shape)::kQueryPanel>(q.data, q.col_stride, q.row_stride, p.E, rows, scale,
+                                              w.q_t);
   });
 }
 
@@ -330,12 +332,6 @@ void flash_forward_tile(const SdpaProblem& p, const FlashTiling& t, int64_t b, i
   const ForwardScratch<Isa> w(p, t, scratch);
   const int64_t qp = ForwardScratch<Isa>::query_pad(rows);
   const float keep_scale = p.dropout_p > 0.0 ? static_cast<float>(1.0 / (1.0 - p.dropout_p)) : 1.0f;
-  const bool widen = p.dtype == DType::kBFloat16;
-  const float* v = widen ? nullptr : static_cast<const float*>(p.v.base) + p.v.offsets[b];
-  const int64_t v_row_stride = widen ? p.Ev : p.v.row_stride;
-  const int64_t v_col_stride = widen ? 1 : p.v.col_stride;
-  // V is read in place when its rows hold whole panels of columns.
-  const bool v_in_place = v_col_stride == 1 && p.Ev % kNr == 0;
 
   pack_scaled_query<Isa>(p, b, q_begin, rows, w, qp);
   for (int64_t i = 0; i < qp; ++i) {
@@ -386,12 +382,12 @@ void flash_forward_tile(const SdpaProblem& p, const FlashTiling& t, int64_t b, i
           w.s_t[j * qp + r] *= dropout_kept(p, b, q_begin + r, j0 + j) ? keep_scale : 0.0f;
 
     // O += P Vⱼ: A element (i, j) = Pᵀ[j, i] is a packed panel with step qp.
-    if (widen) widen_rows(p.v, b, j0, keys, p.Ev, w.v_rows);
-    const float* v_tile = widen ? w.v_rows : v + j0 * v_row_stride;
-    BView vb{v_tile, v_row_stride};
+    // V is read in place when its rows hold whole panels of columns.
+    const FloatRows v = float_rows(p, p.v, b, j0, keys, p.Ev, w.v_rows);
+    BView vb{v.data, v.row_stride};
     int64_t v_panel_stride = kNr;
-    if (!v_in_place) {
-      pack_b<Isa, kNr>(v_tile, v_row_stride, v_col_stride, keys, p.Ev, 1.0f, w.v_packed);
+    if (v.col_stride != 1 || p.Ev % kNr != 0) {
+      pack_b<Isa, kNr>(v.data, v.row_stride, v.col_stride, keys, p.Ev, 1.0f, w.v_packed);
       vb = BView{w.v_packed, kNr};
       v_panel_stride = keys * kNr;
     }
