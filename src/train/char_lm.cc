@@ -17,6 +17,7 @@
 #include "qkv/optim/adam.h"
 #include "qkv/optim/clip_grad_norm.h"
 #include "qkv/optim/lr_schedule.h"
+#include "train/task_schedule.h"
 
 namespace qkv::train {
 
@@ -271,12 +272,8 @@ CharLmTrainResult train_char_lm(nn::DecoderModel& model, const CharCorpus& corpu
                            {.lr = options.lr, .beta2 = 0.99, .weight_decay = options.weight_decay});
   std::optional<optim::AdamW> opt_plain;
   if (!plain.empty()) opt_plain.emplace(plain, optim::AdamOptions{.lr = options.lr, .beta2 = 0.99});
-  // Short runs (tests) keep most of their steps after the warmup.
-  const int64_t warmup = std::min(options.warmup_steps, options.steps / 4);
-  const optim::WarmupCosineSchedule schedule({.base_lr = options.lr,
-                                              .warmup_steps = warmup,
-                                              .total_steps = options.steps,
-                                              .min_lr = std::min(options.min_lr, options.lr)});
+  const optim::WarmupCosineSchedule schedule =
+      task_schedule(options.lr, options.warmup_steps, options.steps, options.min_lr);
   Generator gen(options.seed);
   const int64_t B = options.batch_size, T = options.context;
 

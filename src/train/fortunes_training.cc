@@ -10,6 +10,7 @@
 #include "qkv/optim/adam.h"
 #include "qkv/optim/clip_grad_norm.h"
 #include "qkv/optim/lr_schedule.h"
+#include "train/task_schedule.h"
 
 namespace qkv::train {
 
@@ -135,12 +136,8 @@ ClassifierTrainResult run_epochs(
   const int64_t per_epoch = (n + options.batch_size - 1) / options.batch_size;
   const int64_t steps = per_epoch * options.epochs;
   optim::AdamW opt(params, {.lr = options.lr, .weight_decay = options.weight_decay});
-  // Short runs (tests) keep most of their steps after the warmup.
-  const optim::WarmupCosineSchedule schedule(
-      {.base_lr = options.lr,
-       .warmup_steps = std::min(options.warmup_steps, steps / 4),
-       .total_steps = steps,
-       .min_lr = std::min(options.min_lr, options.lr)});
+  const optim::WarmupCosineSchedule schedule =
+      task_schedule(options.lr, options.warmup_steps, steps, options.min_lr);
   Generator gen(options.seed);
 
   ClassifierTrainResult result;

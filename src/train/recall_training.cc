@@ -8,6 +8,7 @@
 #include "qkv/optim/adam.h"
 #include "qkv/optim/clip_grad_norm.h"
 #include "qkv/optim/lr_schedule.h"
+#include "train/task_schedule.h"
 
 namespace qkv::train {
 
@@ -51,12 +52,8 @@ RecallTrainResult train_recall(RecallModel& model, const RecallTask& task,
             " and ", options.eval_examples);
   std::vector<nn::Parameter> params = model.parameters();
   optim::AdamW opt(params, {.lr = options.lr, .weight_decay = options.weight_decay});
-  // Short runs (tests) keep at least most of their steps after the warmup.
-  const int64_t warmup = std::min(options.warmup_steps, options.steps / 4);
-  const optim::WarmupCosineSchedule schedule({.base_lr = options.lr,
-                                              .warmup_steps = warmup,
-                                              .total_steps = options.steps,
-                                              .min_lr = std::min(options.min_lr, options.lr)});
+  const optim::WarmupCosineSchedule schedule =
+      task_schedule(options.lr, options.warmup_steps, options.steps, options.min_lr);
   Generator gen(options.seed);
   const RecallBatch held_out = held_out_batch(task, options.eval_examples, options.seed);
 
