@@ -15,6 +15,7 @@
 // ever copied.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -72,6 +73,50 @@ inline bool tile_fully_visible(const SdpaProblem& p, int64_t q_begin, int64_t ro
   return last_begin <= j0 && first_end >= j0 + keys;
 }
 
+// −inf for every score of the tile that the causal mask or the window hides.
+// Query i sees the keys [begin(i), end(i)), both non-decreasing in i, so a
+// query row hides a prefix and a suffix of its keys and a key row (the
+// forward's transposed tile) a prefix and a suffix of its queries: each is
+// two contiguous fills. Layout as in adjust_scores().
+inline void mask_invisible_scores(const SdpaProblem& p, int64_t q_begin, int64_t rows, int64_t j0,
+                                  int64_t keys, float* s, int64_t row_step, int64_t col_step) {
+  auto fill = [](float* x, int64_t n, int64_t step) {
+    if (step == 1) {
+      std::fill_n(x, n, kNegInfF);
+    } else {
+      for (int64_t k = 0; k < n; ++k) x[k * step] = kNegInfF;
+    }
+  };
+  if (row_step == 1 && col_step != 1) {
+    // Key row c: queries [lo, hi) see it; lo and hi only grow with c.
+    int64_t lo = 0, hi = 0, begin, end;
+    for (int64_t c = 0; c < keys; ++c) {
+      const int64_t j = j0 + c;
+      for (; lo < rows; ++lo) {
+        visible_keys(p, q_begin + lo, &begin, &end);
+        if (end > j) break;
+      }
+      for (hi = std::max(hi, lo); hi < rows; ++hi) {
+        visible_keys(p, q_begin + hi, &begin, &end);
+        if (begin > j) break;
+      }
+      float* row = s + c * col_step;
+      fill(row, lo, 1);
+      fill(row + hi, rows - hi, 1);
+    }
+    return;
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    int64_t begin, end;
+    visible_keys(p, q_begin + r, &begin, &end);
+    const int64_t first = std::clamp<int64_t>(begin - j0, 0, keys);
+    const int64_t last = std::clamp<int64_t>(end - j0, first, keys);
+    float* row = s + r * row_step;
+    fill(row, first, col_step);
+    fill(row + last * col_step, keys - last, col_step);
+  }
+}
+
 // Everything between the score GEMM and the softmax, in place, for a tile of
 // scores: soft-capping, ALiBi, the mask and the causal/window limits. Score
 // (query q_begin + r, key j0 + c) sits at s[r·row_step + c·col_step], so the
@@ -90,9 +135,8 @@ inline void adjust_scores(const SdpaProblem& p, int64_t b, int64_t q_begin, int6
         if (cap_slope) cap_slope[r * row_step + c * col_step] = 1.0f - t * t;
       }
   }
-  const bool limited = !tile_fully_visible(p, q_begin, rows, j0, keys);
-  if (p.mask.base == nullptr && p.alibi_slopes == nullptr && !limited) return;
-  for (int64_t r = 0; r < rows; ++r) {
+  const bool biased = p.mask.base != nullptr || p.alibi_slopes != nullptr;
+  for (int64_t r = 0; biased && r < rows; ++r) {
     const int64_t i = q_begin + r;
     float* row = s + r * row_step;
     if (p.alibi_slopes != nullptr)
@@ -109,13 +153,9 @@ inline void adjust_scores(const SdpaProblem& p, int64_t b, int64_t q_begin, int6
         for (int64_t c = 0; c < keys; ++c) row[c * col_step] += m[(j0 + c) * p.mask.col_stride];
       }
     }
-    if (limited) {
-      int64_t begin, end;
-      visible_keys(p, i, &begin, &end);
-      for (int64_t c = 0; c < keys; ++c)
-        if (j0 + c < begin || j0 + c >= end) row[c * col_step] = kNegInfF;
-    }
   }
+  if (!tile_fully_visible(p, q_begin, rows, j0, keys))
+    mask_invisible_scores(p, q_begin, rows, j0, keys, s, row_step, col_step);
 }
 
 // x <- exp(x − shift) in place; returns Σ of the new values.
