@@ -61,11 +61,18 @@ struct Shape {
 // From the grid of bench/attention_vs_torch.py (B·L = 4,096 tokens, H·E = 512)
 // and its named points.
 const Shape kFusedShapes[] = {
-    {32, 16, 128, 128, 32, false},  {8, 8, 512, 512, 64, false},  {8, 8, 512, 512, 64, true},
-    {2, 8, 2048, 2048, 64, false},  {2, 8, 2048, 2048, 64, true}, {4, 4, 1024, 1024, 128, false},
-    {1, 16, 4096, 4096, 32, false}, {8, 12, 512, 512, 64, false},  // BERT-base
+    {32, 16, 128, 128, 32, false},
+    {8, 8, 512, 512, 64, false},
+    {8, 8, 512, 512, 64, true},
+    {2, 8, 2048, 2048, 64, false},
+    {2, 8, 2048, 2048, 64, true},
+    {4, 4, 1024, 1024, 128, false},
+    {1, 16, 4096, 4096, 32, false},
+    {8, 12, 512, 512, 64, false},  // BERT-base
     // the small shapes that the Python benchmark calls one at a time
-    {1, 8, 32, 32, 64, false},      {1, 8, 32, 32, 64, true},     {1, 8, 128, 128, 64, false},
+    {1, 8, 32, 32, 64, false},
+    {1, 8, 32, 32, 64, true},
+    {1, 8, 128, 128, 64, false},
     {1, 8, 128, 128, 64, true},
 };
 const Shape kReferenceShapes[] = {{1, 8, 256, 256, 64, false}, {1, 8, 256, 256, 64, true}};
