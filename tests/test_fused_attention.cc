@@ -67,7 +67,9 @@ TEST_P(FusedAttention, AwkwardShapes) {
 
 TEST_P(FusedAttention, MasksCausalGqaScaleDropout) {
   Generator gen(22);
-  for (auto [L, S] : {std::pair<int64_t, int64_t>{37, 37}, {20, 300}, {300, 20}, {1, 130}}) {
+  // 600 × 600: key tiles cut at the diagonal of every 96-query tile
+  for (auto [L, S] :
+       {std::pair<int64_t, int64_t>{37, 37}, {20, 300}, {300, 20}, {1, 130}, {600, 600}}) {
     Tensor q = Tensor::randn({2, 4, L, 16}, gen);
     Tensor k = Tensor::randn({2, 2, S, 16}, gen);
     Tensor v = Tensor::randn({2, 2, S, 24}, gen);
@@ -124,7 +126,7 @@ TEST_P(FusedAttention, DecodingWithGqaStacksQueryHeads) {
 
 TEST_P(FusedAttention, WindowAlibiSoftcap) {
   Generator gen(26);
-  for (auto [L, S] : {std::pair<int64_t, int64_t>{130, 130}, {40, 300}, {300, 40}}) {
+  for (auto [L, S] : {std::pair<int64_t, int64_t>{130, 130}, {40, 300}, {300, 40}, {600, 600}}) {
     Tensor q = Tensor::randn({2, 3, L, 16}, gen), k = Tensor::randn({2, 3, S, 16}, gen);
     Tensor v = Tensor::randn({2, 3, S, 16}, gen);
     const std::string at = " L=" + std::to_string(L) + " S=" + std::to_string(S);

@@ -73,6 +73,32 @@ inline bool tile_fully_visible(const SdpaProblem& p, int64_t q_begin, int64_t ro
   return last_begin <= j0 && first_end >= j0 + keys;
 }
 
+// How many of the keys [j0, j0 + keys) query i or an earlier query may see
+// (visible ranges only move right as i grows): on a diagonal tile a panel of
+// queries computes its scores and products only that far.
+inline int64_t keys_seen_by(const SdpaProblem& p, int64_t i, int64_t j0, int64_t keys) {
+  int64_t begin, end;
+  visible_keys(p, i, &begin, &end);
+  return std::clamp<int64_t>(end - j0, 0, keys);
+}
+
+// The end of the key tile that starts at j0 (keys up to key_end): at most
+// block_k keys, and cut where the keys that every query of the tile sees begin
+// or end, so that only the tiles across the diagonal (or the window's edges)
+// take the masked path. Cuts closer than a vector of keys are not worth a tile.
+inline int64_t key_tile_end(const SdpaProblem& p, const FlashTiling& t, int64_t q_begin,
+                            int64_t rows, int64_t j0, int64_t key_end) {
+  int64_t end = std::min<int64_t>(j0 + t.block_k, key_end);
+  if (!limits_keys(p)) return end;
+  constexpr int64_t kMinKeys = 16;
+  int64_t first_begin, first_end, last_begin, last_end;
+  visible_keys(p, q_begin, &first_begin, &first_end);
+  visible_keys(p, q_begin + rows - 1, &last_begin, &last_end);
+  for (const int64_t cut : {last_begin, first_end})
+    if (cut - j0 >= kMinKeys && cut < end) end = cut;
+  return end;
+}
+
 // −inf for every score of the tile that the causal mask or the window hides.
 // Query i sees the keys [begin(i), end(i)), both non-decreasing in i, so a
 // query row hides a prefix and a suffix of its keys and a key row (the
@@ -335,16 +361,25 @@ template <class Isa>
 bool transposed_scores(const SdpaProblem& p, int64_t b, int64_t q_begin, int64_t rows, int64_t j0,
                        int64_t keys, const ForwardScratch<Isa>& w, int64_t qp,
                        float* col_max = nullptr) {
-  const bool adjusted = p.softcap > 0.0 || p.mask.base != nullptr || p.alibi_slopes != nullptr ||
-                        !tile_fully_visible(p, q_begin, rows, j0, keys);
+  const bool diagonal = !tile_fully_visible(p, q_begin, rows, j0, keys);
+  const bool adjusted =
+      p.softcap > 0.0 || p.mask.base != nullptr || p.alibi_slopes != nullptr || diagonal;
   if (adjusted) col_max = nullptr;
   const FloatRows k = float_rows(p, p.k, b, j0, keys, p.E, w.k_rows);
   const AView a{k.data, k.row_stride, k.col_stride};
   with_query_panel<Isa>(qp, [&](auto shape) {
     using Shape = decltype(shape);
-    gemm_tiles<Isa, Shape::kKeyRows, Shape::kKeyVecs>(
-        keys, rows, p.E, a, Shape::kKeyRows * k.row_stride, BView{w.q_t, Shape::kQueryPanel},
-        p.E * Shape::kQueryPanel, w.s_t, qp, false, col_max);
+    constexpr int64_t kPanel = Shape::kQueryPanel;
+    // A panel of queries past the diagonal of the tile is masked whole from
+    // the first key its last query cannot see: not computed, only filled.
+    for (int64_t c0 = 0; c0 < rows; c0 += kPanel) {
+      const int64_t cols = std::min<int64_t>(kPanel, rows - c0);
+      const int64_t extent = diagonal ? keys_seen_by(p, q_begin + c0 + cols - 1, j0, keys) : keys;
+      gemm_tiles<Isa, Shape::kKeyRows, Shape::kKeyVecs>(
+          extent, cols, p.E, a, Shape::kKeyRows * k.row_stride, BView{w.q_t + c0 * p.E, kPanel},
+          p.E * kPanel, w.s_t + c0, qp, false, col_max ? col_max + c0 : nullptr);
+      for (int64_t j = extent; j < keys; ++j) std::fill_n(w.s_t + j * qp + c0, kPanel, kNegInfF);
+    }
   });
   if (adjusted) adjust_scores(p, b, q_begin, rows, j0, keys, w.s_t, 1, qp);
   return col_max != nullptr;
@@ -361,6 +396,27 @@ void pack_scaled_query(const SdpaProblem& p, int64_t b, int64_t q_begin, int64_t
     pack_b<Isa, decltype(shape)::kQueryPanel>(q.data, q.col_stride, q.row_stride, p.E, rows, scale,
                                               w.q_t);
   });
+}
+
+// O[rows × Ev] += P Vⱼ, P read from the transposed tile (A element (i, j) =
+// Pᵀ[j, i], a packed panel with step qp), in panels of kRows queries. On a
+// diagonal tile P is 0 past the last key a panel's last query sees, so the
+// panel's product stops there.
+template <class Isa, int kRows>
+void accumulate_pv(const SdpaProblem& p, int64_t q_begin, int64_t rows, int64_t j0, int64_t keys,
+                   bool diagonal, const float* s_t, int64_t qp, BView v, int64_t v_panel_stride,
+                   float* out) {
+  if (!diagonal) {
+    gemm_tiles<Isa, kRows, 2>(rows, p.Ev, keys, AView{s_t, 1, qp}, kRows, v, v_panel_stride, out,
+                              p.Ev, true);
+    return;
+  }
+  for (int64_t r0 = 0; r0 < rows; r0 += kRows) {
+    const int64_t n = std::min<int64_t>(kRows, rows - r0);
+    const int64_t depth = keys_seen_by(p, q_begin + r0 + n - 1, j0, keys);
+    gemm_tiles<Isa, kRows, 2>(n, p.Ev, depth, AView{s_t + r0, 1, qp}, kRows, v, v_panel_stride,
+                              out + r0 * p.Ev, p.Ev, true);
+  }
 }
 
 template <class Isa>
@@ -382,8 +438,8 @@ void flash_forward_tile(const SdpaProblem& p, const FlashTiling& t, int64_t b, i
 
   int64_t key_begin, key_end;
   tile_key_range(p, q_begin, rows, &key_begin, &key_end);
-  for (int64_t j0 = key_begin; j0 < key_end; j0 += t.block_k) {
-    const int64_t keys = std::min<int64_t>(t.block_k, key_end - j0);
+  for (int64_t j0 = key_begin, keys; j0 < key_end; j0 += keys) {
+    keys = key_tile_end(p, t, q_begin, rows, j0, key_end) - j0;
     std::fill(w.shift, w.shift + qp, kNegInfF);
     if (!transposed_scores<Isa>(p, b, q_begin, rows, j0, keys, w, qp, w.shift)) {
       // Online softmax, 16 (or 8, 4) queries per vector: the maximum per query.
@@ -431,13 +487,13 @@ void flash_forward_tile(const SdpaProblem& p, const FlashTiling& t, int64_t b, i
       vb = BView{w.v_packed, kNr};
       v_panel_stride = keys * kNr;
     }
+    const bool diagonal = !tile_fully_visible(p, q_begin, rows, j0, keys);
     if (qp <= 2 * kL) {  // a narrow tile: panels of kKeyRows queries divide it evenly
-      constexpr int kRows = ForwardShape<Isa>::kKeyRows;
-      gemm_tiles<Isa, kRows, 2>(rows, p.Ev, keys, AView{w.s_t, 1, qp}, kRows, vb, v_panel_stride,
-                                w.out, p.Ev, true);
+      accumulate_pv<Isa, ForwardShape<Isa>::kKeyRows>(p, q_begin, rows, j0, keys, diagonal, w.s_t,
+                                                      qp, vb, v_panel_stride, w.out);
     } else {
-      gemm_tiles<Isa, kMr, 2>(rows, p.Ev, keys, AView{w.s_t, 1, qp}, kMr, vb, v_panel_stride, w.out,
-                              p.Ev, true);
+      accumulate_pv<Isa, kMr>(p, q_begin, rows, j0, keys, diagonal, w.s_t, qp, vb, v_panel_stride,
+                              w.out);
     }
   }
 
@@ -456,8 +512,8 @@ void flash_weights_tile(const SdpaProblem& p, const FlashTiling& t, int64_t b, i
   pack_scaled_query<Isa>(p, b, q_begin, rows, w, qp);
   int64_t key_begin, key_end;
   tile_key_range(p, q_begin, rows, &key_begin, &key_end);
-  for (int64_t j0 = key_begin; j0 < key_end; j0 += t.block_k) {
-    const int64_t keys = std::min<int64_t>(t.block_k, key_end - j0);
+  for (int64_t j0 = key_begin, keys; j0 < key_end; j0 += keys) {
+    keys = key_tile_end(p, t, q_begin, rows, j0, key_end) - j0;
     transposed_scores<Isa>(p, b, q_begin, rows, j0, keys, w, qp);
     for (int64_t r = 0; r < rows; ++r)
       weights_from_scores(p, b, q_begin + r, j0, keys, w.s_t + r, qp, weights + r * p.S + j0);
