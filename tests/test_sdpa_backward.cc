@@ -179,6 +179,14 @@ TEST_P(FusedBackward, OneHeadLongSequenceUsesBothPartitions) {
   SdpaOptions causal;
   causal.causal = CausalMask::kTopLeft;
   compare(q, k, v, causal, "B*H = 1 causal");
+  // Diagonal tiles trimmed to what each panel of queries sees, with dropout
+  // and with a window on both sides.
+  causal.dropout_p = 0.25;
+  compare(q, k, v, causal, "B*H = 1 causal dropout");
+  SdpaOptions window;
+  window.window_left = 40;
+  window.window_right = 70;
+  compare(q, k, v, window, "B*H = 1 window");
   // Many heads: whole groups per thread.
   Tensor q2 = Tensor::randn({4, 8, 40, 32}, gen), k2 = Tensor::randn({4, 8, 60, 32}, gen);
   Tensor v2 = Tensor::randn({4, 8, 60, 32}, gen);

@@ -160,35 +160,47 @@ void flash_backward_tile(const SdpaBackwardProblem& bp, const FlashTiling& t,
       const int64_t rows = std::min<int64_t>(t.block_q, q_last - i0);
       const float* q_tile = q + i0 * ldq;
       const float* go_tile = go + i0 * ldo;
-      // S = Qᵢ (scale·Kⱼ)ᵀ, Q rows read in place; then P = exp(S − lse)
-      gemm_tiles<Isa, Wide::kKeyRows, Wide::kKeyVecs>(
-          rows, cols, p.E, AView{q_tile, ldq, p.q.col_stride}, Wide::kKeyRows * ldq,
-          BView{w.k_t, wide_panel}, p.E * wide_panel, w.scores, lds, false);
+      // On the diagonal a query sees none of the keys past its own range, so
+      // each panel of queries computes S and dP only up to the last key its
+      // last query sees (the rest of a row is 0 in P and dS).
+      const bool diagonal = !tile_fully_visible(p, i0, rows, j0, cols);
+      for (int64_t r0 = 0; r0 < rows; r0 += Wide::kKeyRows) {
+        const int64_t n = std::min<int64_t>(Wide::kKeyRows, rows - r0);
+        const int64_t extent = diagonal ? keys_seen_by(p, i0 + r0 + n - 1, j0, cols) : cols;
+        // S = Qᵢ (scale·Kⱼ)ᵀ, Q rows read in place
+        gemm_tiles<Isa, Wide::kKeyRows, Wide::kKeyVecs>(
+            n, extent, p.E, AView{q_tile + r0 * ldq, ldq, p.q.col_stride}, Wide::kKeyRows * ldq,
+            BView{w.k_t, wide_panel}, p.E * wide_panel, w.scores + r0 * lds, lds, false);
+        // dP̃ = dOᵢ Vⱼᵀ
+        gemm_tiles<Isa, Wide::kKeyRows, Wide::kKeyVecs>(
+            n, extent, p.Ev, AView{go_tile + r0 * ldo, ldo, bp.grad_output.col_stride},
+            Wide::kKeyRows * ldo, BView{w.v_t, wide_panel}, p.Ev * wide_panel, w.dprob + r0 * lds,
+            lds, false);
+      }
       adjust_scores(p, b, i0, rows, j0, cols, w.scores, lds, 1, w.cap_slope);
-      // dP̃ = dOᵢ Vⱼᵀ
-      gemm_tiles<Isa, Wide::kKeyRows, Wide::kKeyVecs>(
-          rows, cols, p.Ev, AView{go_tile, ldo, bp.grad_output.col_stride}, Wide::kKeyRows * ldo,
-          BView{w.v_t, wide_panel}, p.Ev * wide_panel, w.dprob, lds, false);
       for (int64_t r = 0; r < rows; ++r) {
         float* s = w.scores + r * lds;
         float* dp = w.dprob + r * lds;
         const double lse = p.lse[b * p.L + i0 + r];
+        const int64_t seen = diagonal ? keys_seen_by(p, i0 + r, j0, cols) : cols;
+        std::fill(s + seen, s + cols, 0.0f);
+        std::fill(dp + seen, dp + cols, 0.0f);
         if (lse == -std::numeric_limits<double>::infinity()) {  // fully masked row
-          std::fill(s, s + cols, 0.0f);
-          std::fill(dp, dp + cols, 0.0f);
+          std::fill(s, s + seen, 0.0f);
+          std::fill(dp, dp + seen, 0.0f);
           continue;
         }
-        exp_shift_sum<Isa>(s, cols, static_cast<float>(lse));
+        exp_shift_sum<Isa>(s, seen, static_cast<float>(lse));
         const float d = static_cast<float>(row_dot[b * p.L + i0 + r]);
         if (p.dropout_p > 0.0) {
-          for (int64_t c = 0; c < cols; ++c) {
+          for (int64_t c = 0; c < seen; ++c) {
             const float kept = dropout_kept(p, b, i0 + r, j0 + c) ? keep_scale : 0.0f;
             const float prob = s[c];
             s[c] = prob * kept;                 // P̃, for dV
             dp[c] = prob * (dp[c] * kept - d);  // dS
           }
         } else {
-          probability_times_shifted<Isa>(s, dp, cols, d);  // dS = P ∘ (dP − D); P̃ = P
+          probability_times_shifted<Isa>(s, dp, seen, d);  // dS = P ∘ (dP − D); P̃ = P
         }
         if (bp.grad_scores) {
           float* gs = static_cast<float*>(bp.grad_scores) + (b * p.L + i0 + r) * p.S + j0;
@@ -196,25 +208,41 @@ void flash_backward_tile(const SdpaBackwardProblem& bp, const FlashTiling& t,
         }
         // s = cap·tanh(x/cap)   ⇒   ∂x = ∂s·(1 − tanh²); and x = scale·q·k
         if (p.softcap > 0.0) {
-          for (int64_t c = 0; c < cols; ++c) dp[c] *= w.cap_slope[r * lds + c] * scale;
+          for (int64_t c = 0; c < seen; ++c) dp[c] *= w.cap_slope[r * lds + c] * scale;
         } else {
-          scale_row<Isa>(dp, cols, scale);
+          scale_row<Isa>(dp, seen, scale);
         }
       }
-      // dVⱼ += P̃ᵀ dOᵢ: A element (c, r) = P̃[r, c], a ready panel with step lds
+      // dVⱼ += P̃ᵀ dOᵢ and dKⱼ += (scale·dS)ᵀ Qᵢ: A element (c, r) = P̃[r, c]
+      // (or dS[r, c]), a ready panel with step lds. In panels of kMr keys, each
+      // from the first query that sees one of them (P̃ and dS are 0 above).
+      auto add_keys_times_rows = [&](const float* a, BView rows_b, int64_t panel_stride,
+                                     int64_t width, float* out) {
+        int64_t first = 0;
+        for (int64_t c0 = 0; c0 < cols; c0 += kMr) {
+          while (diagonal && first < rows && keys_seen_by(p, i0 + first, j0, cols) <= c0) ++first;
+          gemm_tiles<Isa, kMr, 2>(std::min<int64_t>(kMr, cols - c0), width, rows - first,
+                                  AView{a + first * lds + c0, 1, lds}, kMr,
+                                  BView{rows_b.b + first * rows_b.step, rows_b.step}, panel_stride,
+                                  out + c0 * width, width, true);
+        }
+      };
       int64_t b_panel_stride;
       BView b_rows = rows_as_b<Isa>(go_tile, ldo, bp.grad_output.col_stride, rows, p.Ev, w.b_rows,
                                     &b_panel_stride);
-      gemm_tiles<Isa, kMr, 2>(cols, p.Ev, rows, AView{w.scores, 1, lds}, kMr, b_rows,
-                              b_panel_stride, w.grad_v, p.Ev, true);
-      // dKⱼ += (scale·dS)ᵀ Qᵢ
+      add_keys_times_rows(w.scores, b_rows, b_panel_stride, p.Ev, w.grad_v);
       b_rows = rows_as_b<Isa>(q_tile, ldq, p.q.col_stride, rows, p.E, w.b_rows, &b_panel_stride);
-      gemm_tiles<Isa, kMr, 2>(cols, p.E, rows, AView{w.dprob, 1, lds}, kMr, b_rows, b_panel_stride,
-                              w.grad_k, p.E, true);
-      // dQᵢ += (scale·dS) Kⱼ, dS rows read in place
-      gemm_tiles<Isa, Wide::kKeyRows, 2>(
-          rows, p.E, cols, AView{w.dprob, lds, 1}, Wide::kKeyRows * lds, k_rows, k_panel_stride,
-          grad_q + i0 * bp.grad_q.row_stride, bp.grad_q.row_stride, true);
+      add_keys_times_rows(w.dprob, b_rows, b_panel_stride, p.E, w.grad_k);
+      // dQᵢ += (scale·dS) Kⱼ, dS rows read in place, each panel of queries
+      // up to the last key its last query sees
+      const int64_t ldgq = bp.grad_q.row_stride;
+      for (int64_t r0 = 0; r0 < rows; r0 += Wide::kKeyRows) {
+        const int64_t n = std::min<int64_t>(Wide::kKeyRows, rows - r0);
+        const int64_t depth = diagonal ? keys_seen_by(p, i0 + r0 + n - 1, j0, cols) : cols;
+        gemm_tiles<Isa, Wide::kKeyRows, 2>(n, p.E, depth, AView{w.dprob + r0 * lds, lds, 1},
+                                           Wide::kKeyRows * lds, k_rows, k_panel_stride,
+                                           grad_q + (i0 + r0) * ldgq, ldgq, true);
+      }
     }
   }
   // This tile of dK and dV belongs to this call alone: add it in.
