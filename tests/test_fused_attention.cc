@@ -85,6 +85,15 @@ TEST_P(FusedAttention, MasksCausalGqaScaleDropout) {
     padded.enable_gqa = true;
     padded.attn_mask = key_mask_for_heads(keep_mask_from_lengths(lengths, S));
     compare(q, k, v, padded, "padding mask" + at);
+    // Key padding on both ends (skipped key tiles), and a batch entry with no key at all.
+    Tensor both_ends = Tensor::zeros({2, 1, 1, S}, DType::kBool);
+    for (int64_t j = 5; j < S - 3; ++j) both_ends.set({0, 0, 0, j}, 1);
+    SdpaOptions trimmed;
+    trimmed.enable_gqa = true;
+    trimmed.attn_mask = both_ends;
+    compare(q, k, v, trimmed, "key padding on both ends" + at);
+    trimmed.dropout_p = 0.3;
+    compare(q, k, v, trimmed, "key padding on both ends, dropout" + at);
     SdpaOptions soft;
     soft.enable_gqa = true;
     soft.scale = 0.37;

@@ -160,7 +160,7 @@ void few_query_forward_tile(const SdpaProblem& p, const FlashTiling& t, int64_t 
   std::fill(w.out, w.out + rows * p.Ev, 0.0f);
 
   int64_t key_begin, key_end;
-  tile_key_range(p, q_begin, rows, &key_begin, &key_end);
+  tile_key_range(p, b, q_begin, rows, &key_begin, &key_end);
   for (int64_t j0 = key_begin; j0 < key_end; j0 += t.block_k) {
     const int64_t keys = std::min<int64_t>(t.block_k, key_end - j0);
     few_query_scores<Isa>(p, b, q_begin, rows, j0, keys, w.q_t, w.s_t, ld);
@@ -198,7 +198,7 @@ void few_query_weights_tile(const SdpaProblem& p, const FlashTiling& t, int64_t 
   std::fill(weights, weights + rows * p.S, 0.0f);
   scaled_query_rows(p, b, q_begin, rows, w.q_t);
   int64_t key_begin, key_end;
-  tile_key_range(p, q_begin, rows, &key_begin, &key_end);
+  tile_key_range(p, b, q_begin, rows, &key_begin, &key_end);
   for (int64_t j0 = key_begin; j0 < key_end; j0 += t.block_k) {
     const int64_t keys = std::min<int64_t>(t.block_k, key_end - j0);
     few_query_scores<Isa>(p, b, q_begin, rows, j0, keys, w.q_t, w.s_t, ld);

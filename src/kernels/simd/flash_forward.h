@@ -54,13 +54,20 @@ void with_query_panel(int64_t qp, F&& f) {
   }
 }
 
-// The keys [begin, end) a tile of queries may see at all: key tiles outside
-// are skipped, not computed and masked.
-inline void tile_key_range(const SdpaProblem& p, int64_t q_begin, int64_t rows, int64_t* begin,
-                           int64_t* end) {
+// The keys [begin, end) a tile of queries of problem b may see at all: key
+// tiles outside are skipped, not computed and masked. Besides the causal
+// mask and the window, a bool mask that is the same for every query (key
+// padding, [B, 1, 1, S]) hides the keys before its first true and after its
+// last.
+inline void tile_key_range(const SdpaProblem& p, int64_t b, int64_t q_begin, int64_t rows,
+                           int64_t* begin, int64_t* end) {
   int64_t unused;
   visible_keys(p, q_begin, begin, &unused);
   visible_keys(p, q_begin + rows - 1, &unused, end);
+  if (p.mask.base == nullptr || p.mask.dtype != DType::kBool || p.mask.row_stride != 0) return;
+  const bool* keep = static_cast<const bool*>(p.mask.base) + p.mask.offsets[b];
+  while (*end > *begin && !keep[(*end - 1) * p.mask.col_stride]) --*end;
+  while (*begin < *end && !keep[*begin * p.mask.col_stride]) ++*begin;
 }
 
 // Whether every query of the tile sees every key of [j0, j0 + keys).
@@ -143,6 +150,41 @@ inline void mask_invisible_scores(const SdpaProblem& p, int64_t q_begin, int64_t
   }
 }
 
+// The attention mask added to a tile of scores (a bool mask: −inf where
+// false). Layout as in adjust_scores(). A mask that is the same for every
+// query (key padding, [B, 1, 1, S]) on the forward's transposed tile is one
+// test per key and a contiguous row of queries to fill or shift.
+inline void add_mask(const SdpaProblem& p, int64_t b, int64_t q_begin, int64_t rows, int64_t j0,
+                     int64_t keys, float* s, int64_t row_step, int64_t col_step) {
+  const bool is_bool = p.mask.dtype == DType::kBool;
+  const bool* bool_mask = static_cast<const bool*>(p.mask.base) + p.mask.offsets[b];
+  const float* float_mask = static_cast<const float*>(p.mask.base) + p.mask.offsets[b];
+  if (p.mask.row_stride == 0 && row_step == 1) {
+    for (int64_t c = 0; c < keys; ++c) {
+      const int64_t at = (j0 + c) * p.mask.col_stride;
+      float* key_row = s + c * col_step;
+      if (is_bool) {
+        if (!bool_mask[at]) std::fill_n(key_row, rows, kNegInfF);
+      } else if (const float add = float_mask[at]; add != 0.0f) {
+        for (int64_t r = 0; r < rows; ++r) key_row[r] += add;
+      }
+    }
+    return;
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t base = (q_begin + r) * p.mask.row_stride;
+    float* row = s + r * row_step;
+    for (int64_t c = 0; c < keys; ++c) {
+      const int64_t at = base + (j0 + c) * p.mask.col_stride;
+      if (is_bool) {
+        if (!bool_mask[at]) row[c * col_step] = kNegInfF;
+      } else {
+        row[c * col_step] += float_mask[at];
+      }
+    }
+  }
+}
+
 // Everything between the score GEMM and the softmax, in place, for a tile of
 // scores: soft-capping, ALiBi, the mask and the causal/window limits. Score
 // (query q_begin + r, key j0 + c) sits at s[r·row_step + c·col_step], so the
@@ -161,25 +203,10 @@ inline void adjust_scores(const SdpaProblem& p, int64_t b, int64_t q_begin, int6
         if (cap_slope) cap_slope[r * row_step + c * col_step] = 1.0f - t * t;
       }
   }
-  const bool biased = p.mask.base != nullptr || p.alibi_slopes != nullptr;
-  for (int64_t r = 0; biased && r < rows; ++r) {
-    const int64_t i = q_begin + r;
-    float* row = s + r * row_step;
-    if (p.alibi_slopes != nullptr)
-      for (int64_t c = 0; c < keys; ++c)
-        row[c * col_step] += static_cast<float>(alibi_bias(p, b, i, j0 + c));
-    if (p.mask.base != nullptr) {
-      const int64_t base = p.mask.offsets[b] + i * p.mask.row_stride;
-      if (p.mask.dtype == DType::kBool) {
-        const bool* m = static_cast<const bool*>(p.mask.base) + base;
-        for (int64_t c = 0; c < keys; ++c)
-          if (!m[(j0 + c) * p.mask.col_stride]) row[c * col_step] = kNegInfF;
-      } else {
-        const float* m = static_cast<const float*>(p.mask.base) + base;
-        for (int64_t c = 0; c < keys; ++c) row[c * col_step] += m[(j0 + c) * p.mask.col_stride];
-      }
-    }
-  }
+  for (int64_t r = 0; p.alibi_slopes != nullptr && r < rows; ++r)
+    for (int64_t c = 0; c < keys; ++c)
+      s[r * row_step + c * col_step] += static_cast<float>(alibi_bias(p, b, q_begin + r, j0 + c));
+  if (p.mask.base != nullptr) add_mask(p, b, q_begin, rows, j0, keys, s, row_step, col_step);
   if (!tile_fully_visible(p, q_begin, rows, j0, keys))
     mask_invisible_scores(p, q_begin, rows, j0, keys, s, row_step, col_step);
 }
@@ -437,7 +464,7 @@ void flash_forward_tile(const SdpaProblem& p, const FlashTiling& t, int64_t b, i
   std::fill(w.out, w.out + rows * p.Ev, 0.0f);
 
   int64_t key_begin, key_end;
-  tile_key_range(p, q_begin, rows, &key_begin, &key_end);
+  tile_key_range(p, b, q_begin, rows, &key_begin, &key_end);
   for (int64_t j0 = key_begin, keys; j0 < key_end; j0 += keys) {
     keys = key_tile_end(p, t, q_begin, rows, j0, key_end) - j0;
     std::fill(w.shift, w.shift + qp, kNegInfF);
@@ -511,7 +538,7 @@ void flash_weights_tile(const SdpaProblem& p, const FlashTiling& t, int64_t b, i
   std::fill(weights, weights + rows * p.S, 0.0f);
   pack_scaled_query<Isa>(p, b, q_begin, rows, w, qp);
   int64_t key_begin, key_end;
-  tile_key_range(p, q_begin, rows, &key_begin, &key_end);
+  tile_key_range(p, b, q_begin, rows, &key_begin, &key_end);
   for (int64_t j0 = key_begin, keys; j0 < key_end; j0 += keys) {
     keys = key_tile_end(p, t, q_begin, rows, j0, key_end) - j0;
     transposed_scores<Isa>(p, b, q_begin, rows, j0, keys, w, qp);
