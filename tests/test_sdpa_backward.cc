@@ -156,6 +156,11 @@ TEST_P(FusedBackward, ShapesMasksCausalGqaDropout) {
     padded.enable_gqa = true;
     padded.attn_mask = key_mask_for_heads(keep_mask_from_lengths({S, (S + 1) / 2}, S));
     compare(q, k, v, padded, "padding" + at);
+    // Key padding on both ends (whole key tiles skipped), one batch entry without keys.
+    Tensor both_ends = Tensor::zeros({2, 1, 1, S}, DType::kBool);
+    for (int64_t j = 5; j < S / 3; ++j) both_ends.set({0, 0, 0, j}, 1);
+    padded.attn_mask = both_ends;
+    compare(q, k, v, padded, "key padding on both ends" + at);
     SdpaOptions dropout;
     dropout.enable_gqa = true;
     dropout.dropout_p = 0.2;

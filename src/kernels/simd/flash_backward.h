@@ -112,6 +112,15 @@ BView rows_as_b(const float* m, int64_t row_stride, int64_t col_stride, int64_t 
   return BView{buffer, kNr};
 }
 
+// y[e] += x[e] for e < n.
+template <class Isa>
+void add_into(float* y, const float* x, int64_t n) {
+  constexpr int kL = Isa::kLanes;
+  int64_t e = 0;
+  for (; e + kL <= n; e += kL) Isa::store(y + e, Isa::add(Isa::load(y + e), Isa::load(x + e)));
+  for (; e < n; ++e) y[e] += x[e];
+}
+
 // dp[c] = s[c]·(dp[c] − d) for c < n.
 template <class Isa>
 void probability_times_shifted(const float* s, float* dp, int64_t n, float d) {
@@ -154,6 +163,9 @@ void flash_backward_tile(const SdpaBackwardProblem& bp, const FlashTiling& t,
     const float* go = static_cast<const float*>(bp.grad_output.base) + bp.grad_output.offsets[b];
     const int64_t ldq = p.q.row_stride, ldo = bp.grad_output.row_stride;
     float* grad_q = grad_q_base + bp.grad_q.offsets[b];
+    int64_t kept_begin = 0, kept_end = p.S;
+    trim_to_kept_keys(p, b, &kept_begin, &kept_end);
+    if (kept_end <= j0 || kept_begin >= j0 + cols) continue;  // key padding only
     int64_t q_first, q_last;
     queries_seeing(p, j0, cols, &q_first, &q_last);
     for (int64_t i0 = q_first; i0 < q_last; i0 += t.block_q) {
@@ -251,9 +263,8 @@ void flash_backward_tile(const SdpaBackwardProblem& bp, const FlashTiling& t,
   float* grad_v =
       static_cast<float*>(bp.grad_v.base) + bp.grad_v.offsets[b0] + j0 * bp.grad_v.row_stride;
   for (int64_t c = 0; c < cols; ++c) {
-    for (int64_t e = 0; e < p.E; ++e) grad_k[c * bp.grad_k.row_stride + e] += w.grad_k[c * p.E + e];
-    for (int64_t e = 0; e < p.Ev; ++e)
-      grad_v[c * bp.grad_v.row_stride + e] += w.grad_v[c * p.Ev + e];
+    add_into<Isa>(grad_k + c * bp.grad_k.row_stride, w.grad_k + c * p.E, p.E);
+    add_into<Isa>(grad_v + c * bp.grad_v.row_stride, w.grad_v + c * p.Ev, p.Ev);
   }
 }
 

@@ -54,20 +54,25 @@ void with_query_panel(int64_t qp, F&& f) {
   }
 }
 
-// The keys [begin, end) a tile of queries of problem b may see at all: key
-// tiles outside are skipped, not computed and masked. Besides the causal
-// mask and the window, a bool mask that is the same for every query (key
-// padding, [B, 1, 1, S]) hides the keys before its first true and after its
-// last.
+// Narrows the keys [begin, end) of problem b to those a bool mask that is the
+// same for every query (key padding, [B, 1, 1, S]) keeps: masked keys before
+// the first kept one and after the last need no work at all.
+inline void trim_to_kept_keys(const SdpaProblem& p, int64_t b, int64_t* begin, int64_t* end) {
+  if (p.mask.base == nullptr || p.mask.dtype != DType::kBool || p.mask.row_stride != 0) return;
+  const bool* keep = static_cast<const bool*>(p.mask.base) + p.mask.offsets[b];
+  while (*end > *begin && !keep[(*end - 1) * p.mask.col_stride]) --*end;
+  while (*begin < *end && !keep[*begin * p.mask.col_stride]) ++*begin;
+}
+
+// The keys [begin, end) a tile of queries of problem b may see at all (the
+// causal mask, the window, key padding): key tiles outside are skipped, not
+// computed and masked.
 inline void tile_key_range(const SdpaProblem& p, int64_t b, int64_t q_begin, int64_t rows,
                            int64_t* begin, int64_t* end) {
   int64_t unused;
   visible_keys(p, q_begin, begin, &unused);
   visible_keys(p, q_begin + rows - 1, &unused, end);
-  if (p.mask.base == nullptr || p.mask.dtype != DType::kBool || p.mask.row_stride != 0) return;
-  const bool* keep = static_cast<const bool*>(p.mask.base) + p.mask.offsets[b];
-  while (*end > *begin && !keep[(*end - 1) * p.mask.col_stride]) --*end;
-  while (*begin < *end && !keep[*begin * p.mask.col_stride]) ++*begin;
+  trim_to_kept_keys(p, b, begin, end);
 }
 
 // Whether every query of the tile sees every key of [j0, j0 + keys).
@@ -171,16 +176,18 @@ inline void add_mask(const SdpaProblem& p, int64_t b, int64_t q_begin, int64_t r
     }
     return;
   }
+  const int64_t cs = p.mask.col_stride;
   for (int64_t r = 0; r < rows; ++r) {
-    const int64_t base = (q_begin + r) * p.mask.row_stride;
+    const int64_t at = (q_begin + r) * p.mask.row_stride + j0 * cs;
     float* row = s + r * row_step;
-    for (int64_t c = 0; c < keys; ++c) {
-      const int64_t at = base + (j0 + c) * p.mask.col_stride;
-      if (is_bool) {
-        if (!bool_mask[at]) row[c * col_step] = kNegInfF;
-      } else {
-        row[c * col_step] += float_mask[at];
-      }
+    if (is_bool && col_step == 1 &&
+        cs == 1) {  // the backward's rows: a blend the compiler vectorises
+      for (int64_t c = 0; c < keys; ++c) row[c] = bool_mask[at + c] ? row[c] : kNegInfF;
+    } else if (is_bool) {
+      for (int64_t c = 0; c < keys; ++c)
+        if (!bool_mask[at + c * cs]) row[c * col_step] = kNegInfF;
+    } else {
+      for (int64_t c = 0; c < keys; ++c) row[c * col_step] += float_mask[at + c * cs];
     }
   }
 }
