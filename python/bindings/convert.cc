@@ -1,5 +1,6 @@
 #include "convert.h"
 
+#include <bit>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,8 @@ std::string prefix(const char* function, const char* name) {
 
 // Only look for torch if the user already imported it: importing it here would
 // cost a second or more.
+constexpr bool kLittleEndian = std::endian::native == std::endian::little;
+
 bool is_torch_tensor(py::handle obj) {
   py::dict modules = py::module_::import("sys").attr("modules");
   if (!modules.contains("torch")) return false;
@@ -101,7 +104,6 @@ bool element_strides(const py::array& array, Strides& strides) {
 Tensor to_tensor(py::handle obj, const char* function, const char* name, Accept accept) {
   if (obj.is_none())
     throw py::type_error(prefix(function, name) + " must be an array or tensor, got None");
-  py::object numpy = py::module_::import("numpy");
   py::array array;
   bool bfloat16 = false;
   if (py::isinstance<py::array>(obj)) {
@@ -110,7 +112,7 @@ Tensor to_tensor(py::handle obj, const char* function, const char* name, Accept 
     array = torch_to_numpy(obj, function, name, accept, &bfloat16);
   } else {
     try {
-      array = numpy.attr("asarray")(obj);
+      array = py::module_::import("numpy").attr("asarray")(obj);
     } catch (py::error_already_set& e) {
       throw py::type_error(prefix(function, name) + " must be an array or tensor, got " +
                            std::string(py::str(py::type::of(obj).attr("__name__"))));
@@ -119,9 +121,12 @@ Tensor to_tensor(py::handle obj, const char* function, const char* name, Accept 
   const DType dtype = bfloat16 ? DType::kBFloat16 : numpy_dtype(array, function, name, accept);
 
   Strides strides;
-  const bool native = array.dtype().attr("isnative").cast<bool>();
+  // Byte order '=' (native) or '|' (not applicable); '<' is native here too.
+  const char order = array.dtype().byteorder();
+  const bool native = order == '=' || order == '|' || order == (kLittleEndian ? '<' : '>');
   if (!native || !element_strides(array, strides)) {
-    array = numpy.attr("ascontiguousarray")(array, array.dtype().attr("newbyteorder")("="));
+    array = py::module_::import("numpy").attr("ascontiguousarray")(
+        array, array.dtype().attr("newbyteorder")("="));
     element_strides(array, strides);
   }
   Shape shape(array.shape(), array.shape() + array.ndim());
