@@ -10,6 +10,7 @@
 #include <set>
 #include <vector>
 
+#include "parameter_gradients.h"
 #include "qkv/error.h"
 #include "qkv/loss.h"
 #include "qkv/runtime.h"
@@ -104,29 +105,8 @@ void check_gradients(Mixer mixer) {
   Tensor grad = Tensor::zeros(logits.shape());
   qkv::cross_entropy_backward(Tensor::ones({}), logits, batch.labels, {}, grad);
   model.backward(grad, record);
-  int checked = 0;
-  for (qkv::nn::Parameter& p : model.parameters()) {
-    float* v = p.value.data<float>();
-    const float* g = p.grad.data<float>();
-    // A few entries per tensor, including ones with sizeable gradients.
-    std::vector<int64_t> picks = {0, p.value.numel() / 2, p.value.numel() - 1};
-    picks.push_back(std::max_element(g, g + p.value.numel(),
-                                     [](float a, float b) { return std::abs(a) < std::abs(b); }) -
-                    g);
-    for (int64_t i : picks) {
-      const float saved = v[i];
-      const double h = 1e-2;
-      v[i] = saved + h;
-      const double up = loss();
-      v[i] = saved - h;
-      const double down = loss();
-      v[i] = saved;
-      const double numeric = (up - down) / (2 * h);
-      EXPECT_NEAR(g[i], numeric, 2e-2 * std::max(1.0, std::abs(numeric)) + 2e-3)
-          << p.name << "[" << i << "]";
-      ++checked;
-    }
-  }
+  const int checked =
+      qkv::testing::expect_gradients_match_finite_differences(model.parameters(), loss);
   EXPECT_GT(checked, 8);
 }
 

@@ -1,0 +1,46 @@
+// Gradients of a trained model's parameters against central differences of
+// its loss, shared by the task tests (recall, fortunes).
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "qkv/nn/parameter.h"
+
+namespace qkv::testing {
+
+// Checks the gradients already accumulated in `parameters` against
+// (loss(v + h) − loss(v − h)) / 2h at a few entries of each (the first, the
+// middle, the last and the largest gradient): float32 forwards and h = 1e-2,
+// so within 2e-2 relative (2e-3 absolute). Returns how many were checked.
+template <class Loss>
+int expect_gradients_match_finite_differences(std::vector<nn::Parameter> parameters, Loss loss) {
+  int checked = 0;
+  for (nn::Parameter& p : parameters) {
+    float* v = p.value.data<float>();
+    const float* g = p.grad.data<float>();
+    const int64_t n = p.value.numel();
+    std::vector<int64_t> picks = {0, n / 2, n - 1};
+    picks.push_back(
+        std::max_element(g, g + n, [](float a, float b) { return std::abs(a) < std::abs(b); }) - g);
+    for (int64_t i : picks) {
+      const float saved = v[i];
+      const double h = 1e-2;
+      v[i] = saved + h;
+      const double up = loss();
+      v[i] = saved - h;
+      const double down = loss();
+      v[i] = saved;
+      const double numeric = (up - down) / (2 * h);
+      EXPECT_NEAR(g[i], numeric, 2e-2 * std::max(1.0, std::abs(numeric)) + 2e-3)
+          << p.name << "[" << i << "]";
+      ++checked;
+    }
+  }
+  return checked;
+}
+
+}  // namespace qkv::testing
