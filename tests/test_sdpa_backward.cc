@@ -130,8 +130,11 @@ class FusedBackward : public ::testing::TestWithParam<const kernels::KernelTable
     EXPECT_LE(relative_error(fused.query, ref.query), 1e-5) << what << " dq";
     EXPECT_LE(relative_error(fused.key, ref.key), 1e-5) << what << " dk";
     EXPECT_LE(relative_error(fused.value, ref.value), 1e-5) << what << " dv";
-    if (ref.attn_mask.defined())
+    if (ref.attn_mask.defined()) {
       EXPECT_LE(relative_error(fused.attn_mask, ref.attn_mask), 1e-5) << what << " dmask";
+      // (relative_error passes NaN where both have it: a mask's gradient has none)
+      for (double g : fused.attn_mask.to_vector()) ASSERT_TRUE(std::isfinite(g)) << what;
+    }
   }
 };
 
@@ -161,6 +164,13 @@ TEST_P(FusedBackward, ShapesMasksCausalGqaDropout) {
     for (int64_t j = 5; j < S / 3; ++j) both_ends.set({0, 0, 0, j}, 1);
     padded.attn_mask = both_ends;
     compare(q, k, v, padded, "key padding on both ends" + at);
+    // As an additive float mask (its gradient is 0 on the skipped keys).
+    Tensor additive = Tensor::zeros({2, 1, 1, S});
+    for (int64_t j = 0; j < S; ++j)
+      for (int64_t b = 0; b < 2; ++b)
+        if (!both_ends.at({b, 0, 0, j})) additive.set({b, 0, 0, j}, -INFINITY);
+    padded.attn_mask = additive;
+    compare(q, k, v, padded, "additive key padding on both ends" + at);
     SdpaOptions dropout;
     dropout.enable_gqa = true;
     dropout.dropout_p = 0.2;

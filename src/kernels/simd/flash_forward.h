@@ -54,14 +54,20 @@ void with_query_panel(int64_t qp, F&& f) {
   }
 }
 
-// Narrows the keys [begin, end) of problem b to those a bool mask that is the
-// same for every query (key padding, [B, 1, 1, S]) keeps: masked keys before
-// the first kept one and after the last need no work at all.
+// Narrows the keys [begin, end) of problem b to those a mask that is the same
+// for every query (key padding, [B, 1, 1, S]) keeps: keys it hides (false, or
+// −inf in a float mask) before the first kept one and after the last need no
+// work at all.
 inline void trim_to_kept_keys(const SdpaProblem& p, int64_t b, int64_t* begin, int64_t* end) {
-  if (p.mask.base == nullptr || p.mask.dtype != DType::kBool || p.mask.row_stride != 0) return;
-  const bool* keep = static_cast<const bool*>(p.mask.base) + p.mask.offsets[b];
-  while (*end > *begin && !keep[(*end - 1) * p.mask.col_stride]) --*end;
-  while (*begin < *end && !keep[*begin * p.mask.col_stride]) ++*begin;
+  if (p.mask.base == nullptr || p.mask.row_stride != 0) return;
+  const int64_t at = p.mask.offsets[b], step = p.mask.col_stride;
+  auto kept = [&](int64_t j) {
+    return p.mask.dtype == DType::kBool
+               ? static_cast<const bool*>(p.mask.base)[at + j * step]
+               : static_cast<const float*>(p.mask.base)[at + j * step] != kNegInfF;
+  };
+  while (*end > *begin && !kept(*end - 1)) --*end;
+  while (*begin < *end && !kept(*begin)) ++*begin;
 }
 
 // The keys [begin, end) a tile of queries of problem b may see at all (the
