@@ -48,6 +48,18 @@ inline double weighted_sum(const Tensor& out, const Tensor& weights) {
   return s;
 }
 
+// (loss(x + h) − loss(x − h)) / 2h, x changed in place and restored.
+template <class T, class Loss>
+double central_difference(T& x, double h, Loss&& loss) {
+  const T saved = x;
+  x = static_cast<T>(saved + h);
+  const double up = loss();
+  x = static_cast<T>(saved - h);
+  const double down = loss();
+  x = saved;
+  return (up - down) / (2 * h);
+}
+
 // max|fd − analytic| / max(max|fd|, 1) over every element of every target;
 // `worst_name` (optional) gets the target where it is largest.
 inline double fd_error(const std::vector<Target>& targets, const std::function<double()>& loss,
@@ -63,13 +75,7 @@ inline double fd_error(const std::vector<Target>& targets, const std::function<d
     const std::vector<double> analytic = t.grad.to_vector();
     double max_diff = 0.0, max_ref = 0.0;
     for (int64_t i = 0; i < value.numel(); ++i) {
-      const double saved = p[i];
-      p[i] = saved + kStep;
-      const double up = loss();
-      p[i] = saved - kStep;
-      const double down = loss();
-      p[i] = saved;
-      const double fd = (up - down) / (2 * kStep);
+      const double fd = central_difference(p[i], kStep, loss);
       max_diff = std::max(max_diff, std::abs(fd - analytic[static_cast<size_t>(i)]));
       max_ref = std::max(max_ref, std::abs(fd));
     }

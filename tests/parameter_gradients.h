@@ -8,6 +8,7 @@
 #include <cmath>
 #include <vector>
 
+#include "finite_differences.h"
 #include "qkv/nn/parameter.h"
 
 namespace qkv::testing {
@@ -27,14 +28,7 @@ int expect_gradients_match_finite_differences(std::vector<nn::Parameter> paramet
     picks.push_back(
         std::max_element(g, g + n, [](float a, float b) { return std::abs(a) < std::abs(b); }) - g);
     for (int64_t i : picks) {
-      const float saved = v[i];
-      const double h = 1e-2;
-      v[i] = saved + h;
-      const double up = loss();
-      v[i] = saved - h;
-      const double down = loss();
-      v[i] = saved;
-      const double numeric = (up - down) / (2 * h);
+      const double numeric = fd::central_difference(v[i], 1e-2, loss);
       EXPECT_NEAR(g[i], numeric, 2e-2 * std::max(1.0, std::abs(numeric)) + 2e-3)
           << p.name << "[" << i << "]";
       ++checked;

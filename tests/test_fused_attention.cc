@@ -95,11 +95,7 @@ TEST_P(FusedAttention, MasksCausalGqaScaleDropout) {
     trimmed.dropout_p = 0.3;
     compare(q, k, v, trimmed, "key padding on both ends, dropout" + at);
     // The same as an additive float mask (0 or −inf), as MultiheadAttention builds it.
-    Tensor additive = Tensor::zeros({2, 1, 1, S});
-    for (int64_t j = 0; j < S; ++j)
-      for (int64_t b = 0; b < 2; ++b)
-        if (!both_ends.at({b, 0, 0, j})) additive.set({b, 0, 0, j}, -INFINITY);
-    trimmed.attn_mask = additive;
+    trimmed.attn_mask = keep_mask_to_additive(both_ends);
     trimmed.dropout_p = 0.0;
     compare(q, k, v, trimmed, "additive key padding on both ends" + at);
     SdpaOptions soft;

@@ -165,11 +165,7 @@ TEST_P(FusedBackward, ShapesMasksCausalGqaDropout) {
     padded.attn_mask = both_ends;
     compare(q, k, v, padded, "key padding on both ends" + at);
     // As an additive float mask (its gradient is 0 on the skipped keys).
-    Tensor additive = Tensor::zeros({2, 1, 1, S});
-    for (int64_t j = 0; j < S; ++j)
-      for (int64_t b = 0; b < 2; ++b)
-        if (!both_ends.at({b, 0, 0, j})) additive.set({b, 0, 0, j}, -INFINITY);
-    padded.attn_mask = additive;
+    padded.attn_mask = keep_mask_to_additive(both_ends);
     compare(q, k, v, padded, "additive key padding on both ends" + at);
     SdpaOptions dropout;
     dropout.enable_gqa = true;
