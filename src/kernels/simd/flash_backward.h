@@ -165,7 +165,7 @@ void flash_backward_tile(const SdpaBackwardProblem& bp, const FlashTiling& t,
     float* grad_q = grad_q_base + bp.grad_q.offsets[b];
     int64_t kept_begin = 0, kept_end = p.S;
     trim_to_kept_keys(p, b, &kept_begin, &kept_end);
-    if (kept_end <= j0 || kept_begin >= j0 + cols) continue;  // key padding only
+    if (kept_end <= j0 || kept_begin >= j0 + cols) continue;  // all padding for problem b
     int64_t q_first, q_last;
     queries_seeing(p, j0, cols, &q_first, &q_last);
     for (int64_t i0 = q_first; i0 < q_last; i0 += t.block_q) {

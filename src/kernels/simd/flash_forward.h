@@ -186,8 +186,8 @@ inline void add_mask(const SdpaProblem& p, int64_t b, int64_t q_begin, int64_t r
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t at = (q_begin + r) * p.mask.row_stride + j0 * cs;
     float* row = s + r * row_step;
-    if (is_bool && col_step == 1 &&
-        cs == 1) {  // the backward's rows: a blend the compiler vectorises
+    // The backward's contiguous rows: a blend, which the compiler vectorises.
+    if (is_bool && col_step == 1 && cs == 1) {
       for (int64_t c = 0; c < keys; ++c) row[c] = bool_mask[at + c] ? row[c] : kNegInfF;
     } else if (is_bool) {
       for (int64_t c = 0; c < keys; ++c)
@@ -517,8 +517,8 @@ void flash_forward_tile(const SdpaProblem& p, const FlashTiling& t, int64_t b, i
         for (int64_t r = 0; r < rows; ++r)
           w.s_t[j * qp + r] *= dropout_kept(p, b, q_begin + r, j0 + j) ? keep_scale : 0.0f;
 
-    // O += P Vⱼ: A element (i, j) = Pᵀ[j, i] is a packed panel with step qp.
-    // V is read in place when its rows hold whole panels of columns.
+    // O += P Vⱼ (accumulate_pv). V is read in place when its rows hold whole
+    // panels of columns.
     const FloatRows v = float_rows(p, p.v, b, j0, keys, p.Ev, w.v_rows);
     BView vb{v.data, v.row_stride};
     int64_t v_panel_stride = kNr;
