@@ -1,6 +1,8 @@
 // Tensor: creation, views and copies. Printing lives in tensor_print.cc.
 #include "qkv/tensor.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -219,9 +221,31 @@ Tensor Tensor::empty(const Shape& shape, DType dtype) {
   return t;
 }
 
+namespace {
+
+// Zeroes `bytes` at `p`, a large buffer on every thread: the first write to a
+// fresh buffer is also what maps its pages, and one thread taking all those
+// page faults while the others wait was ~10 % of the main thread's time in a
+// MiniLM-sized training step at 2 threads (perf).
+void zero_bytes(std::byte* p, size_t bytes) {
+  constexpr size_t kChunk = size_t{1} << 18;  // 256 KiB
+  if (bytes < 4 * kChunk || omp_in_parallel() || omp_get_max_threads() == 1) {
+    std::memset(p, 0, bytes);
+    return;
+  }
+  const int64_t chunks = static_cast<int64_t>((bytes + kChunk - 1) / kChunk);
+#pragma omp parallel for schedule(static)
+  for (int64_t c = 0; c < chunks; ++c) {
+    const size_t begin = static_cast<size_t>(c) * kChunk;
+    std::memset(p + begin, 0, std::min(kChunk, bytes - begin));
+  }
+}
+
+}  // namespace
+
 Tensor Tensor::zeros(const Shape& shape, DType dtype) {
   Tensor t = empty(shape, dtype);
-  std::memset(t.base_, 0, static_cast<size_t>(t.numel()) * dtype_size(dtype));
+  zero_bytes(t.base_, static_cast<size_t>(t.numel()) * dtype_size(dtype));
   return t;
 }
 
