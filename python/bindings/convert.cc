@@ -35,10 +35,11 @@ std::string prefix(const char* function, const char* name) {
                        got);
 }
 
-// Only look for torch if the user already imported it: importing it here would
-// cost a second or more.
+// numpy's byte order '<' means native on this machine.
 constexpr bool kLittleEndian = std::endian::native == std::endian::little;
 
+// Only look for torch if the user already imported it: importing it here would
+// cost a second or more.
 bool is_torch_tensor(py::handle obj) {
   py::dict modules = py::module_::import("sys").attr("modules");
   if (!modules.contains("torch")) return false;
@@ -121,7 +122,7 @@ Tensor to_tensor(py::handle obj, const char* function, const char* name, Accept 
   const DType dtype = bfloat16 ? DType::kBFloat16 : numpy_dtype(array, function, name, accept);
 
   Strides strides;
-  // Byte order '=' (native) or '|' (not applicable); '<' is native here too.
+  // Byte order '=' (native), '|' (not applicable) or '<' / '>' (native or not).
   const char order = array.dtype().byteorder();
   const bool native = order == '=' || order == '|' || order == (kLittleEndian ? '<' : '>');
   if (!native || !element_strides(array, strides)) {
