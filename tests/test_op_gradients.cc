@@ -21,6 +21,7 @@
 #include "qkv/linear.h"
 #include "qkv/loss.h"
 #include "qkv/softmax.h"
+#include "tensor_comparison.h"
 
 namespace qkv {
 namespace {
@@ -50,14 +51,7 @@ double dot(const Tensor& a, const std::vector<double>& r) {
 
 // max |a − b| / max |b| (absolute when b vanishes).
 double relative_error(const std::vector<double>& a, const std::vector<double>& b) {
-  double worst = 0.0, scale = 0.0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (std::isnan(a[i]) != std::isnan(b[i])) return INFINITY;
-    if (std::isnan(a[i])) continue;
-    worst = std::max(worst, std::abs(a[i] - b[i]));
-    scale = std::max(scale, std::abs(b[i]));
-  }
-  return scale < 1e-12 ? worst : worst / scale;
+  return testing::relative_error(a, b, 1e-12);
 }
 
 // A view of shape `shape` whose last dim has stride 2 (a non-contiguous gradient buffer).
