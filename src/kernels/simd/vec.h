@@ -44,12 +44,8 @@ struct Avx512 {
   static V round_nearest(V v) {
     return _mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   }
-  // 2^n for integral-valued n in [-126, 127].
-  static V pow2(V n) {
-    const __m512i bits =
-        _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
-    return _mm512_castsi512_ps(bits);
-  }
+  // v · 2^n for integral-valued n in [-126, 127]: one instruction here.
+  static V times_pow2(V v, V n) { return _mm512_scalef_ps(v, n); }
   // Lanes where x < limit become 0, others (NaN included) keep v.
   static V zero_below(V x, float limit, V v) {
     const __mmask16 keep = _mm512_cmp_ps_mask(x, set1(limit), _CMP_NLT_UQ);
@@ -142,10 +138,11 @@ struct Avx2 {
   static V round_nearest(V v) {
     return _mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   }
-  static V pow2(V n) {
+  // v · 2^n for integral-valued n in [-126, 127]: 2^n built in the exponent bits.
+  static V times_pow2(V v, V n) {
     const __m256i bits =
         _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-    return _mm256_castsi256_ps(bits);
+    return mul(v, _mm256_castsi256_ps(bits));
   }
   static V zero_below(V x, float limit, V v) {
     return _mm256_and_ps(_mm256_cmp_ps(x, set1(limit), _CMP_NLT_UQ), v);
@@ -226,11 +223,12 @@ struct Portable {
     const V magic = set1(12582912.0f);
     return (v + magic) - magic;
   }
-  static V pow2(V n) {
+  // v · 2^n for integral-valued n in [-126, 127]: 2^n built in the exponent bits.
+  static V times_pow2(V v, V n) {
     const I e = (__builtin_convertvector(n, I) + 127) << 23;
     V out;
     std::memcpy(&out, &e, sizeof out);
-    return out;
+    return v * out;
   }
   // Lane j of the result = Σ of the lanes of x[j], for 4 vectors.
   static V reduce_lanes(const V* x) {
@@ -254,8 +252,10 @@ struct Portable {
 // exp(x) for every lane, relative error about 2e-7; exp(-inf) and anything
 // below -87.3 give exactly 0 (masked scores must contribute nothing), and NaN
 // stays NaN (so bad inputs surface in the output instead of vanishing).
-// x = n·ln2 + r with |r| <= ln2/2, exp(r) by a degree-7 polynomial (Cephes' expf
-// coefficients).
+// x = n·ln2 + r with |r| <= ln2/2 (ln2 split in two for accuracy), exp(r) by a
+// degree-5 polynomial fitted for least relative error on that interval, then
+// scaled by 2^n. Every result is 0 or a normal float: a subnormal one would
+// cost a microcode assist in the products that read it.
 template <class Isa>
 typename Isa::V exp(typename Isa::V x) {
   using V = typename Isa::V;
@@ -263,18 +263,15 @@ typename Isa::V exp(typename Isa::V x) {
   // max/min return their second operand when either is NaN: x goes second.
   const V clamped = Isa::min(Isa::set1(kMax), Isa::max(Isa::set1(kMin), x));
   const V n = Isa::round_nearest(Isa::mul(clamped, Isa::set1(1.44269504088896341f)));
-  // r = x − n·ln2, with ln2 split in two for accuracy
   V r = Isa::fmadd(n, Isa::set1(-0.693359375f), clamped);
   r = Isa::fmadd(n, Isa::set1(2.12194440e-4f), r);
-  V p = Isa::set1(1.9875691500e-4f);
-  p = Isa::fmadd(p, r, Isa::set1(1.3981999507e-3f));
-  p = Isa::fmadd(p, r, Isa::set1(8.3334519073e-3f));
-  p = Isa::fmadd(p, r, Isa::set1(4.1665795894e-2f));
-  p = Isa::fmadd(p, r, Isa::set1(1.6666665459e-1f));
-  p = Isa::fmadd(p, r, Isa::set1(5.0000001201e-1f));
-  const V r2 = Isa::mul(r, r);
-  p = Isa::fmadd(p, r2, Isa::add(r, Isa::set1(1.0f)));
-  return Isa::zero_below(x, kMin, Isa::mul(p, Isa::pow2(n)));
+  V p = Isa::set1(8.29178747e-3f);
+  p = Isa::fmadd(p, r, Isa::set1(4.18979339e-2f));
+  p = Isa::fmadd(p, r, Isa::set1(1.66676119e-1f));
+  p = Isa::fmadd(p, r, Isa::set1(4.99991506e-1f));
+  p = Isa::fmadd(p, r, Isa::set1(9.99999702e-1f));
+  p = Isa::fmadd(p, r, Isa::set1(1.0f));
+  return Isa::zero_below(x, kMin, Isa::times_pow2(p, n));
 }
 
 }  // namespace
