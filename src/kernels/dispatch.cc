@@ -70,7 +70,7 @@ constexpr int64_t kBlockQ = 96;
 constexpr int64_t kBlockK = 256;
 // Below this many multiply-adds a call runs on one thread: the fork/join of
 // an OpenMP region costs more than it saves (bench/bench_kernels, small shapes).
-constexpr double kParallelMinFlops = 2.0e5;
+constexpr double kParallelMinFlops = 5.0e5;
 
 FlashTiling choose_tiling(const SdpaProblem& p) {
   return {std::min<int64_t>(kBlockQ, p.L), std::min<int64_t>(kBlockK, p.S)};

@@ -169,7 +169,7 @@ void few_query_forward_tile(const SdpaProblem& p, const FlashTiling& t, int64_t 
       float* s = w.s_t + r * ld;
       const float m_new = std::max(w.m[r], row_max<Isa>(s, keys));
       // Nothing visible yet: shift by 0 so exp(−inf − 0) = 0, and keep o as is.
-      const float alpha = m_new == kNegInfF ? 1.0f : std::exp(w.m[r] - m_new);
+      const float alpha = w.m[r] == kNegInfF ? 1.0f : std::exp(w.m[r] - m_new);
       w.l[r] = alpha * w.l[r] + exp_shift_sum<Isa>(s, keys, m_new == kNegInfF ? 0.0f : m_new);
       w.m[r] = m_new;
       if (alpha != 1.0f) scale_row<Isa>(w.out + r * p.Ev, p.Ev, alpha);

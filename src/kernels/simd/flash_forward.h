@@ -492,8 +492,9 @@ void flash_forward_tile(const SdpaProblem& p, const FlashTiling& t, int64_t b, i
     bool rescale = false;
     for (int64_t i = 0; i < qp; ++i) {
       const float m_new = std::max(w.m[i], w.shift[i]);
-      // Nothing visible yet: shift by 0 so exp(−inf − 0) = 0, and keep O as is.
-      w.alpha[i] = m_new == kNegInfF ? 1.0f : std::exp(w.m[i] - m_new);
+      // Nothing visible yet: shift by 0 so exp(−inf − 0) = 0. Nothing seen
+      // before: O and l are still 0, no rescaling needed.
+      w.alpha[i] = w.m[i] == kNegInfF ? 1.0f : std::exp(w.m[i] - m_new);
       w.shift[i] = m_new == kNegInfF ? 0.0f : m_new;
       w.m[i] = m_new;
       rescale |= i < rows && w.alpha[i] != 1.0f;
