@@ -35,6 +35,9 @@ struct KernelTable {
   // machine's FP32 peak per core as this ISA sees it (benchmarks report
   // kernel speed as a fraction of it).
   double (*fma_peak_gflops)(double seconds);
+  // out[i] = exp(x[i]) by the kernels' own vector exp (what the softmax
+  // uses), for tests to hold it to std::exp.
+  void (*exp_into)(const float* x, int64_t n, float* out);
   int mr;           // micro-kernel rows
   int nr;           // micro-kernel columns
   int query_panel;  // queries per panel of the forward's score tile (query tiles are cut

@@ -9,6 +9,7 @@ namespace qkv::kernels {
 extern const KernelTable kPortableKernels = {
     "portable",
     &simd::fma_peak_gflops<simd::Portable>,
+    &simd::exp_into<simd::Portable>,
     simd::TileShape<simd::Portable>::kMr,
     simd::TileShape<simd::Portable>::kNr,
     simd::ForwardShape<simd::Portable>::kQueryPanel,

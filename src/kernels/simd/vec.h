@@ -274,5 +274,17 @@ typename Isa::V exp(typename Isa::V x) {
   return Isa::zero_below(x, kMin, Isa::times_pow2(p, n));
 }
 
+// out[i] = exp(x[i]), whole vectors then the tail through lane masks.
+template <class Isa>
+void exp_into(const float* x, int64_t n, float* out) {
+  constexpr int kL = Isa::kLanes;
+  int64_t i = 0;
+  for (; i + kL <= n; i += kL) Isa::store(out + i, exp<Isa>(Isa::load(x + i)));
+  if (i < n) {
+    const int rest = static_cast<int>(n - i);
+    Isa::store_first(out + i, exp<Isa>(Isa::load_first(x + i, rest)), rest);
+  }
+}
+
 }  // namespace
 }  // namespace qkv::kernels::simd
