@@ -298,22 +298,25 @@ TEST_P(FusedAttention, NonFiniteInputsAreReportedNotHidden) {
   Generator gen(24);
   for (DType dtype : {DType::kFloat32, DType::kBFloat16})
     for (const char* arg : {"query", "key", "value"}) {
+      // (Ev 19: the outputs past the last whole vector are checked too)
       for (double bad : {std::nan(""), double(INFINITY), -double(INFINITY)}) {
-        Tensor q = Tensor::randn({1, 2, 40, 16}, gen), k = Tensor::randn({1, 2, 70, 16}, gen);
-        Tensor v = Tensor::randn({1, 2, 70, 16}, gen);
-        Tensor& t = arg[0] == 'q' ? q : arg[0] == 'k' ? k : v;
-        t.set({0, 1, 5, 3}, bad);
-        try {
-          scaled_dot_product_attention(q.to(dtype), k.to(dtype), v.to(dtype),
-                                       {.backend = SdpaBackend::kFused});
-          ADD_FAILURE() << "no error for " << bad << " in " << arg;
-        } catch (const Error& e) {
-          // The input is named, not reported as an overflow of finite inputs.
-          const std::string what = e.what();
-          EXPECT_NE(what.find(std::string(": ") + arg + " of shape"), std::string::npos)
-              << dtype_name(dtype) << ": " << what;
-          EXPECT_NE(what.find("contains NaN or infinite"), std::string::npos)
-              << dtype_name(dtype) << ": " << what;
+        for (int64_t ev : {16, 19}) {
+          Tensor q = Tensor::randn({1, 2, 40, 16}, gen), k = Tensor::randn({1, 2, 70, 16}, gen);
+          Tensor v = Tensor::randn({1, 2, 70, ev}, gen);
+          Tensor& t = arg[0] == 'q' ? q : arg[0] == 'k' ? k : v;
+          t.set({0, 1, 5, arg[0] == 'v' ? ev - 1 : 3}, bad);
+          try {
+            scaled_dot_product_attention(q.to(dtype), k.to(dtype), v.to(dtype),
+                                         {.backend = SdpaBackend::kFused});
+            ADD_FAILURE() << "no error for " << bad << " in " << arg;
+          } catch (const Error& e) {
+            // The input is named, not reported as an overflow of finite inputs.
+            const std::string what = e.what();
+            EXPECT_NE(what.find(std::string(": ") + arg + " of shape"), std::string::npos)
+                << dtype_name(dtype) << ": " << what;
+            EXPECT_NE(what.find("contains NaN or infinite"), std::string::npos)
+                << dtype_name(dtype) << ": " << what;
+          }
         }
       }
     }

@@ -135,18 +135,23 @@ void sdpa_forward_fused(const SdpaProblem& p, const KernelTable& table) {
   const int64_t items = p.problems * q_tiles;
   const int64_t scratch_floats = table.forward_scratch_floats(p, t);
   const double flops = static_cast<double>(p.problems) * p.L * p.S * (p.E + p.Ev);
-  const bool parallel = flops >= kParallelMinFlops && items > 1;
-
-#pragma omp parallel if (parallel)
+  auto run = [&](int64_t item, float* scratch) {
+    const int64_t b = item / q_tiles;
+    const auto [q_begin, rows] = tiles[item % q_tiles];
+    table.forward_tile(p, t, b, q_begin, rows, scratch);
+    if (p.weights != nullptr) table.weights_tile(p, t, b, q_begin, rows, scratch);
+  };
+  if (flops < kParallelMinFlops || items == 1) {
+    // Not even an inactive OpenMP region: a decoding step is a few microseconds.
+    float* scratch = thread_scratch(scratch_floats);
+    for (int64_t item = 0; item < items; ++item) run(item, scratch);
+    return;
+  }
+#pragma omp parallel
   {
     float* scratch = thread_scratch(scratch_floats);
 #pragma omp for schedule(dynamic, 1)
-    for (int64_t item = 0; item < items; ++item) {
-      const int64_t b = item / q_tiles;
-      const auto [q_begin, rows] = tiles[item % q_tiles];
-      table.forward_tile(p, t, b, q_begin, rows, scratch);
-      if (p.weights != nullptr) table.weights_tile(p, t, b, q_begin, rows, scratch);
-    }
+    for (int64_t item = 0; item < items; ++item) run(item, scratch);
   }
 }
 

@@ -18,15 +18,19 @@ void fill_offsets(std::vector<int64_t>& offsets, const Tensor& t, const Shape& o
                   int64_t head_group) {
   const int64_t nd = static_cast<int64_t>(out_lead.size());
   const int64_t t_nd = t.dim() - 2;
+  // The stride in t of each output leading dim: 0 where t broadcasts it.
+  Dims step(static_cast<size_t>(nd), 0);
+  for (int64_t d = 0; d < nd; ++d) {
+    const int64_t td = d - (nd - t_nd);
+    if (td >= 0 && t.shape()[td] != 1) step[d] = t.strides()[td];
+  }
   offsets.assign(static_cast<size_t>(shape_numel(out_lead)), 0);
   Dims index(static_cast<size_t>(nd), 0);
   for (size_t n = 0; n < offsets.size(); ++n) {
     int64_t off = 0;
     for (int64_t d = 0; d < nd; ++d) {
-      const int64_t td = d - (nd - t_nd);
-      if (td < 0 || t.size(td) == 1) continue;
       const int64_t i = (d == nd - 1 && head_group > 1) ? index[d] / head_group : index[d];
-      off += i * t.stride(td);
+      off += i * step[d];
     }
     offsets[n] = off;
     for (int64_t d = nd - 1; d >= 0; --d) {

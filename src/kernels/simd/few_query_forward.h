@@ -182,7 +182,7 @@ void few_query_forward_tile(const SdpaProblem& p, const FlashTiling& t, int64_t 
                              p.Ev);
   }
 
-  finish_forward_rows(p, b, q_begin, rows, w.out, w.m, w.l);
+  finish_forward_rows<Isa>(p, b, q_begin, rows, w.out, w.m, w.l);
 }
 
 // The weights of those rows, rebuilt from the saved log-sum-exp with the

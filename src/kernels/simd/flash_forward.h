@@ -17,7 +17,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <limits>
 
 #include "kernels/fused_attention.h"
@@ -286,27 +285,37 @@ inline FloatRows float_rows(const SdpaProblem& p, const MatrixOperand& m, int64_
 // p.lse (−inf and output 0 for a row whose keys were all masked); raises
 // p.nonfinite_output if an output is NaN or infinite.
 // out_acc: [rows, Ev] unnormalised outputs; m, l: per row.
-inline void finish_forward_rows(const SdpaProblem& p, int64_t b, int64_t q_begin, int64_t rows,
-                                const float* out_acc, const float* m, const float* l) {
+template <class Isa>
+void finish_forward_rows(const SdpaProblem& p, int64_t b, int64_t q_begin, int64_t rows,
+                         const float* out_acc, const float* m, const float* l) {
+  constexpr int kL = Isa::kLanes;
   const int64_t first = (b * p.L + q_begin) * p.Ev;
-  uint32_t nonfinite = 0;  // an IEEE float is NaN or ±inf when its exponent bits are all ones
+  // x − x is 0 for a finite x and NaN otherwise, and a sum of such terms is
+  // NaN once any is: one test for the whole tile instead of one per element.
+  typename Isa::V bad = Isa::zero();
+  float bad_tail = 0.0f;
   for (int64_t r = 0; r < rows; ++r) {
     const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
+    const float* acc = out_acc + r * p.Ev;
     if (p.dtype == DType::kBFloat16) {
       uint16_t* out = static_cast<uint16_t*>(p.output) + first + r * p.Ev;
       for (int64_t e = 0; e < p.Ev; ++e) {
-        const uint16_t o = float_to_bfloat16(out_acc[r * p.Ev + e] * inv);
+        const uint16_t o = float_to_bfloat16(acc[e] * inv);
         out[e] = o;
-        nonfinite |= static_cast<uint32_t>((o & 0x7f80u) == 0x7f80u);
+        if ((o & 0x7f80u) == 0x7f80u) bad_tail = std::numeric_limits<float>::quiet_NaN();
       }
     } else {
       float* out = static_cast<float*>(p.output) + first + r * p.Ev;
-      for (int64_t e = 0; e < p.Ev; ++e) {
-        const float o = out_acc[r * p.Ev + e] * inv;
-        out[e] = o;
-        uint32_t bits;
-        std::memcpy(&bits, &o, sizeof bits);
-        nonfinite |= static_cast<uint32_t>((bits & 0x7f800000u) == 0x7f800000u);
+      const typename Isa::V scale = Isa::set1(inv);
+      int64_t e = 0;
+      for (; e + kL <= p.Ev; e += kL) {
+        const typename Isa::V o = Isa::mul(Isa::load(acc + e), scale);
+        Isa::store(out + e, o);
+        bad = Isa::add(bad, Isa::sub(o, o));
+      }
+      for (; e < p.Ev; ++e) {
+        out[e] = acc[e] * inv;
+        bad_tail += out[e] - out[e];
       }
     }
     if (p.lse)
@@ -315,7 +324,9 @@ inline void finish_forward_rows(const SdpaProblem& p, int64_t b, int64_t q_begin
           l[r] > 0.0f ? static_cast<double>(m[r]) + static_cast<double>(std::log(l[r]))
                       : -std::numeric_limits<double>::infinity();
   }
-  if (nonfinite && p.nonfinite_output) p.nonfinite_output->store(true, std::memory_order_relaxed);
+  const float any_bad = Isa::reduce_add(bad) + bad_tail;
+  if (any_bad != any_bad && p.nonfinite_output)
+    p.nonfinite_output->store(true, std::memory_order_relaxed);
 }
 
 // Weights of query i over keys [j0, j0 + keys) from its scores s[j·step] and
@@ -538,7 +549,7 @@ void flash_forward_tile(const SdpaProblem& p, const FlashTiling& t, int64_t b, i
     }
   }
 
-  finish_forward_rows(p, b, q_begin, rows, w.out, w.m, w.l);
+  finish_forward_rows<Isa>(p, b, q_begin, rows, w.out, w.m, w.l);
 }
 
 // The attention weights of a query tile, rebuilt from the log-sum-exp the
