@@ -72,7 +72,11 @@ void pack_b(const float* b, int64_t rs, int64_t cs, int64_t k, int64_t n, float 
 
 // Where a micro-kernel reads its operands. A element (r, p) is
 // a[r·row_stride + p·step]; B element (p, c) is b[p·step + c] for c below the
-// kernel's width (those columns must be readable even past `cols`).
+// kernel's width (those columns must be readable even past `cols`). An AView
+// (24 bytes) goes by reference: by value the ABI passes it on the stack, and
+// GCC's copy of it there (two 8-byte stores read back as one 16-byte load)
+// stalls the call on a failed store forward, which shows at E = 32 where the
+// calls are short.
 struct AView {
   const float* a;
   int64_t row_stride;
@@ -93,7 +97,7 @@ struct BView {
 // register operations instead of another pass over the tile. (Rows past
 // `rows` repeat row 0, so they never raise a maximum.)
 template <class Isa, int kRows, int kVecs>
-void micro_kernel(int64_t k, AView av, BView bv, float* c, int64_t ldc, bool accumulate,
+void micro_kernel(int64_t k, const AView& av, BView bv, float* c, int64_t ldc, bool accumulate,
                   int64_t rows, int64_t cols, float* col_max = nullptr) {
   using V = typename Isa::V;
   constexpr int kL = Isa::kLanes;
@@ -163,7 +167,7 @@ void micro_kernel(int64_t k, AView av, BView bv, float* c, int64_t ldc, bool acc
 // col_max (optional, n floats rounded up to whole panels) receives the
 // column maxima of C folded into what it holds.
 template <class Isa, int kRows, int kVecs>
-void gemm_tiles(int64_t m, int64_t n, int64_t k, AView a, int64_t a_panel_stride, BView b,
+void gemm_tiles(int64_t m, int64_t n, int64_t k, const AView& a, int64_t a_panel_stride, BView b,
                 int64_t b_panel_stride, float* c, int64_t ldc, bool accumulate,
                 float* col_max = nullptr) {
   constexpr int kNr = kVecs * Isa::kLanes;
