@@ -116,6 +116,24 @@ TEST_P(FusedAttention, MasksCausalGqaScaleDropout) {
   }
 }
 
+// Value heads of whole 64-float panels take the forward's wide P·V product
+// (AVX-512: 6 queries × 64 values per step), on full and diagonal tiles.
+TEST_P(FusedAttention, WideValueHeadsWithCausalWindowsAndPadding) {
+  Generator gen(28);
+  for (int64_t ev : {64, 128}) {
+    Tensor q = Tensor::randn({1, 2, 300, 32}, gen), k = Tensor::randn({1, 2, 300, 32}, gen);
+    Tensor v = Tensor::randn({1, 2, 300, ev}, gen);
+    const std::string at = " Ev=" + std::to_string(ev);
+    compare(q, k, v, {}, "no mask" + at);
+    for (CausalMask c : {CausalMask::kTopLeft, CausalMask::kBottomRight})
+      compare(q, k, v, {.causal = c}, "causal " + std::to_string(int(c)) + at);
+    compare(q, k, v, {.window_left = 40, .window_right = 7}, "window" + at);
+    Tensor keep = Tensor::zeros({1, 1, 1, 300}, DType::kBool);
+    for (int64_t j = 11; j < 250; ++j) keep.set({0, 0, 0, j}, 1);
+    compare(q, k, v, {.attn_mask = keep, .dropout_p = 0.2}, "key padding, dropout" + at);
+  }
+}
+
 TEST_P(FusedAttention, DecodingWithGqaStacksQueryHeads) {
   Generator gen(25);
   // One new query per head against a cache, GQA 9:3, with and without a padding mask.

@@ -453,20 +453,20 @@ void pack_scaled_query(const SdpaProblem& p, int64_t b, int64_t q_begin, int64_t
 // Pᵀ[j, i], a packed panel with step qp), in panels of kRows queries. On a
 // diagonal tile P is 0 past the last key a panel's last query sees, so the
 // panel's product stops there.
-template <class Isa, int kRows>
+template <class Isa, int kRows, int kVecs = 2>
 void accumulate_pv(const SdpaProblem& p, int64_t q_begin, int64_t rows, int64_t j0, int64_t keys,
                    bool diagonal, const float* s_t, int64_t qp, BView v, int64_t v_panel_stride,
                    float* out) {
   if (!diagonal) {
-    gemm_tiles<Isa, kRows, 2>(rows, p.Ev, keys, AView{s_t, 1, qp}, kRows, v, v_panel_stride, out,
-                              p.Ev, true);
+    gemm_tiles<Isa, kRows, kVecs>(rows, p.Ev, keys, AView{s_t, 1, qp}, kRows, v, v_panel_stride,
+                                  out, p.Ev, true);
     return;
   }
   for (int64_t r0 = 0; r0 < rows; r0 += kRows) {
     const int64_t n = std::min<int64_t>(kRows, rows - r0);
     const int64_t depth = keys_seen_by(p, q_begin + r0 + n - 1, j0, keys);
-    gemm_tiles<Isa, kRows, 2>(n, p.Ev, depth, AView{s_t + r0, 1, qp}, kRows, v, v_panel_stride,
-                              out + r0 * p.Ev, p.Ev, true);
+    gemm_tiles<Isa, kRows, kVecs>(n, p.Ev, depth, AView{s_t + r0, 1, qp}, kRows, v, v_panel_stride,
+                                  out + r0 * p.Ev, p.Ev, true);
   }
 }
 
@@ -540,7 +540,12 @@ void flash_forward_tile(const SdpaProblem& p, const FlashTiling& t, int64_t b, i
       v_panel_stride = keys * kNr;
     }
     const bool diagonal = !tile_fully_visible(p, q_begin, rows, j0, keys);
-    if (qp <= 2 * kL) {  // a narrow tile: panels of kKeyRows queries divide it evenly
+    // AVX-512, V read in place in whole panels of 64 values: 6 queries × 4
+    // vectors a step load 10 operands per 24 FMAs (12 × 2: 14), and P is
+    // read once per 64 values rather than per 32.
+    if (kL == 16 && vb.b == v.data && p.Ev % (4 * kL) == 0 && qp > 2 * kL) {
+      accumulate_pv<Isa, 6, 4>(p, q_begin, rows, j0, keys, diagonal, w.s_t, qp, vb, 4 * kL, w.out);
+    } else if (qp <= 2 * kL) {  // a narrow tile: panels of kKeyRows queries divide it evenly
       accumulate_pv<Isa, ForwardShape<Isa>::kKeyRows>(p, q_begin, rows, j0, keys, diagonal, w.s_t,
                                                       qp, vb, v_panel_stride, w.out);
     } else {
