@@ -206,6 +206,27 @@ TEST_P(FusedBackward, OneHeadLongSequenceUsesBothPartitions) {
   compare(q2, k2.slice(0, 0, 1), v2.slice(0, 0, 1), {}, "broadcast K/V");
 }
 
+// Heads of whole 64-float panels take the wide dK/dV products (AVX-512: 6 keys
+// × 64 columns a step), dO and Q read in place; a Q strided along E is packed.
+TEST_P(FusedBackward, WideHeadsWithGqaPaddingAndCausalMasks) {
+  Generator gen(43);
+  for (auto [E, Ev] : {std::pair<int64_t, int64_t>{64, 128}, {128, 64}}) {
+    const std::string at = " E=" + std::to_string(E) + " Ev=" + std::to_string(Ev);
+    Tensor q = Tensor::randn({2, 4, 150, E}, gen), k = Tensor::randn({2, 2, 190, E}, gen);
+    Tensor v = Tensor::randn({2, 2, 190, Ev}, gen);
+    compare(q, k, v, {.enable_gqa = true}, "gqa" + at);
+    compare(q, k, v, {.causal = CausalMask::kBottomRight, .enable_gqa = true}, "causal" + at);
+    Tensor keep = Tensor::zeros({2, 1, 1, 190}, DType::kBool);
+    for (int64_t j = 7; j < 120; ++j) keep.set({0, 0, 0, j}, 1);
+    compare(q, k, v, {.attn_mask = keep, .dropout_p = 0.2, .enable_gqa = true},
+            "key padding, dropout" + at);
+  }
+  // Q with E strided (its columns not contiguous): packed, not read in place.
+  Tensor qt = Tensor::randn({1, 3, 64, 140}, gen).transpose(2, 3);
+  Tensor k = Tensor::randn({1, 3, 100, 64}, gen), v = Tensor::randn({1, 3, 100, 64}, gen);
+  compare(qt, k, v, {}, "strided Q");
+}
+
 std::string table_name(const ::testing::TestParamInfo<const kernels::KernelTable*>& info) {
   return info.param->name;
 }

@@ -132,6 +132,23 @@ void probability_times_shifted(const float* s, float* dp, int64_t n, float d) {
   for (; c < n; ++c) dp[c] = s[c] * (dp[c] - d);
 }
 
+// out[c, :] += Σᵣ A[r, c]·B[r, :] for the tile's keys c < cols (A element
+// (c, r) at a[r·lds + c], B rows of `width` floats), in panels of kRows keys,
+// each from the first query that sees one of them (A is 0 above it).
+template <class Isa, int kRows, int kVecs>
+void keys_times_rows(const SdpaProblem& p, int64_t i0, int64_t rows, int64_t j0, int64_t cols,
+                     bool diagonal, const float* a, int64_t lds, BView b, int64_t panel_stride,
+                     int64_t width, float* out) {
+  int64_t first = 0;
+  for (int64_t c0 = 0; c0 < cols; c0 += kRows) {
+    while (diagonal && first < rows && keys_seen_by(p, i0 + first, j0, cols) <= c0) ++first;
+    gemm_tiles<Isa, kRows, kVecs>(std::min<int64_t>(kRows, cols - c0), width, rows - first,
+                                  AView{a + first * lds + c0, 1, lds}, kRows,
+                                  BView{b.b + first * b.step, b.step}, panel_stride,
+                                  out + c0 * width, width, true);
+  }
+}
+
 template <class Isa>
 void flash_backward_tile(const SdpaBackwardProblem& bp, const FlashTiling& t,
                          const int64_t* problems, int64_t count, int64_t j0, int64_t cols,
@@ -226,25 +243,23 @@ void flash_backward_tile(const SdpaBackwardProblem& bp, const FlashTiling& t,
         }
       }
       // dVⱼ += P̃ᵀ dOᵢ and dKⱼ += (scale·dS)ᵀ Qᵢ: A element (c, r) = P̃[r, c]
-      // (or dS[r, c]), a ready panel with step lds. In panels of kMr keys, each
-      // from the first query that sees one of them (P̃ and dS are 0 above).
-      auto add_keys_times_rows = [&](const float* a, BView rows_b, int64_t panel_stride,
+      // (or dS[r, c]), a ready panel with step lds; B the rows of dO (or Q),
+      // read in place in the wide shape when they hold whole panels of it.
+      auto add_keys_times_rows = [&](const float* a, const float* m, int64_t ld, int64_t cs,
                                      int64_t width, float* out) {
-        int64_t first = 0;
-        for (int64_t c0 = 0; c0 < cols; c0 += kMr) {
-          while (diagonal && first < rows && keys_seen_by(p, i0 + first, j0, cols) <= c0) ++first;
-          gemm_tiles<Isa, kMr, 2>(std::min<int64_t>(kMr, cols - c0), width, rows - first,
-                                  AView{a + first * lds + c0, 1, lds}, kMr,
-                                  BView{rows_b.b + first * rows_b.step, rows_b.step}, panel_stride,
-                                  out + c0 * width, width, true);
+        using Wide = WideShape<Isa>;
+        if (Wide::kUsable && cs == 1 && width % Wide::kNr == 0) {
+          keys_times_rows<Isa, Wide::kRows, Wide::kVecs>(p, i0, rows, j0, cols, diagonal, a, lds,
+                                                         BView{m, ld}, Wide::kNr, width, out);
+        } else {
+          int64_t panel_stride;
+          const BView b = rows_as_b<Isa>(m, ld, cs, rows, width, w.b_rows, &panel_stride);
+          keys_times_rows<Isa, kMr, 2>(p, i0, rows, j0, cols, diagonal, a, lds, b, panel_stride,
+                                       width, out);
         }
       };
-      int64_t b_panel_stride;
-      BView b_rows = rows_as_b<Isa>(go_tile, ldo, bp.grad_output.col_stride, rows, p.Ev, w.b_rows,
-                                    &b_panel_stride);
-      add_keys_times_rows(w.scores, b_rows, b_panel_stride, p.Ev, w.grad_v);
-      b_rows = rows_as_b<Isa>(q_tile, ldq, p.q.col_stride, rows, p.E, w.b_rows, &b_panel_stride);
-      add_keys_times_rows(w.dprob, b_rows, b_panel_stride, p.E, w.grad_k);
+      add_keys_times_rows(w.scores, go_tile, ldo, bp.grad_output.col_stride, p.Ev, w.grad_v);
+      add_keys_times_rows(w.dprob, q_tile, ldq, p.q.col_stride, p.E, w.grad_k);
       // dQᵢ += (scale·dS) Kⱼ, dS rows read in place, each panel of queries
       // up to the last key its last query sees
       const int64_t ldgq = bp.grad_q.row_stride;

@@ -540,14 +540,13 @@ void flash_forward_tile(const SdpaProblem& p, const FlashTiling& t, int64_t b, i
       v_panel_stride = keys * kNr;
     }
     const bool diagonal = !tile_fully_visible(p, q_begin, rows, j0, keys);
-    // AVX-512, V read in place in whole panels of 64 values: 6 queries × 4
-    // vectors a step load 10 operands per 24 FMAs (12 × 2: 14), and P is
-    // read once per 64 values rather than per 32.
-    if (kL == 16 && vb.b == v.data && p.Ev % (4 * kL) == 0 && qp > 2 * kL) {
-      accumulate_pv<Isa, 6, 4>(p, q_begin, rows, j0, keys, diagonal, w.s_t, qp, vb, 4 * kL, w.out);
-    } else if (qp <= 2 * kL) {  // a narrow tile: panels of kKeyRows queries divide it evenly
+    using Wide = WideShape<Isa>;
+    if (qp <= 2 * kL) {  // a narrow tile: panels of kKeyRows queries divide it evenly
       accumulate_pv<Isa, ForwardShape<Isa>::kKeyRows>(p, q_begin, rows, j0, keys, diagonal, w.s_t,
                                                       qp, vb, v_panel_stride, w.out);
+    } else if (Wide::kUsable && vb.b == v.data && p.Ev % Wide::kNr == 0) {
+      accumulate_pv<Isa, Wide::kRows, Wide::kVecs>(p, q_begin, rows, j0, keys, diagonal, w.s_t, qp,
+                                                   vb, Wide::kNr, w.out);
     } else {
       accumulate_pv<Isa, kMr>(p, q_begin, rows, j0, keys, diagonal, w.s_t, qp, vb, v_panel_stride,
                               w.out);

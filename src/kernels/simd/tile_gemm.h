@@ -22,6 +22,18 @@ struct TileShape {
   static constexpr int kMr = Isa::kLanes == 16 ? 12 : (Isa::kLanes == 8 ? 6 : 4);
 };
 
+// A wider shape for products whose B rows hold whole panels of 64 floats in
+// place (O += P V, dV += P̃ᵀ dO, dK += dSᵀ Q): on AVX-512, 6 rows × 4 vectors
+// a step load 10 operands per 24 FMAs (12 × 2: 14), and A is read once per 64
+// columns instead of per 32. Other ISAs keep TileShape (too few registers).
+template <class Isa>
+struct WideShape {
+  static constexpr bool kUsable = Isa::kLanes == 16;
+  static constexpr int kRows = kUsable ? 6 : TileShape<Isa>::kMr;
+  static constexpr int kVecs = kUsable ? 4 : 2;
+  static constexpr int kNr = kVecs * Isa::kLanes;
+};
+
 inline int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
 // Packs A (element (i, p) at a[i·rs + p·cs], i < m, p < k) as panels of kMr
