@@ -247,10 +247,10 @@ void flash_backward_tile(const SdpaBackwardProblem& bp, const FlashTiling& t,
       // read in place in the wide shape when they hold whole panels of it.
       auto add_keys_times_rows = [&](const float* a, const float* m, int64_t ld, int64_t cs,
                                      int64_t width, float* out) {
-        using Wide = WideShape<Isa>;
-        if (Wide::kUsable && cs == 1 && width % Wide::kNr == 0) {
-          keys_times_rows<Isa, Wide::kRows, Wide::kVecs>(p, i0, rows, j0, cols, diagonal, a, lds,
-                                                         BView{m, ld}, Wide::kNr, width, out);
+        using Panel64 = WideShape<Isa>;  // (not Wide: that is the S-shaped products' shape)
+        if (Panel64::kUsable && cs == 1 && width % Panel64::kNr == 0) {
+          keys_times_rows<Isa, Panel64::kRows, Panel64::kVecs>(
+              p, i0, rows, j0, cols, diagonal, a, lds, BView{m, ld}, Panel64::kNr, width, out);
         } else {
           int64_t panel_stride;
           const BView b = rows_as_b<Isa>(m, ld, cs, rows, width, w.b_rows, &panel_stride);
