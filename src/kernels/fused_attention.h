@@ -38,6 +38,9 @@ struct KernelTable {
   // out[i] = exp(x[i]) by the kernels' own vector exp (what the softmax
   // uses), for tests to hold it to std::exp.
   void (*exp_into)(const float* x, int64_t n, float* out);
+  // out[i] = log(x[i]) for positive normal x, by the vector log that turns
+  // each row's softmax sum into its log-sum-exp; for tests, as exp_into.
+  void (*log_into)(const float* x, int64_t n, float* out);
   int mr;           // micro-kernel rows
   int nr;           // micro-kernel columns
   int query_panel;  // queries per panel of the forward's score tile (query tiles are cut

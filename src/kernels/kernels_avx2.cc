@@ -10,6 +10,7 @@ extern const KernelTable kAvx2Kernels = {
     "avx2",
     &simd::fma_peak_gflops<simd::Avx2>,
     &simd::exp_into<simd::Avx2>,
+    &simd::log_into<simd::Avx2>,
     simd::TileShape<simd::Avx2>::kMr,
     simd::TileShape<simd::Avx2>::kNr,
     simd::ForwardShape<simd::Avx2>::kQueryPanel,

@@ -10,6 +10,7 @@ extern const KernelTable kPortableKernels = {
     "portable",
     &simd::fma_peak_gflops<simd::Portable>,
     &simd::exp_into<simd::Portable>,
+    &simd::log_into<simd::Portable>,
     simd::TileShape<simd::Portable>::kMr,
     simd::TileShape<simd::Portable>::kNr,
     simd::ForwardShape<simd::Portable>::kQueryPanel,

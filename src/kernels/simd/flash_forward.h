@@ -318,15 +318,23 @@ void finish_forward_rows(const SdpaProblem& p, int64_t b, int64_t q_begin, int64
         bad_tail += out[e] - out[e];
       }
     }
-    if (p.lse)
-      p.lse[b * p.L + q_begin + r] =
-          // (a float log: the backward recomputes P in float from this anyway)
-          l[r] > 0.0f ? static_cast<double>(m[r]) + static_cast<double>(std::log(l[r]))
-                      : -std::numeric_limits<double>::infinity();
   }
   const float any_bad = Isa::reduce_add(bad) + bad_tail;
   if (any_bad != any_bad && p.nonfinite_output)
     p.nonfinite_output->store(true, std::memory_order_relaxed);
+  if (p.lse == nullptr) return;
+  // The logs a vector of rows at a time (a float log: the backward recomputes
+  // P in float from this anyway). l is 1 or more for a row that saw a key
+  // (its maximum contributes exp(0)) and 0 for one that saw none.
+  double* lse = p.lse + b * p.L + q_begin;
+  float log_l[kL];
+  for (int64_t r0 = 0; r0 < rows; r0 += kL) {
+    const int n = static_cast<int>(std::min<int64_t>(kL, rows - r0));
+    Isa::store(log_l, log<Isa>(Isa::load_first(l + r0, n)));
+    for (int r = 0; r < n; ++r)
+      lse[r0 + r] = l[r0 + r] > 0.0f ? static_cast<double>(m[r0 + r]) + log_l[r]
+                                     : -std::numeric_limits<double>::infinity();
+  }
 }
 
 // Weights of query i over keys [j0, j0 + keys) from its scores s[j·step] and

@@ -17,6 +17,13 @@
 namespace qkv::kernels::simd {
 namespace {
 
+// split_exponent's bit trick: subtracting the bits of 0.7 (0x3f333333) from a
+// positive normal float's bits leaves the exponent of x/0.7 in the top bits
+// (arithmetic shift: it may be negative), and adding 0.7's bits back to the
+// low 23 gives a mantissa in [0.7, 1.4), so that log(m) stays small.
+constexpr int32_t kNearOne = 0x3f333333;
+constexpr int32_t kMantissaBits = 0x007fffff;
+
 #if defined(__AVX512F__)
 struct Avx512 {
   using V = __m512;
@@ -37,6 +44,7 @@ struct Avx512 {
   static V add(V a, V b) { return _mm512_add_ps(a, b); }
   static V sub(V a, V b) { return _mm512_sub_ps(a, b); }
   static V mul(V a, V b) { return _mm512_mul_ps(a, b); }
+  static V div(V a, V b) { return _mm512_div_ps(a, b); }
   static V max(V a, V b) { return _mm512_max_ps(a, b); }
   static V min(V a, V b) { return _mm512_min_ps(a, b); }
   static float reduce_add(V v) { return _mm512_reduce_add_ps(v); }
@@ -46,6 +54,14 @@ struct Avx512 {
   }
   // v · 2^n for integral-valued n in [-126, 127]: one instruction here.
   static V times_pow2(V v, V n) { return _mm512_scalef_ps(v, n); }
+  // For a positive normal x: m in [0.7, 1.4) and integral-valued e with
+  // x = m · 2^e (the bit trick of kNearOne).
+  static V split_exponent(V x, V* e) {
+    const __m512i shifted = _mm512_sub_epi32(_mm512_castps_si512(x), _mm512_set1_epi32(kNearOne));
+    *e = _mm512_cvtepi32_ps(_mm512_srai_epi32(shifted, 23));
+    return _mm512_castsi512_ps(_mm512_add_epi32(
+        _mm512_and_si512(shifted, _mm512_set1_epi32(kMantissaBits)), _mm512_set1_epi32(kNearOne)));
+  }
   // Lanes where x < limit become 0, others (NaN included) keep v.
   static V zero_below(V x, float limit, V v) {
     const __mmask16 keep = _mm512_cmp_ps_mask(x, set1(limit), _CMP_NLT_UQ);
@@ -121,6 +137,7 @@ struct Avx2 {
   static V add(V a, V b) { return _mm256_add_ps(a, b); }
   static V sub(V a, V b) { return _mm256_sub_ps(a, b); }
   static V mul(V a, V b) { return _mm256_mul_ps(a, b); }
+  static V div(V a, V b) { return _mm256_div_ps(a, b); }
   static V max(V a, V b) { return _mm256_max_ps(a, b); }
   static V min(V a, V b) { return _mm256_min_ps(a, b); }
   static float reduce_add(V v) {
@@ -143,6 +160,12 @@ struct Avx2 {
     const __m256i bits =
         _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
     return mul(v, _mm256_castsi256_ps(bits));
+  }
+  static V split_exponent(V x, V* e) {
+    const __m256i shifted = _mm256_sub_epi32(_mm256_castps_si256(x), _mm256_set1_epi32(kNearOne));
+    *e = _mm256_cvtepi32_ps(_mm256_srai_epi32(shifted, 23));
+    return _mm256_castsi256_ps(_mm256_add_epi32(
+        _mm256_and_si256(shifted, _mm256_set1_epi32(kMantissaBits)), _mm256_set1_epi32(kNearOne)));
   }
   static V zero_below(V x, float limit, V v) {
     return _mm256_and_ps(_mm256_cmp_ps(x, set1(limit), _CMP_NLT_UQ), v);
@@ -211,6 +234,7 @@ struct Portable {
   static V add(V a, V b) { return a + b; }
   static V sub(V a, V b) { return a - b; }
   static V mul(V a, V b) { return a * b; }
+  static V div(V a, V b) { return a / b; }
   static V max(V a, V b) { return a > b ? a : b; }
   static V min(V a, V b) { return a < b ? a : b; }
   static float reduce_add(V v) { return (v[0] + v[1]) + (v[2] + v[3]); }
@@ -229,6 +253,16 @@ struct Portable {
     V out;
     std::memcpy(&out, &e, sizeof out);
     return v * out;
+  }
+  static V split_exponent(V x, V* e) {
+    I bits;
+    std::memcpy(&bits, &x, sizeof bits);
+    const I shifted = bits - kNearOne;
+    *e = __builtin_convertvector(shifted >> 23, V);
+    const I m = (shifted & kMantissaBits) + kNearOne;
+    V out;
+    std::memcpy(&out, &m, sizeof out);
+    return out;
   }
   // Lane j of the result = Σ of the lanes of x[j], for 4 vectors.
   static V reduce_lanes(const V* x) {
@@ -272,6 +306,42 @@ typename Isa::V exp(typename Isa::V x) {
   p = Isa::fmadd(p, r, Isa::set1(9.99999702e-1f));
   p = Isa::fmadd(p, r, Isa::set1(1.0f));
   return Isa::zero_below(x, kMin, Isa::times_pow2(p, n));
+}
+
+// log(x) for every lane with x a positive normal float, absolute error about
+// 1e-7 (what a float can hold near 1). x = m·2^e with m in [0.7, 1.4), then
+// log(m) = 2·atanh(z), z = (m − 1)/(m + 1) in [−0.18, 0.17], by its series
+// up to z⁹ (the next term is below 1e-9), and e·ln2 added with ln2 split in
+// two. Other inputs (0, subnormals, negatives, inf, NaN) give unspecified
+// values: callers test for them first.
+template <class Isa>
+typename Isa::V log(typename Isa::V x) {
+  using V = typename Isa::V;
+  V e;
+  const V m = Isa::split_exponent(x, &e);
+  const V one = Isa::set1(1.0f);
+  const V z = Isa::div(Isa::sub(m, one), Isa::add(m, one));
+  const V z2 = Isa::mul(z, z);
+  V p = Isa::set1(2.0f / 9);
+  p = Isa::fmadd(p, z2, Isa::set1(2.0f / 7));
+  p = Isa::fmadd(p, z2, Isa::set1(2.0f / 5));
+  p = Isa::fmadd(p, z2, Isa::set1(2.0f / 3));
+  p = Isa::fmadd(p, z2, Isa::set1(2.0f));
+  const V log_m = Isa::mul(p, z);
+  return Isa::fmadd(e, Isa::set1(0.693359375f), Isa::fmadd(e, Isa::set1(-2.12194440e-4f), log_m));
+}
+
+// out[i] = log(x[i]) (positive normal x), as exp_into.
+template <class Isa>
+void log_into(const float* x, int64_t n, float* out) {
+  constexpr int kL = Isa::kLanes;
+  int64_t i = 0;
+  for (; i + kL <= n; i += kL) Isa::store(out + i, log<Isa>(Isa::load(x + i)));
+  if (i < n) {
+    const int rest = static_cast<int>(n - i);
+    // Lanes past n read 0 (log(0) is unspecified, not trapped) and are not written.
+    Isa::store_first(out + i, log<Isa>(Isa::load_first(x + i, rest)), rest);
+  }
 }
 
 // out[i] = exp(x[i]), whole vectors then the tail through lane masks.
