@@ -161,7 +161,7 @@ py::array to_numpy(const Tensor& t) {
     case DType::kBool:
       dtype = py::dtype::of<bool>();
       break;
-    case DType::kBFloat16:  // the bit patterns; the Python layer views them as torch.bfloat16
+    case DType::kBFloat16:  // the bit patterns (to_python_or_none views them as torch.bfloat16)
       dtype = py::dtype::of<uint16_t>();
       break;
   }
@@ -175,6 +175,15 @@ py::array to_numpy(const Tensor& t) {
 py::object to_numpy_or_none(const Tensor& t) {
   if (!t.defined()) return py::none();
   return to_numpy(t);
+}
+
+py::object to_python_or_none(const Tensor& t) {
+  if (!t.defined()) return py::none();
+  py::array bits = to_numpy(t);
+  if (t.dtype() != DType::kBFloat16) return std::move(bits);
+  // torch is imported: bfloat16 inputs can only have come from it.
+  py::object torch = py::module_::import("sys").attr("modules")["torch"];
+  return torch.attr("from_numpy")(bits).attr("view")(torch.attr("bfloat16"));
 }
 
 DType parse_float_dtype(py::handle dtype, const char* function, const char* name) {

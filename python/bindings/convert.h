@@ -31,6 +31,10 @@ Tensor to_optional_tensor(py::handle obj, const char* function, const char* name
 py::array to_numpy(const Tensor& t);
 // None for an undefined Tensor.
 py::object to_numpy_or_none(const Tensor& t);
+// to_numpy, except that a bfloat16 result (it came from torch.bfloat16
+// inputs) goes back as a torch.bfloat16 tensor over the same memory; None
+// for an undefined Tensor.
+py::object to_python_or_none(const Tensor& t);
 
 // "float32" / "float64" (also numpy or torch dtypes, via str()) -> DType.
 DType parse_float_dtype(py::handle dtype, const char* function, const char* name);

@@ -15,13 +15,38 @@ namespace qkv::python {
 
 namespace {
 
-CausalMask parse_causal(const std::string& causal, const char* function) {
-  if (causal == "none") return CausalMask::kNone;
-  if (causal == "top_left") return CausalMask::kTopLeft;
-  if (causal == "bottom_right") return CausalMask::kBottomRight;
+// The causal mask from torch's is_causal and qkv's causal (None, a bool,
+// "top_left" or "bottom_right"); passing both is an error.
+CausalMask parse_causal(bool is_causal, py::handle causal, const char* function) {
+  const bool unset =
+      causal.is_none() || (py::isinstance<py::bool_>(causal) && !causal.cast<bool>());
+  if (unset) return is_causal ? CausalMask::kTopLeft : CausalMask::kNone;
+  const std::string shown = py::repr(causal);
+  if (is_causal)
+    throw py::value_error(std::string(function) +
+                          "(): pass either is_causal=True or causal=" + shown + ", not both");
+  if (py::isinstance<py::bool_>(causal)) return CausalMask::kTopLeft;  // causal=True
+  if (py::isinstance<py::str>(causal)) {
+    const std::string name = causal.cast<std::string>();
+    if (name == "top_left") return CausalMask::kTopLeft;
+    if (name == "bottom_right") return CausalMask::kBottomRight;
+  }
   throw py::value_error(std::string(function) +
-                        "(): argument 'causal' must be None, 'top_left' or 'bottom_right', got '" +
-                        causal + "'");
+                        "(): argument 'causal' must be None, 'top_left' or 'bottom_right', got " +
+                        shown);
+}
+
+// None or one ALiBi slope per query head, anything numpy reads as a 1-D array.
+std::vector<double> parse_alibi_slopes(py::handle slopes, const char* function) {
+  if (slopes.is_none()) return {};
+  using Slopes = py::array_t<double, py::array::c_style | py::array::forcecast>;
+  const Slopes array = py::module_::import("numpy").attr("asarray")(slopes, "float64");
+  if (array.ndim() != 1)
+    throw py::value_error(std::string(function) +
+                          "(): argument 'alibi_slopes' must be 1-D (one slope per query head), "
+                          "got shape " +
+                          std::string(py::str(array.attr("shape"))));
+  return std::vector<double>(array.data(), array.data() + array.size());
 }
 
 SdpaBackend parse_backend(const std::string& backend, const char* function) {
@@ -52,10 +77,11 @@ struct SdpaCall {
 };
 
 SdpaCall parse_call(py::handle query, py::handle key, py::handle value, py::handle attn_mask,
-                    double dropout_p, const std::string& causal, std::optional<double> scale,
-                    bool enable_gqa, bool need_weights, py::handle dropout_mask,
-                    bool return_dropout_mask, py::handle generator, int64_t window_left,
-                    int64_t window_right, const std::vector<double>& alibi_slopes, double softcap,
+                    double dropout_p, bool is_causal, std::optional<double> scale, bool enable_gqa,
+                    bool need_weights, py::handle causal, py::handle dropout_mask,
+                    bool return_dropout_mask, py::handle generator,
+                    std::optional<int64_t> window_left, std::optional<int64_t> window_right,
+                    py::handle alibi_slopes, std::optional<double> softcap,
                     const std::string& backend, const char* fn) {
   SdpaCall call;
   call.q = to_tensor(query, fn, "query", Accept::kFloat);
@@ -64,17 +90,17 @@ SdpaCall parse_call(py::handle query, py::handle key, py::handle value, py::hand
   SdpaOptions& options = call.options;
   options.attn_mask = to_optional_tensor(attn_mask, fn, "attn_mask", Accept::kFloatOrBool);
   options.dropout_p = dropout_p;
-  options.causal = parse_causal(causal, fn);
+  options.causal = parse_causal(is_causal, causal, fn);
   options.scale = scale;
   options.enable_gqa = enable_gqa;
   options.need_weights = need_weights;
   options.return_dropout_mask = return_dropout_mask;
   options.dropout_mask = to_optional_tensor(dropout_mask, fn, "dropout_mask", Accept::kBool);
   options.generator = optional_generator(generator, fn);
-  options.window_left = window_left;
-  options.window_right = window_right;
-  options.alibi_slopes = alibi_slopes;
-  options.softcap = softcap;
+  options.window_left = window_left.value_or(-1);
+  options.window_right = window_right.value_or(-1);
+  options.alibi_slopes = parse_alibi_slopes(alibi_slopes, fn);
+  options.softcap = softcap.value_or(0.0);
   options.backend = parse_backend(backend, fn);
   return call;
 }
@@ -120,50 +146,51 @@ struct SdpaBackward {
       grads =
           scaled_dot_product_attention_backward(go, call.q, call.k, call.v, forward, call.options);
     }
-    return py::make_tuple(to_numpy(grads.query), to_numpy(grads.key), to_numpy(grads.value),
-                          to_numpy_or_none(grads.attn_mask));
+    return py::make_tuple(to_python_or_none(grads.query), to_python_or_none(grads.key),
+                          to_python_or_none(grads.value), to_python_or_none(grads.attn_mask));
   }
 };
 
-// Returns (output, weights or None, dropout_mask or None, kernel name).
-py::tuple sdpa(py::handle query, py::handle key, py::handle value, py::handle attn_mask,
-               double dropout_p, const std::string& causal, std::optional<double> scale,
-               bool enable_gqa, bool need_weights, py::handle dropout_mask,
-               bool return_dropout_mask, py::handle generator, int64_t window_left,
-               int64_t window_right, const std::vector<double>& alibi_slopes, double softcap,
-               const std::string& backend, const std::string& function) {
-  const SdpaCall call =
-      parse_call(query, key, value, attn_mask, dropout_p, causal, scale, enable_gqa, need_weights,
-                 dropout_mask, return_dropout_mask, generator, window_left, window_right,
-                 alibi_slopes, softcap, backend, function.c_str());
-  const SdpaResult result = run_forward(call);
-  return py::make_tuple(to_numpy(result.output), to_numpy_or_none(result.weights),
-                        exported_keep_mask(result, call.options), result.kernel);
-}
-
-// Returns (output, weights or None, dropout_mask or None, SdpaBackward).
-py::tuple sdpa_with_grad(py::handle query, py::handle key, py::handle value, py::handle attn_mask,
-                         double dropout_p, const std::string& causal, std::optional<double> scale,
-                         bool enable_gqa, bool need_weights, py::handle dropout_mask,
-                         bool return_dropout_mask, py::handle generator, int64_t window_left,
-                         int64_t window_right, const std::vector<double>& alibi_slopes,
-                         double softcap, const std::string& backend, const std::string& function) {
-  SdpaBackward backward;
-  backward.call =
-      parse_call(query, key, value, attn_mask, dropout_p, causal, scale, enable_gqa, need_weights,
-                 dropout_mask, return_dropout_mask, generator, window_left, window_right,
-                 alibi_slopes, softcap, backend, function.c_str());
-  backward.forward = run_forward(backward.call);
-  // The backward replays dropout from the saved seed (or the given mask), so
-  // it needs no generator, and the weights are not part of what it keeps.
-  backward.call.options.generator = nullptr;
-  backward.call.options.need_weights = false;
-  py::object weights = to_numpy_or_none(backward.forward.weights);
-  py::object keep = exported_keep_mask(backward.forward, backward.call.options);
-  backward.forward.weights = Tensor();
-  backward.forward.dropout_mask = Tensor();
-  py::object output = read_only(to_numpy(backward.forward.output));
-  return py::make_tuple(output, weights, keep, std::move(backward));
+// scaled_dot_product_attention (kWithGrad false) returns (output, weights or
+// None, dropout_mask or None, kernel name); its _with_grad twin returns
+// (output, weights or None, dropout_mask or None, SdpaBackward). The Python
+// layer passes its arguments through unchanged (positionally: pybind11
+// matches keywords by name, which costs microseconds on small shapes), so
+// the defaults (None) are read here.
+template <bool kWithGrad>
+py::tuple sdpa_entry(py::handle query, py::handle key, py::handle value, py::handle attn_mask,
+                     double dropout_p, bool is_causal, std::optional<double> scale, bool enable_gqa,
+                     bool need_weights, py::handle causal, py::handle dropout_mask,
+                     bool return_dropout_mask, py::handle generator,
+                     std::optional<int64_t> window_left, std::optional<int64_t> window_right,
+                     py::handle alibi_slopes, std::optional<double> softcap,
+                     const std::string& backend, const std::string& function) {
+  SdpaCall call =
+      parse_call(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa,
+                 need_weights, causal, dropout_mask, return_dropout_mask, generator, window_left,
+                 window_right, alibi_slopes, softcap, backend, function.c_str());
+  if constexpr (!kWithGrad) {
+    const SdpaResult result = run_forward(call);
+    return py::make_tuple(to_python_or_none(result.output), to_python_or_none(result.weights),
+                          exported_keep_mask(result, call.options), result.kernel);
+  } else {
+    SdpaBackward backward;
+    backward.call = std::move(call);
+    backward.forward = run_forward(backward.call);
+    // The backward replays dropout from the saved seed (or the given mask), so
+    // it needs no generator, and the weights are not part of what it keeps.
+    backward.call.options.generator = nullptr;
+    backward.call.options.need_weights = false;
+    py::object weights = to_python_or_none(backward.forward.weights);
+    py::object keep = exported_keep_mask(backward.forward, backward.call.options);
+    backward.forward.weights = Tensor();
+    backward.forward.dropout_mask = Tensor();
+    // A bfloat16 output is a torch tensor, which has no read-only flag.
+    py::object output = backward.forward.output.dtype() == DType::kBFloat16
+                            ? to_python_or_none(backward.forward.output)
+                            : read_only(to_numpy(backward.forward.output));
+    return py::make_tuple(output, weights, keep, std::move(backward));
+  }
 }
 
 const char* kind_name(ScoreFunction::Kind kind) {
@@ -184,17 +211,18 @@ const char* kind_name(ScoreFunction::Kind kind) {
 
 void bind_functional(py::module_& m) {
   // Both entry points take the same arguments.
-  const std::pair<const char*, decltype(&sdpa)> entries[] = {
-      {"scaled_dot_product_attention", &sdpa},
-      {"scaled_dot_product_attention_with_grad", &sdpa_with_grad}};
+  const std::pair<const char*, decltype(&sdpa_entry<false>)> entries[] = {
+      {"scaled_dot_product_attention", &sdpa_entry<false>},
+      {"scaled_dot_product_attention_with_grad", &sdpa_entry<true>}};
   for (const auto& [name, function] : entries)
     m.def(name, function, py::arg("query"), py::arg("key"), py::arg("value"),
-          py::arg("attn_mask") = py::none(), py::arg("dropout_p") = 0.0, py::arg("causal") = "none",
-          py::arg("scale") = py::none(), py::arg("enable_gqa") = false,
-          py::arg("need_weights") = false, py::arg("dropout_mask") = py::none(),
+          py::arg("attn_mask") = py::none(), py::arg("dropout_p") = 0.0,
+          py::arg("is_causal") = false, py::arg("scale") = py::none(),
+          py::arg("enable_gqa") = false, py::arg("need_weights") = false,
+          py::arg("causal") = py::none(), py::arg("dropout_mask") = py::none(),
           py::arg("return_dropout_mask") = false, py::arg("generator") = py::none(),
-          py::arg("window_left") = -1, py::arg("window_right") = -1,
-          py::arg("alibi_slopes") = std::vector<double>{}, py::arg("softcap") = 0.0,
+          py::arg("window_left") = py::none(), py::arg("window_right") = py::none(),
+          py::arg("alibi_slopes") = py::none(), py::arg("softcap") = py::none(),
           py::arg("backend") = "auto", py::arg("function") = name);
 
   py::class_<SdpaBackward>(m, "SdpaBackward")

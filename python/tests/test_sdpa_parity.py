@@ -271,6 +271,31 @@ def test_qkv_extras_reject_bad_arguments():
         f(q, k, v, dropout_p=0.5, generator=42)
 
 
+def test_qkv_extras_accept_every_spelling_of_their_defaults_and_forms():
+    # _core reads these itself (None defaults, bools, sequences): each form
+    # must give what its plain spelling gives.
+    q, k, v = _qkv_inputs(np.float64)
+    f = qkv.nn.functional.scaled_dot_product_attention
+    plain = f(q, k, v)
+    for extras in (dict(causal=None), dict(causal=False), dict(window_left=None, window_right=None),
+                   dict(alibi_slopes=None), dict(softcap=None), dict(softcap=0.0),
+                   dict(generator=None), dict(scale=None)):
+        np.testing.assert_array_equal(f(q, k, v, **extras), plain, err_msg=str(extras))
+    np.testing.assert_array_equal(f(q, k, v, causal=True), f(q, k, v, is_causal=True))
+    slopes = [0.5, 0.25, 0.125]  # one per head
+    by_list = f(q, k, v, alibi_slopes=slopes)
+    assert not np.array_equal(by_list, plain)
+    strided = np.array([[s, -1.0] for s in slopes])[:, 0]  # a view with stride 2
+    for form in (tuple(slopes), np.array(slopes, np.float32), strided):
+        np.testing.assert_array_equal(f(q, k, v, alibi_slopes=form), by_list)
+    with pytest.raises(ValueError, match=r"'causal' must be None.*got 5"):
+        f(q, k, v, causal=5)
+    with pytest.raises(ValueError, match=r"either is_causal=True or causal=True"):
+        f(q, k, v, is_causal=True, causal=True)
+    with pytest.raises(ValueError, match=r"alibi_slopes.*1-D.*got shape \(1, 3\)"):
+        f(q, k, v, alibi_slopes=[slopes])
+
+
 def test_causal_top_left_equals_is_causal():
     q, k, v = _qkv_inputs(np.float64)
     f = qkv.nn.functional.scaled_dot_product_attention

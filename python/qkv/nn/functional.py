@@ -28,9 +28,6 @@ qkv.runtime.last_sdpa_kernel() names the kernel the last call ran.
 
 import collections
 import threading
-import warnings
-
-import numpy as np
 
 from .. import _core
 
@@ -45,89 +42,6 @@ __all__ = [
 
 # The kernel of this thread's last SDPA call (read by qkv.runtime.last_sdpa_kernel).
 _last_call = threading.local()
-
-
-def _causal_name(is_causal, causal, function):
-    if causal is None or causal is False:
-        return "top_left" if is_causal else "none"
-    if is_causal:
-        raise ValueError(
-            f"{function}(): pass either is_causal=True or causal={causal!r}, not both"
-        )
-    if causal is True:
-        return "top_left"
-    if causal not in ("top_left", "bottom_right"):
-        raise ValueError(
-            f"{function}(): argument 'causal' must be None, 'top_left' or 'bottom_right', "
-            f"got {causal!r}"
-        )
-    return causal
-
-
-def _bfloat16_out(x):
-    """_core returns bfloat16 results as uint16 bit patterns (numpy has no
-    bfloat16); they came from torch.bfloat16 inputs, so they go back as such."""
-    if isinstance(x, np.ndarray) and x.dtype == np.uint16:
-        import torch  # already imported: the inputs were torch tensors
-
-        if x.flags.writeable:
-            return torch.from_numpy(x).view(torch.bfloat16)
-        # The output of a *_with_grad call is read-only on purpose (its backward
-        # reads it again); torch would warn that it cannot mark it so.
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", UserWarning)
-            return torch.from_numpy(x).view(torch.bfloat16)
-    return x
-
-
-def _check_generator(generator, function):
-    if generator is not None and not isinstance(generator, _core.Generator):
-        raise TypeError(f"{function}(): argument 'generator' must be a qkv.Generator or None, "
-                        f"got {type(generator).__name__}")
-
-
-def _alibi_list(alibi_slopes, function):
-    if alibi_slopes is None:
-        return []
-    slopes = np.asarray(alibi_slopes, dtype=np.float64)
-    if slopes.ndim != 1:
-        raise ValueError(f"{function}(): argument 'alibi_slopes' must be 1-D (one slope per "
-                         f"query head), got shape {tuple(slopes.shape)}")
-    return slopes.tolist()
-
-
-def _sdpa(function, query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa,
-          need_weights, causal, dropout_mask, return_dropout_mask, generator, window_left,
-          window_right, alibi_slopes, softcap, backend, core=None):
-    """Calls _core's SDPA; returns (output, weights, keep mask, kernel or grad_fn)."""
-    _check_generator(generator, function)
-    if core is None:
-        core = _core.scaled_dot_product_attention
-    # Positional: pybind11 matches keyword arguments by name, which costs
-    # microseconds per call on small shapes.
-    result = core(
-        query,
-        key,
-        value,
-        attn_mask,
-        float(dropout_p),
-        _causal_name(bool(is_causal), causal, function),
-        None if scale is None else float(scale),
-        bool(enable_gqa),
-        need_weights,
-        dropout_mask,
-        bool(return_dropout_mask),
-        generator,
-        -1 if window_left is None else int(window_left),
-        -1 if window_right is None else int(window_right),
-        _alibi_list(alibi_slopes, function),
-        0.0 if softcap is None else float(softcap),
-        backend,
-        function,
-    )
-    last = result[3]
-    _last_call.kernel = last if isinstance(last, str) else last.kernel
-    return (_bfloat16_out(result[0]), _bfloat16_out(result[1])) + tuple(result[2:])
 
 
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0,
@@ -174,10 +88,13 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
 
     A query row whose keys are all masked gives 0 (as torch 2.13's SDPA).
     """
-    output, _, keep, _ = _sdpa("scaled_dot_product_attention", query, key, value, attn_mask,
-                               dropout_p, is_causal, scale, enable_gqa, False, causal,
-                               dropout_mask, return_dropout_mask, generator, window_left,
-                               window_right, alibi_slopes, softcap, backend)
+    # Positional and unconverted: _core reads the defaults and checks every
+    # argument (pybind11 matches keywords by name, microseconds on small shapes).
+    output, _, keep, kernel = _core.scaled_dot_product_attention(
+        query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, False, causal,
+        dropout_mask, return_dropout_mask, generator, window_left, window_right, alibi_slopes,
+        softcap, backend, "scaled_dot_product_attention")
+    _last_call.kernel = kernel
     if return_dropout_mask:
         return output, keep
     return output
@@ -199,10 +116,11 @@ def scaled_dot_product_attention_with_weights(query, key, value, attn_mask=None,
     fully masked row), after dropout and its 1/(1-p) scaling. The arguments are
     those of scaled_dot_product_attention.
     """
-    output, weights, keep, _ = _sdpa("scaled_dot_product_attention_with_weights", query, key,
-                                     value, attn_mask, dropout_p, is_causal, scale, enable_gqa,
-                                     True, causal, dropout_mask, return_dropout_mask, generator,
-                                     window_left, window_right, alibi_slopes, softcap, backend)
+    output, weights, keep, kernel = _core.scaled_dot_product_attention(
+        query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, True, causal,
+        dropout_mask, return_dropout_mask, generator, window_left, window_right, alibi_slopes,
+        softcap, backend, "scaled_dot_product_attention_with_weights")
+    _last_call.kernel = kernel
     if return_dropout_mask:
         return output, weights, keep
     return output, weights
@@ -255,7 +173,7 @@ class SdpaBackward:
         return self._impl.logsumexp
 
     def __call__(self, grad_output):
-        return SdpaGradients(*(_bfloat16_out(g) for g in self._impl(grad_output)))
+        return SdpaGradients(*self._impl(grad_output))
 
     def __repr__(self):
         return f"<qkv SdpaBackward kernel={self.kernel!r}>"
@@ -280,11 +198,11 @@ def scaled_dot_product_attention_with_grad(query, key, value, attn_mask=None, dr
     return_dropout_mask=True the keep mask is grad_fn.dropout_mask. The output
     is a read-only array (the backward reads it again). See SdpaBackward.
     """
-    output, _, keep, impl = _sdpa("scaled_dot_product_attention_with_grad", query, key, value,
-                                  attn_mask, dropout_p, is_causal, scale, enable_gqa, False,
-                                  causal, dropout_mask, return_dropout_mask, generator,
-                                  window_left, window_right, alibi_slopes, softcap, backend,
-                                  core=_core.scaled_dot_product_attention_with_grad)
+    output, _, keep, impl = _core.scaled_dot_product_attention_with_grad(
+        query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, False, causal,
+        dropout_mask, return_dropout_mask, generator, window_left, window_right, alibi_slopes,
+        softcap, backend, "scaled_dot_product_attention_with_grad")
+    _last_call.kernel = impl.kernel
     return output, SdpaBackward(impl, keep)
 
 

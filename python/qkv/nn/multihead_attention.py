@@ -4,7 +4,6 @@ from collections import namedtuple
 
 from .. import _core
 from ._grad import GradMixin
-from .functional import _check_generator
 
 __all__ = ["MultiheadAttention"]
 
@@ -23,6 +22,12 @@ _STATE_ORDER = (
     "out_proj.weight",
     "out_proj.bias",
 )
+
+
+def _check_generator(generator, function):
+    if generator is not None and not isinstance(generator, _core.Generator):
+        raise TypeError(f"{function}(): argument 'generator' must be a qkv.Generator or None, "
+                        f"got {type(generator).__name__}")
 
 
 def _check_device(device):
