@@ -134,6 +134,26 @@ TEST_P(FusedAttention, WideValueHeadsWithCausalWindowsAndPadding) {
   }
 }
 
+// The last query tile of a sequence takes one, two, three or four vectors of
+// queries (four as two two-vector panels), or is cut at a panel: every such
+// remainder, after whole 96-query blocks or alone, with the causal diagonal
+// crossing it, key padding, and V read in place (Ev 64) or packed (Ev 40).
+TEST_P(FusedAttention, EveryShapeOfTheLastQueryTile) {
+  Generator gen(29);
+  for (int64_t L : {20, 33, 40, 49, 50, 60, 64, 65, 80, 95, 146, 156, 160, 166, 190}) {
+    for (int64_t ev : {64, 40}) {
+      Tensor q = Tensor::randn({2, L, 64}, gen), k = Tensor::randn({2, L + 7, 64}, gen);
+      Tensor v = Tensor::randn({2, L + 7, ev}, gen);
+      const std::string at = " L=" + std::to_string(L) + " Ev=" + std::to_string(ev);
+      compare(q, k, v, {}, "no mask" + at);
+      compare(q, k, v, {.causal = CausalMask::kBottomRight}, "causal" + at);
+      Tensor keep = Tensor::ones({1, 1, L + 7}, DType::kBool);
+      for (int64_t j = L / 2; j < L + 7; j += 3) keep.set({0, 0, j}, 0);
+      compare(q, k, v, {.attn_mask = keep}, "key padding" + at);
+    }
+  }
+}
+
 TEST_P(FusedAttention, DecodingWithGqaStacksQueryHeads) {
   Generator gen(25);
   // One new query per head against a cache, GQA 9:3, with and without a padding mask.

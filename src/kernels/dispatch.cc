@@ -105,17 +105,19 @@ struct ScratchBuffer {
 
 // The query tiles of one problem: whole blocks, then the rest cut at a
 // multiple of the panel, so that the last tile pads its score panel as little
-// as possible (64 queries: 48 + 16, not 64 padded to 96). Computed, not
-// stored: a decoding step allocates nothing.
+// as possible (80 queries: 48 + 32, not 80 padded to 96). A rest of up to four
+// vectors (a third more than a panel: 64 queries on AVX-512) stays one tile,
+// which the kernel pads to whole vectors. Computed, not stored: a decoding
+// step allocates nothing.
 struct QueryTiles {
   int64_t L, block_q, whole_blocks, split;  // split: rows of the panel-cut tile, or 0
 
   QueryTiles(int64_t L, int64_t block_q, int64_t panel)
       : L(L), block_q(block_q), whole_blocks(L / block_q) {
-    // Cut only when what is left is at least a vector of queries (a third of
-    // the panel): a sliver of a tile would not save its padding.
     const int64_t rest = L - whole_blocks * block_q;
-    split = rest / panel * panel;
+    split = rest <= panel + panel / 3 ? 0 : rest / panel * panel;
+    // Nor is a sliver of less than a vector (a third of the panel) cut off:
+    // it would not save its padding.
     if (rest - split < panel / 3) split = 0;
   }
   int64_t count() const { return whole_blocks + (split > 0) + (L > whole_blocks * block_q); }

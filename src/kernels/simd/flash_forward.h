@@ -33,7 +33,8 @@ constexpr float kNegInfF = -std::numeric_limits<float>::infinity();
 // kMr × 2 vectors. Both fit the register file with room for the operands.
 // A tile of at most one or two vectors of queries (short prompts, the last
 // tile of a sequence) uses a one- or two-vector panel, so that 16 or 32
-// queries do not pay for 48.
+// queries do not pay for 48, and one of four vectors two two-vector panels
+// (64 queries: not 96, nor a 48 and a 16 that read K and V twice).
 template <class Isa, int kVecs = 3>
 struct ForwardShape {
   static constexpr int kKeyRows = Isa::kLanes == 16 ? 8 : 4;
@@ -46,7 +47,7 @@ template <class Isa, class F>
 void with_query_panel(int64_t qp, F&& f) {
   if (qp == Isa::kLanes) {
     f(ForwardShape<Isa, 1>{});
-  } else if (qp == 2 * Isa::kLanes) {
+  } else if (qp == 2 * Isa::kLanes || qp == 4 * Isa::kLanes) {
     f(ForwardShape<Isa, 2>{});
   } else {
     f(ForwardShape<Isa>{});
@@ -369,8 +370,10 @@ struct ForwardScratch {
 
   // Columns of the transposed score tile for a tile of `rows` queries.
   static int64_t query_pad(int64_t rows) {
-    return rows <= 2 * Isa::kLanes ? round_up(rows, Isa::kLanes)
-                                   : round_up(rows, ForwardShape<Isa>::kQueryPanel);
+    constexpr int64_t kL = Isa::kLanes;
+    if (rows <= 2 * kL) return round_up(rows, kL);
+    if (rows > 3 * kL && rows <= 4 * kL) return 4 * kL;  // two two-vector panels
+    return round_up(rows, ForwardShape<Isa>::kQueryPanel);
   }
   static int64_t query_pad(const FlashTiling& t) { return query_pad(t.block_q); }
   static int64_t widened_floats(const SdpaProblem& p, int64_t n) {
