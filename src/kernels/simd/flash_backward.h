@@ -103,7 +103,7 @@ template <class Isa>
 BView rows_as_b(const float* m, int64_t row_stride, int64_t col_stride, int64_t rows, int64_t cols,
                 float* buffer, int64_t* panel_stride) {
   constexpr int kNr = TileShape<Isa>::kNr;
-  if (col_stride == 1 && cols % kNr == 0) {
+  if (rows_hold_panels<kNr>(col_stride, cols)) {
     *panel_stride = kNr;
     return BView{m, row_stride};
   }
@@ -153,7 +153,7 @@ template <class Isa>
 void flash_backward_tile(const SdpaBackwardProblem& bp, const FlashTiling& t,
                          const int64_t* problems, int64_t count, int64_t j0, int64_t cols,
                          const double* row_dot, float* grad_q_base, float* scratch) {
-  using Wide = ForwardShape<Isa>;  // S-shaped products: 8 rows × 48 columns (AVX-512)
+  using Scores = ForwardShape<Isa>;  // S-shaped products: 8 rows × 48 columns (AVX-512)
   constexpr int kMr = TileShape<Isa>::kMr;
   const BackwardScratch<Isa> w(bp.forward, t, scratch);
   const SdpaProblem& p = bp.forward;
@@ -165,14 +165,14 @@ void flash_backward_tile(const SdpaBackwardProblem& bp, const FlashTiling& t,
   const float* k_tile = static_cast<const float*>(p.k.base) + p.k.offsets[b0] + j0 * p.k.row_stride;
   const float* v_tile = static_cast<const float*>(p.v.base) + p.v.offsets[b0] + j0 * p.v.row_stride;
   // B element (e, j) = scale·K[j, e] for S; (e, j) = V[j, e] for dP
-  pack_b<Isa, Wide::kQueryPanel>(k_tile, p.k.col_stride, p.k.row_stride, p.E, cols, scale, w.k_t);
-  pack_b<Isa, Wide::kQueryPanel>(v_tile, p.v.col_stride, p.v.row_stride, p.Ev, cols, 1.0f, w.v_t);
+  pack_b<Isa, Scores::kQueryPanel>(k_tile, p.k.col_stride, p.k.row_stride, p.E, cols, scale, w.k_t);
+  pack_b<Isa, Scores::kQueryPanel>(v_tile, p.v.col_stride, p.v.row_stride, p.Ev, cols, 1.0f, w.v_t);
   int64_t k_panel_stride;
   const BView k_rows =
       rows_as_b<Isa>(k_tile, p.k.row_stride, p.k.col_stride, cols, p.E, w.k_rows, &k_panel_stride);
   std::fill(w.grad_k, w.grad_k + cols * p.E, 0.0f);
   std::fill(w.grad_v, w.grad_v + cols * p.Ev, 0.0f);
-  const int64_t wide_panel = Wide::kQueryPanel;
+  const int64_t score_panel = Scores::kQueryPanel;
 
   for (int64_t n = 0; n < count; ++n) {
     const int64_t b = problems[n];
@@ -193,18 +193,18 @@ void flash_backward_tile(const SdpaBackwardProblem& bp, const FlashTiling& t,
       // each panel of queries computes S and dP only up to the last key its
       // last query sees (the rest of a row is 0 in P and dS).
       const bool diagonal = !tile_fully_visible(p, i0, rows, j0, cols);
-      for (int64_t r0 = 0; r0 < rows; r0 += Wide::kKeyRows) {
-        const int64_t n = std::min<int64_t>(Wide::kKeyRows, rows - r0);
+      for (int64_t r0 = 0; r0 < rows; r0 += Scores::kKeyRows) {
+        const int64_t n = std::min<int64_t>(Scores::kKeyRows, rows - r0);
         const int64_t extent = diagonal ? keys_seen_by(p, i0 + r0 + n - 1, j0, cols) : cols;
         // S = Qᵢ (scale·Kⱼ)ᵀ, Q rows read in place
-        gemm_tiles<Isa, Wide::kKeyRows, Wide::kKeyVecs>(
-            n, extent, p.E, AView{q_tile + r0 * ldq, ldq, p.q.col_stride}, Wide::kKeyRows * ldq,
-            BView{w.k_t, wide_panel}, p.E * wide_panel, w.scores + r0 * lds, lds, false);
+        gemm_tiles<Isa, Scores::kKeyRows, Scores::kKeyVecs>(
+            n, extent, p.E, AView{q_tile + r0 * ldq, ldq, p.q.col_stride}, Scores::kKeyRows * ldq,
+            BView{w.k_t, score_panel}, p.E * score_panel, w.scores + r0 * lds, lds, false);
         // dP̃ = dOᵢ Vⱼᵀ
-        gemm_tiles<Isa, Wide::kKeyRows, Wide::kKeyVecs>(
+        gemm_tiles<Isa, Scores::kKeyRows, Scores::kKeyVecs>(
             n, extent, p.Ev, AView{go_tile + r0 * ldo, ldo, bp.grad_output.col_stride},
-            Wide::kKeyRows * ldo, BView{w.v_t, wide_panel}, p.Ev * wide_panel, w.dprob + r0 * lds,
-            lds, false);
+            Scores::kKeyRows * ldo, BView{w.v_t, score_panel}, p.Ev * score_panel,
+            w.dprob + r0 * lds, lds, false);
       }
       adjust_scores(p, b, i0, rows, j0, cols, w.scores, lds, 1, w.cap_slope);
       for (int64_t r = 0; r < rows; ++r) {
@@ -247,10 +247,10 @@ void flash_backward_tile(const SdpaBackwardProblem& bp, const FlashTiling& t,
       // read in place in the wide shape when they hold whole panels of it.
       auto add_keys_times_rows = [&](const float* a, const float* m, int64_t ld, int64_t cs,
                                      int64_t width, float* out) {
-        using Panel64 = WideShape<Isa>;  // (not Wide: that is the S-shaped products' shape)
-        if (Panel64::kUsable && cs == 1 && width % Panel64::kNr == 0) {
-          keys_times_rows<Isa, Panel64::kRows, Panel64::kVecs>(
-              p, i0, rows, j0, cols, diagonal, a, lds, BView{m, ld}, Panel64::kNr, width, out);
+        using Wide = WideShape<Isa>;
+        if (Wide::kUsable && rows_hold_panels<Wide::kNr>(cs, width)) {
+          keys_times_rows<Isa, Wide::kRows, Wide::kVecs>(p, i0, rows, j0, cols, diagonal, a, lds,
+                                                         BView{m, ld}, Wide::kNr, width, out);
         } else {
           int64_t panel_stride;
           const BView b = rows_as_b<Isa>(m, ld, cs, rows, width, w.b_rows, &panel_stride);
@@ -263,12 +263,12 @@ void flash_backward_tile(const SdpaBackwardProblem& bp, const FlashTiling& t,
       // dQᵢ += (scale·dS) Kⱼ, dS rows read in place, each panel of queries
       // up to the last key its last query sees
       const int64_t ldgq = bp.grad_q.row_stride;
-      for (int64_t r0 = 0; r0 < rows; r0 += Wide::kKeyRows) {
-        const int64_t n = std::min<int64_t>(Wide::kKeyRows, rows - r0);
+      for (int64_t r0 = 0; r0 < rows; r0 += Scores::kKeyRows) {
+        const int64_t n = std::min<int64_t>(Scores::kKeyRows, rows - r0);
         const int64_t depth = diagonal ? keys_seen_by(p, i0 + r0 + n - 1, j0, cols) : cols;
-        gemm_tiles<Isa, Wide::kKeyRows, 2>(n, p.E, depth, AView{w.dprob + r0 * lds, lds, 1},
-                                           Wide::kKeyRows * lds, k_rows, k_panel_stride,
-                                           grad_q + (i0 + r0) * ldgq, ldgq, true);
+        gemm_tiles<Isa, Scores::kKeyRows, 2>(n, p.E, depth, AView{w.dprob + r0 * lds, lds, 1},
+                                             Scores::kKeyRows * lds, k_rows, k_panel_stride,
+                                             grad_q + (i0 + r0) * ldgq, ldgq, true);
       }
     }
   }

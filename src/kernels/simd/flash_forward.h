@@ -545,7 +545,7 @@ void flash_forward_tile(const SdpaProblem& p, const FlashTiling& t, int64_t b, i
     const FloatRows v = float_rows(p, p.v, b, j0, keys, p.Ev, w.v_rows);
     BView vb{v.data, v.row_stride};
     int64_t v_panel_stride = kNr;
-    if (v.col_stride != 1 || p.Ev % kNr != 0) {
+    if (!rows_hold_panels<kNr>(v.col_stride, p.Ev)) {
       pack_b<Isa, kNr>(v.data, v.row_stride, v.col_stride, keys, p.Ev, 1.0f, w.v_packed);
       vb = BView{w.v_packed, kNr};
       v_panel_stride = keys * kNr;
@@ -555,7 +555,7 @@ void flash_forward_tile(const SdpaProblem& p, const FlashTiling& t, int64_t b, i
     if (qp <= 2 * kL) {  // a narrow tile: panels of kKeyRows queries divide it evenly
       accumulate_pv<Isa, ForwardShape<Isa>::kKeyRows>(p, q_begin, rows, j0, keys, diagonal, w.s_t,
                                                       qp, vb, v_panel_stride, w.out);
-    } else if (Wide::kUsable && vb.b == v.data && p.Ev % Wide::kNr == 0) {
+    } else if (Wide::kUsable && rows_hold_panels<Wide::kNr>(v.col_stride, p.Ev)) {
       accumulate_pv<Isa, Wide::kRows, Wide::kVecs>(p, q_begin, rows, j0, keys, diagonal, w.s_t, qp,
                                                    vb, Wide::kNr, w.out);
     } else {

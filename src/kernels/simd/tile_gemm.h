@@ -36,6 +36,14 @@ struct WideShape {
 
 inline int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
+// Whether a row-major matrix of `cols` columns (column stride col_stride) can
+// be the B operand of kNr-wide panels read in place: each row then holds
+// whole panels, one step of k apart.
+template <int kNr>
+bool rows_hold_panels(int64_t col_stride, int64_t cols) {
+  return col_stride == 1 && cols % kNr == 0;
+}
+
 // Packs A (element (i, p) at a[i·rs + p·cs], i < m, p < k) as panels of kMr
 // rows: dst[panel][p][r], times `scale`, zero-padded to whole panels.
 template <int kMr>
