@@ -9,8 +9,8 @@ namespace qkv::kernels {
 extern const KernelTable kAvx2Kernels = {
     "avx2",
     &simd::fma_peak_gflops<simd::Avx2>,
-    &simd::exp_into<simd::Avx2>,
-    &simd::log_into<simd::Avx2>,
+    &simd::map_into<simd::Avx2, simd::exp<simd::Avx2>>,
+    &simd::map_into<simd::Avx2, simd::log<simd::Avx2>>,
     simd::TileShape<simd::Avx2>::kMr,
     simd::TileShape<simd::Avx2>::kNr,
     simd::ForwardShape<simd::Avx2>::kQueryPanel,

@@ -9,8 +9,8 @@ namespace qkv::kernels {
 extern const KernelTable kAvx512Kernels = {
     "avx512",
     &simd::fma_peak_gflops<simd::Avx512>,
-    &simd::exp_into<simd::Avx512>,
-    &simd::log_into<simd::Avx512>,
+    &simd::map_into<simd::Avx512, simd::exp<simd::Avx512>>,
+    &simd::map_into<simd::Avx512, simd::log<simd::Avx512>>,
     simd::TileShape<simd::Avx512>::kMr,
     simd::TileShape<simd::Avx512>::kNr,
     simd::ForwardShape<simd::Avx512>::kQueryPanel,

@@ -9,8 +9,8 @@ namespace qkv::kernels {
 extern const KernelTable kPortableKernels = {
     "portable",
     &simd::fma_peak_gflops<simd::Portable>,
-    &simd::exp_into<simd::Portable>,
-    &simd::log_into<simd::Portable>,
+    &simd::map_into<simd::Portable, simd::exp<simd::Portable>>,
+    &simd::map_into<simd::Portable, simd::log<simd::Portable>>,
     simd::TileShape<simd::Portable>::kMr,
     simd::TileShape<simd::Portable>::kNr,
     simd::ForwardShape<simd::Portable>::kQueryPanel,

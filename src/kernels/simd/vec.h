@@ -331,28 +331,16 @@ typename Isa::V log(typename Isa::V x) {
   return Isa::fmadd(e, Isa::set1(0.693359375f), Isa::fmadd(e, Isa::set1(-2.12194440e-4f), log_m));
 }
 
-// out[i] = log(x[i]) (positive normal x), as exp_into.
-template <class Isa>
-void log_into(const float* x, int64_t n, float* out) {
+// out[i] = f(x[i]) for a function of vectors f (exp, log), whole vectors
+// then the tail through lane masks: lanes past n read 0 and are not written.
+template <class Isa, typename Isa::V (*f)(typename Isa::V)>
+void map_into(const float* x, int64_t n, float* out) {
   constexpr int kL = Isa::kLanes;
   int64_t i = 0;
-  for (; i + kL <= n; i += kL) Isa::store(out + i, log<Isa>(Isa::load(x + i)));
+  for (; i + kL <= n; i += kL) Isa::store(out + i, f(Isa::load(x + i)));
   if (i < n) {
     const int rest = static_cast<int>(n - i);
-    // Lanes past n read 0 (log(0) is unspecified, not trapped) and are not written.
-    Isa::store_first(out + i, log<Isa>(Isa::load_first(x + i, rest)), rest);
-  }
-}
-
-// out[i] = exp(x[i]), whole vectors then the tail through lane masks.
-template <class Isa>
-void exp_into(const float* x, int64_t n, float* out) {
-  constexpr int kL = Isa::kLanes;
-  int64_t i = 0;
-  for (; i + kL <= n; i += kL) Isa::store(out + i, exp<Isa>(Isa::load(x + i)));
-  if (i < n) {
-    const int rest = static_cast<int>(n - i);
-    Isa::store_first(out + i, exp<Isa>(Isa::load_first(x + i, rest)), rest);
+    Isa::store_first(out + i, f(Isa::load_first(x + i, rest)), rest);
   }
 }
 
