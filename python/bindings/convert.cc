@@ -1,6 +1,7 @@
 #include "convert.h"
 
 #include <bit>
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -184,6 +185,61 @@ py::object to_python_or_none(const Tensor& t) {
   // torch is imported: bfloat16 inputs can only have come from it.
   py::object torch = py::module_::import("sys").attr("modules")["torch"];
   return torch.attr("from_numpy")(bits).attr("view")(torch.attr("bfloat16"));
+}
+
+namespace {
+
+[[noreturn]] void wrong_type(py::handle x, const char* function, const char* name,
+                             const char* expected) {
+  throw py::type_error(prefix(function, name) + " must be " + expected + ", got " +
+                       std::string(py::str(py::type::of(x).attr("__name__"))));
+}
+
+}  // namespace
+
+double number_argument(py::handle x, const char* function, const char* name) {
+  const double value = PyFloat_AsDouble(x.ptr());
+  if (value == -1.0 && PyErr_Occurred()) {
+    PyErr_Clear();
+    wrong_type(x, function, name, "a number");
+  }
+  return value;
+}
+
+std::optional<double> optional_number_argument(py::handle x, const char* function,
+                                               const char* name) {
+  if (x.is_none()) return std::nullopt;
+  return number_argument(x, function, name);
+}
+
+std::optional<int64_t> optional_integer_argument(py::handle x, const char* function,
+                                                 const char* name) {
+  if (x.is_none()) return std::nullopt;
+  if (PyFloat_Check(x.ptr())) {
+    const double value = PyFloat_AsDouble(x.ptr());
+    if (!(std::abs(value) < 9.0e18) || std::trunc(value) != value)
+      throw py::value_error(prefix(function, name) + " must be an integer, got " +
+                            std::string(py::repr(x)));
+    return static_cast<int64_t>(value);
+  }
+  PyObject* index = PyNumber_Index(x.ptr());
+  if (index == nullptr) {
+    PyErr_Clear();
+    wrong_type(x, function, name, "an integer or None");
+  }
+  const long long value = PyLong_AsLongLong(index);
+  Py_DECREF(index);
+  if (value == -1 && PyErr_Occurred()) {
+    PyErr_Clear();
+    throw py::value_error(prefix(function, name) + " is out of range, got " +
+                          std::string(py::repr(x)));
+  }
+  return value;
+}
+
+std::string string_argument(py::handle x, const char* function, const char* name) {
+  if (!py::isinstance<py::str>(x)) wrong_type(x, function, name, "a str");
+  return x.cast<std::string>();
 }
 
 DType parse_float_dtype(py::handle dtype, const char* function, const char* name) {

@@ -11,6 +11,9 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
+#include <optional>
+#include <string>
+
 #include "qkv/tensor.h"
 
 namespace qkv::python {
@@ -35,6 +38,19 @@ py::object to_numpy_or_none(const Tensor& t);
 // inputs) goes back as a torch.bfloat16 tensor over the same memory; None
 // for an undefined Tensor.
 py::object to_python_or_none(const Tensor& t);
+
+// Scalar arguments taken as handles, so that a wrong type names the argument
+// instead of pybind11 listing the whole signature (and printing the arrays).
+// A number (int, float, numpy or 0-d torch scalar):
+double number_argument(py::handle x, const char* function, const char* name);
+// None, or a number:
+std::optional<double> optional_number_argument(py::handle x, const char* function,
+                                               const char* name);
+// None, or an integer (an integral float too, as int() takes it):
+std::optional<int64_t> optional_integer_argument(py::handle x, const char* function,
+                                                 const char* name);
+// A str:
+std::string string_argument(py::handle x, const char* function, const char* name);
 
 // "float32" / "float64" (also numpy or torch dtypes, via str()) -> DType.
 DType parse_float_dtype(py::handle dtype, const char* function, const char* name);

@@ -77,31 +77,30 @@ struct SdpaCall {
 };
 
 SdpaCall parse_call(py::handle query, py::handle key, py::handle value, py::handle attn_mask,
-                    double dropout_p, bool is_causal, std::optional<double> scale, bool enable_gqa,
+                    py::handle dropout_p, bool is_causal, py::handle scale, bool enable_gqa,
                     bool need_weights, py::handle causal, py::handle dropout_mask,
-                    bool return_dropout_mask, py::handle generator,
-                    std::optional<int64_t> window_left, std::optional<int64_t> window_right,
-                    py::handle alibi_slopes, std::optional<double> softcap,
-                    const std::string& backend, const char* fn) {
+                    bool return_dropout_mask, py::handle generator, py::handle window_left,
+                    py::handle window_right, py::handle alibi_slopes, py::handle softcap,
+                    py::handle backend, const char* fn) {
   SdpaCall call;
   call.q = to_tensor(query, fn, "query", Accept::kFloat);
   call.k = to_tensor(key, fn, "key", Accept::kFloat);
   call.v = to_tensor(value, fn, "value", Accept::kFloat);
   SdpaOptions& options = call.options;
   options.attn_mask = to_optional_tensor(attn_mask, fn, "attn_mask", Accept::kFloatOrBool);
-  options.dropout_p = dropout_p;
+  options.dropout_p = number_argument(dropout_p, fn, "dropout_p");
   options.causal = parse_causal(is_causal, causal, fn);
-  options.scale = scale;
+  options.scale = optional_number_argument(scale, fn, "scale");
   options.enable_gqa = enable_gqa;
   options.need_weights = need_weights;
   options.return_dropout_mask = return_dropout_mask;
   options.dropout_mask = to_optional_tensor(dropout_mask, fn, "dropout_mask", Accept::kBool);
   options.generator = optional_generator(generator, fn);
-  options.window_left = window_left.value_or(-1);
-  options.window_right = window_right.value_or(-1);
+  options.window_left = optional_integer_argument(window_left, fn, "window_left").value_or(-1);
+  options.window_right = optional_integer_argument(window_right, fn, "window_right").value_or(-1);
   options.alibi_slopes = parse_alibi_slopes(alibi_slopes, fn);
-  options.softcap = softcap.value_or(0.0);
-  options.backend = parse_backend(backend, fn);
+  options.softcap = optional_number_argument(softcap, fn, "softcap").value_or(0.0);
+  options.backend = parse_backend(string_argument(backend, fn, "backend"), fn);
   return call;
 }
 
@@ -159,12 +158,11 @@ struct SdpaBackward {
 // the defaults (None) are read here.
 template <bool kWithGrad>
 py::tuple sdpa_entry(py::handle query, py::handle key, py::handle value, py::handle attn_mask,
-                     double dropout_p, bool is_causal, std::optional<double> scale, bool enable_gqa,
+                     py::handle dropout_p, bool is_causal, py::handle scale, bool enable_gqa,
                      bool need_weights, py::handle causal, py::handle dropout_mask,
-                     bool return_dropout_mask, py::handle generator,
-                     std::optional<int64_t> window_left, std::optional<int64_t> window_right,
-                     py::handle alibi_slopes, std::optional<double> softcap,
-                     const std::string& backend, const std::string& function) {
+                     bool return_dropout_mask, py::handle generator, py::handle window_left,
+                     py::handle window_right, py::handle alibi_slopes, py::handle softcap,
+                     py::handle backend, const std::string& function) {
   SdpaCall call =
       parse_call(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa,
                  need_weights, causal, dropout_mask, return_dropout_mask, generator, window_left,

@@ -269,6 +269,16 @@ def test_qkv_extras_reject_bad_arguments():
         f(q, k, v, dropout_p=1.5)
     with pytest.raises(TypeError, match="'generator'.*int"):
         f(q, k, v, dropout_p=0.5, generator=42)
+    # Scalars of the wrong type name the argument (not pybind11's signature dump).
+    for bad, error, message in ((dict(dropout_p="0.1"), TypeError, "'dropout_p' must be a number"),
+                                (dict(scale="s"), TypeError, "'scale' must be a number"),
+                                (dict(softcap=[1.0]), TypeError, "'softcap' must be a number"),
+                                (dict(window_left=2.5), ValueError, "'window_left' must be an int"),
+                                (dict(window_right="a"), TypeError, "'window_right' must be an int"),
+                                (dict(window_left=2**70), ValueError, "'window_left' is out of"),
+                                (dict(backend=3), TypeError, "'backend' must be a str")):
+        with pytest.raises(error, match=message):
+            f(q, k, v, **bad)
 
 
 def test_qkv_extras_accept_every_spelling_of_their_defaults_and_forms():
@@ -282,6 +292,11 @@ def test_qkv_extras_accept_every_spelling_of_their_defaults_and_forms():
                    dict(generator=None), dict(scale=None)):
         np.testing.assert_array_equal(f(q, k, v, **extras), plain, err_msg=str(extras))
     np.testing.assert_array_equal(f(q, k, v, causal=True), f(q, k, v, is_causal=True))
+    # Numbers of other Python and numpy types, as float() and int() take them.
+    np.testing.assert_array_equal(f(q, k, v, window_left=2.0, scale=np.float32(0.5)),
+                                  f(q, k, v, window_left=2, scale=0.5))
+    np.testing.assert_array_equal(f(q, k, v, window_right=np.int64(1), softcap=np.float64(30)),
+                                  f(q, k, v, window_right=1, softcap=30.0))
     slopes = [0.5, 0.25, 0.125]  # one per head
     by_list = f(q, k, v, alibi_slopes=slopes)
     assert not np.array_equal(by_list, plain)

@@ -38,7 +38,8 @@ bool valid_utf8(std::string_view text) {
 
 // "'a'" for printable ASCII, else the bytes in hex ("0xe2 0x82").
 std::string describe(std::string_view s) {
-  if (s.size() == 1 && s[0] >= 0x20 && s[0] < 0x7F) return "'" + std::string(s) + "'";
+  // (Built by appending: GCC 12 warns falsely about "'" + std::string.)
+  if (s.size() == 1 && s[0] >= 0x20 && s[0] < 0x7F) return std::string("'").append(s) += '\'';
   std::string out;
   char buffer[8];
   for (unsigned char c : s) {
