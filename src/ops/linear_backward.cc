@@ -1,7 +1,9 @@
 // Backward of linear and matmul: each gradient is one BLAS gemm per matrix
 // that accumulates (beta = 1) straight into the gradient buffer.
 #include <cblas.h>
+#include <omp.h>
 
+#include <algorithm>
 #include <type_traits>
 
 #include "ops/backward_util.h"
@@ -60,10 +62,17 @@ void linear_backward_typed(const Tensor& dy, const Tensor& x, const Tensor& w, i
     });
   }
   if (grads.bias.defined()) {
-    // Forward: y = ... + b  ->  db += Σ_rows dy, summed in float64
+    // Forward: y = ... + b  ->  db += Σ_rows dy, summed in float64. Blocks of
+    // columns go to the threads, each column summed in row order: the same
+    // sums whatever the thread count.
+    constexpr int64_t kColumns = 64;
     std::vector<double> db(static_cast<size_t>(out), 0.0);
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t j = 0; j < out; ++j) db[j] += dy_data[r * out + j];
+#pragma omp parallel for schedule(static) if (rows * out >= (1 << 16) && !omp_in_parallel())
+    for (int64_t j0 = 0; j0 < out; j0 += kColumns) {
+      const int64_t j1 = std::min(out, j0 + kColumns);
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t j = j0; j < j1; ++j) db[j] += dy_data[r * out + j];
+    }
     Tensor g = grads.bias;
     add_to_grad(g, db);
   }

@@ -521,6 +521,15 @@ void Tensor::copy_from(const Tensor& src) {
 }
 
 void Tensor::fill(double value) {
+  // The common case (zeroing gradients) without a call per element.
+  if (is_contiguous() && dtype_ == DType::kFloat32) {
+    std::fill_n(data<float>(), numel(), static_cast<float>(value));
+    return;
+  }
+  if (is_contiguous() && dtype_ == DType::kFloat64) {
+    std::fill_n(data<double>(), numel(), value);
+    return;
+  }
   std::byte* base = static_cast<std::byte*>(raw_data());
   const size_t size = dtype_size(dtype_);
   for_each_offset(shape_, strides_,
