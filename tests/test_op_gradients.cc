@@ -20,6 +20,7 @@
 #include "qkv/gradients.h"
 #include "qkv/linear.h"
 #include "qkv/loss.h"
+#include "qkv/runtime.h"
 #include "qkv/softmax.h"
 #include "tensor_comparison.h"
 
@@ -182,6 +183,31 @@ TEST(OpGradients, Linear) {
       };
       check_case(c);
     }
+  }
+}
+
+// A bias gradient large enough to be split over the threads (by columns)
+// is, bit for bit, what one thread sums, and the float64 sum of dy's rows.
+TEST(OpGradients, LinearBiasGradientIsTheSameOnAnyThreadCount) {
+  const int previous = qkv::num_threads();
+  const Tensor x = randn({600, 8}, 31).to(DType::kFloat32);
+  const Tensor w = randn({200, 8}, 32).to(DType::kFloat32);
+  const Tensor b = randn({200}, 33).to(DType::kFloat32);
+  const Tensor dy = randn({600, 200}, 34).to(DType::kFloat32);
+  std::vector<std::vector<double>> sums;
+  for (int threads : {1, 2}) {
+    qkv::set_num_threads(threads);
+    Tensor db = Tensor::zeros({200});
+    linear_backward(dy, x, w, b, {.bias = db});
+    sums.push_back(db.to_vector());
+  }
+  qkv::set_num_threads(previous);
+  EXPECT_EQ(sums[0], sums[1]);
+  const std::vector<double> g = dy.to_vector();
+  for (int64_t j = 0; j < 200; ++j) {
+    double want = 0.0;
+    for (int64_t r = 0; r < 600; ++r) want += g[r * 200 + j];
+    EXPECT_NEAR(sums[0][j], want, 1e-5 * (1 + std::abs(want))) << "column " << j;
   }
 }
 

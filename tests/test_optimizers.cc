@@ -17,6 +17,8 @@
 #include "qkv/optim/clip_grad_norm.h"
 #include "qkv/optim/lr_schedule.h"
 #include "qkv/optim/sgd.h"
+#include "qkv/runtime.h"
+#include "tensor_comparison.h"
 
 namespace qkv {
 namespace {
@@ -239,6 +241,31 @@ TEST(Optimizers, AdamAndAdamWMatchFormula) {
               name + (dtype == DType::kFloat64 ? " f64" : " f32"));
     }
   }
+}
+
+// A parameter large enough for the update to be split over the threads
+// gives, bit for bit, what one thread gives (and changes with amsgrad on too).
+TEST(Optimizers, LargeParametersUpdateTheSameOnAnyThreadCount) {
+  const int previous = qkv::num_threads();
+  for (bool amsgrad : {false, true}) {
+    std::vector<Tensor> results;
+    for (int threads : {1, 2}) {
+      qkv::set_num_threads(threads);
+      Generator g(7);
+      std::vector<nn::Parameter> params = {
+          {"w", Tensor::randn({300, 300}, g), Tensor::zeros({300, 300})}};
+      optim::AdamW opt(params, {.lr = 0.01, .weight_decay = 0.1, .amsgrad = amsgrad});
+      Tensor start = params[0].value.clone();
+      for (int step = 0; step < 3; ++step) {
+        params[0].grad.copy_from(Tensor::randn({300, 300}, g));
+        opt.step();
+      }
+      EXPECT_GT(qkv::testing::relative_error(params[0].value, start), 1e-4);
+      results.push_back(params[0].value.clone());
+    }
+    EXPECT_EQ(results[0].to_vector(), results[1].to_vector()) << "amsgrad " << amsgrad;
+  }
+  qkv::set_num_threads(previous);
 }
 
 TEST(Optimizers, AdamWDefaultWeightDecayIsTorchs) {
