@@ -12,6 +12,8 @@
 // into the input's layout before out_proj, so no extra transposes are needed.
 #include "qkv/nn/multihead_attention.h"
 
+#include <omp.h>
+
 #include <cmath>
 #include <limits>
 #include <set>
@@ -35,6 +37,8 @@ void copy_4d_typed(Tensor& dst, const Tensor& src) {
   const Strides& ss = src.strides();
   T* d = dst.data<T>();
   const T* s = src.data<T>();
+#pragma omp parallel for collapse(2) \
+    schedule(static) if (dst.numel() >= (1 << 16) && !omp_in_parallel())
   for (int64_t i0 = 0; i0 < n[0]; ++i0)
     for (int64_t i1 = 0; i1 < n[1]; ++i1)
       for (int64_t i2 = 0; i2 < n[2]; ++i2) {

@@ -1,5 +1,7 @@
 #include "ops/checks.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -50,16 +52,23 @@ namespace {
 // its exponent bits are all ones. The test is OR-ed over chunks of branch-free
 // code that the compiler vectorises, so the check costs about a memory read of
 // the tensor and still stops soon after a bad value.
+// Large tensors are split over the threads (each thread stops at its first
+// bad chunk).
 template <class Bits>
 bool all_finite_bits(const Bits* x, int64_t n, Bits exponent) {
   constexpr int64_t kChunk = 2048;
-  for (int64_t start = 0; start < n; start += kChunk) {
-    const int64_t end = std::min(n, start + kChunk);
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+  bool finite = true;
+#pragma omp parallel for schedule(static) reduction(&& : finite) if (n >= (1 << 18) && \
+                                                                     !omp_in_parallel())
+  for (int64_t c = 0; c < chunks; ++c) {
+    if (!finite) continue;
+    const int64_t start = c * kChunk, end = std::min(n, start + kChunk);
     Bits bad = 0;
     for (int64_t i = start; i < end; ++i) bad |= static_cast<Bits>((x[i] & exponent) == exponent);
-    if (bad) return false;
+    finite = bad == 0;
   }
-  return true;
+  return finite;
 }
 
 template <class T, class Bits>

@@ -1,4 +1,6 @@
 // Elementwise arithmetic with broadcasting: add, mul, scale.
+#include <omp.h>
+
 #include "ops/checks.h"
 #include "ops/into_checks.h"
 #include "qkv/functional.h"
@@ -6,6 +8,14 @@
 namespace qkv {
 
 namespace {
+
+// o[i] = f(x[i], y[i]) for i < n, over the threads when n is large (element
+// by element: the same result on any thread count).
+template <class T, class F>
+void apply(const T* x, const T* y, T* o, int64_t n, F f) {
+#pragma omp parallel for schedule(static) if (n >= (1 << 16) && !omp_in_parallel())
+  for (int64_t i = 0; i < n; ++i) o[i] = f(x[i], y[i]);
+}
 
 // out = f(a, b) over the broadcast shape; a and b are first materialised
 // contiguously in that shape (a plain copy when they already have it).
@@ -21,15 +31,9 @@ Tensor binary(const Tensor& a, const Tensor& b, const char* fn, F f) {
   Tensor out = Tensor::empty(shape, a.dtype());
   const int64_t n = out.numel();
   if (a.dtype() == DType::kFloat64) {
-    const double* x = ac.data<double>();
-    const double* y = bc.data<double>();
-    double* o = out.data<double>();
-    for (int64_t i = 0; i < n; ++i) o[i] = f(x[i], y[i]);
+    apply(ac.data<double>(), bc.data<double>(), out.data<double>(), n, f);
   } else {
-    const float* x = ac.data<float>();
-    const float* y = bc.data<float>();
-    float* o = out.data<float>();
-    for (int64_t i = 0; i < n; ++i) o[i] = f(x[i], y[i]);
+    apply(ac.data<float>(), bc.data<float>(), out.data<float>(), n, f);
   }
   return out;
 }
@@ -46,15 +50,9 @@ void binary_into(Tensor& out, const Tensor& a, const Tensor& b, const char* fn, 
             " (no broadcasting), got ", shape_str(b.shape()));
   const int64_t n = out.numel();
   if (a.dtype() == DType::kFloat64) {
-    const double* x = a.data<double>();
-    const double* y = b.data<double>();
-    double* o = out.data<double>();
-    for (int64_t i = 0; i < n; ++i) o[i] = f(x[i], y[i]);
+    apply(a.data<double>(), b.data<double>(), out.data<double>(), n, f);
   } else {
-    const float* x = a.data<float>();
-    const float* y = b.data<float>();
-    float* o = out.data<float>();
-    for (int64_t i = 0; i < n; ++i) o[i] = f(x[i], y[i]);
+    apply(a.data<float>(), b.data<float>(), out.data<float>(), n, f);
   }
 }
 

@@ -1,0 +1,45 @@
+// all_finite, the scan behind every "contains NaN or infinite values" error:
+// one bad value anywhere in a large tensor (split over the threads) is found.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "ops/checks.h"
+#include "qkv/runtime.h"
+#include "qkv/tensor.h"
+
+namespace qkv {
+namespace {
+
+TEST(AllFinite, OneBadValueAnywhereInALargeTensorOnAnyThreadCount) {
+  const int previous = num_threads();
+  const int64_t n = (1 << 19) + 77;  // past the threshold that splits the scan, not whole chunks
+  const double bad_values[] = {std::numeric_limits<double>::quiet_NaN(),
+                               std::numeric_limits<double>::infinity(),
+                               -std::numeric_limits<double>::infinity()};
+  for (int threads : {1, 2}) {
+    set_num_threads(threads);
+    for (DType dtype : {DType::kFloat32, DType::kFloat64}) {
+      Tensor t = Tensor::full({n}, 1.5, dtype);
+      EXPECT_TRUE(all_finite(t));
+      for (int64_t at : {int64_t{0}, n / 2 + 3, n - 1}) {
+        for (double bad : bad_values) {
+          t.set({at}, bad);
+          EXPECT_FALSE(all_finite(t)) << "value " << bad << " at " << at << ", " << threads
+                                      << " threads, " << dtype_name(dtype);
+          t.set({at}, 1.5);
+        }
+      }
+      // A strided view sees only its own elements.
+      Tensor rows = Tensor::full({n / 64, 64}, 2.0, dtype);
+      rows.set({5, 63}, std::numeric_limits<double>::quiet_NaN());
+      EXPECT_TRUE(all_finite(rows.slice(1, 0, 63)));
+      EXPECT_FALSE(all_finite(rows));
+    }
+  }
+  set_num_threads(previous);
+}
+
+}  // namespace
+}  // namespace qkv
