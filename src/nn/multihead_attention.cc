@@ -22,6 +22,7 @@
 #include "ops/checks.h"
 #include "qkv/attention.h"
 #include "qkv/linear.h"
+#include "tensor/parallel_threshold.h"
 
 namespace qkv::nn {
 
@@ -38,7 +39,7 @@ void copy_4d_typed(Tensor& dst, const Tensor& src) {
   T* d = dst.data<T>();
   const T* s = src.data<T>();
 #pragma omp parallel for collapse(2) \
-    schedule(static) if (dst.numel() >= (1 << 16) && !omp_in_parallel())
+    schedule(static) if (dst.numel() >= detail::kParallelMinElements && !omp_in_parallel())
   for (int64_t i0 = 0; i0 < n[0]; ++i0)
     for (int64_t i1 = 0; i1 < n[1]; ++i1)
       for (int64_t i2 = 0; i2 < n[2]; ++i2) {

@@ -12,6 +12,7 @@
 #include "ops/backward_util.h"
 #include "ops/checks.h"
 #include "qkv/gradients.h"
+#include "tensor/parallel_threshold.h"
 
 // Before float32_math.h, whose clamps need it (see there).
 #pragma GCC optimize("no-trapping-math")
@@ -68,13 +69,13 @@ QKV_FLOAT32_CLONES void silu_backward_f32(const float* go, const float* x, float
 
 using BackwardF32 = void (*)(const float*, const float*, float*, int64_t);
 
-// Runs f over [0, n) in blocks spread over the threads (one thread below 2^16
-// elements, as the forward's run_f32).
+// Runs f over [0, n) in blocks spread over the threads (one thread below
+// kParallelMinElements, as the forward's run_f32).
 void run_backward_f32(BackwardF32 f, const float* go, const float* x, float* gi, int64_t n) {
-  constexpr int64_t kParallelMin = 1 << 16;
   constexpr int64_t kBlock = 1 << 13;
   const int64_t blocks = (n + kBlock - 1) / kBlock;
-#pragma omp parallel for schedule(static) if (n >= kParallelMin && !omp_in_parallel())
+#pragma omp parallel for schedule(static) if (n >= detail::kParallelMinElements && \
+                                              !omp_in_parallel())
   for (int64_t b = 0; b < blocks; ++b) {
     const int64_t begin = b * kBlock;
     f(go + begin, x + begin, gi + begin, std::min(kBlock, n - begin));

@@ -14,6 +14,7 @@
 #include "ops/checks.h"
 #include "ops/into_checks.h"
 #include "qkv/functional.h"
+#include "tensor/parallel_threshold.h"
 
 // Before float32_math.h, whose clamps need it (see there).
 #pragma GCC optimize("no-trapping-math")
@@ -75,18 +76,14 @@ QKV_FLOAT32_CLONES void silu_f32(const float* x, float* y, int64_t n) {
 
 using SpanF32 = void (*)(const float*, float*, int64_t);
 
-// Runs f over [0, n) in blocks spread over the threads. Below kParallelMin
-// elements one thread is as fast. Measured with a loop of gelu_into over
-// n = 2^10 .. 2^22 at 1 and 2 threads: ~0.6 ns an element on one AVX-512 core
-// (28 ns for the scalar float64 erf before), 2^16 elements in 34 us on two
-// threads against 53 us on one, no gain at 2^14 (load average 4.5 on the 2
-// cores, so the threshold is only roughly placed). Called inside a parallel
-// region (bert.cc's row blocks) it stays on the calling thread.
+// Runs f over [0, n) in blocks spread over the threads (one thread below
+// kParallelMinElements). Called inside a parallel region (bert.cc's row
+// blocks) it stays on the calling thread.
 void run_f32(SpanF32 f, const float* x, float* y, int64_t n) {
-  constexpr int64_t kParallelMin = 1 << 16;
   constexpr int64_t kBlock = 1 << 13;  // a multiple of every vector width
   const int64_t blocks = (n + kBlock - 1) / kBlock;
-#pragma omp parallel for schedule(static) if (n >= kParallelMin && !omp_in_parallel())
+#pragma omp parallel for schedule(static) if (n >= detail::kParallelMinElements && \
+                                              !omp_in_parallel())
   for (int64_t b = 0; b < blocks; ++b) {
     const int64_t begin = b * kBlock;
     f(x + begin, y + begin, std::min(kBlock, n - begin));

@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "tensor/parallel_threshold.h"
+
 namespace qkv {
 
 void check_defined(const Tensor& t, const char* fn, const char* arg) {
@@ -59,8 +61,8 @@ bool all_finite_bits(const Bits* x, int64_t n, Bits exponent) {
   constexpr int64_t kChunk = 2048;
   const int64_t chunks = (n + kChunk - 1) / kChunk;
   bool finite = true;
-#pragma omp parallel for schedule(static) reduction(&& : finite) if (n >= (1 << 18) && \
-                                                                     !omp_in_parallel())
+  const bool split = n >= detail::kParallelMinCopyElements && !omp_in_parallel();
+#pragma omp parallel for schedule(static) reduction(&& : finite) if (split)
   for (int64_t c = 0; c < chunks; ++c) {
     if (!finite) continue;
     const int64_t start = c * kChunk, end = std::min(n, start + kChunk);

@@ -4,6 +4,7 @@
 #include "ops/checks.h"
 #include "ops/into_checks.h"
 #include "qkv/functional.h"
+#include "tensor/parallel_threshold.h"
 
 namespace qkv {
 
@@ -13,7 +14,8 @@ namespace {
 // by element: the same result on any thread count).
 template <class T, class F>
 void apply(const T* x, const T* y, T* o, int64_t n, F f) {
-#pragma omp parallel for schedule(static) if (n >= (1 << 16) && !omp_in_parallel())
+#pragma omp parallel for schedule(static) if (n >= detail::kParallelMinElements && \
+                                              !omp_in_parallel())
   for (int64_t i = 0; i < n; ++i) o[i] = f(x[i], y[i]);
 }
 

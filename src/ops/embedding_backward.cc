@@ -3,6 +3,7 @@
 #include "ops/backward_util.h"
 #include "ops/checks.h"
 #include "qkv/gradients.h"
+#include "tensor/parallel_threshold.h"
 
 namespace qkv {
 
@@ -110,7 +111,7 @@ void dropout_backward(const Tensor& grad_output, const Tensor& keep_mask, double
       const bool* kept = keep_mask.data<bool>();
       T* gi = grad_input.data<T>();
       const int64_t n = grad_output.numel();
-#pragma omp parallel for schedule(static) if (n >= (1 << 16))
+#pragma omp parallel for schedule(static) if (n >= detail::kParallelMinElements)
       for (int64_t i = 0; i < n; ++i)
         gi[i] = static_cast<T>(static_cast<double>(gi[i]) +
                                (kept[i] ? static_cast<double>(g[i]) * keep_scale : 0.0));

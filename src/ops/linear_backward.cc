@@ -9,6 +9,7 @@
 #include "ops/backward_util.h"
 #include "ops/checks.h"
 #include "qkv/gradients.h"
+#include "tensor/parallel_threshold.h"
 
 namespace qkv {
 
@@ -67,7 +68,8 @@ void linear_backward_typed(const Tensor& dy, const Tensor& x, const Tensor& w, i
     // sums whatever the thread count.
     constexpr int64_t kColumns = 64;
     std::vector<double> db(static_cast<size_t>(out), 0.0);
-#pragma omp parallel for schedule(static) if (rows * out >= (1 << 16) && !omp_in_parallel())
+#pragma omp parallel for schedule(static) if (rows * out >= detail::kParallelMinElements && \
+                                              !omp_in_parallel())
     for (int64_t j0 = 0; j0 < out; j0 += kColumns) {
       const int64_t j1 = std::min(out, j0 + kColumns);
       for (int64_t r = 0; r < rows; ++r)

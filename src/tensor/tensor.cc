@@ -9,6 +9,7 @@
 #include <limits>
 
 #include "qkv/generator.h"
+#include "tensor/parallel_threshold.h"
 
 namespace qkv {
 
@@ -489,7 +490,7 @@ bool copy_rows(const Tensor& src, Tensor& dst) {
   const size_t size = dtype_size(dst.dtype());
   const std::byte* from = static_cast<const std::byte*>(src.raw_data());
   std::byte* to = static_cast<std::byte*>(dst.raw_data());
-#pragma omp parallel for schedule(static) if (dst.numel() >= (1 << 18))
+#pragma omp parallel for schedule(static) if (dst.numel() >= detail::kParallelMinCopyElements)
   for (int64_t r = 0; r < rows; ++r)
     std::memmove(to + dst_rows[r] * size, from + src_rows[r] * size, row * size);
   return true;
