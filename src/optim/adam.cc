@@ -46,7 +46,7 @@ void adam_update(T* param, const T* grad_in, T* exp_avg, T* exp_avg_sq, T* max_e
   const T beta2 = static_cast<T>(s.beta2), one_minus_beta2 = static_cast<T>(1.0 - s.beta2);
   const T eps = static_cast<T>(s.eps);
   // Element by element, so the threads (for large parameters) change nothing in the result.
-#pragma omp parallel for schedule(static) if (n >= detail::kParallelMinElements && \
+#pragma omp parallel for schedule(static) if (n >= qkv::detail::kParallelMinElements && \
                                               !omp_in_parallel())
   for (int64_t i = 0; i < n; ++i) {
     T g = grad_in[i];
