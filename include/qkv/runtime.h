@@ -9,6 +9,7 @@
 // overrides it.
 #pragma once
 
+#include <cstddef>
 #include <string>
 #include <vector>
 
@@ -40,5 +41,20 @@ bool blas_kernels_misdetected();
 // The machine's FP32 peak in GFLOP/s, measured now: FMA chains on every
 // thread for about `seconds`. Benchmarks divide by it.
 double measure_fp32_peak_gflops(double seconds = 0.2);
+
+// Memory: a freed tensor buffer of 1 MiB or more is kept and handed to the
+// next tensor of (nearly) the same size, so a training loop does not return
+// its activations to the system and fault them in again every step (that was
+// ~10 % of a MiniLM-sized training step). At most buffer_cache_limit() bytes
+// are kept (default 1 GiB); beyond that buffers are freed as usual.
+
+// Keep at most `bytes` of freed buffers (0 turns the cache off); frees what
+// is over the new limit at once.
+void set_buffer_cache_limit(size_t bytes);
+size_t buffer_cache_limit();
+// Bytes held by the cache now (freed buffers waiting for reuse).
+size_t buffer_cache_bytes();
+// Frees every cached buffer; the limit stays.
+void empty_buffer_cache();
 
 }  // namespace qkv

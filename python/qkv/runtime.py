@@ -1,4 +1,4 @@
-"""qkv.runtime: threads, instruction sets, the machine's peak, which kernel ran.
+"""qkv.runtime: threads, instruction sets, the machine's peak, which kernel ran, memory.
 
 Threads: qkv's kernels and its BLAS share one OpenMP thread pool, so they never
 oversubscribe the cores. The count starts as OMP_NUM_THREADS (default: every
@@ -13,16 +13,25 @@ BLAS: the linear layers run OpenBLAS. Importing qkv sets OPENBLAS_CORETYPE for
 this CPU (when it is not set already) just while OpenBLAS loads, because
 Debian's OpenBLAS 0.3.21 does not recognise recent Xeons and would run its
 generic SSE3 kernels, ~5x slower; blas_core_name() tells which ones run.
+
+Memory: a freed qkv buffer of 1 MiB or more (a tensor's, or the array that
+shares it) is kept and handed to the next one of nearly the same size, up to
+buffer_cache_limit() bytes (default 1 GiB), so a training loop does not give
+its activations back to the system and fault them in again every step.
 """
 
 from . import _core
 
 __all__ = [
     "blas_core_name",
+    "buffer_cache_bytes",
+    "buffer_cache_limit",
+    "empty_buffer_cache",
     "kernel_isa",
     "last_sdpa_kernel",
     "measure_fp32_peak_gflops",
     "num_threads",
+    "set_buffer_cache_limit",
     "set_num_threads",
     "supported_isas",
 ]
@@ -67,6 +76,32 @@ def measure_fp32_peak_gflops(seconds=0.2):
     if not seconds > 0:
         raise ValueError(f"measure_fp32_peak_gflops(): seconds must be > 0, got {seconds}")
     return _core.measure_fp32_peak_gflops(seconds)
+
+
+def set_buffer_cache_limit(bytes):
+    """Keep at most `bytes` of freed buffers for reuse (0 turns the cache off).
+
+    Buffers over the new limit are freed at once.
+    """
+    bytes = int(bytes)
+    if bytes < 0:
+        raise ValueError(f"set_buffer_cache_limit(): bytes must be >= 0, got {bytes}")
+    _core.set_buffer_cache_limit(bytes)
+
+
+def buffer_cache_limit():
+    """The most bytes of freed buffers the cache keeps."""
+    return _core.buffer_cache_limit()
+
+
+def buffer_cache_bytes():
+    """Bytes of freed buffers the cache holds now."""
+    return _core.buffer_cache_bytes()
+
+
+def empty_buffer_cache():
+    """Free every buffer the cache holds (the limit stays)."""
+    _core.empty_buffer_cache()
 
 
 def last_sdpa_kernel():

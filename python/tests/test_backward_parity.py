@@ -455,6 +455,27 @@ def test_runtime_reports_threads_isas_and_peak():
     assert qkv.runtime.measure_fp32_peak_gflops(0.02) > 0.5
 
 
+def test_buffer_cache_keeps_freed_results_within_its_limit():
+    limit = qkv.runtime.buffer_cache_limit()
+    try:
+        qkv.runtime.empty_buffer_cache()
+        assert qkv.runtime.buffer_cache_bytes() == 0
+        x = np.ones((1024, 256), np.float32)
+        y = qkv.nn.functional.linear(x, np.eye(256, dtype=np.float32))  # 1 MiB: cached
+        np.testing.assert_array_equal(y, x)
+        assert qkv.runtime.buffer_cache_bytes() == 0
+        del y
+        assert qkv.runtime.buffer_cache_bytes() == x.nbytes
+        qkv.runtime.set_buffer_cache_limit(0)
+        assert qkv.runtime.buffer_cache_bytes() == 0
+        assert qkv.runtime.buffer_cache_limit() == 0
+        with pytest.raises(ValueError, match="bytes"):
+            qkv.runtime.set_buffer_cache_limit(-1)
+    finally:
+        qkv.runtime.set_buffer_cache_limit(limit)
+    assert qkv.runtime.buffer_cache_limit() == limit
+
+
 def test_last_sdpa_kernel_follows_the_calls():
     q, k, v = _small()
     qkv.nn.functional.scaled_dot_product_attention(q, k, v)

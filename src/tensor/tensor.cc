@@ -9,6 +9,7 @@
 #include <limits>
 
 #include "qkv/generator.h"
+#include "tensor/buffer_cache.h"
 #include "tensor/parallel_threshold.h"
 
 namespace qkv {
@@ -210,11 +211,12 @@ Tensor Tensor::empty(const Shape& shape, DType dtype) {
   check_shape(shape, "Tensor::empty");
   Tensor t;
   const size_t bytes = static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype);
-  // 64-byte alignment suits every SIMD width qkv uses.
-  const size_t padded = std::max<size_t>(64, (bytes + 63) / 64 * 64);
-  std::byte* buffer = static_cast<std::byte*>(::operator new[](padded, std::align_val_t(64)));
-  t.storage_ =
-      std::shared_ptr<void>(buffer, [](void* p) { ::operator delete[](p, std::align_val_t(64)); });
+  // 64-byte aligned, which suits every SIMD width qkv uses.
+  const size_t capacity = detail::buffer_capacity(bytes);
+  std::byte* buffer = detail::acquire_buffer(capacity);
+  t.storage_ = std::shared_ptr<void>(buffer, [capacity](void* p) {
+    detail::release_buffer(static_cast<std::byte*>(p), capacity);
+  });
   t.base_ = buffer;
   t.shape_ = shape;
   t.strides_ = contiguous_strides(shape);
