@@ -63,18 +63,24 @@ void linear_backward_typed(const Tensor& dy, const Tensor& x, const Tensor& w, i
     });
   }
   if (grads.bias.defined()) {
-    // Forward: y = ... + b  ->  db += Σ_rows dy, summed in float64. Blocks of
-    // columns go to the threads, each column summed in row order: the same
-    // sums whatever the thread count.
-    constexpr int64_t kColumns = 64;
-    std::vector<double> db(static_cast<size_t>(out), 0.0);
+    // Forward: y = ... + b  ->  db += Σ_rows dy, summed in float64. Blocks
+    // of rows (a fixed split, whatever the thread count) are summed by the
+    // threads while reading dy in order, then the block sums are added in
+    // block order: the same sums on any thread count.
+    constexpr int64_t kRowsPerBlock = 128;
+    const int64_t blocks = (rows + kRowsPerBlock - 1) / kRowsPerBlock;
+    std::vector<double> block_sums(static_cast<size_t>(blocks * out), 0.0);
 #pragma omp parallel for schedule(static) if (rows * out >= detail::kParallelMinElements && \
                                               !omp_in_parallel())
-    for (int64_t j0 = 0; j0 < out; j0 += kColumns) {
-      const int64_t j1 = std::min(out, j0 + kColumns);
-      for (int64_t r = 0; r < rows; ++r)
-        for (int64_t j = j0; j < j1; ++j) db[j] += dy_data[r * out + j];
+    for (int64_t block = 0; block < blocks; ++block) {
+      double* sum = block_sums.data() + block * out;
+      const int64_t r1 = std::min(rows, (block + 1) * kRowsPerBlock);
+      for (int64_t r = block * kRowsPerBlock; r < r1; ++r)
+        for (int64_t j = 0; j < out; ++j) sum[j] += dy_data[r * out + j];
     }
+    std::vector<double> db(static_cast<size_t>(out), 0.0);
+    for (int64_t block = 0; block < blocks; ++block)
+      for (int64_t j = 0; j < out; ++j) db[j] += block_sums[block * out + j];
     Tensor g = grads.bias;
     add_to_grad(g, db);
   }
