@@ -14,6 +14,11 @@ loss = Σ out ⊙ G), AdamW (lr 1e-4, weight decay 0.01) and zero_grad:
 Both start from the same state_dict; before timing, the outputs and the parameter gradients
 of one forward and backward are compared. qkv and torch alternate, the median of --reps steps each is reported
 after a warm-up step.
+
+The floor: in the same rounds, the step's linear-layer matrix products alone (forward, input and
+weight gradients of the 24 linear layers, run by torch.mm/addmm, i.e. torch's own BLAS) are
+timed too. No step built on those products can beat torch by more than torch's step divided
+by that time, whatever it does about everything else.
 """
 
 import argparse
@@ -94,6 +99,31 @@ def parity(seed):
     return out_err, grad_err
 
 
+class LinearMatmuls:
+    """The matrix products of the step's linear layers, in torch, on buffers of their shapes.
+
+    Per layer: in_proj (D -> 3D), out_proj (D -> D), FFN (D -> FFN -> D); for each one y = x Wᵀ,
+    dx += dy W and dW += dyᵀ x, except the first layer's in_proj input gradient, which torch
+    skips because the input needs none.
+    """
+
+    def __init__(self):
+        tokens = BATCH * TOKENS
+        self.linears = []
+        for n_in, n_out in ((D, 3 * D), (D, D), (D, FFN), (FFN, D)):
+            self.linears.append(dict(x=torch.randn(tokens, n_in), w=torch.randn(n_out, n_in),
+                                     y=torch.empty(tokens, n_out), dy=torch.randn(tokens, n_out),
+                                     dx=torch.zeros(tokens, n_in), dw=torch.zeros(n_out, n_in)))
+
+    def __call__(self):
+        for layer in range(LAYERS):
+            for i, b in enumerate(self.linears):
+                torch.mm(b["x"], b["w"].t(), out=b["y"])
+                if layer > 0 or i > 0:
+                    b["dx"].addmm_(b["dy"], b["w"])
+                b["dw"].addmm_(b["dy"].t(), b["x"])
+
+
 def measure(threads, reps, seed):
     torch.set_num_threads(threads)
     qkv.runtime.set_num_threads(threads)
@@ -102,7 +132,8 @@ def measure(threads, reps, seed):
     g = torch.randn(BATCH, TOKENS, D, generator=gen) / (BATCH * TOKENS)
     tm = torch_model(seed)
     qm = qkv_model({k: v.detach().numpy().copy() for k, v in tm.state_dict().items()})
-    steps = {"torch": TorchStep(tm, x, g), "qkv": QkvStep(qm, x.numpy(), g.numpy())}
+    steps = {"torch": TorchStep(tm, x, g), "qkv": QkvStep(qm, x.numpy(), g.numpy()),
+             "matmuls": LinearMatmuls()}
     for step in steps.values():  # warm-up: allocations, optimizer state
         step()
     times = {name: [] for name in steps}
@@ -137,9 +168,10 @@ def main():
     for threads in (int(t) for t in args.threads.split(",")):
         times = measure(threads, args.reps, args.seed)
         q, t = statistics.median(times["qkv"]), statistics.median(times["torch"])
-        rows.append((threads, q, t, times))
+        m = statistics.median(times["matmuls"])
+        rows.append((threads, q, t, m, times))
         print(f"threads {threads}: qkv {q * 1e3:.0f} ms, torch {t * 1e3:.0f} ms per step "
-              f"-> {t / q:.2f}x")
+              f"-> {t / q:.2f}x; linear matmuls alone {m * 1e3:.0f} ms (bound {t / m:.2f}x)")
 
     gflop = flops_per_step() / 1e9
     lines = [
@@ -154,14 +186,15 @@ def main():
         f"gradients {grad_err:.1e} (relative).",
         "",
         "| threads | qkv ms/step | torch ms/step | qkv / torch | qkv GFLOP/s | qkv range | "
-        "torch range |",
-        "|---:|---:|---:|---:|---:|---:|---:|",
+        "torch range | linear matmuls alone, ms | bound: torch step / matmuls |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    for threads, q, t, times in rows:
+    for threads, q, t, m, times in rows:
         lines.append(
             f"| {threads} | {q * 1e3:.0f} | {t * 1e3:.0f} | {t / q:.2f}× | {gflop / q:.0f} | "
             f"{min(times['qkv']) * 1e3:.0f}–{max(times['qkv']) * 1e3:.0f} | "
-            f"{min(times['torch']) * 1e3:.0f}–{max(times['torch']) * 1e3:.0f} |")
+            f"{min(times['torch']) * 1e3:.0f}–{max(times['torch']) * 1e3:.0f} | "
+            f"{m * 1e3:.0f} | {t / m:.2f}× |")
     report = "\n".join(lines) + "\n"
     print()
     print(report)
