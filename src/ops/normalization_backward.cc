@@ -4,11 +4,13 @@
 // over the threads; every sum is float64, each result rounded once.
 #include <cmath>
 #include <limits>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "ops/backward_util.h"
 #include "ops/checks.h"
+#include "ops/float32_math.h"
 #include "ops/normalization_checks.h"
 #include "ops/row_statistics.h"
 #include "qkv/gradients.h"
@@ -86,6 +88,53 @@ std::pair<std::vector<double>, std::vector<double>> for_rows(int64_t rows, int64
   return {std::move(dw), std::move(db)};
 }
 
+// One row of layer_norm's backward: adds g·xhat to dw and g to db and, when dx
+// is given, the input gradient to dx. The row sums are float64 in eight lanes
+// (as row_sum), which lets the loop run in vector registers.
+template <class T>
+[[gnu::always_inline]] inline void layer_norm_backward_row(const T* x, const T* dy, const T* w,
+                                                           T* dx, int64_t n, double mean,
+                                                           double rstd, double* dw, double* db) {
+  // Forward: v = (x[i] - mean) * rstd; v *= w[i]; v += b[i];
+  double lane_dxhat[8] = {0, 0, 0, 0, 0, 0, 0, 0}, lane_dxhat_xhat[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  auto visit = [&](int64_t i, int lane) {
+    const double xhat = (static_cast<double>(x[i]) - mean) * rstd;
+    const double g = static_cast<double>(dy[i]);
+    const double dxhat = w == nullptr ? g : g * static_cast<double>(w[i]);
+    dw[i] += g * xhat;
+    db[i] += g;
+    lane_dxhat[lane] += dxhat;
+    lane_dxhat_xhat[lane] += dxhat * xhat;
+  };
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int lane = 0; lane < 8; ++lane) visit(i + lane, lane);
+  for (int lane = 0; i < n; ++i, ++lane) visit(i, lane);
+  if (dx == nullptr) return;
+  auto total = [](const double* lane) {
+    return ((lane[0] + lane[4]) + (lane[1] + lane[5])) +
+           ((lane[2] + lane[6]) + (lane[3] + lane[7]));
+  };
+  const double mean_dxhat = total(lane_dxhat) / static_cast<double>(n);
+  const double mean_dxhat_xhat = total(lane_dxhat_xhat) / static_cast<double>(n);
+  // mean and rstd depend on every x of the row:
+  // dx = rstd · (dxhat − mean(dxhat) − xhat · mean(dxhat ∘ xhat))
+  for (int64_t j = 0; j < n; ++j) {
+    const double xhat = (static_cast<double>(x[j]) - mean) * rstd;
+    const double g = static_cast<double>(dy[j]);
+    const double dxhat = w == nullptr ? g : g * static_cast<double>(w[j]);
+    dx[j] = static_cast<T>(static_cast<double>(dx[j]) +
+                           rstd * (dxhat - mean_dxhat - xhat * mean_dxhat_xhat));
+  }
+}
+
+// The float32 rows, compiled for each instruction set.
+QKV_FLOAT32_CLONES void layer_norm_backward_row_f32(const float* x, const float* dy, const float* w,
+                                                    float* dx, int64_t n, double mean, double rstd,
+                                                    double* dw, double* db) {
+  layer_norm_backward_row(x, dy, w, dx, n, mean, rstd, dw, db);
+}
+
 template <class T>
 void layer_norm_backward_typed(NormBuffers<T>& b, int64_t rows, int64_t n, double eps,
                                std::vector<double>& dw_out, std::vector<double>& db_out) {
@@ -93,35 +142,49 @@ void layer_norm_backward_typed(NormBuffers<T>& b, int64_t rows, int64_t n, doubl
   T* dxs = b.dxs();
   auto [dw, db] = for_rows(rows, n, [&](int64_t r, double* dw, double* db) {
     const T* xr = xs + r * n;
-    const T* dy = dys + r * n;
     const auto [mean, rstd] = detail::layer_norm_moments(xr, n, eps);
-    // Forward: v = (xr[i] - mean) * rstd; v *= w[i]; v += b[i];
-    double mean_dxhat = 0.0, mean_dxhat_xhat = 0.0;
-    for (int64_t i = 0; i < n; ++i) {
-      const double xhat = (static_cast<double>(xr[i]) - mean) * rstd;
-      const double g = static_cast<double>(dy[i]);
-      const double dxhat = w == nullptr ? g : g * static_cast<double>(w[i]);
-      dw[i] += g * xhat;
-      db[i] += g;
-      mean_dxhat += dxhat;
-      mean_dxhat_xhat += dxhat * xhat;
-    }
-    mean_dxhat /= static_cast<double>(n);
-    mean_dxhat_xhat /= static_cast<double>(n);
-    if (dxs == nullptr) return;
-    // mean and rstd depend on every x of the row:
-    // dx = rstd · (dxhat − mean(dxhat) − xhat · mean(dxhat ∘ xhat))
-    T* dx = dxs + r * n;
-    for (int64_t i = 0; i < n; ++i) {
-      const double xhat = (static_cast<double>(xr[i]) - mean) * rstd;
-      const double g = static_cast<double>(dy[i]);
-      const double dxhat = w == nullptr ? g : g * static_cast<double>(w[i]);
-      dx[i] = static_cast<T>(static_cast<double>(dx[i]) +
-                             rstd * (dxhat - mean_dxhat - xhat * mean_dxhat_xhat));
-    }
+    T* dx = dxs == nullptr ? nullptr : dxs + r * n;
+    if constexpr (std::is_same_v<T, float>)
+      layer_norm_backward_row_f32(xr, dys + r * n, w, dx, n, mean, rstd, dw, db);
+    else
+      layer_norm_backward_row(xr, dys + r * n, w, dx, n, mean, rstd, dw, db);
   });
   dw_out = std::move(dw);
   db_out = std::move(db);
+}
+
+// One row of rms_norm's backward: adds g·x·rrms to dw and, when dx is given,
+// the input gradient to dx (float64 sums in eight lanes, as layer_norm's).
+template <class T>
+[[gnu::always_inline]] inline void rms_norm_backward_row(const T* x, const T* dy, const T* w, T* dx,
+                                                         int64_t n, double rrms, double* dw) {
+  // Forward: double v = x[i] * rrms; v *= w[i];
+  double lane_dot[8] = {0, 0, 0, 0, 0, 0, 0, 0};  // Σ dxhat_i x_i
+  auto visit = [&](int64_t i, int lane) {
+    const double g = static_cast<double>(dy[i]), xi = static_cast<double>(x[i]);
+    const double dxhat = w == nullptr ? g : g * static_cast<double>(w[i]);
+    dw[i] += g * xi * rrms;
+    lane_dot[lane] += dxhat * xi;
+  };
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int lane = 0; lane < 8; ++lane) visit(i + lane, lane);
+  for (int lane = 0; i < n; ++i, ++lane) visit(i, lane);
+  if (dx == nullptr) return;
+  const double dot = detail::lane_total(lane_dot);
+  // rrms = (mean(x²) + eps)^(−1/2)  ->  ∂rrms/∂x_i = −rrms³ · x_i / n
+  const double c = rrms * rrms * rrms * dot / static_cast<double>(n);
+  for (int64_t j = 0; j < n; ++j) {
+    const double g = static_cast<double>(dy[j]);
+    const double dxhat = w == nullptr ? g : g * static_cast<double>(w[j]);
+    dx[j] =
+        static_cast<T>(static_cast<double>(dx[j]) + rrms * dxhat - c * static_cast<double>(x[j]));
+  }
+}
+
+QKV_FLOAT32_CLONES void rms_norm_backward_row_f32(const float* x, const float* dy, const float* w,
+                                                  float* dx, int64_t n, double rrms, double* dw) {
+  rms_norm_backward_row(x, dy, w, dx, n, rrms, dw);
 }
 
 template <class T>
@@ -131,26 +194,12 @@ void rms_norm_backward_typed(NormBuffers<T>& b, int64_t rows, int64_t n, double 
   T* dxs = b.dxs();
   auto [dw, db] = for_rows(rows, n, [&](int64_t r, double* dw, double*) {
     const T* xr = xs + r * n;
-    const T* dy = dys + r * n;
     const double rrms = detail::rms_norm_rrms(xr, n, eps);
-    // Forward: double v = xr[i] * rrms; v *= w[i];
-    double dot = 0.0;  // Σ dxhat_i x_i
-    for (int64_t i = 0; i < n; ++i) {
-      const double g = static_cast<double>(dy[i]), xi = static_cast<double>(xr[i]);
-      const double dxhat = w == nullptr ? g : g * static_cast<double>(w[i]);
-      dw[i] += g * xi * rrms;
-      dot += dxhat * xi;
-    }
-    if (dxs == nullptr) return;
-    // rrms = (mean(x²) + eps)^(−1/2)  ->  ∂rrms/∂x_i = −rrms³ · x_i / n
-    T* dx = dxs + r * n;
-    const double c = rrms * rrms * rrms * dot / static_cast<double>(n);
-    for (int64_t i = 0; i < n; ++i) {
-      const double g = static_cast<double>(dy[i]);
-      const double dxhat = w == nullptr ? g : g * static_cast<double>(w[i]);
-      dx[i] = static_cast<T>(static_cast<double>(dx[i]) + rrms * dxhat -
-                             c * static_cast<double>(xr[i]));
-    }
+    T* dx = dxs == nullptr ? nullptr : dxs + r * n;
+    if constexpr (std::is_same_v<T, float>)
+      rms_norm_backward_row_f32(xr, dys + r * n, w, dx, n, rrms, dw);
+    else
+      rms_norm_backward_row(xr, dys + r * n, w, dx, n, rrms, dw);
   });
   dw_out = std::move(dw);
 }

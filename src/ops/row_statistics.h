@@ -12,7 +12,12 @@
 
 namespace qkv::detail {
 
-// Σᵢ f(x[i]) in float64 for i < n.
+// The total of eight partial sums, always added in this order.
+inline double lane_total(const double* lane) {
+  return ((lane[0] + lane[4]) + (lane[1] + lane[5])) + ((lane[2] + lane[6]) + (lane[3] + lane[7]));
+}
+
+// Σᵢ f(x[i]) in float64 for i < n, in eight partial sums (vector lanes).
 template <class T, class F>
 double row_sum(const T* x, int64_t n, F f) {
   double part[8] = {0, 0, 0, 0, 0, 0, 0, 0};
@@ -20,7 +25,7 @@ double row_sum(const T* x, int64_t n, F f) {
   for (; i + 8 <= n; i += 8)
     for (int j = 0; j < 8; ++j) part[j] += f(static_cast<double>(x[i + j]));
   for (int j = 0; i < n; ++i, ++j) part[j] += f(static_cast<double>(x[i]));
-  return ((part[0] + part[4]) + (part[1] + part[5])) + ((part[2] + part[6]) + (part[3] + part[7]));
+  return lane_total(part);
 }
 
 // The mean and 1/√(variance + eps) (biased variance) of a row.
