@@ -211,6 +211,40 @@ TEST(OpGradients, LinearBiasGradientIsTheSameOnAnyThreadCount) {
   }
 }
 
+// linear_input_gradient returns what linear_backward adds to grads.input, in
+// float32 and float64, for strided grad_output and for empty sizes.
+TEST(OpGradients, LinearInputGradientEqualsTheAccumulatedOne) {
+  for (DType dtype : {DType::kFloat64, DType::kFloat32}) {
+    const Tensor x = randn({2, 5, 3}, 51).to(dtype);
+    const Tensor w = randn({4, 3}, 52).to(dtype);
+    const Tensor dy = randn({5, 2, 4}, 53).to(dtype).transpose(0, 1);  // strided [2, 5, 4]
+    Tensor dx = Tensor::zeros(x.shape(), dtype);
+    linear_backward(dy, x, w, Tensor(), {.input = dx});
+    const Tensor got = linear_input_gradient(dy, w);
+    EXPECT_EQ(got.shape(), x.shape());
+    EXPECT_EQ(got.dtype(), dtype);
+    EXPECT_EQ(got.to_vector(), dx.to_vector()) << dtype_name(dtype);
+  }
+  // No rows, no outputs (zeros, not uninitialised memory), no inputs.
+  const DType f64 = DType::kFloat64;
+  EXPECT_EQ(linear_input_gradient(Tensor::zeros({0, 4}, f64), randn({4, 3}, 1)).shape(),
+            (Shape{0, 3}));
+  const Tensor none = linear_input_gradient(Tensor::zeros({2, 0}, f64), Tensor::zeros({0, 3}, f64));
+  EXPECT_EQ(none.to_vector(), std::vector<double>(6, 0.0));
+  EXPECT_EQ(linear_input_gradient(randn({2, 4}, 1), Tensor::zeros({4, 0}, f64)).shape(),
+            (Shape{2, 0}));
+  expect_error(
+      [] {
+        linear_input_gradient(randn({2, 5}, 1), randn({4, 3}, 2));
+      },
+      "grad_output must be [..., 4] for weight [4, 3], got [2, 5]");
+  expect_error(
+      [] {
+        linear_input_gradient(randn({2, 4}, 1).to(DType::kFloat32), randn({4, 3}, 2));
+      },
+      "grad_output dtype float32 differs from weight dtype float64");
+}
+
 TEST(OpGradients, LinearTransposedInput) {
   GradCase c;
   c.name = "linear (transposed x view)";

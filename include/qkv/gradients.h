@@ -53,6 +53,11 @@ struct LinearGradients {
 void linear_backward(const Tensor& grad_output, const Tensor& x, const Tensor& weight,
                      const Tensor& bias, const LinearGradients& grads);
 
+// The input gradient alone, as a new tensor: grad_output · W, which is what
+// linear_backward adds to grads.input, without a zeroed buffer to add it to.
+// grad_output: [..., out]  weight: [out, in]  ->  [..., in]
+Tensor linear_input_gradient(const Tensor& grad_output, const Tensor& weight);
+
 struct MatmulGradients {
   Tensor a;  // [..., n, k]
   Tensor b;  // [..., k, m]

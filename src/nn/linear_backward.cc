@@ -12,14 +12,12 @@ Tensor Linear::backward(const Tensor& grad_output, const LinearRecord& record) {
   QKV_CHECK(grad_output.defined() && grad_output.shape() == out_shape,
             "Linear::backward: grad_output must have the output's shape ", shape_str(out_shape),
             ", got ", grad_output.defined() ? shape_str(grad_output.shape()) : "undefined");
-  Tensor grad_input = Tensor::zeros(record.input.shape(), record.input.dtype());
   // y = x Wᵀ + b
   linear_backward(
       grad_output, record.input, weight_, bias_,
-      {.input = grad_input,
-       .weight = detail::grad_buffer(grads_, "weight", weight_),
+      {.weight = detail::grad_buffer(grads_, "weight", weight_),
        .bias = bias_.defined() ? detail::grad_buffer(grads_, "bias", bias_) : Tensor()});
-  return grad_input;
+  return linear_input_gradient(grad_output, weight_);
 }
 
 std::vector<Parameter> Linear::parameters() { return detail::own_parameters(state_dict(), grads_); }

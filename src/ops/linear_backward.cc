@@ -15,19 +15,24 @@ namespace qkv {
 
 namespace {
 
-// c[m, n] += op(a) · op(b), row-major; op(a) is [m, k], op(b) is [k, n]; all contiguous.
+// c[m, n] = op(a) · op(b) + beta · c, row-major; op(a) is [m, k], op(b) is
+// [k, n]; all contiguous. beta is 1 (accumulate) or 0 (overwrite).
 template <class T>
 void gemm_accumulate(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k,
-                     const T* a, const T* b, T* c) {
-  if (m == 0 || n == 0 || k == 0) return;
+                     const T* a, const T* b, T* c, T beta = 1) {
+  if (m == 0 || n == 0) return;
+  if (k == 0) {
+    if (beta == 0) std::fill(c, c + m * n, T(0));
+    return;
+  }
   const CBLAS_TRANSPOSE ta = transpose_a ? CblasTrans : CblasNoTrans;
   const CBLAS_TRANSPOSE tb = transpose_b ? CblasTrans : CblasNoTrans;
   const int64_t lda = transpose_a ? m : k;
   const int64_t ldb = transpose_b ? k : n;
   if constexpr (std::is_same_v<T, float>) {
-    cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, 1.0f, c, n);
+    cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, c, n);
   } else {
-    cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, 1.0, a, lda, b, ldb, 1.0, c, n);
+    cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, 1.0, a, lda, b, ldb, beta, c, n);
   }
 }
 
@@ -129,6 +134,34 @@ void linear_backward(const Tensor& grad_output, const Tensor& x, const Tensor& w
     Tensor g = grads.input;
     add_to_grad(g, input_tmp);
   }
+}
+
+Tensor linear_input_gradient(const Tensor& grad_output, const Tensor& weight) {
+  const char* fn = "linear_input_gradient";
+  check_floating(weight, fn, "weight");
+  check_dim(weight, 2, fn, "weight", "[out_features, in_features]");
+  const int64_t in = weight.size(1), out = weight.size(0);
+  QKV_CHECK(grad_output.defined() && grad_output.dim() >= 1 && grad_output.size(-1) == out, fn,
+            ": grad_output must be [..., ", out, "] for weight ", shape_str(weight.shape()),
+            ", got ", grad_output.defined() ? shape_str(grad_output.shape()) : "undefined");
+  QKV_CHECK_TYPE(grad_output.dtype() == weight.dtype(), fn, ": grad_output dtype ",
+                 dtype_name(grad_output.dtype()), " differs from weight dtype ",
+                 dtype_name(weight.dtype()));
+  Shape shape = grad_output.shape();
+  shape.back() = in;
+  if (out == 0) return Tensor::zeros(shape, weight.dtype());  // an empty sum
+  Tensor grad_input = Tensor::empty(shape, weight.dtype());
+  const Tensor dy = grad_output.reshape({-1, out}).contiguous();
+  const Tensor w = weight.contiguous();
+  const int64_t rows = dy.size(0);
+  // Forward: y = x · Wᵀ  ->  dx [rows, in] = dy [rows, out] · W [out, in]
+  if (weight.dtype() == DType::kFloat64)
+    gemm_accumulate<double>(false, false, rows, in, out, dy.data<double>(), w.data<double>(),
+                            grad_input.data<double>(), 0.0);
+  else
+    gemm_accumulate<float>(false, false, rows, in, out, dy.data<float>(), w.data<float>(),
+                           grad_input.data<float>(), 0.0f);
+  return grad_input;
 }
 
 void matmul_backward(const Tensor& grad_output, const Tensor& a, const Tensor& b,
