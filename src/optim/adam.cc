@@ -10,7 +10,9 @@
 #include <algorithm>
 #include <cmath>
 #include <set>
+#include <type_traits>
 
+#include "ops/float32_math.h"
 #include "optim/optimizer_util.h"
 #include "tensor/parallel_threshold.h"
 
@@ -26,50 +28,125 @@ struct AdamScalars {
   bool decoupled, amsgrad;
 };
 
+// The scalar functions the update needs, written as builtins (the float32
+// spans are compiled per instruction set, and calls to the std:: wrappers
+// would not be inlined there). sqrt_of never sees a negative value.
+QKV_ALWAYS_INLINE float fused_multiply_add(float a, float b, float c) {
+  return __builtin_fmaf(a, b, c);
+}
+QKV_ALWAYS_INLINE double fused_multiply_add(double a, double b, double c) {
+  return __builtin_fma(a, b, c);
+}
+QKV_ALWAYS_INLINE float sqrt_of(float v) { return __builtin_sqrtf(v); }
+QKV_ALWAYS_INLINE double sqrt_of(double v) { return __builtin_sqrt(v); }
+
 // torch's vectorised lerp: start + w (end − start) for w < 0.5, else end − (1 − w)(end − start).
 template <class T>
-T lerp(T start, T end, T weight) {
-  return weight < T(0.5) ? std::fma(weight, end - start, start)
-                         : std::fma(weight - T(1), end - start, end);
+QKV_ALWAYS_INLINE T lerp(T start, T end, T weight) {
+  const bool from_start = weight < T(0.5);  // one multiply-add either way: no branch
+  return fused_multiply_add(from_start ? weight : weight - T(1), end - start,
+                            from_start ? start : end);
+}
+
+// The update's constants in the parameter's dtype.
+template <class T>
+struct AdamConstants {
+  T neg_step_size, bias_correction2_sqrt, decay, weight_decay;
+  T one_minus_beta1, beta2, one_minus_beta2, eps;
+  bool has_weight_decay, decoupled, amsgrad;
+};
+
+template <class T>
+AdamConstants<T> adam_constants(const AdamScalars& s) {
+  const double bias_correction1 = 1.0 - std::pow(s.beta1, static_cast<double>(s.step));
+  const double bias_correction2 = 1.0 - std::pow(s.beta2, static_cast<double>(s.step));
+  return {.neg_step_size = static_cast<T>(-(s.lr / bias_correction1)),
+          .bias_correction2_sqrt = static_cast<T>(std::sqrt(bias_correction2)),
+          .decay = static_cast<T>(1.0 - s.lr * s.weight_decay),
+          .weight_decay = static_cast<T>(s.weight_decay),
+          .one_minus_beta1 = static_cast<T>(1.0 - s.beta1),
+          .beta2 = static_cast<T>(s.beta2),
+          .one_minus_beta2 = static_cast<T>(1.0 - s.beta2),
+          .eps = static_cast<T>(s.eps),
+          .has_weight_decay = s.weight_decay != 0.0,
+          .decoupled = s.decoupled,
+          .amsgrad = s.amsgrad};
+}
+
+// How weight decay enters the update.
+enum class Decay { kNone, kDecoupled, kCoupled };
+
+// The update of elements [0, n), each on its own. The options are template
+// arguments so that the loop has no branches and vectorises; the constants
+// come by value, so no store to the buffers can change them.
+template <Decay kDecay, bool kAmsgrad, class T>
+QKV_ALWAYS_INLINE void adam_span(T* param, const T* grad_in, T* exp_avg, T* exp_avg_sq,
+                                 T* max_exp_avg_sq, int64_t n, AdamConstants<T> c) {
+  for (int64_t i = 0; i < n; ++i) {
+    T g = grad_in[i];
+    if constexpr (kDecay == Decay::kDecoupled)
+      param[i] = param[i] * c.decay;  // param.mul_(1 - lr * weight_decay)
+    if constexpr (kDecay == Decay::kCoupled)
+      g = fused_multiply_add(param[i], c.weight_decay, g);  // grad = grad.add(param, alpha=wd)
+    // exp_avg.lerp_(grad, 1 - beta1)
+    exp_avg[i] = lerp(exp_avg[i], g, c.one_minus_beta1);
+    // exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+    exp_avg_sq[i] = exp_avg_sq[i] * c.beta2 + c.one_minus_beta2 * g * g;
+    T second = exp_avg_sq[i];
+    if constexpr (kAmsgrad) {
+      // torch.maximum(max_exp_avg_sqs[i], exp_avg_sq, out=max_exp_avg_sqs[i])
+      max_exp_avg_sq[i] = max_exp_avg_sq[i] < second ? second : max_exp_avg_sq[i];
+      second = max_exp_avg_sq[i];
+    }
+    // denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps)
+    const T denom = sqrt_of(second) / c.bias_correction2_sqrt + c.eps;
+    // param.addcdiv_(exp_avg, denom, value=-step_size)
+    param[i] = param[i] + c.neg_step_size * exp_avg[i] / denom;
+  }
+}
+
+// Picks the span for the options.
+template <class T>
+QKV_ALWAYS_INLINE void adam_span_for(T* param, const T* grad_in, T* exp_avg, T* exp_avg_sq,
+                                     T* max_exp_avg_sq, int64_t n, AdamConstants<T> c) {
+#define QKV_ADAM_SPAN(decay, amsgrad) \
+  adam_span<decay, amsgrad>(param, grad_in, exp_avg, exp_avg_sq, max_exp_avg_sq, n, c)
+  if (!c.has_weight_decay)
+    c.amsgrad ? QKV_ADAM_SPAN(Decay::kNone, true) : QKV_ADAM_SPAN(Decay::kNone, false);
+  else if (c.decoupled)
+    c.amsgrad ? QKV_ADAM_SPAN(Decay::kDecoupled, true) : QKV_ADAM_SPAN(Decay::kDecoupled, false);
+  else
+    c.amsgrad ? QKV_ADAM_SPAN(Decay::kCoupled, true) : QKV_ADAM_SPAN(Decay::kCoupled, false);
+#undef QKV_ADAM_SPAN
+}
+
+// float32 spans compiled for each instruction set: vector instructions, and
+// the fused multiply-adds as instructions instead of calls (same roundings).
+QKV_FLOAT32_CLONES void adam_span_f32(float* param, const float* grad_in, float* exp_avg,
+                                      float* exp_avg_sq, float* max_exp_avg_sq, int64_t n,
+                                      const AdamConstants<float>& c) {
+  adam_span_for(param, grad_in, exp_avg, exp_avg_sq, max_exp_avg_sq, n, c);
 }
 
 template <class T>
 void adam_update(T* param, const T* grad_in, T* exp_avg, T* exp_avg_sq, T* max_exp_avg_sq,
                  int64_t n, const AdamScalars& s) {
-  const double bias_correction1 = 1.0 - std::pow(s.beta1, static_cast<double>(s.step));
-  const double bias_correction2 = 1.0 - std::pow(s.beta2, static_cast<double>(s.step));
-  const T neg_step_size = static_cast<T>(-(s.lr / bias_correction1));
-  const T bias_correction2_sqrt = static_cast<T>(std::sqrt(bias_correction2));
-  const T decay = static_cast<T>(1.0 - s.lr * s.weight_decay);
-  const T weight_decay = static_cast<T>(s.weight_decay);
-  const T one_minus_beta1 = static_cast<T>(1.0 - s.beta1);
-  const T beta2 = static_cast<T>(s.beta2), one_minus_beta2 = static_cast<T>(1.0 - s.beta2);
-  const T eps = static_cast<T>(s.eps);
-  // Element by element, so the threads (for large parameters) change nothing in the result.
+  const AdamConstants<T> c = adam_constants<T>(s);
+  // Blocks of elements go to the threads (for large parameters): each element
+  // is updated on its own, so the thread count changes nothing in the result.
+  constexpr int64_t kBlock = 1 << 13;
+  const int64_t blocks = (n + kBlock - 1) / kBlock;
 #pragma omp parallel for schedule(static) if (n >= qkv::detail::kParallelMinElements && \
                                               !omp_in_parallel())
-  for (int64_t i = 0; i < n; ++i) {
-    T g = grad_in[i];
-    if (s.weight_decay != 0.0) {
-      if (s.decoupled)
-        param[i] = param[i] * decay;  // param.mul_(1 - lr * weight_decay)
-      else
-        g = std::fma(param[i], weight_decay, g);  // grad = grad.add(param, alpha=weight_decay)
-    }
-    // exp_avg.lerp_(grad, 1 - beta1)
-    exp_avg[i] = lerp(exp_avg[i], g, one_minus_beta1);
-    // exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
-    exp_avg_sq[i] = exp_avg_sq[i] * beta2 + one_minus_beta2 * g * g;
-    T second = exp_avg_sq[i];
-    if (s.amsgrad) {
-      // torch.maximum(max_exp_avg_sqs[i], exp_avg_sq, out=max_exp_avg_sqs[i])
-      max_exp_avg_sq[i] = std::max(max_exp_avg_sq[i], exp_avg_sq[i]);
-      second = max_exp_avg_sq[i];
-    }
-    // denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps)
-    const T denom = std::sqrt(second) / bias_correction2_sqrt + eps;
-    // param.addcdiv_(exp_avg, denom, value=-step_size)
-    param[i] = param[i] + neg_step_size * exp_avg[i] / denom;
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int64_t begin = b * kBlock, count = std::min(kBlock, n - begin);
+    T* max = max_exp_avg_sq == nullptr ? nullptr : max_exp_avg_sq + begin;
+    if constexpr (std::is_same_v<T, float>)
+      adam_span_f32(param + begin, grad_in + begin, exp_avg + begin, exp_avg_sq + begin, max, count,
+                    c);
+    else
+      adam_span_for(param + begin, grad_in + begin, exp_avg + begin, exp_avg_sq + begin, max, count,
+                    c);
   }
 }
 
