@@ -97,7 +97,7 @@ template <class T>
                                                            double rstd, double* dw, double* db) {
   // Forward: v = (x[i] - mean) * rstd; v *= w[i]; v += b[i];
   double lane_dxhat[8] = {0, 0, 0, 0, 0, 0, 0, 0}, lane_dxhat_xhat[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  auto visit = [&](int64_t i, int lane) {
+  auto visit = [&](int64_t i, int lane) __attribute__((always_inline)) {
     const double xhat = (static_cast<double>(x[i]) - mean) * rstd;
     const double g = static_cast<double>(dy[i]);
     const double dxhat = w == nullptr ? g : g * static_cast<double>(w[i]);
@@ -160,7 +160,7 @@ template <class T>
                                                          int64_t n, double rrms, double* dw) {
   // Forward: double v = x[i] * rrms; v *= w[i];
   double lane_dot[8] = {0, 0, 0, 0, 0, 0, 0, 0};  // Σ dxhat_i x_i
-  auto visit = [&](int64_t i, int lane) {
+  auto visit = [&](int64_t i, int lane) __attribute__((always_inline)) {
     const double g = static_cast<double>(dy[i]), xi = static_cast<double>(x[i]);
     const double dxhat = w == nullptr ? g : g * static_cast<double>(w[i]);
     dw[i] += g * xi * rrms;

@@ -13,7 +13,7 @@
 namespace qkv::detail {
 
 // The total of eight partial sums, always added in this order.
-inline double lane_total(const double* lane) {
+[[gnu::always_inline]] inline double lane_total(const double* lane) {
   return ((lane[0] + lane[4]) + (lane[1] + lane[5])) + ((lane[2] + lane[6]) + (lane[3] + lane[7]));
 }
 
