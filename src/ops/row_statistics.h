@@ -4,7 +4,10 @@
 //
 // Sums run over eight partial sums: one running sum makes every addition wait
 // for the previous one (about 4 cycles each); eight independent ones overlap
-// and vectorise.
+// and vectorise. Everything here is forced inline, so that the float32 rows
+// compiled per instruction set (QKV_FLOAT32_CLONES) call nothing; both files
+// are compiled without contraction, so every instruction set (and the
+// backward, which recomputes these) sees the same numbers.
 #pragma once
 
 #include <cmath>
@@ -19,7 +22,7 @@ namespace qkv::detail {
 
 // Σᵢ f(x[i]) in float64 for i < n, in eight partial sums (vector lanes).
 template <class T, class F>
-double row_sum(const T* x, int64_t n, F f) {
+[[gnu::always_inline]] inline double row_sum(const T* x, int64_t n, F f) {
   double part[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   int64_t i = 0;
   for (; i + 8 <= n; i += 8)
@@ -35,17 +38,25 @@ struct RowMoments {
 };
 
 template <class T>
-RowMoments layer_norm_moments(const T* x, int64_t n, double eps) {
-  const double mean = row_sum(x, n, [](double v) { return v; }) / static_cast<double>(n);
+[[gnu::always_inline]] inline RowMoments layer_norm_moments(const T* x, int64_t n, double eps) {
+  const double mean = row_sum(
+                          x, n, [](double v) __attribute__((always_inline)) { return v; }) /
+                      static_cast<double>(n);
   const double var =
-      row_sum(x, n, [mean](double v) { return (v - mean) * (v - mean); }) / static_cast<double>(n);
+      row_sum(
+          x,
+          n, [mean](double v) __attribute__((always_inline)) { return (v - mean) * (v - mean); }) /
+      static_cast<double>(n);
   return {mean, 1.0 / std::sqrt(var + eps)};
 }
 
 // 1/√(mean(x²) + eps) of a row.
 template <class T>
-double rms_norm_rrms(const T* x, int64_t n, double eps) {
-  const double mean_square = row_sum(x, n, [](double v) { return v * v; }) / static_cast<double>(n);
+[[gnu::always_inline]] inline double rms_norm_rrms(const T* x, int64_t n, double eps) {
+  const double mean_square =
+      row_sum(
+          x, n, [](double v) __attribute__((always_inline)) { return v * v; }) /
+      static_cast<double>(n);
   return 1.0 / std::sqrt(mean_square + eps);
 }
 
