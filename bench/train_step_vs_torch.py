@@ -16,9 +16,10 @@ of one forward and backward are compared. qkv and torch alternate, the median of
 after a warm-up step.
 
 The floor: in the same rounds, the step's linear-layer matrix products alone (forward, input and
-weight gradients of the 24 linear layers, run by torch.mm/addmm, i.e. torch's own BLAS) are
-timed too. No step built on those products can beat torch by more than torch's step divided
-by that time, whatever it does about everything else.
+weight gradients of the 24 linear layers, run by torch.mm/addmm, i.e. torch's own BLAS) and its
+attention alone (forward and backward of the 6 layers, qkv's fused kernels, the faster of the
+two) are timed too. No step that does this arithmetic can beat torch by more than torch's step
+divided by their sum, whatever it does about everything else.
 """
 
 import argparse
@@ -124,6 +125,23 @@ class LinearMatmuls:
                 b["dw"].addmm_(b["dy"].t(), b["x"])
 
 
+class Attention:
+    """The step's attention alone, forward and backward of every layer, with qkv's fused
+    kernels (faster than torch's here): B × H × L × E = 32 × 12 × 128 × 32, no mask."""
+
+    def __init__(self, seed):
+        rng = np.random.default_rng(seed)
+        shape = (BATCH, HEADS, TOKENS, D // HEADS)
+        self.q, self.k, self.v, self.go = (rng.standard_normal(shape).astype(np.float32)
+                                           for _ in range(4))
+
+    def __call__(self):
+        for _ in range(LAYERS):
+            _, grad_fn = qkv.nn.functional.scaled_dot_product_attention_with_grad(
+                self.q, self.k, self.v)
+            grad_fn(self.go)
+
+
 def measure(threads, reps, seed):
     torch.set_num_threads(threads)
     qkv.runtime.set_num_threads(threads)
@@ -133,7 +151,7 @@ def measure(threads, reps, seed):
     tm = torch_model(seed)
     qm = qkv_model({k: v.detach().numpy().copy() for k, v in tm.state_dict().items()})
     steps = {"torch": TorchStep(tm, x, g), "qkv": QkvStep(qm, x.numpy(), g.numpy()),
-             "matmuls": LinearMatmuls()}
+             "matmuls": LinearMatmuls(), "attention": Attention(seed)}
     for step in steps.values():  # warm-up: allocations, optimizer state
         step()
     times = {name: [] for name in steps}
@@ -169,9 +187,11 @@ def main():
         times = measure(threads, args.reps, args.seed)
         q, t = statistics.median(times["qkv"]), statistics.median(times["torch"])
         m = statistics.median(times["matmuls"])
-        rows.append((threads, q, t, m, times))
+        a = statistics.median(times["attention"])
+        rows.append((threads, q, t, m, a, times))
         print(f"threads {threads}: qkv {q * 1e3:.0f} ms, torch {t * 1e3:.0f} ms per step "
-              f"-> {t / q:.2f}x; linear matmuls alone {m * 1e3:.0f} ms (bound {t / m:.2f}x)")
+              f"-> {t / q:.2f}x; linear matmuls {m * 1e3:.0f} ms + attention {a * 1e3:.0f} ms "
+              f"alone (bound {t / (m + a):.2f}x)")
 
     gflop = flops_per_step() / 1e9
     lines = [
@@ -186,15 +206,16 @@ def main():
         f"gradients {grad_err:.1e} (relative).",
         "",
         "| threads | qkv ms/step | torch ms/step | qkv / torch | qkv GFLOP/s | qkv range | "
-        "torch range | linear matmuls alone, ms | bound: torch step / matmuls |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "torch range | linear matmuls alone, ms | attention alone, ms | "
+        "bound: torch step / (matmuls + attention) |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    for threads, q, t, m, times in rows:
+    for threads, q, t, m, a, times in rows:
         lines.append(
             f"| {threads} | {q * 1e3:.0f} | {t * 1e3:.0f} | {t / q:.2f}× | {gflop / q:.0f} | "
             f"{min(times['qkv']) * 1e3:.0f}–{max(times['qkv']) * 1e3:.0f} | "
             f"{min(times['torch']) * 1e3:.0f}–{max(times['torch']) * 1e3:.0f} | "
-            f"{m * 1e3:.0f} | {t / m:.2f}× |")
+            f"{m * 1e3:.0f} | {a * 1e3:.0f} | {t / (m + a):.2f}× |")
     report = "\n".join(lines) + "\n"
     print()
     print(report)
