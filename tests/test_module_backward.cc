@@ -200,7 +200,14 @@ void run_mha_case(const MhaCase& c) {
   nn::MultiheadAttentionRecord rec;
   drop.manual_seed(kDropoutSeed);
   const Tensor out = mha.forward(query, key, value, args, &rec).output;
-  const nn::MultiheadAttentionInputGradients g = mha.backward(r, rec);
+  // Self-attention goes through self_attention_backward (one product per
+  // packed projection); its result must be the sum of backward()'s three.
+  nn::MultiheadAttentionInputGradients g;
+  Tensor grad_x;
+  if (c.self_attention)
+    grad_x = mha.self_attention_backward(r, rec);
+  else
+    g = mha.backward(r, rec);
   auto loss = [&] {
     drop.manual_seed(kDropoutSeed);
     return weighted_sum(mha.forward(query, key, value, args).output, r);
@@ -214,11 +221,21 @@ void run_mha_case(const MhaCase& c) {
   }
   std::vector<Target> targets;
   if (c.self_attention)
-    targets.push_back({"x", query, add(add(g.query, g.key), g.value)});
+    targets.push_back({"x", query, grad_x});
   else
     targets = {{"query", query, g.query}, {"key", key, g.key}, {"value", value, g.value}};
   add_parameters(targets, mha.parameters());
   check_fd("MultiheadAttention", targets, loss);
+  if (c.self_attention) {
+    std::vector<Tensor> packed_grads;
+    for (const nn::Parameter& p : mha.parameters()) packed_grads.push_back(p.grad.clone());
+    mha.zero_grad();
+    const nn::MultiheadAttentionInputGradients three = mha.backward(r, rec);
+    EXPECT_LT(max_abs_diff(grad_x, add(add(three.query, three.key), three.value)), 1e-12);
+    std::vector<nn::Parameter> params = mha.parameters();
+    for (size_t i = 0; i < params.size(); ++i)
+      EXPECT_LT(max_abs_diff(params[i].grad, packed_grads[i]), 1e-12) << params[i].name;
+  }
 }
 
 nn::MultiheadAttentionForward bool_masks(Generator& gen, const MhaCase& c) {
@@ -270,6 +287,19 @@ TEST(ModuleBackward, MultiheadAttention) {
       {.name = "dropout 0.3 replayed, bool masks",
        .options = {.embed_dim = 4, .num_heads = 2, .dropout = 0.3},
        .args = bool_masks},
+      {.name = "self-attention, no bias, unbatched",
+       .options = {.embed_dim = 6, .num_heads = 3, .bias = false},
+       .batched = false,
+       .self_attention = true},
+      {.name = "self-attention, add_bias_kv, add_zero_attn, [L, B, D], dropout 0.3",
+       .options = {.embed_dim = 4,
+                   .num_heads = 2,
+                   .dropout = 0.3,
+                   .add_bias_kv = true,
+                   .add_zero_attn = true},
+       .self_attention = true,
+       .S = 3,  // = L: the masks' key length
+       .args = bool_masks},
       {.name = "dropout 0.5 replayed, kdim/vdim, need_weights",
        .options = {.embed_dim = 4, .num_heads = 1, .dropout = 0.5, .kdim = 2, .vdim = 3}},
   };
@@ -296,6 +326,10 @@ TEST(ModuleBackward, MultiheadAttentionAccumulatesAndZeroGrad) {
     EXPECT_EQ(max_abs_diff(p.grad, Tensor::zeros(p.grad.shape(), kF64)), 0.0) << p.name;
   EXPECT_THROW(mha.backward(r, nn::MultiheadAttentionRecord{}), Error);
   EXPECT_THROW(mha.backward(randn({3, 2, 5}, gen), rec), Error);
+  // self_attention_backward only for a forward of one tensor (x, x, x).
+  const Tensor other = randn({3, 2, 4}, gen);
+  mha.forward(x, other, other, {.need_weights = false}, &rec);
+  EXPECT_THROW(mha.self_attention_backward(r, rec), Error);
 }
 
 // --- Transformer layers and stacks ------------------------------------------------------

@@ -8,8 +8,32 @@
 
 namespace qkv::nn {
 
-MultiheadAttentionInputGradients MultiheadAttention::backward(
-    const Tensor& grad_output, const MultiheadAttentionRecord& record) {
+namespace {
+
+// The record's sequences and their heads: a [len, B, D] / [B, len, D] /
+// [len, D] tensor seen as the [B, H, len, E] view that the attention used.
+struct HeadLayout {
+  bool batch_first;
+  int64_t B, H, E, L, S;  // S: keys before bias_kv / zero_attn
+
+  HeadLayout(const MultiheadAttentionRecord& r, const MultiheadAttentionOptions& o, int64_t E)
+      : batch_first(r.query.dim() == 3 && o.batch_first),
+        B(r.q.size(0)),
+        H(o.num_heads),
+        E(E),
+        L(r.q.size(2)),
+        S(batch_first ? r.key.size(1) : r.key.size(0)) {}
+
+  Tensor split_heads(const Tensor& x, int64_t len) const {
+    return batch_first ? x.reshape({B, len, H, E}).permute({0, 2, 1, 3})
+                       : x.reshape({len, B, H, E}).permute({1, 2, 0, 3});
+  }
+};
+
+}  // namespace
+
+SdpaGradients MultiheadAttention::head_gradients(const Tensor& grad_output,
+                                                 const MultiheadAttentionRecord& record) {
   const MultiheadAttentionRecord& r = record;
   QKV_CHECK(r.query.defined() && r.merged.defined(),
             "MultiheadAttention::backward: the record is empty (pass it to forward)");
@@ -21,29 +45,21 @@ MultiheadAttentionInputGradients MultiheadAttention::backward(
                  "MultiheadAttention::backward: grad_output must have the module's dtype ",
                  dtype_name(options_.dtype), ", got ", dtype_name(grad_output.dtype()));
   const MultiheadAttentionOptions& o = options_;
-  const int64_t D = o.embed_dim, H = o.num_heads, E = head_dim();
+  const int64_t D = o.embed_dim;
   const DType dt = o.dtype;
-  const bool batched = r.query.dim() == 3;
-  const bool bf = batched && o.batch_first;
-  const int64_t B = batched ? r.query.size(bf ? 0 : 1) : 1;
-  const int64_t L = r.q.size(2);
-  const int64_t S = bf ? r.key.size(1) : r.key.size(0);
-  // A [len, B, D] / [B, len, D] / [len, D] tensor as a [B, H, len, E] view.
-  auto split_heads = [&](const Tensor& x, int64_t len) {
-    return bf ? x.reshape({B, len, H, E}).permute({0, 2, 1, 3})
-              : x.reshape({len, B, H, E}).permute({1, 2, 0, 3});
-  };
+  const HeadLayout heads(r, o, head_dim());
+  const int64_t B = heads.B, L = heads.L, S = heads.S;
+  auto split_heads = [&](const Tensor& x, int64_t len) { return heads.split_heads(x, len); };
   auto grad = [&](const char* name, const Tensor& value) {
     return detail::grad_buffer(grads_, name, value);
   };
 
   // result.output = linear(merged, out_proj_weight_, out_proj_bias_)
-  Tensor grad_merged = Tensor::zeros(r.merged.shape(), dt);
   linear_backward(
       grad_output, r.merged, out_proj_weight_, out_proj_bias_,
-      {.input = grad_merged,
-       .weight = grad("out_proj.weight", out_proj_weight_),
+      {.weight = grad("out_proj.weight", out_proj_weight_),
        .bias = out_proj_bias_.defined() ? grad("out_proj.bias", out_proj_bias_) : Tensor()});
+  const Tensor grad_merged = linear_input_gradient(grad_output, out_proj_weight_);
 
   // copy_4d(split_heads(merged, L), attn.output)
   Tensor grad_attn = Tensor::empty(r.q.shape(), dt);
@@ -76,6 +92,21 @@ MultiheadAttentionInputGradients MultiheadAttention::backward(
     }
   }
   // The zero row of add_zero_attn is a constant: its gradient is dropped.
+  return g;
+}
+
+MultiheadAttentionInputGradients MultiheadAttention::backward(
+    const Tensor& grad_output, const MultiheadAttentionRecord& record) {
+  const SdpaGradients g = head_gradients(grad_output, record);
+  const MultiheadAttentionRecord& r = record;
+  const int64_t D = options_.embed_dim;
+  const DType dt = options_.dtype;
+  const HeadLayout heads(r, options_, head_dim());
+  const int64_t L = heads.L, S = heads.S;
+  auto split_heads = [&](const Tensor& x, int64_t len) { return heads.split_heads(x, len); };
+  auto grad = [&](const char* name, const Tensor& value) {
+    return detail::grad_buffer(grads_, name, value);
+  };
 
   // q = split_heads(linear(query, wq, bq)); k, v likewise (their first S rows).
   Tensor wq, wk, wv, gwq, gwk, gwv, bq, bk, bv, gbq, gbk, gbv;
@@ -101,15 +132,55 @@ MultiheadAttentionInputGradients MultiheadAttention::backward(
     projected.back() = D;
     Tensor grad_projected = Tensor::empty(projected, dt);
     split_heads(grad_projected, len).copy_from(grad_heads);
-    Tensor grad_input = Tensor::zeros(input.shape(), dt);
-    linear_backward(grad_projected, input, w, b, {.input = grad_input, .weight = gw, .bias = gb});
-    return grad_input;
+    linear_backward(grad_projected, input, w, b, {.weight = gw, .bias = gb});
+    return linear_input_gradient(grad_projected, w);
   };
   MultiheadAttentionInputGradients out;
   out.query = project_back(g.query, r.query, L, wq, bq, gwq, gbq);
   out.key = project_back(g.key.slice(2, 0, S), r.key, S, wk, bk, gwk, gbk);
   out.value = project_back(g.value.slice(2, 0, S), r.value, S, wv, bv, gwv, gbv);
   return out;
+}
+
+Tensor MultiheadAttention::self_attention_backward(const Tensor& grad_output,
+                                                   const MultiheadAttentionRecord& record) {
+  const MultiheadAttentionRecord& r = record;
+  auto same = [](const Tensor& a, const Tensor& b) {
+    return a.raw_data() == b.raw_data() && a.shape() == b.shape() && a.strides() == b.strides() &&
+           a.dtype() == b.dtype();
+  };
+  QKV_CHECK(r.query.defined() && same(r.query, r.key) && same(r.query, r.value),
+            "MultiheadAttention::self_attention_backward: the forward's query, key and value "
+            "must be the same tensor (use backward() for cross-attention)");
+  // x fed key and value too, so kdim = vdim = embed_dim: in_proj is packed.
+  QKV_CHECK(packed_, "MultiheadAttention::self_attention_backward: needs the packed in_proj");
+  const SdpaGradients g = head_gradients(grad_output, record);
+  const int64_t D = options_.embed_dim;
+  const HeadLayout heads(r, options_, head_dim());
+  const int64_t B = heads.B, H = heads.H, E = heads.E, L = heads.L;
+  const bool bf = heads.batch_first;
+  // [q k v] = linear(x, in_proj_weight, in_proj_bias) split into thirds, each
+  // split into heads: the gradients of the three go back into one [..., 3D]
+  // tensor, and through the packed projection as one product each.
+  Shape packed = r.query.shape();
+  packed.back() = 3 * D;
+  Tensor grad_packed = Tensor::empty(packed, options_.dtype);
+  // [B, L, 3, H, E] (or [L, B, 3, H, E]) views: third j as [B, H, L, E]
+  const Tensor thirds =
+      bf ? grad_packed.reshape({B, L, 3, H, E}) : grad_packed.reshape({L, B, 3, H, E});
+  auto heads_of_third = [&](int64_t j) {
+    return bf ? thirds.select(2, j).permute({0, 2, 1, 3})
+              : thirds.select(2, j).permute({1, 2, 0, 3});
+  };
+  heads_of_third(0).copy_from(g.query);
+  heads_of_third(1).copy_from(g.key.slice(2, 0, L));
+  heads_of_third(2).copy_from(g.value.slice(2, 0, L));
+  linear_backward(
+      grad_packed, r.query, in_proj_weight_, in_proj_bias_,
+      {.weight = detail::grad_buffer(grads_, "in_proj_weight", in_proj_weight_),
+       .bias = in_proj_bias_.defined() ? detail::grad_buffer(grads_, "in_proj_bias", in_proj_bias_)
+                                       : Tensor()});
+  return linear_input_gradient(grad_packed, in_proj_weight_);
 }
 
 std::vector<Parameter> MultiheadAttention::parameters() {

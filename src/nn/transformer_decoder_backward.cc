@@ -13,9 +13,8 @@ TransformerDecoderInputGradients TransformerDecoderLayer::backward(
   Tensor grad_memory;
   // sa_block: dropout1(self_attn(x, x, x)); x feeds query, key and value.
   auto sa_back = [&](const Tensor& grad) {
-    const MultiheadAttentionInputGradients g =
-        self_attn_.backward(detail::dropout_grad(grad, r.keep1, r.dropout_p), r.self_attn);
-    return add(add(g.query, g.key), g.value);
+    return self_attn_.self_attention_backward(detail::dropout_grad(grad, r.keep1, r.dropout_p),
+                                              r.self_attn);
   };
   // mha_block: dropout2(multihead_attn(x, memory, memory))
   auto mha_back = [&](const Tensor& grad) {

@@ -12,9 +12,8 @@ Tensor TransformerEncoderLayer::backward(const Tensor& grad_output,
             "TransformerEncoderLayer::backward: the record is empty (pass it to forward)");
   // sa_block: dropout1(self_attn(x, x, x)); x feeds query, key and value.
   auto sa_back = [&](const Tensor& grad) {
-    const MultiheadAttentionInputGradients g =
-        self_attn_.backward(detail::dropout_grad(grad, r.keep1, r.dropout_p), r.self_attn);
-    return add(add(g.query, g.key), g.value);
+    return self_attn_.self_attention_backward(detail::dropout_grad(grad, r.keep1, r.dropout_p),
+                                              r.self_attn);
   };
   // ff_block: dropout2(ff(x))
   auto ff_back = [&](const Tensor& grad) {

@@ -94,6 +94,13 @@ class MultiheadAttention {
   MultiheadAttentionInputGradients backward(const Tensor& grad_output,
                                             const MultiheadAttentionRecord& record);
 
+  // Self-attention, where the forward's query, key and value were one tensor
+  // x (the Transformer layers): adds the parameter gradients and returns
+  // ∂loss/∂x, the sum of backward()'s three. With the packed in_proj weight,
+  // the three projections' gradients go back as one product each.
+  // grad_output: like x  ->  like x
+  Tensor self_attention_backward(const Tensor& grad_output, const MultiheadAttentionRecord& record);
+
   // The parameters (state_dict names) with the module's gradient buffers,
   // allocated as zeros on first use; zero_grad() sets them to 0.
   std::vector<Parameter> parameters();
@@ -120,6 +127,10 @@ class MultiheadAttention {
   void set_generator(Generator* gen) { gen_ = gen; }
 
  private:
+  // backward's first half: out_proj's and bias_k/bias_v's gradients (added to
+  // the buffers) and the attention's gradients of the heads q, k, v.
+  SdpaGradients head_gradients(const Tensor& grad_output, const MultiheadAttentionRecord& record);
+
   MultiheadAttentionOptions options_;
   bool packed_ = true;
   bool training_ = true;
