@@ -106,17 +106,10 @@ template <class T>
     lane_dxhat[lane] += dxhat;
     lane_dxhat_xhat[lane] += dxhat * xhat;
   };
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int lane = 0; lane < 8; ++lane) visit(i + lane, lane);
-  for (int lane = 0; i < n; ++i, ++lane) visit(i, lane);
+  detail::for_each_lane(n, visit);
   if (dx == nullptr) return;
-  auto total = [](const double* lane) {
-    return ((lane[0] + lane[4]) + (lane[1] + lane[5])) +
-           ((lane[2] + lane[6]) + (lane[3] + lane[7]));
-  };
-  const double mean_dxhat = total(lane_dxhat) / static_cast<double>(n);
-  const double mean_dxhat_xhat = total(lane_dxhat_xhat) / static_cast<double>(n);
+  const double mean_dxhat = detail::lane_total(lane_dxhat) / static_cast<double>(n);
+  const double mean_dxhat_xhat = detail::lane_total(lane_dxhat_xhat) / static_cast<double>(n);
   // mean and rstd depend on every x of the row:
   // dx = rstd · (dxhat − mean(dxhat) − xhat · mean(dxhat ∘ xhat))
   for (int64_t j = 0; j < n; ++j) {
@@ -166,10 +159,7 @@ template <class T>
     dw[i] += g * xi * rrms;
     lane_dot[lane] += dxhat * xi;
   };
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int lane = 0; lane < 8; ++lane) visit(i + lane, lane);
-  for (int lane = 0; i < n; ++i, ++lane) visit(i, lane);
+  detail::for_each_lane(n, visit);
   if (dx == nullptr) return;
   const double dot = detail::lane_total(lane_dot);
   // rrms = (mean(x²) + eps)^(−1/2)  ->  ∂rrms/∂x_i = −rrms³ · x_i / n

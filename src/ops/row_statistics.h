@@ -20,14 +20,23 @@ namespace qkv::detail {
   return ((lane[0] + lane[4]) + (lane[1] + lane[5])) + ((lane[2] + lane[6]) + (lane[3] + lane[7]));
 }
 
+// Calls visit(i, lane) for i = 0 .. n-1 in order, lane being i's place in
+// its block of eight: the loop whose eight partial sums run in vector lanes.
+template <class Visit>
+[[gnu::always_inline]] inline void for_each_lane(int64_t n, Visit&& visit) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int lane = 0; lane < 8; ++lane) visit(i + lane, lane);
+  for (int lane = 0; i < n; ++i, ++lane) visit(i, lane);
+}
+
 // Σᵢ f(x[i]) in float64 for i < n, in eight partial sums (vector lanes).
 template <class T, class F>
 [[gnu::always_inline]] inline double row_sum(const T* x, int64_t n, F f) {
   double part[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int j = 0; j < 8; ++j) part[j] += f(static_cast<double>(x[i + j]));
-  for (int j = 0; i < n; ++i, ++j) part[j] += f(static_cast<double>(x[i]));
+  for_each_lane(
+      n, [&](int64_t i, int lane)
+             __attribute__((always_inline)) { part[lane] += f(static_cast<double>(x[i])); });
   return lane_total(part);
 }
 
