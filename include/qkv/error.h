@@ -2,8 +2,12 @@
 //
 // Every check on user input throws qkv::Error with a message that names the
 // argument, what was expected and what was received. `kind()` tells the Python
-// bindings whether to raise ValueError (wrong value or shape) or TypeError
-// (wrong dtype).
+// bindings which exception to raise:
+//   kValue        ValueError         a wrong value or shape
+//   kType         TypeError          a wrong dtype or type
+//   kIO           OSError            a file that cannot be read or written
+//   kMemory       MemoryError        the memory a call needs cannot be had
+//   kInterrupted  KeyboardInterrupt  the call was interrupted (Ctrl-C, see runtime.h)
 #pragma once
 
 #include <sstream>
@@ -12,7 +16,7 @@
 
 namespace qkv {
 
-enum class ErrorKind { kValue, kType, kIO };
+enum class ErrorKind { kValue, kType, kIO, kMemory, kInterrupted };
 
 class Error : public std::runtime_error {
  public:

@@ -57,4 +57,14 @@ size_t buffer_cache_bytes();
 // Frees every cached buffer; the limit stays.
 void empty_buffer_cache();
 
+// Interrupting long calls: attention (scaled_dot_product_attention and its
+// backward, fused and reference) asks `check` between blocks of work, on the
+// calling thread and at most every 50 ms. Once it answers true, the call
+// stops and throws qkv::Error with ErrorKind::kInterrupted; the next call
+// starts afresh. The Python module installs a check that runs Python's signal
+// handlers, so Ctrl-C raises KeyboardInterrupt; a C++ program can install one
+// that reads a flag its own SIGINT handler sets. nullptr (the default): never.
+using InterruptCheck = bool (*)();
+void set_interrupt_check(InterruptCheck check);
+
 }  // namespace qkv

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kernels/fused_attention.h"
+#include "kernels/interrupt.h"
 #include "kernels/simd/tile_gemm.h"
 #include "qkv/error.h"
 
@@ -143,18 +144,21 @@ void sdpa_forward_fused(const SdpaProblem& p, const KernelTable& table) {
     table.forward_tile(p, t, b, q_begin, rows, scratch);
     if (p.weights != nullptr) table.weights_tile(p, t, b, q_begin, rows, scratch);
   };
-  if (flops < kParallelMinFlops || items == 1) {
+  if (flops < kParallelMinFlops) {
     // Not even an inactive OpenMP region: a decoding step is a few microseconds.
     float* scratch = thread_scratch(scratch_floats);
     for (int64_t item = 0; item < items; ++item) run(item, scratch);
     return;
   }
-#pragma omp parallel
+  InterruptPoll poll;
+#pragma omp parallel if (items > 1)
   {
     float* scratch = thread_scratch(scratch_floats);
 #pragma omp for schedule(dynamic, 1)
-    for (int64_t item = 0; item < items; ++item) run(item, scratch);
+    for (int64_t item = 0; item < items; ++item)
+      if (!poll.stop()) run(item, scratch);
   }
+  poll.throw_if_stopped("scaled_dot_product_attention");
 }
 
 }  // namespace qkv::kernels
@@ -233,6 +237,7 @@ void sdpa_backward_fused(const SdpaBackwardProblem& bp, const KernelTable& table
   const int64_t scratch_floats = table.backward_scratch_floats(p, t);
   float* grad_q = static_cast<float*>(bp.grad_q.base);
 
+  InterruptPoll poll;
 #pragma omp parallel if (items > 1)
   {
     ScratchBuffer buffer(scratch_floats);
@@ -248,7 +253,7 @@ void sdpa_backward_fused(const SdpaBackwardProblem& bp, const KernelTable& table
       const std::vector<int64_t>& group = groups[whole_groups ? item : item / k_tiles];
       const int64_t first_tile = whole_groups ? 0 : item % k_tiles;
       const int64_t last_tile = whole_groups ? k_tiles : first_tile + 1;
-      for (int64_t kt = first_tile; kt < last_tile; ++kt) {
+      for (int64_t kt = first_tile; kt < last_tile && !poll.stop(); ++kt) {
         const int64_t j0 = kt * t.block_k;
         table.flash_backward_tile(bp, t, group.data(), static_cast<int64_t>(group.size()), j0,
                                   std::min<int64_t>(t.block_k, p.S - j0), row_dot.data(), my_grad_q,
@@ -261,6 +266,7 @@ void sdpa_backward_fused(const SdpaBackwardProblem& bp, const KernelTable& table
       for (int64_t i = 0; i < grad_q_floats; ++i) grad_q[i] += my_grad_q[i];
     }
   }
+  poll.throw_if_stopped("scaled_dot_product_attention backward");
 }
 
 }  // namespace qkv::kernels

@@ -76,20 +76,25 @@ const char* run_forward(const kernels::SdpaProblem& p, bool fused, int64_t head_
   return table.name;
 }
 
-// NaN or inf in the inputs reach the output; checking the output alone is
-// one read instead of three, and also catches overflow of huge inputs. The
-// fused kernels check what they write (`flagged`); the reference's output is
-// scanned.
+// In the fused kernels NaN or inf in the inputs reach the output; checking
+// the output alone is one read instead of three, and also catches overflow of
+// huge inputs. The fused kernels check what they write (`flagged`). The
+// reference (float64 arithmetic) takes a row of NaN scores for a fully masked
+// one and writes zeros: its inputs are scanned, then its output.
 void check_output_finite(const Tensor& output, const std::atomic<bool>* flagged, const Tensor& q,
                          const Tensor& k, const Tensor& v, const char* fn) {
-  if (flagged ? !flagged->load() : all_finite(output)) return;
-  // (bfloat16 inputs are widened to be scanned: this is the error path only)
+  // (bfloat16 inputs are widened to be scanned: the error path only)
   auto scannable = [](const Tensor& t) {
     return t.dtype() == DType::kBFloat16 ? t.to(DType::kFloat32) : t;
   };
-  check_finite(scannable(q), fn, "query");
-  check_finite(scannable(k), fn, "key");
-  check_finite(scannable(v), fn, "value");
+  auto check_inputs = [&] {
+    check_finite(scannable(q), fn, "query");
+    check_finite(scannable(k), fn, "key");
+    check_finite(scannable(v), fn, "value");
+  };
+  if (flagged == nullptr) check_inputs();
+  if (flagged ? !flagged->load() : all_finite(output)) return;
+  check_inputs();
   QKV_CHECK(false, fn, ": the output overflowed to NaN/inf although query, key and value are ",
             "finite; scale the inputs down (max |q|·|k|·scale must stay well below 1e38)");
 }

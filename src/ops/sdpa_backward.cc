@@ -55,6 +55,9 @@ SdpaGradients scaled_dot_product_attention_backward(const Tensor& grad_output, c
   QKV_CHECK_TYPE(grad_output.dtype() == q.dtype(), fn, ": grad_output must be ",
                  dtype_name(q.dtype()), " like the query, got ", dtype_name(grad_output.dtype()));
   check_finite(grad_output, fn, "grad_output");
+  check_finite(q, fn, "query");
+  check_finite(k, fn, "key");
+  check_finite(v, fn, "value");
   QKV_CHECK(forward.output.defined() && forward.output.shape() == prepared.out_shape &&
                 forward.logsumexp.defined(),
             fn, ": `forward` must be the result of scaled_dot_product_attention on the same ",

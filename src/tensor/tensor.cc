@@ -10,6 +10,7 @@
 
 #include "qkv/generator.h"
 #include "tensor/buffer_cache.h"
+#include "tensor/checked_size.h"
 #include "tensor/parallel_threshold.h"
 
 namespace qkv {
@@ -58,14 +59,15 @@ Strides contiguous_strides(const Shape& shape) {
   int64_t running = 1;
   for (size_t d = shape.size(); d-- > 0;) {
     strides[d] = running;
-    running *= std::max<int64_t>(shape[d], 1);
+    // The last product is not a stride: only its overflow check would throw.
+    if (d > 0) running = detail::checked_mul(running, std::max<int64_t>(shape[d], 1), "strides");
   }
   return strides;
 }
 
 int64_t shape_numel(const Shape& shape) {
   int64_t n = 1;
-  for (int64_t s : shape) n *= s;
+  for (int64_t s : shape) n = detail::checked_mul(n, s, "number of elements");
   return n;
 }
 
@@ -85,14 +87,26 @@ Shape broadcast_shapes(const Shape& a, const Shape& b, const char* what) {
 
 namespace {
 
+// Sizes non-negative, and the strides of a contiguous layout (the product of
+// the sizes, a size 0 counting as 1) within int64, so that neither the
+// element count nor any stride or offset computed from the shape wraps.
 void check_shape(const Shape& shape, const char* what) {
-  int64_t n = 1;
+  int64_t extent = 1;
   for (int64_t s : shape) {
     QKV_CHECK(s >= 0, what, ": sizes must be non-negative, got shape ", shape_str(shape));
-    QKV_CHECK(s == 0 || n <= std::numeric_limits<int64_t>::max() / s, what, ": shape ",
-              shape_str(shape), " has too many elements");
-    n *= s;
+    QKV_CHECK(!__builtin_mul_overflow(extent, std::max<int64_t>(s, 1), &extent), what, ": shape ",
+              shape_str(shape), " has more elements than a 64-bit size can count");
   }
+}
+
+// Bytes of a tensor of `shape` and `dtype`, checked (the shape passed check_shape).
+size_t checked_bytes(const Shape& shape, DType dtype, const char* what) {
+  int64_t bytes;
+  QKV_CHECK(
+      !__builtin_mul_overflow(shape_numel(shape), static_cast<int64_t>(dtype_size(dtype)), &bytes),
+      what, ": a ", dtype_name(dtype), " tensor of shape ", shape_str(shape), " needs more ",
+      "than 2^63 bytes");
+  return static_cast<size_t>(bytes);
 }
 
 // Reads element `i` of a buffer of `dtype` as double.
@@ -190,7 +204,7 @@ Shape infer_shape(const Shape& requested, int64_t numel, const Shape& from) {
       infer_at = static_cast<int>(i);
     } else {
       QKV_CHECK(shape[i] >= 0, "view/reshape: invalid size in ", shape_str(requested));
-      known *= shape[i];
+      known = detail::checked_mul(known, shape[i], "view/reshape: number of elements");
     }
   }
   if (infer_at >= 0) {
@@ -210,10 +224,17 @@ Shape infer_shape(const Shape& requested, int64_t numel, const Shape& from) {
 Tensor Tensor::empty(const Shape& shape, DType dtype) {
   check_shape(shape, "Tensor::empty");
   Tensor t;
-  const size_t bytes = static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype);
+  const size_t bytes = checked_bytes(shape, dtype, "Tensor::empty");
   // 64-byte aligned, which suits every SIMD width qkv uses.
   const size_t capacity = detail::buffer_capacity(bytes);
-  std::byte* buffer = detail::acquire_buffer(capacity);
+  std::byte* buffer;
+  try {
+    buffer = detail::acquire_buffer(capacity);
+  } catch (const std::bad_alloc&) {
+    throw Error(ErrorKind::kMemory,
+                detail::concat("Tensor::empty: cannot allocate ", bytes, " bytes for a ",
+                               dtype_name(dtype), " tensor of shape ", shape_str(shape)));
+  }
   t.storage_ = std::shared_ptr<void>(buffer, [capacity](void* p) {
     detail::release_buffer(static_cast<std::byte*>(p), capacity);
   });
@@ -290,6 +311,14 @@ Tensor Tensor::from_blob(void* data, const Shape& shape, const Strides& strides,
   check_shape(shape, "Tensor::from_blob");
   QKV_CHECK(strides.size() == shape.size(), "Tensor::from_blob: ", strides.size(),
             " strides for shape ", shape_str(shape));
+  // The farthest element's offset must be a 64-bit number too.
+  if (shape_numel(shape) > 0) {
+    const char* what = "Tensor::from_blob: offset of the last element";
+    int64_t reach = 0;
+    for (size_t d = 0; d < shape.size(); ++d)
+      reach = detail::checked_add(
+          reach, detail::checked_mul(shape[d] - 1, std::abs(strides[d]), what), what);
+  }
   Tensor t;
   t.storage_ = owner ? std::move(owner) : std::shared_ptr<void>(data, [](void*) {});
   t.base_ = static_cast<std::byte*>(data);
@@ -440,6 +469,7 @@ Tensor Tensor::squeeze(int64_t d) const {
 Tensor Tensor::expand(const Shape& shape) const {
   QKV_CHECK(shape.size() >= shape_.size(), "expand: cannot expand shape ", shape_str(shape_),
             " to fewer dimensions ", shape_str(shape));
+  check_shape(shape, "expand");
   const size_t lead = shape.size() - shape_.size();
   Tensor t = *this;
   t.shape_ = shape;

@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "kernels/dropout.h"
+#include "kernels/interrupt.h"
 #include "kernels/reference/softmax_reference.h"
 
 namespace qkv::kernels {
@@ -30,8 +31,9 @@ void forward(const SdpaProblem& p) {
   std::vector<double> scores(static_cast<size_t>(p.S));
   std::vector<double> out_row(static_cast<size_t>(p.Ev));
 
-  for (int64_t b = 0; b < p.problems; ++b) {
-    for (int64_t i = 0; i < p.L; ++i) {
+  InterruptPoll poll;
+  for (int64_t b = 0; b < p.problems && !poll.stop(); ++b) {
+    for (int64_t i = 0; i < p.L && !poll.stop(); ++i) {
       // scores = softcap(scale · q_i · k_j) + alibi_ij + mask_ij   (−inf where not visible)
       int64_t begin, end;
       visible_keys(p, i, &begin, &end);
@@ -69,6 +71,7 @@ void forward(const SdpaProblem& p) {
         output[(b * p.L + i) * p.Ev + e] = static_cast<T>(out_row[e]);
     }
   }
+  poll.throw_if_stopped("scaled_dot_product_attention");
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <limits>
 #include <vector>
 
+#include "kernels/interrupt.h"
 #include "kernels/reference/sdpa_reference.h"
 #include "kernels/reference/softmax_reference.h"
 
@@ -24,8 +25,9 @@ void backward(const SdpaBackwardProblem& bp) {
   const double neg_inf = -std::numeric_limits<double>::infinity();
   const double keep_scale = p.dropout_p > 0.0 ? 1.0 / (1.0 - p.dropout_p) : 1.0;
   std::vector<double> prob(p.S), dprob(p.S), cap_slope(p.S);
-  for (int64_t b = 0; b < p.problems; ++b) {
-    for (int64_t i = 0; i < p.L; ++i) {
+  InterruptPoll poll;
+  for (int64_t b = 0; b < p.problems && !poll.stop(); ++b) {
+    for (int64_t i = 0; i < p.L && !poll.stop(); ++i) {
       // p_i = softmax(s_i), recomputed; s = softcap(scale·q·k) + alibi + mask
       int64_t begin, end;
       visible_keys(p, i, &begin, &end);
@@ -80,6 +82,7 @@ void backward(const SdpaBackwardProblem& bp) {
       }
     }
   }
+  poll.throw_if_stopped("scaled_dot_product_attention backward");
 }
 
 }  // namespace
