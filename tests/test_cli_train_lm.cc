@@ -74,4 +74,37 @@ TEST_F(Cli, TrainLmRejectsAnEmptyTextFile) {
   EXPECT_TRUE(contains(run.output, "empty")) << run.output;
 }
 
+// Training would run every step and then fail to save the vocabulary: the
+// corpus is checked first. Overlong forms, UTF-16 surrogates and stray bytes.
+TEST_F(Cli, TrainLmRejectsInvalidUtf8BeforeTraining) {
+  const char* cases[] = {"\xc0\xaf", "\xed\xa0\x80", "\xe0\x80\xaf", "\xf4\x90\x80\x80", "\xff"};
+  for (const char* bad : cases) {
+    const fs::path text = dir_ / "bad.txt";
+    write_fortunes(text);
+    std::ofstream(text, std::ios::app) << "line two\nan odd byte: " << bad << "\n%\n";
+    const CliRun run =
+        run_qkv("train lm --text '" + text.string() + "' --steps 100000 --threads 1 --out '" +
+                (dir_ / "m.safetensors").string() + "'");
+    EXPECT_EQ(run.exit_code, 1) << run.output;
+    EXPECT_TRUE(contains(run.output, "not valid UTF-8")) << run.output;
+    EXPECT_TRUE(contains(run.output, "line 69")) << run.output;
+    EXPECT_FALSE(contains(run.output, "step ")) << run.output;  // no training started
+    EXPECT_FALSE(contains(run.output, "internal error")) << run.output;
+  }
+}
+
+// An --out that cannot be written is found before the first step.
+TEST_F(Cli, TrainLmChecksItsOutputBeforeTraining) {
+  const fs::path text = dir_ / "tiny.fortunes";
+  write_fortunes(text);
+  for (const std::string out : {(dir_ / "no-such-dir" / "m.safetensors").string(),
+                                std::string("/proc/qkv-test.safetensors"), dir_.string()}) {
+    const CliRun run = run_qkv("train lm --text '" + text.string() +
+                               "' --steps 100000 --threads 1 --out '" + out + "'");
+    EXPECT_EQ(run.exit_code, 1) << run.output;
+    EXPECT_TRUE(contains(run.output, "cannot write '" + out + "'")) << run.output;
+    EXPECT_FALSE(contains(run.output, "step ")) << run.output;
+  }
+}
+
 }  // namespace

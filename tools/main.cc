@@ -2,6 +2,7 @@
 // subcommand; the subcommands themselves live in one file each (command.h).
 #include <exception>
 #include <iostream>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -70,6 +71,8 @@ int main(int argc, char** argv) {
       return command.run();
     } catch (const qkv::Error& error) {
       std::cerr << path << ": error: " << error.what() << "\n";
+    } catch (const std::bad_alloc&) {
+      std::cerr << path << ": error: out of memory; try a smaller batch, model or input\n";
     } catch (const std::exception& error) {
       std::cerr << path << ": internal error: " << error.what() << "\n";
     }

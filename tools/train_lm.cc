@@ -17,6 +17,7 @@
 
 #include "command.h"
 #include "qkv/error.h"
+#include "qkv/io/atomic_file.h"
 #include "qkv/nn/decoder_model.h"
 #include "qkv/nn/decoder_session.h"
 #include "qkv/runtime.h"
@@ -113,6 +114,8 @@ int run_lm(const LmOptions& o) {
   Generator init(o.seed);
   nn::DecoderModel model(config, &init);
   train::init_gpt2(model, init);
+  // The model is written after training: find out now if it cannot be.
+  io::check_writable(o.out, static_cast<std::uintmax_t>(model.num_parameters()) * 4 + (1 << 20));
   const nn::DecoderModelConfig& c = model.config();
   std::cout << "\n"
             << style.strong("Decoder") << " (" << c.num_layers << " layers, d_model " << c.d_model

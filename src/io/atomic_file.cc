@@ -139,4 +139,19 @@ void write_file_atomically(const std::filesystem::path& path, std::span<const st
   out.commit();
 }
 
+void check_writable(const std::filesystem::path& path, std::uintmax_t bytes) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    throw Error(ErrorKind::kIO,
+                detail::concat("cannot write '", path.string(), "': it is a directory"));
+  }
+  AtomicFileWriter probe(path);  // creates (and, uncommitted, removes) a file beside it
+  const std::filesystem::space_info space = std::filesystem::space(directory_of(path), ec);
+  if (!ec && space.available < bytes) {
+    throw Error(ErrorKind::kIO, detail::concat("cannot write '", path.string(), "': it needs ",
+                                               bytes / 1000000 + 1, " MB and its file system has ",
+                                               space.available / 1000000, " MB free"));
+  }
+}
+
 }  // namespace qkv::io

@@ -1,8 +1,11 @@
 #include "qkv/train/char_lm.h"
 
+#include <utf8proc.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <fstream>
 #include <iterator>
 #include <numbers>
@@ -44,6 +47,28 @@ std::string join(const std::vector<std::string>& parts, const std::vector<size_t
   return out;
 }
 
+// The model is saved with its characters as JSON strings, which must be
+// valid UTF-8: a file with overlong forms, surrogates or stray bytes is
+// refused before training, not at the save after it.
+void check_utf8(const fs::path& path, std::string_view text) {
+  const auto* bytes = reinterpret_cast<const utf8proc_uint8_t*>(text.data());
+  const auto size = static_cast<utf8proc_ssize_t>(text.size());
+  int64_t line = 1;
+  for (utf8proc_ssize_t i = 0; i < size;) {
+    utf8proc_int32_t code_point;
+    const utf8proc_ssize_t n = utf8proc_iterate(bytes + i, size - i, &code_point);
+    if (n <= 0) {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "0x%02x", bytes[i]);
+      QKV_CHECK(false, "text file '", path.string(), "': is not valid UTF-8: byte ", i, " (", hex,
+                ", line ", line, ") starts no valid character; convert the file to UTF-8 ",
+                "(e.g. iconv -f latin1 -t utf-8)");
+    }
+    line += code_point == '\n';
+    i += n;
+  }
+}
+
 // nats -> bits.
 constexpr double kBitsPerNat = 1.0 / std::numbers::ln2;
 
@@ -71,6 +96,7 @@ std::vector<std::string> read_text_entries(const fs::path& path) {
   if (in.bad()) throw io_error(path, "read error");
   const std::string text = buffer.str();
   if (blank(text)) throw io_error(path, "is empty (no text to train on)");
+  check_utf8(path, text);
 
   // Entries end at lines that are exactly "%"; each keeps its own line ends.
   std::vector<std::string> entries;

@@ -23,6 +23,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <filesystem>
 #include <span>
 #include <string_view>
@@ -62,5 +63,11 @@ class AtomicFileWriter {
 
 // Replaces the file at `path` by `bytes`, atomically (see above).
 void write_file_atomically(const std::filesystem::path& path, std::span<const std::byte> bytes);
+
+// Checks now, before long work that ends by writing `path`, that the write
+// can succeed: a temporary file can be created beside it (the directory
+// exists and is writable) and the file system has `bytes` free. Throws
+// qkv::Error (ErrorKind::kIO) naming the path and the reason otherwise.
+void check_writable(const std::filesystem::path& path, std::uintmax_t bytes);
 
 }  // namespace qkv::io
