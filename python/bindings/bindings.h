@@ -23,4 +23,8 @@ void bind_models(py::module_& m);               // models.cc
 void bind_text(py::module_& m);                 // text.cc
 void bind_module_backward(py::module_& m);      // module_backward.cc (after the modules)
 
+// Raises, as the current Python error, what Python's signal handlers raised
+// while a call was interrupted (runtime.cc); KeyboardInterrupt if nothing was kept.
+void raise_interrupt_exception();
+
 }  // namespace qkv::python

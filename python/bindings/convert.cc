@@ -48,11 +48,60 @@ bool is_torch_tensor(py::handle obj) {
   return py::hasattr(torch, "Tensor") && py::isinstance(obj, torch.attr("Tensor"));
 }
 
+[[noreturn]] void throw_nested(const char* function, const char* name) {
+  throw py::type_error(prefix(function, name) +
+                       " is a nested tensor; pad it to a plain tensor (with a mask) first");
+}
+
+// A torch.Tensor whose storage is its value: torch.Tensor itself or a
+// parameter/buffer. Any other subclass (CausalBias, a fake or wrapper tensor)
+// may mean something its storage does not hold: refused by name, never read
+// as plain memory. (The types are looked up once; torch stays loaded.)
+void check_plain_tensor(py::handle tensor, const char* function, const char* name) {
+  static const std::vector<PyTypeObject*> plain = [] {
+    py::object torch = py::module_::import("sys").attr("modules")["torch"];
+    py::object nn = torch.attr("nn");
+    std::vector<PyTypeObject*> types = {
+        reinterpret_cast<PyTypeObject*>(torch.attr("Tensor").ptr()),
+        reinterpret_cast<PyTypeObject*>(nn.attr("Parameter").ptr())};
+    if (py::hasattr(nn, "Buffer"))
+      types.push_back(reinterpret_cast<PyTypeObject*>(nn.attr("Buffer").ptr()));
+    return types;
+  }();
+  for (PyTypeObject* type : plain)
+    if (Py_TYPE(tensor.ptr()) == type) return;
+  if (tensor.attr("is_nested").cast<bool>()) throw_nested(function, name);
+  const py::handle type = py::type::of(tensor);
+  const std::string type_name = std::string(py::str(type.attr("__module__"))) + "." +
+                                std::string(py::str(type.attr("__qualname__")));
+  std::string hint;
+  if (std::string(py::str(type.attr("__name__"))) == "CausalBias")
+    hint = " (scaled_dot_product_attention takes it as attn_mask and applies its causal mask)";
+  throw py::type_error(prefix(function, name) + " is a " + type_name +
+                       ", a torch.Tensor subclass; qkv reads plain torch.Tensor values only" +
+                       hint);
+}
+
+// tensor.numpy(), or a TypeError that says why a nested or sparse tensor has no such view.
+py::array torch_numpy(py::handle tensor, const char* function, const char* name) {
+  try {
+    return tensor.attr("detach")().attr("resolve_neg")().attr("numpy")();
+  } catch (py::error_already_set&) {
+    if (tensor.attr("is_nested").cast<bool>()) throw_nested(function, name);
+    if (!py::str(tensor.attr("layout")).equal(py::str("torch.strided")))
+      throw py::type_error(prefix(function, name) + " has layout " +
+                           std::string(py::str(tensor.attr("layout"))) +
+                           "; qkv reads dense tensors: call .to_dense() first");
+    throw;
+  }
+}
+
 // A numpy array sharing the CPU tensor's memory and strides. A bfloat16
 // tensor (numpy has no such dtype) comes as its int16 bit patterns, with
 // *bfloat16 set.
 py::array torch_to_numpy(py::handle tensor, const char* function, const char* name, Accept accept,
                          bool* bfloat16) {
+  check_plain_tensor(tensor, function, name);
   const std::string device = py::str(tensor.attr("device").attr("type"));
   if (device != "cpu")
     throw py::value_error(prefix(function, name) + " must be a CPU tensor, got a tensor on " +
@@ -68,7 +117,7 @@ py::array torch_to_numpy(py::handle tensor, const char* function, const char* na
                   (dtype == "torch.bool" && allows(accept, DType::kBool));
   if (!ok) wrong_dtype(function, name, accept, dtype);
   // detach: numpy() refuses tensors that require grad; resolve_neg: and lazily negated views.
-  return tensor.attr("detach")().attr("resolve_neg")().attr("numpy")();
+  return torch_numpy(tensor, function, name);
 }
 
 DType numpy_dtype(const py::array& array, const char* function, const char* name, Accept accept) {

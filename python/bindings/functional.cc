@@ -3,6 +3,7 @@
 // attention, linear and matmul.
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -34,6 +35,34 @@ CausalMask parse_causal(bool is_causal, py::handle causal, const char* function)
   throw py::value_error(std::string(function) +
                         "(): argument 'causal' must be None, 'top_left' or 'bottom_right', got " +
                         shown);
+}
+
+// torch's CausalBias (torch.nn.attention.bias.causal_upper_left/_lower_right)
+// stands for a causal mask; its storage holds nothing. As attn_mask it becomes
+// qkv's causal alignment: upper left = "top_left", lower right = "bottom_right".
+bool is_causal_bias(py::handle mask) {
+  if (mask.is_none() || std::string_view(Py_TYPE(mask.ptr())->tp_name) != "CausalBias")
+    return false;
+  return std::string(py::str(py::type::of(mask).attr("__module__"))).starts_with("torch.");
+}
+
+CausalMask causal_from_bias(py::handle bias, CausalMask causal, const Tensor& q, const Tensor& k,
+                            const char* fn) {
+  const std::string prefix = std::string(fn) + "(): attn_mask is a torch CausalBias";
+  if (causal != CausalMask::kNone)
+    throw py::value_error(prefix + "; do not also pass is_causal or causal");
+  const int64_t L = q.dim() >= 2 ? q.size(-2) : -1, S = k.dim() >= 2 ? k.size(-2) : -1;
+  const auto seq_len_q = bias.attr("seq_len_q").cast<int64_t>();
+  const auto seq_len_kv = bias.attr("seq_len_kv").cast<int64_t>();
+  if (seq_len_q != L || seq_len_kv != S)
+    throw py::value_error(prefix + " for " + std::to_string(seq_len_q) + " queries and " +
+                          std::to_string(seq_len_kv) + " keys, but the query has " +
+                          std::to_string(L) + " and the key " + std::to_string(S));
+  const std::string variant = py::str(bias.attr("variant").attr("name"));
+  if (variant == "UPPER_LEFT") return CausalMask::kTopLeft;
+  if (variant == "LOWER_RIGHT") return CausalMask::kBottomRight;
+  throw py::value_error(prefix + " of variant " + variant +
+                        ", which qkv does not know (UPPER_LEFT and LOWER_RIGHT it does)");
 }
 
 // None or one ALiBi slope per query head, anything numpy reads as a 1-D array.
@@ -87,9 +116,13 @@ SdpaCall parse_call(py::handle query, py::handle key, py::handle value, py::hand
   call.k = to_tensor(key, fn, "key", Accept::kFloat);
   call.v = to_tensor(value, fn, "value", Accept::kFloat);
   SdpaOptions& options = call.options;
-  options.attn_mask = to_optional_tensor(attn_mask, fn, "attn_mask", Accept::kFloatOrBool);
   options.dropout_p = number_argument(dropout_p, fn, "dropout_p");
   options.causal = parse_causal(is_causal, causal, fn);
+  if (is_causal_bias(attn_mask)) {
+    options.causal = causal_from_bias(attn_mask, options.causal, call.q, call.k, fn);
+  } else {
+    options.attn_mask = to_optional_tensor(attn_mask, fn, "attn_mask", Accept::kFloatOrBool);
+  }
   options.scale = optional_number_argument(scale, fn, "scale");
   options.enable_gqa = enable_gqa;
   options.need_weights = need_weights;

@@ -26,6 +26,12 @@ PYBIND11_MODULE(_core, m) {
         case qkv::ErrorKind::kValue:
           PyErr_SetString(PyExc_ValueError, e.what());
           return;
+        case qkv::ErrorKind::kMemory:
+          PyErr_SetString(PyExc_MemoryError, e.what());
+          return;
+        case qkv::ErrorKind::kInterrupted:
+          qkv::python::raise_interrupt_exception();
+          return;
       }
       PyErr_SetString(PyExc_ValueError, e.what());
     }
