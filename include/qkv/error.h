@@ -2,8 +2,8 @@
 //
 // Every check on user input throws qkv::Error with a message that names the
 // argument, what was expected and what was received. `kind()` tells the Python
-// bindings whether to raise ValueError (wrong value or shape) or TypeError
-// (wrong dtype).
+// bindings whether to raise ValueError (wrong value or shape), TypeError
+// (wrong dtype) or OSError (a file that cannot be read or written).
 #pragma once
 
 #include <sstream>
@@ -16,11 +16,17 @@ enum class ErrorKind { kValue, kType, kIO };
 
 class Error : public std::runtime_error {
  public:
-  Error(ErrorKind kind, const std::string& message) : std::runtime_error(message), kind_(kind) {}
+  // `os_error`: for kIO, the errno of the failure when there is one (ENOENT:
+  // a required file or folder does not exist). Python raises OSError with it,
+  // i.e. its subclass for that errno: FileNotFoundError, PermissionError, ...
+  Error(ErrorKind kind, const std::string& message, int os_error = 0)
+      : std::runtime_error(message), kind_(kind), os_error_(os_error) {}
   ErrorKind kind() const { return kind_; }
+  int os_error() const { return os_error_; }
 
  private:
   ErrorKind kind_;
+  int os_error_;
 };
 
 namespace detail {
