@@ -409,11 +409,13 @@ TEST_F(BertFiles, MissingFilesAreNamed) {
   const BertModel model = random_model(BertActivation::kGelu, 22);
   save(model);
   fs::remove(dir_ / "model.safetensors");
-  expect_error([&] { BertModel::from_pretrained(dir_); }, {"model.safetensors", "does not exist"});
+  expect_error([&] { BertModel::from_pretrained(dir_); }, {"model.safetensors", "does not exist"},
+               ErrorKind::kIO);
   fs::remove(dir_ / "config.json");
   expect_error([&] { BertModel::from_pretrained(dir_); }, {"config.json", "no such file"},
                ErrorKind::kIO);
-  expect_error([&] { BertModel::from_pretrained(dir_ / "nope"); }, {"nope", "not a directory"});
+  expect_error([&] { BertModel::from_pretrained(dir_ / "nope"); }, {"nope", "not a directory"},
+               ErrorKind::kIO);
 }
 
 TEST_F(BertFiles, TruncatedOrMalformedSafetensorsIsRejected) {

@@ -5,7 +5,8 @@
 // bindings which exception to raise:
 //   kValue        ValueError         a wrong value or shape
 //   kType         TypeError          a wrong dtype or type
-//   kIO           OSError            a file that cannot be read or written
+//   kIO           OSError            a file that cannot be read or written (the
+//                                    subclass of its errno: FileNotFoundError, ...)
 //   kMemory       MemoryError        the memory a call needs cannot be had
 //   kInterrupted  KeyboardInterrupt  the call was interrupted (Ctrl-C, see runtime.h)
 #pragma once
@@ -20,11 +21,17 @@ enum class ErrorKind { kValue, kType, kIO, kMemory, kInterrupted };
 
 class Error : public std::runtime_error {
  public:
-  Error(ErrorKind kind, const std::string& message) : std::runtime_error(message), kind_(kind) {}
+  // `os_error`: for kIO, the errno of the failure when there is one (ENOENT:
+  // a required file or folder does not exist). Python raises OSError with it,
+  // i.e. its subclass for that errno: FileNotFoundError, PermissionError, ...
+  Error(ErrorKind kind, const std::string& message, int os_error = 0)
+      : std::runtime_error(message), kind_(kind), os_error_(os_error) {}
   ErrorKind kind() const { return kind_; }
+  int os_error() const { return os_error_; }
 
  private:
   ErrorKind kind_;
+  int os_error_;
 };
 
 namespace detail {

@@ -57,6 +57,9 @@ py::array logits_copy(const Tensor& logits) { return to_numpy(logits.clone()); }
 }  // namespace
 
 void bind_decoder_model(py::module_& m) {
+  // The C++ reader's checks of a config (JSON depth, numbers, fields, sizes).
+  m.def("check_decoder_config_json",
+        [](const std::string& config_json) { nn::config_from_json(config_json); });
   py::class_<DecoderModel>(m, "DecoderModel")
       .def(py::init([](const std::string& config_json, Generator* generator) {
              return DecoderModel(nn::config_from_json(config_json), generator);

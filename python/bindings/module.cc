@@ -21,6 +21,17 @@ PYBIND11_MODULE(_core, m) {
           PyErr_SetString(PyExc_TypeError, e.what());
           return;
         case qkv::ErrorKind::kIO:
+          // OSError(errno, message) is the subclass for errno: FileNotFoundError
+          // for ENOENT, PermissionError for EACCES, ...
+          if (e.os_error() != 0) {
+            PyObject* args = Py_BuildValue("(is)", e.os_error(), e.what());
+            if (args) {
+              PyErr_SetObject(PyExc_OSError, args);
+              Py_DECREF(args);
+              return;
+            }
+            PyErr_Clear();  // the message is not UTF-8: raise it as plain OSError
+          }
           PyErr_SetString(PyExc_OSError, e.what());
           return;
         case qkv::ErrorKind::kValue:

@@ -58,6 +58,9 @@ class DecoderModelConfig:
 
     @classmethod
     def from_json(cls, text):
+        # The C++ reader first: json.loads would recurse into deep nesting
+        # (RecursionError) and take 1e400 for inf.
+        _core.check_decoder_config_json(text)
         return cls(**json.loads(text))
 
 

@@ -170,12 +170,12 @@ def test_bert_errors_name_the_problem(tmp_path):
     with pytest.raises(ValueError, match="hidden_size"):
         qkv.models.BertModel({"vocab_size": 5, "hidden_size": 10, "num_hidden_layers": 1,
                               "num_attention_heads": 3, "intermediate_size": 8})
-    with pytest.raises(ValueError, match="not a directory"):
+    with pytest.raises(FileNotFoundError, match="not a directory"):
         qkv.models.BertModel.from_pretrained(tmp_path / "absent")
     (tmp_path / "config.json").write_text('{"vocab_size": 5, "hidden_size": 4, '
                                           '"num_hidden_layers": 1, "num_attention_heads": 2, '
                                           '"intermediate_size": 8}')
-    with pytest.raises(ValueError, match="model.safetensors"):
+    with pytest.raises(FileNotFoundError, match="model.safetensors"):
         qkv.models.BertModel.from_pretrained(tmp_path)
     model = qkv.models.BertModel(tmp_path / "config.json")
     with pytest.raises(ValueError, match="outside the vocabulary"):
@@ -229,7 +229,7 @@ def test_batching_keeps_the_input_order():
 
 @needs_tokenizer
 def test_sentence_encoder_errors_name_the_file(tmp_path):
-    with pytest.raises(ValueError, match="not a directory"):
+    with pytest.raises(FileNotFoundError, match="not a directory"):
         qkv.SentenceEncoder(tmp_path / "absent")
     (tmp_path / "modules.json").write_text('[{"type": "sentence_transformers.models.Dense"}]')
     with pytest.raises(ValueError, match="modules.json.*Dense"):

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "io/json_document.h"
 #include "qkv/error.h"
 
 namespace qkv::io {
@@ -122,19 +123,14 @@ std::string CharVocabulary::to_json() const {
 }
 
 CharVocabulary CharVocabulary::from_json(const std::string& text) {
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    QKV_CHECK(false, "CharVocabulary::from_json: not valid JSON (", e.what(), ")");
-  }
+  const nlohmann::json j = parse_json(text, "CharVocabulary::from_json");
   if (j.is_string() && j.get<std::string>() == "bytes") return bytes();
   QKV_CHECK(j.is_array(), "CharVocabulary::from_json: expected a list of token strings or ",
-            "\"bytes\", got ", j.dump().substr(0, 80));
+            "\"bytes\", got ", json_excerpt(j));
   std::vector<std::string> tokens;
   for (const auto& t : j) {
     QKV_CHECK(t.is_string(), "CharVocabulary::from_json: token ", tokens.size(),
-              " is not a string: ", t.dump());
+              " is not a string: ", json_excerpt(t));
     tokens.push_back(t.get<std::string>());
   }
   return CharVocabulary(std::move(tokens));

@@ -12,7 +12,8 @@
 #include <cstring>
 #include <limits>
 #include <nlohmann/json.hpp>
-#include <set>
+
+#include "io/json_document.h"
 
 namespace qkv::io {
 
@@ -83,16 +84,15 @@ template <class... Parts>
 }
 
 // A JSON value for an error message, cut short if long.
-std::string brief(const json& value) {
-  std::string text = value.dump(-1, ' ', false, json::error_handler_t::replace);
-  if (text.size() > 80) text = text.substr(0, 77) + "...";
-  return text;
-}
+std::string brief(const json& value) { return json_excerpt(value, 80); }
 
 std::vector<std::byte> read_whole_file(const std::filesystem::path& path) {
   auto fail = [&](const char* what) {
-    throw Error(ErrorKind::kIO, detail::concat("cannot read safetensors file '", path.string(),
-                                               "': ", what, ": ", std::strerror(errno)));
+    const int error = errno;
+    throw Error(ErrorKind::kIO,
+                detail::concat("cannot read safetensors file '", path.string(), "': ", what, ": ",
+                               std::strerror(error)),
+                error);
   };
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) fail("open failed");
@@ -118,39 +118,6 @@ std::vector<std::byte> read_whole_file(const std::filesystem::path& path) {
   }
   ::close(fd);
   return bytes;
-}
-
-// Valid headers nest 3 levels deep; far deeper input would only make the
-// recursive dump() of an error message overflow the stack.
-constexpr int kMaxJsonDepth = 64;
-struct NestedTooDeep {};
-
-// Parses `text`, noting the first key repeated within one object: a plain
-// parse silently keeps the last value of a repeated key. Throws NestedTooDeep.
-json parse_rejecting_duplicates(std::string_view text, std::string& duplicate) {
-  struct Level {
-    std::set<std::string> keys;
-    std::string key;
-  };
-  std::vector<Level> stack;
-  auto callback = [&](int depth, json::parse_event_t event, json& parsed) {
-    if (depth > kMaxJsonDepth) throw NestedTooDeep{};
-    if (event == json::parse_event_t::object_start) {
-      stack.emplace_back();
-    } else if (event == json::parse_event_t::object_end) {
-      stack.pop_back();
-    } else if (event == json::parse_event_t::key && duplicate.empty()) {
-      std::string key = parsed.get<std::string>();
-      if (!stack.back().keys.insert(key).second) {
-        duplicate = "key " + json_quoted(key);
-        if (stack.size() == 2) duplicate += " inside " + json_quoted(stack[0].key);
-        if (stack.size() == 1) duplicate = "tensor name " + json_quoted(key);
-      }
-      stack.back().key = std::move(key);
-    }
-    return true;
-  };
-  return json::parse(text.begin(), text.end(), callback);
 }
 
 bool checked_mul(uint64_t a, uint64_t b, uint64_t& out) {
@@ -351,16 +318,18 @@ void SafetensorsFile::parse() {
   if (size_t at = header.find('\0'); at != std::string_view::npos) {
     bad("the header is not valid JSON: NUL byte at byte ", at, " of the header");
   }
-  json root;
-  std::string duplicate;
-  try {
-    root = parse_rejecting_duplicates(header, duplicate);
-  } catch (const json::exception& e) {
-    bad("the header is not valid JSON: ", e.what());
-  } catch (const NestedTooDeep&) {
-    bad("the header nests JSON values more than ", kMaxJsonDepth, " levels deep");
+  // A plain parse would silently keep the last value of a repeated key.
+  JsonDuplicateKey duplicate;
+  const json root =
+      parse_json(header, "invalid safetensors file '" + source_ + "': the header", &duplicate);
+  if (duplicate.found) {
+    const size_t depth = duplicate.enclosing.size();
+    bad("the header repeats ",
+        depth == 0   ? "tensor name " + json_quoted(duplicate.key)
+        : depth == 1 ? "key " + json_quoted(duplicate.key) + " inside " +
+                           json_quoted(duplicate.enclosing[0])
+                     : "key " + json_quoted(duplicate.key));
   }
-  if (!duplicate.empty()) bad("the header repeats ", duplicate);
   if (!root.is_object()) bad("the header is not a JSON object");
 
   std::vector<const SafetensorsEntry*> by_offset;

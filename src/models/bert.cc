@@ -4,11 +4,12 @@
 #include "qkv/models/bert.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
+#include <set>
 
+#include "io/json_document.h"
 #include "nn/module_util.h"
 #include "qkv/attention.h"
 #include "qkv/functional.h"
@@ -20,6 +21,10 @@ namespace qkv::models {
 namespace {
 
 using Json = nlohmann::json;
+using io::json_excerpt;
+
+// Larger sizes are no model this library can hold: typos or hostile files.
+constexpr int64_t kMaxSize = int64_t{1} << 24;
 
 struct ActivationName {
   const char* name;
@@ -50,8 +55,10 @@ class ConfigReader {
   int64_t positive(const char* field, int64_t fallback = 0) const {
     const Json* v = find(field, fallback <= 0);
     if (!v) return fallback;
-    QKV_CHECK(v->is_number_integer() && v->get<int64_t>() > 0, source_, ": \"", field,
-              "\" must be a positive integer, got ", v->dump());
+    QKV_CHECK(v->is_number_integer() && v->get<int64_t>() > 0 &&
+                  (v->is_number_unsigned() ? v->get<uint64_t>() : v->get<int64_t>()) <= kMaxSize,
+              source_, ": \"", field, "\" must be a positive integer <= ", kMaxSize, ", got ",
+              json_excerpt(*v));
     return v->get<int64_t>();
   }
 
@@ -60,7 +67,7 @@ class ConfigReader {
     if (!v) return fallback;
     QKV_CHECK(v->is_number() && std::isfinite(v->get<double>()) && v->get<double>() >= 0.0 &&
                   v->get<double>() < 1.0,
-              source_, ": \"", field, "\" must be a number in [0, 1), got ", v->dump());
+              source_, ": \"", field, "\" must be a number in [0, 1), got ", json_excerpt(*v));
     return v->get<double>();
   }
 
@@ -68,14 +75,16 @@ class ConfigReader {
   std::string string(const char* field, const std::string& fallback) const {
     const Json* v = find(field, false);
     if (!v) return fallback;
-    QKV_CHECK(v->is_string(), source_, ": \"", field, "\" must be a string, got ", v->dump());
+    QKV_CHECK(v->is_string(), source_, ": \"", field, "\" must be a string, got ",
+              json_excerpt(*v));
     return v->get<std::string>();
   }
 
   bool flag(const char* field) const {
     const Json* v = find(field, false);
     if (!v) return false;
-    QKV_CHECK(v->is_boolean(), source_, ": \"", field, "\" must be true or false, got ", v->dump());
+    QKV_CHECK(v->is_boolean(), source_, ": \"", field, "\" must be true or false, got ",
+              json_excerpt(*v));
     return v->get<bool>();
   }
 
@@ -174,12 +183,7 @@ const char* bert_activation_name(BertActivation activation) {
 }
 
 BertConfig BertConfig::from_json(const std::string& text, const std::string& source) {
-  Json j;
-  try {
-    j = Json::parse(text);
-  } catch (const Json::exception& e) {
-    QKV_CHECK(false, source, ": not valid JSON (", e.what(), ")");
-  }
+  const Json j = io::parse_json(text, source);
   QKV_CHECK(j.is_object(), source, ": expected a JSON object, got ", j.type_name());
   const ConfigReader r(j, source);
   BertConfig c;
@@ -212,14 +216,7 @@ BertConfig BertConfig::from_json(const std::string& text, const std::string& sou
 }
 
 BertConfig BertConfig::from_file(const std::filesystem::path& config_json) {
-  std::ifstream in(config_json, std::ios::binary);
-  if (!in)
-    throw Error(ErrorKind::kIO,
-                "cannot read " + config_json.string() +
-                    (std::filesystem::exists(config_json) ? "" : " (no such file)"));
-  std::ostringstream text;
-  text << in.rdbuf();
-  return from_json(text.str(), config_json.string());
+  return from_json(io::read_text_file(config_json, "BertConfig::from_file"), config_json.string());
 }
 
 void BertConfig::validate(const std::string& source) const {
@@ -232,7 +229,8 @@ void BertConfig::validate(const std::string& source) const {
       {"max_position_embeddings", max_position_embeddings},
       {"type_vocab_size", type_vocab_size}};
   for (const auto& [field, value] : sizes)
-    QKV_CHECK(value > 0, source, ": \"", field, "\" must be a positive integer, got ", value);
+    QKV_CHECK(value > 0 && value <= kMaxSize, source, ": \"", field,
+              "\" must be a positive integer <= ", kMaxSize, ", got ", value);
   QKV_CHECK(hidden_size % num_attention_heads == 0, source, ": \"hidden_size\" (", hidden_size,
             ") must be divisible by \"num_attention_heads\" (", num_attention_heads, ")");
   QKV_CHECK(std::isfinite(layer_norm_eps) && layer_norm_eps >= 0.0 && layer_norm_eps < 1.0, source,
@@ -320,12 +318,29 @@ int64_t BertModel::num_parameters() const {
 BertModel BertModel::load(const BertConfig& config, const std::filesystem::path& safetensors) {
   config.validate();
   const std::string source = safetensors.string();
-  QKV_CHECK(std::filesystem::is_regular_file(safetensors), "BertModel: ", source,
-            " does not exist or is not a file");
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(safetensors, ec))
+    throw Error(ErrorKind::kIO, "BertModel: " + source + " does not exist or is not a file",
+                std::filesystem::exists(safetensors, ec) ? EISDIR : ENOENT);
   const io::SafetensorsFile file(safetensors);
   // Checkpoints of derived models (BertForMaskedLM, ...) name the encoder "bert.".
   const std::string prefix = file.contains("bert.embeddings.word_embeddings.weight") ? "bert." : "";
 
+  // The layers the file holds, before the config's count of them is trusted
+  // (even to list their tensor names: 10^12 layers would be 16·10^12 names).
+  std::set<int64_t> layers;
+  const std::string layer_prefix = prefix + "encoder.layer.";
+  for (const std::string& name : file.names()) {
+    if (!name.starts_with(layer_prefix)) continue;
+    const std::string index =
+        name.substr(layer_prefix.size(), name.find('.', layer_prefix.size()) - layer_prefix.size());
+    if (!index.empty() && index.size() < 9 &&
+        index.find_first_not_of("0123456789") == std::string::npos)
+      layers.insert(std::stoll(index));
+  }
+  QKV_CHECK(static_cast<int64_t>(layers.size()) == config.num_hidden_layers, source,
+            ": the config says \"num_hidden_layers\" = ", config.num_hidden_layers,
+            " but the file holds ", layers.size(), " layers (\"", layer_prefix, "N.*\" tensors)");
   // Every tensor is checked against the config before the model is allocated.
   const auto shapes = parameter_shapes(config);
   for (const auto& [name, shape] : shapes) {
@@ -353,8 +368,7 @@ BertModel BertModel::load(const BertConfig& config, const std::filesystem::path&
 }
 
 BertModel BertModel::from_pretrained(const std::filesystem::path& model_dir) {
-  QKV_CHECK(std::filesystem::is_directory(model_dir),
-            "BertModel::from_pretrained: ", model_dir.string(), " is not a directory");
+  io::require_directory(model_dir, "BertModel::from_pretrained");
   return load(BertConfig::from_file(model_dir / "config.json"), model_dir / "model.safetensors");
 }
 

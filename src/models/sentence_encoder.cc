@@ -4,11 +4,10 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <numeric>
-#include <sstream>
 
+#include "io/json_document.h"
 #include "qkv/error.h"
 
 namespace qkv::models {
@@ -17,26 +16,18 @@ namespace {
 
 using Json = nlohmann::json;
 
+using io::json_excerpt;
+
 Json read_json(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    throw Error(ErrorKind::kIO, "SentenceEncoder: cannot read " + path.string() +
-                                    (std::filesystem::exists(path) ? "" : " (no such file)"));
-  std::ostringstream text;
-  text << in.rdbuf();
-  try {
-    return Json::parse(text.str());
-  } catch (const Json::exception& e) {
-    QKV_CHECK(false, "SentenceEncoder: ", path.string(), " is not valid JSON (", e.what(), ")");
-  }
-  return {};
+  return io::parse_json(io::read_text_file(path, "SentenceEncoder"),
+                        "SentenceEncoder: " + path.string());
 }
 
 bool flag(const Json& j, const char* field, const std::filesystem::path& source) {
   const auto it = j.find(field);
   if (it == j.end() || it->is_null()) return false;
   QKV_CHECK(it->is_boolean(), "SentenceEncoder: ", source.string(), ": \"", field,
-            "\" must be true or false, got ", it->dump());
+            "\" must be true or false, got ", json_excerpt(*it));
   return it->get<bool>();
 }
 
@@ -51,8 +42,7 @@ struct SentenceEncoder::Layout {
 };
 
 SentenceEncoder::Layout SentenceEncoder::read_layout(const std::filesystem::path& model_dir) {
-  QKV_CHECK(std::filesystem::is_directory(model_dir), "SentenceEncoder: ", model_dir.string(),
-            " is not a directory");
+  io::require_directory(model_dir, "SentenceEncoder");
   Layout p{model_dir, {}, false};
   const std::filesystem::path file = model_dir / "modules.json";
   if (!std::filesystem::exists(file)) return p;  // a plain transformers model
@@ -63,11 +53,11 @@ SentenceEncoder::Layout SentenceEncoder::read_layout(const std::filesystem::path
     const Json& m = modules[i];
     QKV_CHECK(m.is_object() && m.contains("type") && m["type"].is_string(),
               "SentenceEncoder: ", file.string(), ": module ", i,
-              " must be an object with a \"type\" string, got ", m.dump());
+              " must be an object with a \"type\" string, got ", json_excerpt(m));
     std::string path;
     if (m.contains("path")) {
       QKV_CHECK(m["path"].is_string(), "SentenceEncoder: ", file.string(), ": module ", i,
-                " has a \"path\" that is not a string: ", m["path"].dump());
+                " has a \"path\" that is not a string: ", json_excerpt(m["path"]));
       path = m["path"].get<std::string>();
     }
     // "sentence_transformers.models.Pooling" (before version 6) or
@@ -103,7 +93,7 @@ Pooling read_pooling(const std::filesystem::path& dir, int64_t hidden_size) {
   for (const char* field : {"embedding_dimension", "word_embedding_dimension"}) {
     if (const auto it = j.find(field); it != j.end())
       QKV_CHECK(it->is_number_integer() && it->get<int64_t>() == hidden_size,
-                "SentenceEncoder: ", file.string(), ": \"", field, "\" is ", it->dump(),
+                "SentenceEncoder: ", file.string(), ": \"", field, "\" is ", json_excerpt(*it),
                 " but the model's hidden_size is ", hidden_size);
   }
   const std::pair<const char*, Pooling> names[] = {{"mean", Pooling::kMean},
@@ -121,7 +111,8 @@ Pooling read_pooling(const std::filesystem::path& dir, int64_t hidden_size) {
   if (const auto it = j.find("pooling_mode"); it != j.end()) {
     for (const Json& mode : it->is_array() ? *it : Json::array({*it})) {
       QKV_CHECK(mode.is_string(), "SentenceEncoder: ", file.string(),
-                ": \"pooling_mode\" must be a string or a list of strings, got ", it->dump());
+                ": \"pooling_mode\" must be a string or a list of strings, got ",
+                json_excerpt(*it));
       modes.push_back(mode.get<std::string>());
     }
   } else {
@@ -185,7 +176,7 @@ SentenceEncoder::SentenceEncoder(const Layout& p)
                     it->get<int64_t>() <= c.max_position_embeddings,
                 "SentenceEncoder: ", st_config.string(),
                 ": \"max_seq_length\" must be an integer in [2, max_position_embeddings = ",
-                c.max_position_embeddings, "], got ", it->dump());
+                c.max_position_embeddings, "], got ", json_excerpt(*it));
       max_seq_length_ = it->get<int64_t>();
     }
     QKV_CHECK(!flag(j, "do_lower_case", st_config) || tokenizer_.options().lowercase,

@@ -1,8 +1,10 @@
 // nn::DecoderModel files: the config as JSON in the safetensors metadata,
 // the parameters as tensors.
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 
+#include "io/json_document.h"
 #include "qkv/nn/decoder_model.h"
 
 namespace qkv::nn {
@@ -10,6 +12,10 @@ namespace qkv::nn {
 namespace {
 
 using Json = nlohmann::json;
+using io::json_excerpt;
+
+// Larger sizes are no model this library can hold; they are typos or attacks.
+constexpr int64_t kMaxSize = int64_t{1} << 24;
 
 // Enum <-> name tables, so that the JSON stays readable and stable.
 template <class Enum>
@@ -37,32 +43,73 @@ const char* name_of(const Names<Enum> (&table)[N], Enum value) {
 
 template <class Enum, size_t N>
 Enum value_of(const Names<Enum> (&table)[N], const Json& j, const char* field) {
-  QKV_CHECK(j.is_string(), "DecoderModel config: \"", field, "\" must be a string, got ", j.dump());
+  QKV_CHECK(j.is_string(), "DecoderModel config: \"", field, "\" must be a string, got ",
+            json_excerpt(j));
   std::string choices;
   for (const auto& entry : table) {
     if (j.get<std::string>() == entry.name) return entry.value;
     choices += std::string(choices.empty() ? "" : ", ") + "\"" + entry.name + "\"";
   }
   QKV_CHECK(false, "DecoderModel config: \"", field, "\" must be one of ", choices, ", got ",
-            j.dump());
+            json_excerpt(j));
   return table[0].value;
 }
 
 int64_t integer(const Json& j, const char* field) {
-  QKV_CHECK(j.is_number_integer(), "DecoderModel config: \"", field, "\" must be an integer, got ",
-            j.dump());
+  QKV_CHECK(j.is_number_integer() && (j.is_number_unsigned() ? j.get<uint64_t>() <= kMaxSize
+                                                             : j.get<int64_t>() <= kMaxSize),
+            "DecoderModel config: \"", field, "\" must be an integer <= ", kMaxSize, ", got ",
+            json_excerpt(j));
   return j.get<int64_t>();
 }
 
 double number(const Json& j, const char* field) {
-  QKV_CHECK(j.is_number(), "DecoderModel config: \"", field, "\" must be a number, got ", j.dump());
+  QKV_CHECK(j.is_number(), "DecoderModel config: \"", field, "\" must be a number, got ",
+            json_excerpt(j));
   return j.get<double>();
 }
 
 bool boolean(const Json& j, const char* field) {
   QKV_CHECK(j.is_boolean(), "DecoderModel config: \"", field, "\" must be true or false, got ",
-            j.dump());
+            json_excerpt(j));
   return j.get<bool>();
+}
+
+// The config's sizes against the file's tensors, before a model of that size
+// is allocated: a config saying 10^6 layers must not allocate them first.
+void check_sizes_against(const io::SafetensorsFile& file, const DecoderModelConfig& config,
+                         const std::filesystem::path& path) {
+  const DecoderModelConfig c = resolved_config(config);
+  const std::string where = "DecoderModel::load: " + path.string() + ": the config";
+  const auto expect_shape = [&](const std::string& name, const Shape& shape, const char* sizes) {
+    QKV_CHECK(file.contains(name), where, " needs a tensor \"", name, "\", which the file lacks");
+    const Shape& got = file.entry(name).shape;
+    QKV_CHECK(got == shape, where, " (", sizes, ") needs \"", name, "\" of shape ",
+              shape_str(shape), " but the file's is ", shape_str(got));
+  };
+  expect_shape("tok_embeddings.weight", {c.vocab_size, c.d_model}, "vocab_size, d_model");
+  if (c.positions == PositionKind::kLearned)
+    expect_shape("pos_embeddings.weight", {c.max_seq_len, c.d_model}, "max_seq_len, d_model");
+  std::set<int64_t> layers;
+  for (const std::string& name : file.names()) {
+    if (!name.starts_with("layers.")) continue;
+    const size_t dot = name.find('.', 7);
+    const std::string index = name.substr(7, dot == std::string::npos ? dot : dot - 7);
+    if (!index.empty() && index.size() < 9 &&
+        index.find_first_not_of("0123456789") == std::string::npos)
+      layers.insert(std::stoll(index));
+  }
+  QKV_CHECK(static_cast<int64_t>(layers.size()) == c.num_layers &&
+                (layers.empty() || *layers.rbegin() == c.num_layers - 1),
+            where, " says num_layers = ", c.num_layers, " but the file holds ", layers.size(),
+            " layers (\"layers.N.*\" tensors)");
+  for (const char* ffn :
+       {"layers.0.feed_forward.w1.weight", "layers.0.feed_forward.linear1.weight"}) {
+    if (file.contains(ffn))
+      QKV_CHECK(file.entry(ffn).shape.size() == 2 && file.entry(ffn).shape[0] == c.ffn_hidden,
+                where, " says ffn_hidden = ", c.ffn_hidden, " but \"", ffn, "\" has shape ",
+                shape_str(file.entry(ffn).shape));
+  }
 }
 
 }  // namespace
@@ -89,13 +136,8 @@ std::string config_to_json(const DecoderModelConfig& c) {
 }
 
 DecoderModelConfig config_from_json(const std::string& text) {
-  Json j;
-  try {
-    j = Json::parse(text);
-  } catch (const Json::exception& e) {
-    QKV_CHECK(false, "DecoderModel config: not valid JSON (", e.what(), ")");
-  }
-  QKV_CHECK(j.is_object(), "DecoderModel config: expected a JSON object, got ", j.dump());
+  const Json j = io::parse_json(text, "DecoderModel config");
+  QKV_CHECK(j.is_object(), "DecoderModel config: expected a JSON object, got ", json_excerpt(j));
   DecoderModelConfig c;
   for (const auto& [key, value] : j.items()) {
     const char* k = key.c_str();
@@ -150,8 +192,10 @@ DecoderModel DecoderModel::load(const std::filesystem::path& path,
   const auto config = file.metadata().find(kDecoderConfigKey);
   QKV_CHECK(config != file.metadata().end(), "DecoderModel::load: ", path.string(), " has no \"",
             kDecoderConfigKey, "\" metadata; it was not written by DecoderModel::save");
+  const DecoderModelConfig c = config_from_json(config->second);
+  check_sizes_against(file, c, path);
   Generator scratch(0);  // the initial values are overwritten by the file's
-  DecoderModel model(config_from_json(config->second), &scratch);
+  DecoderModel model(c, &scratch);
   model.load_state_dict(file.load_all());
   if (metadata) *metadata = file.metadata();
   return model;

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "io/json_document.h"
 #include "qkv/error.h"
 #include "text/basic_tokenizer.h"
 
@@ -16,26 +17,9 @@ namespace qkv::text {
 
 namespace {
 
+using io::json_excerpt;
 using nlohmann::json;
 using qkv::detail::concat;
-
-std::string read_file(const std::filesystem::path& path, const char* function) {
-  std::error_code error_code;
-  if (std::filesystem::is_directory(path, error_code))
-    throw Error(ErrorKind::kIO,
-                concat(function, ": cannot read '", path.string(), "': it is a directory"));
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    const int error = errno;
-    throw Error(ErrorKind::kIO,
-                concat(function, ": cannot read '", path.string(), "': ", std::strerror(error)));
-  }
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad())
-    throw Error(ErrorKind::kIO, concat(function, ": cannot read '", path.string(), "'"));
-  return text.str();
-}
 
 // The pieces of one tokenizer.json, with messages naming the file and key.
 class JsonReader {
@@ -58,25 +42,26 @@ class JsonReader {
     const json* value = find(object, key);
     if (!value) return fallback;
     check(value->is_boolean(),
-          concat(where, ".", key, " must be true or false, got ", value->dump()));
+          concat(where, ".", key, " must be true or false, got ", json_excerpt(*value)));
     return value->get<bool>();
   }
   int64_t get_int(const json& object, const char* key, int64_t fallback, const char* where) const {
     const json* value = find(object, key);
     if (!value) return fallback;
     check(value->is_number_integer() && value->get<int64_t>() >= 0,
-          concat(where, ".", key, " must be a non-negative integer, got ", value->dump()));
+          concat(where, ".", key, " must be a non-negative integer, got ", json_excerpt(*value)));
     return value->get<int64_t>();
   }
   std::string get_string(const json& object, const char* key, const std::string& fallback,
                          const char* where) const {
     const json* value = find(object, key);
     if (!value) return fallback;
-    check(value->is_string(), concat(where, ".", key, " must be a string, got ", value->dump()));
+    check(value->is_string(),
+          concat(where, ".", key, " must be a string, got ", json_excerpt(*value)));
     return value->get<std::string>();
   }
   std::string type_of(const json& object, const char* where) const {
-    check(object.is_object(), concat(where, " must be an object, got ", object.dump()));
+    check(object.is_object(), concat(where, " must be an object, got ", json_excerpt(object)));
     return get_string(object, "type", "", where);
   }
 
@@ -96,7 +81,7 @@ std::vector<std::string> read_json_vocab(const json& vocab, const JsonReader& r)
     const std::string& token = it.key();
     const json& value = it.value();
     if (!value.is_number_integer())
-      r.fail(concat("model.vocab['", token, "'] must be an integer id, got ", value.dump()));
+      r.fail(concat("model.vocab['", token, "'] must be an integer id, got ", json_excerpt(value)));
     const int64_t id = value.get<int64_t>();
     if (id < 0 || id >= static_cast<int64_t>(tokens.size()))
       r.fail(concat("model.vocab['", token, "'] = ", id, " is outside [0, ", tokens.size(),
@@ -121,7 +106,7 @@ std::pair<std::string, std::string> read_post_processor(const json* post,
     r.check(id.is_number_integer() && id.get<int64_t>() >= 0 &&
                 id.get<int64_t>() < static_cast<int64_t>(vocab.size()) &&
                 vocab[id.get<int64_t>()] == token,
-            concat("post_processor: special token '", token, "' is given id ", id.dump(),
+            concat("post_processor: special token '", token, "' is given id ", json_excerpt(id),
                    ", which is not its id in the vocabulary"));
   };
   if (!post) return {"", ""};
@@ -155,7 +140,7 @@ std::pair<std::string, std::string> read_post_processor(const json* post,
                 piece["SpecialToken"]["id"].is_string(),
             "post_processor.single: expected {\"SpecialToken\": {\"id\": ...}} or "
             "{\"Sequence\": ...}, got " +
-                piece.dump());
+                json_excerpt(piece));
     const std::string name = piece["SpecialToken"]["id"].get<std::string>();
     // The special token's entry lists the tokens it stands for.
     r.check(specials && specials->is_object() && specials->contains(name),
@@ -173,7 +158,7 @@ std::pair<std::string, std::string> read_post_processor(const json* post,
   r.check(before.size() <= 1 && after.size() <= 1,
           "post_processor.single: only one special token before and one after the sequence "
           "are supported, got " +
-              single->dump());
+              json_excerpt(*single));
   return {before.empty() ? "" : before[0], after.empty() ? "" : after[0]};
 }
 
@@ -189,14 +174,10 @@ detail::NormalizerOptions normalizer_options(const WordPieceOptions& options) {
 }  // namespace
 
 WordPieceTokenizer WordPieceTokenizer::from_json(const std::filesystem::path& tokenizer_json) {
-  const std::string text = read_file(tokenizer_json, "WordPieceTokenizer::from_json");
+  const std::string text = io::read_text_file(tokenizer_json, "WordPieceTokenizer::from_json");
   const JsonReader r(tokenizer_json.string());
-  json root;
-  try {
-    root = json::parse(text);
-  } catch (const json::parse_error& e) {
-    r.fail(concat("not valid JSON (truncated?): ", e.what()));
-  }
+  const json root =
+      io::parse_json(text, "WordPieceTokenizer::from_json: '" + tokenizer_json.string() + "'");
   r.check(root.is_object(), "the top level must be an object");
   WordPieceOptions options;
 
@@ -251,7 +232,7 @@ WordPieceTokenizer WordPieceTokenizer::from_json(const std::filesystem::path& to
                   entry["id"].get<int64_t>() >= 0,
               "added_tokens: each entry needs a string \"content\" and an integer \"id\" >= 0, "
               "got " +
-                  entry.dump());
+                  json_excerpt(entry));
       AddedToken token;
       token.content = entry["content"].get<std::string>();
       r.check(!token.content.empty(), "added_tokens: empty content");
@@ -304,11 +285,11 @@ WordPieceTokenizer WordPieceTokenizer::from_json(const std::filesystem::path& to
       r.check(options.pad_to_length > 0,
               "padding.strategy must be \"BatchLongest\" or "
               "{\"Fixed\": n} with n > 0, got " +
-                  strategy->dump());
+                  json_excerpt(*strategy));
     } else {
       r.check(!strategy || *strategy == "BatchLongest",
               "padding.strategy must be \"BatchLongest\" or {\"Fixed\": n}, got " +
-                  (strategy ? strategy->dump() : std::string("null")));
+                  (strategy ? json_excerpt(*strategy) : std::string("null")));
     }
     const std::string direction = r.get_string(*padding, "direction", "Right", "padding");
     r.check(direction == "Right" || direction == "Left",
@@ -336,7 +317,7 @@ WordPieceTokenizer WordPieceTokenizer::from_json(const std::filesystem::path& to
 
 WordPieceTokenizer WordPieceTokenizer::from_vocab(const std::filesystem::path& vocab_txt,
                                                   WordPieceOptions options) {
-  const std::string text = read_file(vocab_txt, "WordPieceTokenizer::from_vocab");
+  const std::string text = io::read_text_file(vocab_txt, "WordPieceTokenizer::from_vocab");
   const std::string where = "WordPieceTokenizer::from_vocab: '" + vocab_txt.string() + "': ";
   std::vector<std::string> tokens;
   std::unordered_map<std::string_view, size_t> line_of;
@@ -426,8 +407,10 @@ void WordPieceTokenizer::set_max_length(int64_t max_length) {
 }
 
 void WordPieceTokenizer::set_padding(int64_t pad_to_length, int64_t pad_to_multiple_of) {
-  QKV_CHECK(pad_to_length >= 0 && pad_to_multiple_of >= 0, "WordPieceTokenizer: pad_to_length (",
-            pad_to_length, ") and pad_to_multiple_of (", pad_to_multiple_of, ") must be >= 0");
+  QKV_CHECK(pad_to_length >= 0 && pad_to_multiple_of >= 0 && pad_to_length <= kMaxPadding &&
+                pad_to_multiple_of <= kMaxPadding,
+            "WordPieceTokenizer: pad_to_length (", pad_to_length, ") and pad_to_multiple_of (",
+            pad_to_multiple_of, ") must be in [0, ", kMaxPadding, "]");
   options_.pad_to_length = pad_to_length;
   options_.pad_to_multiple_of = pad_to_multiple_of;
 }
@@ -656,6 +639,13 @@ EncodedBatch WordPieceTokenizer::encode_batch(const std::vector<std::string>& te
   const int64_t multiple = options_.pad_to_multiple_of;
   if (multiple > 0 && length % multiple != 0) length += multiple - length % multiple;
   batch.length = length;
+  // (The rounding cannot overflow: pad_to_multiple_of <= kMaxPadding.)
+  int64_t total = 0;
+  QKV_CHECK(!__builtin_mul_overflow(batch.batch, length, &total) && total <= kMaxBatchIds,
+            "WordPieceTokenizer::encode_batch: ", batch.batch, " texts padded to ", length,
+            " tokens (pad_to_length ", options_.pad_to_length, ", pad_to_multiple_of ", multiple,
+            ") would be more than the limit of ", kMaxBatchIds,
+            " ids; encode fewer texts at a time or pad less");
   const auto n = static_cast<size_t>(batch.batch * length);
   batch.ids.assign(n, pad_id_);
   batch.attention_mask.assign(n, 0);

@@ -78,12 +78,16 @@ class WordPieceTokenizer {
   // never padded (tokenizers' encode would also pad with "Fixed" padding).
   std::vector<int64_t> encode(std::string_view text) const;
   // Ids of many texts padded with [PAD] to the longest one (after truncation),
-  // or to options().pad_to_length, rounded up to pad_to_multiple_of.
+  // or to options().pad_to_length, rounded up to pad_to_multiple_of; at most
+  // kMaxBatchIds ids in all (qkv::Error beyond, before anything is allocated).
   EncodedBatch encode_batch(const std::vector<std::string>& texts) const;
+  static constexpr int64_t kMaxBatchIds = int64_t{1} << 28;
 
-  // As tokenizers' enable_truncation / no_truncation (0) and enable_padding.
+  // As tokenizers' enable_truncation / no_truncation (0) and enable_padding;
+  // the padding lengths are at most kMaxPadding.
   void set_max_length(int64_t max_length);
   void set_padding(int64_t pad_to_length, int64_t pad_to_multiple_of = 0);
+  static constexpr int64_t kMaxPadding = int64_t{1} << 24;
 
   int64_t token_to_id(std::string_view token) const;  // -1 when absent
   const std::string& id_to_token(int64_t id) const;   // throws for ids out of range
