@@ -110,8 +110,7 @@ TEST_F(Cli, HelpAndVersion) {
 
 namespace {
 
-const fs::path kMiniLM =
-    fs::path(__FILE__).parent_path().parent_path() / "models" / "all-MiniLM-L6-v2";
+const fs::path kMiniLM = fs::path(QKV_SOURCE_DIR) / "models" / "all-MiniLM-L6-v2";
 
 #define SKIP_WITHOUT_MINILM()                     \
   if (!fs::exists(kMiniLM / "model.safetensors")) \

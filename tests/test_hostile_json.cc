@@ -40,11 +40,7 @@ std::string deep_object() {
   return s + "1" + std::string(kDeep, '}');
 }
 
-// tests/data is QKV_TEST_DATA (ctest sets it); the model is in models/ beside tests/.
-const fs::path kMiniLM = (std::getenv("QKV_TEST_DATA")
-                              ? fs::path(std::getenv("QKV_TEST_DATA")).parent_path().parent_path()
-                              : fs::path(__FILE__).parent_path().parent_path()) /
-                         "models" / "all-MiniLM-L6-v2";
+const fs::path kMiniLM = fs::path(QKV_SOURCE_DIR) / "models" / "all-MiniLM-L6-v2";
 
 // Runs `f`, expecting a short qkv::Error of `kind` whose message holds every
 // part and nothing of nlohmann's own wording.

@@ -35,7 +35,7 @@ const Strings kVocab = {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "un",     
 
 fs::path test_data_dir() {
   if (const char* dir = std::getenv("QKV_TEST_DATA")) return dir;
-  return fs::path(__FILE__).parent_path() / "data";  // running the executable by hand
+  return fs::path(QKV_SOURCE_DIR) / "tests" / "data";  // running the executable by hand
 }
 
 fs::path model_dir() { return test_data_dir() / ".." / ".." / "models" / "all-MiniLM-L6-v2"; }
