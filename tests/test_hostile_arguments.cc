@@ -6,10 +6,12 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <limits>
 #include <string>
 
 #include "qkv/attention.h"
+#include "qkv/models/sentence_encoder.h"
 #include "qkv/generator.h"
 #include "qkv/nn/linear.h"
 #include "qkv/nn/multihead_attention.h"
@@ -203,6 +205,23 @@ TEST(Interrupt, LongAttentionCallsStopBetweenBlocks) {
   for (int64_t i = 0; i < fused.numel(); ++i)
     worst = std::max<double>(worst, std::abs(fused.data<float>()[i] - ref.data<float>()[i]));
   EXPECT_LT(worst, 1e-5);
+}
+
+// Encoding a corpus is many short calls: the encoder polls between batches.
+TEST(Interrupt, SentenceEncoderStopsBetweenBatches) {
+  const std::filesystem::path model =
+      std::filesystem::path(QKV_SOURCE_DIR) / "models" / "all-MiniLM-L6-v2";
+  if (!std::filesystem::exists(model / "model.safetensors"))
+    GTEST_SKIP() << model << " is missing: run scripts/fetch_model.sh";
+  const models::SentenceEncoder encoder(model);
+  const std::vector<std::string> texts(20000, "A sentence that takes a moment to embed.");
+  checks = 0;
+  InterruptCheckScope scope(&interrupt_now);
+  const auto start = std::chrono::steady_clock::now();
+  expect_error([&] { encoder.encode(texts, 8); }, ErrorKind::kInterrupted,
+               "SentenceEncoder::encode: interrupted");
+  EXPECT_EQ(checks.load(), 1);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 5.0);
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <numeric>
 
 #include "io/json_document.h"
+#include "kernels/interrupt.h"
 #include "qkv/error.h"
 
 namespace qkv::models {
@@ -209,7 +210,9 @@ Tensor SentenceEncoder::encode(const std::vector<std::string>& texts, int64_t ba
   std::stable_sort(order.begin(), order.end(),
                    [&](int64_t a, int64_t b) { return ids[a].size() > ids[b].size(); });
 
-  for (int64_t start = 0; start < n; start += batch_size) {
+  // Many batches can take minutes: Ctrl-C (runtime.h) is heard between them.
+  kernels::InterruptPoll poll;
+  for (int64_t start = 0; start < n && !poll.stop(); start += batch_size) {
     const std::vector<int64_t> rows(order.begin() + start,
                                     order.begin() + std::min(n, start + batch_size));
     const int64_t B = static_cast<int64_t>(rows.size());
@@ -224,6 +227,7 @@ Tensor SentenceEncoder::encode(const std::vector<std::string>& texts, int64_t ba
     }
     pool(model_.forward(flat, mask, B), lengths, rows, out);
   }
+  poll.throw_if_stopped("SentenceEncoder::encode");
   return out;
 }
 

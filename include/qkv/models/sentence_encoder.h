@@ -47,7 +47,8 @@ class SentenceEncoder {
 
   // Embeddings of `texts`, row i for texts[i]: [N, D] float32 ([0, D] for no text).
   // Texts are encoded in batches of `batch_size` texts of similar token counts
-  // (sorted by length, so that little padding is computed).
+  // (sorted by length, so that little padding is computed). An interrupt
+  // check (runtime.h: Ctrl-C in Python) is heard between batches.
   Tensor encode(const std::vector<std::string>& texts, int64_t batch_size = 32) const;
 
   // Token ids as encode() feeds them to the model: [CLS] … [SEP], at most max_seq_length().
