@@ -11,8 +11,8 @@
 #include <string>
 
 #include "qkv/attention.h"
-#include "qkv/models/sentence_encoder.h"
 #include "qkv/generator.h"
+#include "qkv/models/sentence_encoder.h"
 #include "qkv/nn/linear.h"
 #include "qkv/nn/multihead_attention.h"
 #include "qkv/runtime.h"
@@ -125,6 +125,20 @@ TEST(HostileValues, NonFiniteInputsRaiseOnEveryBackendAndDtype) {
       }
     }
   }
+}
+
+// bfloat16 inputs (widened to float32 inside) and finite inputs whose scores
+// overflow float32 are errors too, not NaN in the output.
+TEST(HostileValues, BFloat16NaNAndOverflowRaise) {
+  Generator gen(4);
+  Tensor q = Tensor::randn({1, 2, 5, 8}, gen).to(DType::kBFloat16);
+  const Tensor k = Tensor::randn({1, 2, 6, 8}, gen).to(DType::kBFloat16);
+  q.select(2, 4).fill(std::nan(""));
+  expect_error([&] { scaled_dot_product_attention(q, k, k); }, ErrorKind::kValue,
+               "query of shape [1, 2, 5, 8] contains NaN");
+  const Tensor huge = Tensor::full({1, 1, 3, 4}, 1e30);
+  expect_error([&] { scaled_dot_product_attention(huge, huge, huge); }, ErrorKind::kValue,
+               "overflowed to NaN/inf although query, key and value are finite");
 }
 
 TEST(HostileValues, BackwardChecksItsInputs) {
