@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer harnesses of fuzz/ (clang, with ASan and UBSan) into
-# build-fuzz/ and runs each for a bounded time on its seed corpus
-# fuzz/corpus/<name>/. Any crash, sanitizer report, leak, uncaught exception
+# build-fuzz/, replays every seed of fuzz/corpus/<name>/, then fuzzes each
+# harness for a bounded time from its seeds. Any crash, sanitizer report, leak, uncaught exception
 # other than qkv::Error, allocation over 2 GB or input slower than 10 s fails
 # the run; the reproducer's path is printed. Called by scripts/test.sh;
 # see docs/testing.md.
@@ -56,15 +56,34 @@ export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:report_error_type=1:sup
 export LSAN_OPTIONS="suppressions=$supp/lsan.supp:print_suppressions=0${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
 export OMP_NUM_THREADS=1
 
-# One fuzzer: new inputs go to $OUT/<name>/corpus (the first corpus directory
-# is the one libFuzzer writes), the repository's seeds are only read.
+# One fuzzer, in two parts, each leaving its exit status in $OUT/<name>/:
+#  seeds: every seed of fuzz/corpus/<name>/ once, whole (the hostile ones are
+#         up to 300 KB: 100,000-deep nesting);
+#  fuzz:  QKV_FUZZ_SECONDS of fuzzing from the seeds, inputs up to 16 KB (larger
+#         seeds are cut: inputs of hundreds of KB would make it 100x slower).
+#         New inputs go to $OUT/<name>/corpus (libFuzzer writes into the first
+#         corpus directory); the repository's seeds are only read.
+LIMITS=(-timeout=10 -rss_limit_mb=2048 -malloc_limit_mb=2048)
 run_one() {
   local name=$1 dir="$OUT/$1"
   mkdir -p "$dir/corpus"
-  "$BUILD_DIR/fuzz_$name" -max_total_time="$SECONDS_EACH" -timeout=10 -rss_limit_mb=2048 \
-      -malloc_limit_mb=2048 -print_final_stats=1 -artifact_prefix="$dir/" \
-      "$dir/corpus" "fuzz/corpus/$name" >"$dir/log" 2>&1 && echo 0 >"$dir/status" ||
-    echo $? >"$dir/status"
+  "$BUILD_DIR/fuzz_$name" "${LIMITS[@]}" -artifact_prefix="$dir/seed-" fuzz/corpus/"$name"/* \
+      >"$dir/seeds.log" 2>&1 && echo 0 >"$dir/seeds.status" || echo $? >"$dir/seeds.status"
+  "$BUILD_DIR/fuzz_$name" "${LIMITS[@]}" -max_total_time="$SECONDS_EACH" -max_len=16384 \
+      -print_final_stats=1 -artifact_prefix="$dir/" "$dir/corpus" "fuzz/corpus/$name" \
+      >"$dir/fuzz.log" 2>&1 && echo 0 >"$dir/fuzz.status" || echo $? >"$dir/fuzz.status"
+}
+
+# The sanitizer's report of a failed run: its kind, the first distinct frames,
+# the reproducer.
+report() {
+  local log=$1
+  grep -E -m1 -A40 '^==[0-9]+==ERROR|runtime error:|^==[0-9]+== ERROR: libFuzzer|expectation failed|terminate called' "$log" |
+    grep -v -E 'fuzzer::|__sanitizer_print_stack_trace|libc.so|libstdc\+\+.so|nptl/|raise.c|abort.c' |
+    sed -E 's/^ +#[0-9]+ 0x[0-9a-f]+ in /    /' | awk '!seen[$0]++' | head -10 | cut -c1-200 |
+    sed 's/^/    /' || true
+  { grep -E '^Running: |Test unit written to' "$log" || true; } | tail -1 |
+    sed -E 's/^Running: //; s/^.*Test unit written to //; s/^/    input: /'
 }
 
 step "fuzzing: ${fuzzers[*]} (${SECONDS_EACH} s each, $JOBS at a time; output in $OUT)"
@@ -77,19 +96,13 @@ wait
 
 failed=()
 for name in "${fuzzers[@]}"; do
-  status=$(cat "$OUT/$name/status")
-  log="$OUT/$name/log"
-  runs=$(grep -o 'stat::number_of_executed_units: [0-9]*' "$log" | grep -o '[0-9]*$' || echo "?")
-  if ((status == 0)); then
-    printf 'fuzz_%-20s ok     %10s runs\n' "$name" "$runs"
-  else
-    failed+=("$name")
-    printf 'fuzz_%-20s FAILED %10s runs (exit %d)\n' "$name" "$runs" "$status"
-    # The report: sanitizer summary, the first frames, the reproducer.
-    grep -E -m1 -A40 '^==[0-9]+==ERROR|runtime error:|^==[0-9]+== ERROR: libFuzzer|expectation failed|terminate called' "$log" |
-      sed -E 's/^ +#[0-9]+ 0x[0-9a-f]+ in /    /' | awk '!seen[$0]++' | head -12 | cut -c1-200 | sed 's/^/    /' || true
-    grep -E '^(artifact_prefix|Test unit written to|MS: )' "$log" | tail -2 | sed 's/^/    /'
-  fi
+  dir="$OUT/$name"
+  seeds=$(cat "$dir/seeds.status") fuzzed=$(cat "$dir/fuzz.status")
+  runs=$(grep -o 'stat::number_of_executed_units: [0-9]*' "$dir/fuzz.log" | grep -o '[0-9]*$' || echo "?")
+  printf 'fuzz_%-20s seeds %-6s fuzzing %-6s %10s runs\n' "$name" \
+    "$( ((seeds == 0)) && echo ok || echo FAILED)" "$( ((fuzzed == 0)) && echo ok || echo FAILED)" "$runs"
+  ((seeds == 0)) || { failed+=("$name(seeds)"); report "$dir/seeds.log"; }
+  ((fuzzed == 0)) || { failed+=("$name"); report "$dir/fuzz.log"; }
 done
 if ((${#failed[@]})); then
   step "fuzzers failed: ${failed[*]} (logs and reproducers in $OUT/<name>/)"
