@@ -28,16 +28,22 @@ step "Python module: pip install . and pytest"
 "$VENV/bin/pip" install -q --disable-pip-version-check --no-build-isolation .
 "$VENV/bin/python" -m pytest -q python/tests "$@"
 
+# Both run even when the first fails, so that one CI run shows every finding.
 if [[ "${QKV_SKIP_SANITIZERS:-0}" != 1 ]]; then
+  failed=()
   start=$SECONDS
   step "C++ tests under AddressSanitizer + UndefinedBehaviorSanitizer (scripts/sanitize.sh)"
-  scripts/sanitize.sh
+  scripts/sanitize.sh || failed+=("scripts/sanitize.sh")
   step "sanitizers: $((SECONDS - start)) s"
   if [[ "${QKV_SKIP_FUZZ:-0}" != 1 ]]; then
     start=$SECONDS
     step "fuzzing the parsers (scripts/fuzz.sh)"
-    scripts/fuzz.sh
+    scripts/fuzz.sh || failed+=("scripts/fuzz.sh")
     step "fuzzing: $((SECONDS - start)) s"
+  fi
+  if ((${#failed[@]})); then
+    step "failed: ${failed[*]}"
+    exit 1
   fi
 fi
 step "all tests passed"
