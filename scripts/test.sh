@@ -3,6 +3,10 @@
 #   1. C++ unit tests (GoogleTest through CTest)
 #   2. the CMake package: install, then build and run the C++ example against it
 #   3. the Python module: pip install . into the venv, then pytest (torch 2.13 parity)
+#   4. the C++ tests again, built with ASan + UBSan (scripts/sanitize.sh, build-asan/)
+#   5. the libFuzzer harnesses of fuzz/, a bounded time each (scripts/fuzz.sh, build-fuzz/)
+# QKV_SKIP_SANITIZERS=1 skips 4 and 5 (quick local runs; CI runs them),
+# QKV_SKIP_FUZZ=1 skips 5 only. See docs/testing.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -23,4 +27,23 @@ cmake --build "$BUILD_DIR/example-consumer" >/dev/null
 step "Python module: pip install . and pytest"
 "$VENV/bin/pip" install -q --disable-pip-version-check --no-build-isolation .
 "$VENV/bin/python" -m pytest -q python/tests "$@"
+
+# Both run even when the first fails, so that one CI run shows every finding.
+if [[ "${QKV_SKIP_SANITIZERS:-0}" != 1 ]]; then
+  failed=()
+  start=$SECONDS
+  step "C++ tests under AddressSanitizer + UndefinedBehaviorSanitizer (scripts/sanitize.sh)"
+  scripts/sanitize.sh || failed+=("scripts/sanitize.sh")
+  step "sanitizers: $((SECONDS - start)) s"
+  if [[ "${QKV_SKIP_FUZZ:-0}" != 1 ]]; then
+    start=$SECONDS
+    step "fuzzing the parsers (scripts/fuzz.sh)"
+    scripts/fuzz.sh || failed+=("scripts/fuzz.sh")
+    step "fuzzing: $((SECONDS - start)) s"
+  fi
+  if ((${#failed[@]})); then
+    step "failed: ${failed[*]}"
+    exit 1
+  fi
+fi
 step "all tests passed"

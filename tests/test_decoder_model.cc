@@ -19,6 +19,10 @@
 #include "qkv/sampling.h"
 
 // --- Counting every C++ allocation of this process ----------------------------
+// Every replaceable operator new and delete is replaced, all on malloc/free:
+// a form left to the runtime (the nothrow ones, which libstdc++ and
+// OpenMP use) would pair its allocator with ours, which AddressSanitizer
+// reports as alloc-dealloc-mismatch (scripts/sanitize.sh).
 
 namespace {
 std::atomic<bool> g_counting{false};
@@ -32,8 +36,17 @@ void* counted_malloc(std::size_t n) {
 void* counted_aligned(std::size_t n, std::align_val_t al) {
   if (g_counting.load(std::memory_order_relaxed)) g_allocations.fetch_add(1);
   const std::size_t a = static_cast<std::size_t>(al);
-  if (void* p = std::aligned_alloc(a, (n + a - 1) / a * a)) return p;
+  // aligned_alloc wants a size that is a positive multiple of the alignment.
+  if (void* p = std::aligned_alloc(a, (std::max<std::size_t>(n, 1) + a - 1) / a * a)) return p;
   throw std::bad_alloc();
+}
+template <class Allocate>
+void* or_null(Allocate allocate) noexcept {
+  try {
+    return allocate();
+  } catch (const std::bad_alloc&) {
+    return nullptr;
+  }
 }
 }  // namespace
 
@@ -41,6 +54,18 @@ void* operator new(std::size_t n) { return counted_malloc(n); }
 void* operator new[](std::size_t n) { return counted_malloc(n); }
 void* operator new(std::size_t n, std::align_val_t a) { return counted_aligned(n, a); }
 void* operator new[](std::size_t n, std::align_val_t a) { return counted_aligned(n, a); }
+void* operator new(std::size_t n, const std::nothrow_t&) noexcept {
+  return or_null([n] { return counted_malloc(n); });
+}
+void* operator new[](std::size_t n, const std::nothrow_t&) noexcept {
+  return or_null([n] { return counted_malloc(n); });
+}
+void* operator new(std::size_t n, std::align_val_t a, const std::nothrow_t&) noexcept {
+  return or_null([n, a] { return counted_aligned(n, a); });
+}
+void* operator new[](std::size_t n, std::align_val_t a, const std::nothrow_t&) noexcept {
+  return or_null([n, a] { return counted_aligned(n, a); });
+}
 void operator delete(void* p) noexcept { std::free(p); }
 void operator delete[](void* p) noexcept { std::free(p); }
 void operator delete(void* p, std::size_t) noexcept { std::free(p); }
@@ -49,6 +74,10 @@ void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
 void operator delete[](void* p, std::align_val_t) noexcept { std::free(p); }
 void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
 void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
+void operator delete(void* p, const std::nothrow_t&) noexcept { std::free(p); }
+void operator delete[](void* p, const std::nothrow_t&) noexcept { std::free(p); }
+void operator delete(void* p, std::align_val_t, const std::nothrow_t&) noexcept { std::free(p); }
+void operator delete[](void* p, std::align_val_t, const std::nothrow_t&) noexcept { std::free(p); }
 
 namespace qkv::nn {
 namespace {
