@@ -72,7 +72,8 @@ QKV_ALWAYS_INLINE float exp_f32(float y) {
   p = p * r + 1.0f;
   p = p * r + 1.0f;
   // memcpy, not std::bit_cast: GCC 12 vectorises the loops only with memcpy.
-  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
+  // NaN stays NaN through p; converting it to an integer would be undefined.
+  const int32_t bits = (static_cast<int32_t>(n == n ? n : 0.0f) + 127) << 23;
   float scale;
   std::memcpy(&scale, &bits, sizeof scale);
   return p * scale;
