@@ -1,4 +1,4 @@
-#include "qkv/train/recall_model.h"
+#include "tasks/recall_model.h"
 
 #include <string>
 

@@ -1,4 +1,4 @@
-#include "qkv/train/fortunes_classifier.h"
+#include "tasks/fortunes_classifier.h"
 
 #include <algorithm>
 #include <cmath>
