@@ -23,7 +23,7 @@
 #include "qkv/nn/grouped_query_attention.h"
 #include "qkv/nn/positional_encoding.h"
 #include "qkv/runtime.h"
-#include "qkv/train/char_lm.h"
+#include "tasks/char_lm.h"
 
 namespace qkv {
 namespace {

@@ -1,4 +1,4 @@
-// Text classification on fortune files (qkv/train/fortunes_*.h): the reader on
+// Text classification on fortune files (tools/tasks/fortunes_*.h): the reader on
 // hand-made files, the split, words and batches checked against their
 // definitions, and both classifiers must learn a small synthetic corpus
 // whose classes are decided by words.
@@ -19,9 +19,9 @@
 #include "qkv/generator.h"
 #include "qkv/loss.h"
 #include "qkv/runtime.h"
-#include "qkv/train/fortunes_classifier.h"
-#include "qkv/train/fortunes_data.h"
-#include "qkv/train/fortunes_training.h"
+#include "tasks/fortunes_classifier.h"
+#include "tasks/fortunes_data.h"
+#include "tasks/fortunes_training.h"
 
 namespace {
 

@@ -1,4 +1,4 @@
-// The recall task (qkv/train/recall_task.h), its models and training loop:
+// The recall task (tools/tasks/recall_task.h), its models and training loop:
 // the data is checked against its definition, the loss gradient against
 // finite differences, and a short run must learn the task with attention and
 // fail without it.
@@ -14,9 +14,9 @@
 #include "qkv/error.h"
 #include "qkv/loss.h"
 #include "qkv/runtime.h"
-#include "qkv/train/recall_model.h"
-#include "qkv/train/recall_task.h"
-#include "qkv/train/recall_training.h"
+#include "tasks/recall_model.h"
+#include "tasks/recall_task.h"
+#include "tasks/recall_training.h"
 
 namespace {
 

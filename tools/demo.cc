@@ -19,8 +19,8 @@
 #include "qkv/nn/multihead_attention.h"
 #include "qkv/runtime.h"
 #include "qkv/tensor.h"
-#include "qkv/train/recall_training.h"
 #include "qkv/viz/heatmap.h"
+#include "tasks/recall_training.h"
 #include "terminal.h"
 
 namespace qkv::cli {

@@ -2,7 +2,7 @@
 // Each topic file (computers, politics, ...) is a class; a small Transformer
 // encoder and a bag-of-words baseline learn from the same training split and
 // are scored on the same held-out split: accuracy, per-class accuracy and
-// confusion matrices. The data, models and loop live in qkv/train/fortunes_*.h.
+// confusion matrices. The data, models and loop live in tools/tasks/fortunes_*.h.
 #include <unistd.h>
 
 #include <algorithm>
@@ -22,9 +22,9 @@
 #include "qkv/error.h"
 #include "qkv/models/sentence_encoder.h"
 #include "qkv/runtime.h"
-#include "qkv/train/fortunes_classifier.h"
-#include "qkv/train/fortunes_data.h"
-#include "qkv/train/fortunes_training.h"
+#include "tasks/fortunes_classifier.h"
+#include "tasks/fortunes_data.h"
+#include "tasks/fortunes_training.h"
 #include "terminal.h"
 #include "train_tasks.h"
 #include "training_progress.h"

@@ -2,7 +2,7 @@
 // character of English text (fortune files by default), reports the held-out
 // loss in bits per character next to the unigram baseline, prints a sample
 // and saves the model for `qkv generate`. The corpus, batches and loop live
-// in qkv/train/char_lm.h.
+// in tools/tasks/char_lm.h.
 #include <unistd.h>
 
 #include <algorithm>
@@ -21,7 +21,7 @@
 #include "qkv/nn/decoder_model.h"
 #include "qkv/nn/decoder_session.h"
 #include "qkv/runtime.h"
-#include "qkv/train/char_lm.h"
+#include "tasks/char_lm.h"
 #include "terminal.h"
 #include "train_tasks.h"
 #include "training_progress.h"

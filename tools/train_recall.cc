@@ -1,7 +1,7 @@
 // `qkv train recall`: trains a small Transformer on associative recall
 // (k key-value pairs, then "which value had key X?"), next to a baseline that
 // averages over positions instead of attending, and draws where each head of
-// the trained model looks. The task, model and loop live in qkv/train/.
+// the trained model looks. The task, model and loop live in tools/tasks/.
 #include <unistd.h>
 
 #include <cstdint>
@@ -16,10 +16,10 @@
 #include "command.h"
 #include "qkv/error.h"
 #include "qkv/runtime.h"
-#include "qkv/train/recall_model.h"
-#include "qkv/train/recall_task.h"
-#include "qkv/train/recall_training.h"
 #include "qkv/viz/heatmap.h"
+#include "tasks/recall_model.h"
+#include "tasks/recall_task.h"
+#include "tasks/recall_training.h"
 #include "terminal.h"
 #include "train_tasks.h"
 #include "training_progress.h"

@@ -78,6 +78,22 @@ Tensor mul(const Tensor& a, const Tensor& b);
 // x: [...]  ->  [...]
 Tensor scale(const Tensor& x, double factor);
 
+// --- Reductions ----------------------------------------------------------------
+
+// torch.sum(x): the sum of all elements, a 0-d tensor (0 when x is empty).
+// x: [...]  ->  []
+Tensor sum(const Tensor& x);
+// torch.sum(x, dim, keepdim): the sum over dimension `dim` (negative counts
+// from the end); keepdim keeps it with size 1.
+// x: [..., N, ...]  ->  [..., ...] (keepdim: [..., 1, ...])
+Tensor sum(const Tensor& x, int64_t dim, bool keepdim = false);
+// torch.mean: sum / count, the division done before rounding (NaN when the
+// count is 0, as in torch).
+// x: [...]  ->  []
+Tensor mean(const Tensor& x);
+// x: [..., N, ...]  ->  [..., ...] (keepdim: [..., 1, ...])
+Tensor mean(const Tensor& x, int64_t dim, bool keepdim = false);
+
 // --- Dropout -------------------------------------------------------------------
 
 // torch.nn.functional.dropout: in training mode each element is zeroed with

@@ -140,9 +140,7 @@ void DecoderModel::backward(const Tensor& grad_logits, const DecoderModelRecord&
     const Tensor table = position_table();
     Tensor grad_rows =
         detail::grad_buffer(grads_, "pos_embeddings.weight", table).slice(0, 0, r.length);
-    Tensor sum = grad_x.select(0, 0).contiguous();
-    for (int64_t b = 1; b < r.batch_size; ++b) sum = add(sum, grad_x.select(0, b));
-    grad_rows.copy_from(add(grad_rows, sum));
+    grad_rows.copy_from(add(grad_rows, sum(grad_x, 0)));
   }
   // x = tok_embeddings(ids)
   tok_embeddings_.backward(grad_x, r.tok_embeddings);

@@ -21,6 +21,7 @@
 
 #include "ops/checks.h"
 #include "qkv/attention.h"
+#include "qkv/functional.h"
 #include "qkv/linear.h"
 #include "tensor/parallel_threshold.h"
 
@@ -74,28 +75,7 @@ std::vector<double> additive_values(const Tensor& mask, const char* name) {
 
 // Mean over heads.
 // weights: [B, H, L, S]  ->  [B, L, S]
-template <class T>
-Tensor mean_over_heads_typed(const Tensor& weights) {
-  const Tensor w = weights.contiguous();
-  const int64_t B = w.size(0), H = w.size(1), LS = w.size(2) * w.size(3);
-  Tensor out = Tensor::zeros({B, w.size(2), w.size(3)}, w.dtype());
-  const T* src = w.data<T>();
-  T* dst = out.data<T>();
-  for (int64_t b = 0; b < B; ++b) {
-    T* row = dst + b * LS;
-    for (int64_t h = 0; h < H; ++h) {
-      const T* head = src + (b * H + h) * LS;
-      for (int64_t i = 0; i < LS; ++i) row[i] += head[i];
-    }
-    for (int64_t i = 0; i < LS; ++i) row[i] /= static_cast<T>(H);
-  }
-  return out;
-}
-
-Tensor mean_over_heads(const Tensor& weights) {
-  return weights.dtype() == DType::kFloat64 ? mean_over_heads_typed<double>(weights)
-                                            : mean_over_heads_typed<float>(weights);
-}
+Tensor mean_over_heads(const Tensor& weights) { return mean(weights, 1); }
 
 // xavier_uniform_: U(-a, a) with a = sqrt(6 / (fan_in + fan_out)), for a 2-D [out, in] weight.
 Tensor xavier_uniform(const Shape& shape, Generator& gen, DType dtype) {

@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "nn/module_util.h"
+#include "qkv/functional.h"
 #include "qkv/gradients.h"
 #include "qkv/nn/multihead_attention.h"
 
@@ -48,7 +49,7 @@ SdpaGradients MultiheadAttention::head_gradients(const Tensor& grad_output,
   const int64_t D = o.embed_dim;
   const DType dt = o.dtype;
   const HeadLayout heads(r, o, head_dim());
-  const int64_t B = heads.B, L = heads.L, S = heads.S;
+  const int64_t L = heads.L, S = heads.S;
   auto split_heads = [&](const Tensor& x, int64_t len) { return heads.split_heads(x, len); };
   auto grad = [&](const char* name, const Tensor& value) {
     return detail::grad_buffer(grads_, name, value);
@@ -86,9 +87,7 @@ SdpaGradients MultiheadAttention::head_gradients(const Tensor& grad_output,
     for (const Row& row : {Row{&g.key, "bias_k", &bias_k_}, Row{&g.value, "bias_v", &bias_v_}}) {
       const Tensor* full = row.full;
       Tensor buffer = grad(row.name, *row.bias);
-      Tensor sum = full->slice(2, S, S + 1).select(0, 0).contiguous();
-      for (int64_t b = 1; b < B; ++b) sum = add(sum, full->slice(2, S, S + 1).select(0, b));
-      buffer.copy_from(add(buffer, sum.reshape({1, 1, D})));
+      buffer.copy_from(add(buffer, sum(full->slice(2, S, S + 1), 0).reshape({1, 1, D})));
     }
   }
   // The zero row of add_zero_attn is a constant: its gradient is dropped.

@@ -1,4 +1,4 @@
-#include "qkv/train/fortunes_training.h"
+#include "tasks/fortunes_training.h"
 
 #include <algorithm>
 #include <chrono>
@@ -10,7 +10,7 @@
 #include "qkv/optim/adam.h"
 #include "qkv/optim/clip_grad_norm.h"
 #include "qkv/optim/lr_schedule.h"
-#include "train/task_schedule.h"
+#include "tasks/task_schedule.h"
 
 namespace qkv::train {
 

@@ -27,7 +27,7 @@
 #include "qkv/nn/parameter.h"
 #include "qkv/nn/transformer.h"
 #include "qkv/tensor.h"
-#include "qkv/train/recall_task.h"
+#include "tasks/recall_task.h"
 
 namespace qkv::train {
 

@@ -1,4 +1,4 @@
-#include "qkv/train/char_lm.h"
+#include "tasks/char_lm.h"
 
 #include <utf8proc.h>
 
@@ -20,7 +20,7 @@
 #include "qkv/optim/adam.h"
 #include "qkv/optim/clip_grad_norm.h"
 #include "qkv/optim/lr_schedule.h"
-#include "train/task_schedule.h"
+#include "tasks/task_schedule.h"
 
 namespace qkv::train {
 

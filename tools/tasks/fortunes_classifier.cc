@@ -1,4 +1,4 @@
-#include "qkv/train/fortunes_classifier.h"
+#include "tasks/fortunes_classifier.h"
 
 #include <algorithm>
 #include <cmath>
@@ -80,7 +80,7 @@ Tensor EncoderClassifier::forward(const TextBatch& batch, EncoderClassifierRecor
   check_batch(batch, "EncoderClassifier");
   QKV_CHECK(batch.length <= options_.max_length, "EncoderClassifier: texts of at most ",
             options_.max_length, " tokens (max_length), got a batch of length ", batch.length);
-  const int64_t b = batch.batch, l = batch.length, d = options_.d_model;
+  const int64_t b = batch.batch, l = batch.length;
   const Shape shape = {b, l};
   std::vector<int64_t> position_ids(b * l);
   for (int64_t i = 0; i < b * l; ++i) position_ids[i] = i % l;
@@ -113,14 +113,8 @@ Tensor EncoderClassifier::forward(const TextBatch& batch, EncoderClassifierRecor
     for (int64_t i = 0; i < b; ++i)
       for (int64_t t = 0; t < batch.lengths[i]; ++t) w[i * l + t] = 1.0f / batch.lengths[i];
   }
-  Tensor pooled = Tensor::zeros({b, d});
-  float* p = pooled.data<float>();
-  const float* hp = h.data<float>();
-  for (int64_t i = 0; i < b; ++i)
-    for (int64_t t = 0; t < batch.lengths[i]; ++t) {
-      const float wt = w[i * l + t];
-      for (int64_t j = 0; j < d; ++j) p[i * d + j] += wt * hp[(i * l + t) * d + j];
-    }
+  // pooled[i] = Σ_t w[i, t] h[i, t]; padding has weight 0.
+  const Tensor pooled = sum(mul(weights.unsqueeze(2), h), 1);  // [B, D]
   if (record != nullptr) {
     record->encoded = h;
     record->lengths = batch.lengths;

@@ -1,4 +1,4 @@
-#include "qkv/train/recall_model.h"
+#include "tasks/recall_model.h"
 
 #include <string>
 
@@ -66,19 +66,14 @@ Tensor RecallModel::embed(const RecallBatch& batch, RecallModelRecord* record) c
 
 Tensor RecallModel::forward(const RecallBatch& batch, RecallModelRecord* record) {
   const Tensor x = embed(batch, record);  // [B, L, D]
-  const int64_t b = batch.batch, l = batch.length, d = options_.d_model;
+  const int64_t l = batch.length;
   if (encoder_) {
     const Tensor y = encoder_->forward(x, encoder_args_, record ? &record->encoder : nullptr);
     // The last position holds the queried key: classify from there.
     const Tensor last = y.select(1, l - 1).contiguous();  // [B, D]
     return head_.forward(last, record ? &record->head : nullptr);
   }
-  Tensor pooled = Tensor::zeros({b, d});
-  const float* xs = x.data<float>();
-  float* ps = pooled.data<float>();
-  for (int64_t i = 0; i < b; ++i)
-    for (int64_t t = 0; t < l; ++t)
-      for (int64_t j = 0; j < d; ++j) ps[i * d + j] += xs[(i * l + t) * d + j] / l;
+  const Tensor pooled = mean(x, 1);                                           // [B, D]
   Tensor pre = hidden_->forward(pooled, record ? &record->hidden : nullptr);  // [B, F]
   if (record != nullptr) record->hidden_pre = pre;
   return head_.forward(relu(pre), record ? &record->head : nullptr);

@@ -17,8 +17,8 @@
 #include <optional>
 #include <vector>
 
-#include "qkv/train/recall_model.h"
-#include "qkv/train/recall_task.h"
+#include "tasks/recall_model.h"
+#include "tasks/recall_task.h"
 
 namespace qkv::train {
 

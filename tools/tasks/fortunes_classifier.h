@@ -31,7 +31,7 @@
 #include "qkv/nn/parameter.h"
 #include "qkv/nn/transformer.h"
 #include "qkv/tensor.h"
-#include "qkv/train/fortunes_data.h"
+#include "tasks/fortunes_data.h"
 
 namespace qkv::train {
 

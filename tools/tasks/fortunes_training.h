@@ -22,8 +22,8 @@
 #include <vector>
 
 #include "qkv/tensor.h"
-#include "qkv/train/fortunes_classifier.h"
-#include "qkv/train/fortunes_data.h"
+#include "tasks/fortunes_classifier.h"
+#include "tasks/fortunes_data.h"
 
 namespace qkv::train {
 

@@ -1,4 +1,4 @@
-#include "qkv/train/fortunes_data.h"
+#include "tasks/fortunes_data.h"
 
 #include <utf8proc.h>
 

@@ -1,4 +1,4 @@
-#include "qkv/train/recall_task.h"
+#include "tasks/recall_task.h"
 
 #include <algorithm>
 #include <numeric>
