@@ -17,7 +17,7 @@
 // Training (the full-sequence path): forward with a record the caller keeps,
 // a loss on the logits, backward with ∂loss/∂logits into every parameter's
 // gradient buffer (a tied head and the embedding share one), then an
-// optimizer over parameters() — train::train_char_lm (qkv/train/char_lm.h)
+// optimizer over parameters() — train::train_char_lm (tools/tasks/char_lm.h)
 // is a complete loop:
 //   nn::DecoderModelRecord rec;
 //   Tensor logits = model.forward(ids, batch, &rec);    // [B, T, vocab]
