@@ -63,6 +63,8 @@ void override_kernel_table(const KernelTable* table) {
   g_override.store(table, std::memory_order_relaxed);
 }
 
+const RowKernels& active_row_kernels() { return *active_kernel_table().rows; }
+
 namespace {
 
 // Tile sizes: bench/bench_kernels.cc (tile sweep) chose 96 query rows and

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "kernels/reference/sdpa_reference.h"
+#include "kernels/row_kernels.h"
 
 namespace qkv::kernels {
 
@@ -66,6 +67,8 @@ struct KernelTable {
   void (*flash_backward_tile)(const SdpaBackwardProblem& problem, const FlashTiling& tiling,
                               const int64_t* problems, int64_t count, int64_t j0, int64_t cols,
                               const double* row_dot, float* grad_q_base, float* scratch);
+  // The float32 row loops of the ops (norms, activations, Adam) for this ISA.
+  const RowKernels* rows;
 };
 
 // The tables this CPU can run, fastest first (for tests and benchmarks).

@@ -6,6 +6,8 @@
 
 namespace qkv::kernels {
 
+extern const RowKernels kAvx2Rows;
+
 extern const KernelTable kAvx2Kernels = {
     "avx2",
     &simd::fma_peak_gflops<simd::Avx2>,
@@ -21,6 +23,7 @@ extern const KernelTable kAvx2Kernels = {
     simd::kGemvMaxRows<simd::Avx2>,
     &simd::backward_scratch_floats<simd::Avx2>,
     &simd::flash_backward_tile<simd::Avx2>,
+    &kAvx2Rows,
 };
 
 }  // namespace qkv::kernels

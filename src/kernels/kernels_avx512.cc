@@ -6,6 +6,8 @@
 
 namespace qkv::kernels {
 
+extern const RowKernels kAvx512Rows;
+
 extern const KernelTable kAvx512Kernels = {
     "avx512",
     &simd::fma_peak_gflops<simd::Avx512>,
@@ -21,6 +23,7 @@ extern const KernelTable kAvx512Kernels = {
     simd::kGemvMaxRows<simd::Avx512>,
     &simd::backward_scratch_floats<simd::Avx512>,
     &simd::flash_backward_tile<simd::Avx512>,
+    &kAvx512Rows,
 };
 
 }  // namespace qkv::kernels

@@ -6,6 +6,8 @@
 
 namespace qkv::kernels {
 
+extern const RowKernels kPortableRows;
+
 extern const KernelTable kPortableKernels = {
     "portable",
     &simd::fma_peak_gflops<simd::Portable>,
@@ -21,6 +23,7 @@ extern const KernelTable kPortableKernels = {
     simd::kGemvMaxRows<simd::Portable>,
     &simd::backward_scratch_floats<simd::Portable>,
     &simd::flash_backward_tile<simd::Portable>,
+    &kPortableRows,
 };
 
 }  // namespace qkv::kernels

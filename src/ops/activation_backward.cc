@@ -1,71 +1,24 @@
 // Backward of relu, gelu (exact erf and tanh) and silu: grad_input +=
 // grad_output · f'(x). Each derivative is evaluated in float64, except for
-// contiguous float32 tensors, which use the vectorised float32 erf and exp of
-// the forward (float32_math.h): within ~3e-7 · (|x| + 1) of the float64
-// derivative, and ~50x faster than going through float64 vectors (the GELU of
-// a MiniLM-sized training step is 6 M elements per layer).
+// contiguous float32 tensors, which run the active instruction set's vector
+// loops with the kernels' exp and erf (kernels/row_kernels.h): within
+// ~3e-7 · (|x| + 1) of the float64 derivative, and ~50x faster than going
+// through float64 vectors (the GELU of a MiniLM-sized training step is 6 M
+// elements per layer).
 #include <omp.h>
 
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/row_kernels.h"
 #include "ops/backward_util.h"
 #include "ops/checks.h"
 #include "qkv/gradients.h"
 #include "tensor/parallel_threshold.h"
 
-// Before float32_math.h, whose clamps need it (see there).
-#pragma GCC optimize("no-trapping-math")
-#include "ops/float32_math.h"
-
 namespace qkv {
 
 namespace {
-
-using namespace float32_math;
-
-// --- float32: gi[i] += go[i] · f'(x[i]), vectorised -----------------------------------
-
-QKV_FLOAT32_CLONES void relu_backward_f32(const float* go, const float* x, float* gi, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) gi[i] += x[i] > 0.0f ? go[i] : 0.0f;
-}
-
-// gelu'(x) = Φ(x) + x φ(x), Φ(x) = (1 + erf(x/√2)) / 2, φ(x) = exp(−x²/2) / √(2π).
-QKV_FLOAT32_CLONES void gelu_backward_f32(const float* go, const float* x, float* gi, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    const float v = x[i];
-    const float cdf = 0.5f * (1.0f + erf_f32(v * 0.70710678118654752f));
-    const float pdf = 0.39894228040143268f * exp_f32(-0.5f * v * v);
-    // Past ±10 the derivative is 1 or 0 in float32; exp_f32's clamp would
-    // leave x φ(x) finite for huge x.
-    const float d = v > 10.0f ? 1.0f : (v < -10.0f ? 0.0f : cdf + v * pdf);
-    gi[i] += go[i] * d;
-  }
-}
-
-// With t = tanh(u), u = k (x + 0.044715 x³), k = √(2/π):
-// f'(x) = (1 + t) / 2 + x/2 (1 − t²) k (1 + 3 · 0.044715 x²); t = 1 − 2 / (1 + e^{2u}).
-QKV_FLOAT32_CLONES void gelu_tanh_backward_f32(const float* go, const float* x, float* gi,
-                                               int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    const float v = x[i];
-    const float u = 0.79788456080286536f * (v + 0.044715f * v * v * v);
-    const float t = 1.0f - 2.0f / (1.0f + exp_f32(2.0f * u));
-    const float du = 0.79788456080286536f * (1.0f + 0.134145f * v * v);
-    const float d = 0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * du;
-    gi[i] += go[i] * (v > 10.0f ? 1.0f : (v < -10.0f ? 0.0f : d));  // as in gelu: x³ overflows
-  }
-}
-
-// silu'(x) = s (1 + x (1 − s)), s = 1 / (1 + e^{−x}).
-QKV_FLOAT32_CLONES void silu_backward_f32(const float* go, const float* x, float* gi, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    const float v = x[i];
-    const float s = 1.0f / (1.0f + exp_f32(-v));
-    const float d = s * (1.0f + v * (1.0f - s));
-    gi[i] += go[i] * (v > 80.0f ? 1.0f : (v < -80.0f ? 0.0f : d));  // as in gelu
-  }
-}
 
 using BackwardF32 = void (*)(const float*, const float*, float*, int64_t);
 
@@ -131,7 +84,8 @@ double silu_derivative(double v) {
 }  // namespace
 
 void relu_backward(const Tensor& grad_output, const Tensor& x, Tensor grad_input) {
-  unary_backward(grad_output, x, grad_input, "relu_backward", relu_derivative, relu_backward_f32);
+  unary_backward(grad_output, x, grad_input, "relu_backward", relu_derivative,
+                 kernels::active_row_kernels().relu_backward);
 }
 
 void gelu_backward(const Tensor& grad_output, const Tensor& x, GeluApproximation approximate,
@@ -139,11 +93,13 @@ void gelu_backward(const Tensor& grad_output, const Tensor& x, GeluApproximation
   const bool tanh = approximate == GeluApproximation::kTanh;
   unary_backward(grad_output, x, grad_input, "gelu_backward",
                  tanh ? gelu_tanh_derivative : gelu_derivative,
-                 tanh ? gelu_tanh_backward_f32 : gelu_backward_f32);
+                 tanh ? kernels::active_row_kernels().gelu_tanh_backward
+                      : kernels::active_row_kernels().gelu_backward);
 }
 
 void silu_backward(const Tensor& grad_output, const Tensor& x, Tensor grad_input) {
-  unary_backward(grad_output, x, grad_input, "silu_backward", silu_derivative, silu_backward_f32);
+  unary_backward(grad_output, x, grad_input, "silu_backward", silu_derivative,
+                 kernels::active_row_kernels().silu_backward);
 }
 
 void activate_backward(const Tensor& grad_output, const Tensor& x, Activation activation,

@@ -1,9 +1,10 @@
 // Activations: relu, gelu (exact erf or tanh), silu. float64 inputs are
 // computed with the C library (std::erf, std::tanh, std::exp) and are exact to
-// the last bit or so. float32 inputs use branch-free float32 approximations of
-// erf and exp that the compiler vectorises: |gelu error| <= 2e-7 * (|x| + 1)
-// against float64 (tests/test_gelu.cc), ~30-40x faster than a scalar float64
-// erf per element, which took ~20 % of an all-MiniLM-L6-v2 forward.
+// the last bit or so. float32 inputs run the active instruction set's vector
+// loops (kernels/row_kernels.h, with the kernels' exp and erf):
+// |gelu error| <= 2e-7 * (|x| + 1) against float64 (tests/test_gelu.cc),
+// ~30-40x faster than a scalar float64 erf per element, which took ~20 % of
+// an all-MiniLM-L6-v2 forward.
 #include <omp.h>
 
 #include <algorithm>
@@ -11,20 +12,15 @@
 #include <cstdint>
 #include <cstring>
 
+#include "kernels/row_kernels.h"
 #include "ops/checks.h"
 #include "ops/into_checks.h"
 #include "qkv/functional.h"
 #include "tensor/parallel_threshold.h"
 
-// Before float32_math.h, whose clamps need it (see there).
-#pragma GCC optimize("no-trapping-math")
-#include "ops/float32_math.h"
-
 namespace qkv {
 
 namespace {
-
-using namespace float32_math;
 
 // --- float64: the C library, one rounding to the output ------------------------------
 
@@ -44,37 +40,12 @@ double gelu_tanh_value(double v) {
 }
 double silu_value(double v) { return v / (1.0 + std::exp(-v)); }
 
-// --- float32: vectorisable approximations --------------------------------------------
-// Straight-line code (no calls, no branches; clamps and selects instead) so
-// that GCC vectorises the loops below, compiled for each ISA (QKV_FLOAT32_CLONES).
-
-// gelu(x) = x/2 (1 + erf(x/√2)).
-QKV_FLOAT32_CLONES void gelu_f32(const float* x, float* y, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    const float v = x[i];
-    y[i] = 0.5f * v * (1.0f + erf_f32(v * 0.70710678118654752f));
-  }
-}
-
-// x/2 (1 + tanh(u)) = x / (1 + exp(-2u)), u = √(2/π) (x + 0.044715 x³).
-QKV_FLOAT32_CLONES void gelu_tanh_f32(const float* x, float* y, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    const float v = x[i];
-    const float u = 0.79788456080286536f * (v + 0.044715f * v * v * v);
-    const float a = -2.0f * u;
-    // Past exp_f32's clamp the quotient would stay ~x e^-86 (-4.5 at x = -1e38): take the limit.
-    y[i] = a >= 86.0f ? 0.0f * v : v / (1.0f + exp_f32(a));
-  }
-}
-
-QKV_FLOAT32_CLONES void silu_f32(const float* x, float* y, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    const float v = x[i];
-    y[i] = -v >= 86.0f ? 0.0f * v : v / (1.0f + exp_f32(-v));  // the limit, as in gelu_tanh_f32
-  }
-}
-
 using SpanF32 = void (*)(const float*, float*, int64_t);
+
+// The float32 loops of the active instruction set.
+SpanF32 gelu_f32() { return kernels::active_row_kernels().gelu; }
+SpanF32 gelu_tanh_f32() { return kernels::active_row_kernels().gelu_tanh; }
+SpanF32 silu_f32() { return kernels::active_row_kernels().silu; }
 
 // Runs f over [0, n) in blocks spread over the threads (one thread below
 // kParallelMinElements). Called inside a parallel region (bert.cc's row
@@ -121,26 +92,26 @@ Tensor relu(const Tensor& x) { return map(x, "relu", relu_value); }
 
 Tensor gelu(const Tensor& x, GeluApproximation approximate) {
   if (approximate == GeluApproximation::kTanh)
-    return map(x, "gelu", gelu_tanh_value, gelu_tanh_f32);
-  return map(x, "gelu", gelu_value, gelu_f32);
+    return map(x, "gelu", gelu_tanh_value, gelu_tanh_f32());
+  return map(x, "gelu", gelu_value, gelu_f32());
 }
 
-Tensor silu(const Tensor& x) { return map(x, "silu", silu_value, silu_f32); }
+Tensor silu(const Tensor& x) { return map(x, "silu", silu_value, silu_f32()); }
 
 void gelu_into(Tensor& out, const Tensor& x, GeluApproximation approximate) {
   if (approximate == GeluApproximation::kTanh)
-    map_into(out, x, "gelu_into", gelu_tanh_value, gelu_tanh_f32);
+    map_into(out, x, "gelu_into", gelu_tanh_value, gelu_tanh_f32());
   else
-    map_into(out, x, "gelu_into", gelu_value, gelu_f32);
+    map_into(out, x, "gelu_into", gelu_value, gelu_f32());
 }
 
 void silu_into(Tensor& out, const Tensor& x) {
-  map_into(out, x, "silu_into", silu_value, silu_f32);
+  map_into(out, x, "silu_into", silu_value, silu_f32());
 }
 
 void activate_into(Tensor& out, const Tensor& x, Activation activation) {
   if (activation == Activation::kGelu)
-    map_into(out, x, "activate_into", gelu_value, gelu_f32);
+    map_into(out, x, "activate_into", gelu_value, gelu_f32());
   else
     map_into(out, x, "activate_into", relu_value);
 }

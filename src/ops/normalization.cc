@@ -1,15 +1,16 @@
 // layer_norm and rms_norm: per-row statistics over the trailing dims,
 // accumulated in float64 for either dtype (ops/row_statistics.h), then one
-// rounding per output. Rows are spread over the threads.
+// rounding per output. Rows are spread over the threads; float32 rows run
+// the active instruction set's loop (kernels/row_kernels.h).
 #include <cmath>
 #include <limits>
 #include <type_traits>
 
+#include "kernels/row_kernels.h"
+#include "kernels/simd/norm_rows.h"
 #include "ops/checks.h"
-#include "ops/float32_math.h"
 #include "ops/into_checks.h"
 #include "ops/normalization_checks.h"
-#include "ops/row_statistics.h"
 #include "qkv/functional.h"
 
 namespace qkv {
@@ -52,63 +53,29 @@ const T* optional_data(const Tensor& contiguous_param) {
 // Rows are spread over the threads when there are enough of them.
 constexpr int64_t kParallelElements = 1 << 15;
 
-// One row: y = (x − mean) · rstd · w + b (w, b optional), in float64.
-template <class T>
-[[gnu::always_inline]] inline void layer_norm_row(const T* x, const T* w, const T* b, T* y,
-                                                  int64_t n, double eps) {
-  const auto [mean, rstd] = detail::layer_norm_moments(x, n, eps);
-  for (int64_t i = 0; i < n; ++i) {
-    double v = (x[i] - mean) * rstd;
-    if (w) v *= w[i];
-    if (b) v += b[i];
-    y[i] = static_cast<T>(v);
-  }
-}
-
-// One row: y = x · rrms · w (w optional), in float64.
-template <class T>
-[[gnu::always_inline]] inline void rms_norm_row(const T* x, const T* w, T* y, int64_t n,
-                                                double eps) {
-  const double rrms = detail::rms_norm_rrms(x, n, eps);
-  for (int64_t i = 0; i < n; ++i) {
-    double v = x[i] * rrms;
-    if (w) v *= w[i];
-    y[i] = static_cast<T>(v);
-  }
-}
-
-// The float32 rows, compiled for each instruction set.
-QKV_FLOAT32_CLONES void layer_norm_row_f32(const float* x, const float* w, const float* b, float* y,
-                                           int64_t n, double eps) {
-  layer_norm_row(x, w, b, y, n, eps);
-}
-
-QKV_FLOAT32_CLONES void rms_norm_row_f32(const float* x, const float* w, float* y, int64_t n,
-                                         double eps) {
-  rms_norm_row(x, w, y, n, eps);
-}
-
 template <class T>
 void layer_norm_rows(const T* x, const T* w, const T* b, T* y, Rows rows, double eps) {
   const int64_t n = rows.length;
+  const kernels::RowKernels& isa = kernels::active_row_kernels();
 #pragma omp parallel for schedule(static) if (rows.count * n >= kParallelElements)
   for (int64_t r = 0; r < rows.count; ++r) {
     if constexpr (std::is_same_v<T, float>)
-      layer_norm_row_f32(x + r * n, w, b, y + r * n, n, eps);
+      isa.layer_norm(x + r * n, w, b, y + r * n, n, eps);
     else
-      layer_norm_row(x + r * n, w, b, y + r * n, n, eps);
+      kernels::simd::layer_norm_row(x + r * n, w, b, y + r * n, n, eps);
   }
 }
 
 template <class T>
 void rms_norm_rows(const T* x, const T* w, T* y, Rows rows, double eps) {
   const int64_t n = rows.length;
+  const kernels::RowKernels& isa = kernels::active_row_kernels();
 #pragma omp parallel for schedule(static) if (rows.count * n >= kParallelElements)
   for (int64_t r = 0; r < rows.count; ++r) {
     if constexpr (std::is_same_v<T, float>)
-      rms_norm_row_f32(x + r * n, w, y + r * n, n, eps);
+      isa.rms_norm(x + r * n, w, y + r * n, n, eps);
     else
-      rms_norm_row(x + r * n, w, y + r * n, n, eps);
+      kernels::simd::rms_norm_row(x + r * n, w, y + r * n, n, eps);
   }
 }
 

@@ -1,18 +1,20 @@
 // Backward of layer_norm and rms_norm. The row statistics are recomputed from
 // x in float64 exactly as the forward computes them (ops/row_statistics.h),
 // so nothing but the inputs has to be kept from the forward. Rows are spread
-// over the threads; every sum is float64, each result rounded once.
+// over the threads; every sum is float64, each result rounded once. One row
+// is kernels/simd/norm_rows.h: float32 rows run the active instruction set's
+// copy (kernels/row_kernels.h).
 #include <cmath>
 #include <limits>
 #include <type_traits>
 #include <utility>
 #include <vector>
 
+#include "kernels/row_kernels.h"
+#include "kernels/simd/norm_rows.h"
 #include "ops/backward_util.h"
 #include "ops/checks.h"
-#include "ops/float32_math.h"
 #include "ops/normalization_checks.h"
-#include "ops/row_statistics.h"
 #include "qkv/gradients.h"
 
 namespace qkv {
@@ -88,93 +90,21 @@ std::pair<std::vector<double>, std::vector<double>> for_rows(int64_t rows, int64
   return {std::move(dw), std::move(db)};
 }
 
-// One row of layer_norm's backward: adds g·xhat to dw and g to db and, when dx
-// is given, the input gradient to dx. The row sums are float64 in eight lanes
-// (as row_sum), which lets the loop run in vector registers.
-template <class T>
-[[gnu::always_inline]] inline void layer_norm_backward_row(const T* x, const T* dy, const T* w,
-                                                           T* dx, int64_t n, double mean,
-                                                           double rstd, double* dw, double* db) {
-  // Forward: v = (x[i] - mean) * rstd; v *= w[i]; v += b[i];
-  double lane_dxhat[8] = {0, 0, 0, 0, 0, 0, 0, 0}, lane_dxhat_xhat[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  auto visit = [&](int64_t i, int lane) __attribute__((always_inline)) {
-    const double xhat = (static_cast<double>(x[i]) - mean) * rstd;
-    const double g = static_cast<double>(dy[i]);
-    const double dxhat = w == nullptr ? g : g * static_cast<double>(w[i]);
-    dw[i] += g * xhat;
-    db[i] += g;
-    lane_dxhat[lane] += dxhat;
-    lane_dxhat_xhat[lane] += dxhat * xhat;
-  };
-  detail::for_each_lane(n, visit);
-  if (dx == nullptr) return;
-  const double mean_dxhat = detail::lane_total(lane_dxhat) / static_cast<double>(n);
-  const double mean_dxhat_xhat = detail::lane_total(lane_dxhat_xhat) / static_cast<double>(n);
-  // mean and rstd depend on every x of the row:
-  // dx = rstd · (dxhat − mean(dxhat) − xhat · mean(dxhat ∘ xhat))
-  for (int64_t j = 0; j < n; ++j) {
-    const double xhat = (static_cast<double>(x[j]) - mean) * rstd;
-    const double g = static_cast<double>(dy[j]);
-    const double dxhat = w == nullptr ? g : g * static_cast<double>(w[j]);
-    dx[j] = static_cast<T>(static_cast<double>(dx[j]) +
-                           rstd * (dxhat - mean_dxhat - xhat * mean_dxhat_xhat));
-  }
-}
-
-// The float32 rows, compiled for each instruction set.
-QKV_FLOAT32_CLONES void layer_norm_backward_row_f32(const float* x, const float* dy, const float* w,
-                                                    float* dx, int64_t n, double mean, double rstd,
-                                                    double* dw, double* db) {
-  layer_norm_backward_row(x, dy, w, dx, n, mean, rstd, dw, db);
-}
-
 template <class T>
 void layer_norm_backward_typed(NormBuffers<T>& b, int64_t rows, int64_t n, double eps,
                                std::vector<double>& dw_out, std::vector<double>& db_out) {
   const T *xs = b.xs(), *dys = b.dys(), *w = b.ws();
   T* dxs = b.dxs();
+  const kernels::RowKernels& isa = kernels::active_row_kernels();
   auto [dw, db] = for_rows(rows, n, [&](int64_t r, double* dw, double* db) {
-    const T* xr = xs + r * n;
-    const auto [mean, rstd] = detail::layer_norm_moments(xr, n, eps);
     T* dx = dxs == nullptr ? nullptr : dxs + r * n;
     if constexpr (std::is_same_v<T, float>)
-      layer_norm_backward_row_f32(xr, dys + r * n, w, dx, n, mean, rstd, dw, db);
+      isa.layer_norm_backward(xs + r * n, dys + r * n, w, dx, n, eps, dw, db);
     else
-      layer_norm_backward_row(xr, dys + r * n, w, dx, n, mean, rstd, dw, db);
+      kernels::simd::layer_norm_backward_row(xs + r * n, dys + r * n, w, dx, n, eps, dw, db);
   });
   dw_out = std::move(dw);
   db_out = std::move(db);
-}
-
-// One row of rms_norm's backward: adds g·x·rrms to dw and, when dx is given,
-// the input gradient to dx (float64 sums in eight lanes, as layer_norm's).
-template <class T>
-[[gnu::always_inline]] inline void rms_norm_backward_row(const T* x, const T* dy, const T* w, T* dx,
-                                                         int64_t n, double rrms, double* dw) {
-  // Forward: double v = x[i] * rrms; v *= w[i];
-  double lane_dot[8] = {0, 0, 0, 0, 0, 0, 0, 0};  // Σ dxhat_i x_i
-  auto visit = [&](int64_t i, int lane) __attribute__((always_inline)) {
-    const double g = static_cast<double>(dy[i]), xi = static_cast<double>(x[i]);
-    const double dxhat = w == nullptr ? g : g * static_cast<double>(w[i]);
-    dw[i] += g * xi * rrms;
-    lane_dot[lane] += dxhat * xi;
-  };
-  detail::for_each_lane(n, visit);
-  if (dx == nullptr) return;
-  const double dot = detail::lane_total(lane_dot);
-  // rrms = (mean(x²) + eps)^(−1/2)  ->  ∂rrms/∂x_i = −rrms³ · x_i / n
-  const double c = rrms * rrms * rrms * dot / static_cast<double>(n);
-  for (int64_t j = 0; j < n; ++j) {
-    const double g = static_cast<double>(dy[j]);
-    const double dxhat = w == nullptr ? g : g * static_cast<double>(w[j]);
-    dx[j] =
-        static_cast<T>(static_cast<double>(dx[j]) + rrms * dxhat - c * static_cast<double>(x[j]));
-  }
-}
-
-QKV_FLOAT32_CLONES void rms_norm_backward_row_f32(const float* x, const float* dy, const float* w,
-                                                  float* dx, int64_t n, double rrms, double* dw) {
-  rms_norm_backward_row(x, dy, w, dx, n, rrms, dw);
 }
 
 template <class T>
@@ -182,14 +112,13 @@ void rms_norm_backward_typed(NormBuffers<T>& b, int64_t rows, int64_t n, double 
                              std::vector<double>& dw_out) {
   const T *xs = b.xs(), *dys = b.dys(), *w = b.ws();
   T* dxs = b.dxs();
+  const kernels::RowKernels& isa = kernels::active_row_kernels();
   auto [dw, db] = for_rows(rows, n, [&](int64_t r, double* dw, double*) {
-    const T* xr = xs + r * n;
-    const double rrms = detail::rms_norm_rrms(xr, n, eps);
     T* dx = dxs == nullptr ? nullptr : dxs + r * n;
     if constexpr (std::is_same_v<T, float>)
-      rms_norm_backward_row_f32(xr, dys + r * n, w, dx, n, rrms, dw);
+      isa.rms_norm_backward(xs + r * n, dys + r * n, w, dx, n, eps, dw);
     else
-      rms_norm_backward_row(xr, dys + r * n, w, dx, n, rrms, dw);
+      kernels::simd::rms_norm_backward_row(xs + r * n, dys + r * n, w, dx, n, eps, dw);
   });
   dw_out = std::move(dw);
 }

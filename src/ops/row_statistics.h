@@ -4,9 +4,10 @@
 //
 // Sums run over eight partial sums: one running sum makes every addition wait
 // for the previous one (about 4 cycles each); eight independent ones overlap
-// and vectorise. Everything here is forced inline, so that the float32 rows
-// compiled per instruction set (QKV_FLOAT32_CLONES) call nothing; both files
-// are compiled without contraction, so every instruction set (and the
+// and vectorise. Everything here is forced inline and has internal linkage
+// (it is also compiled into the per-instruction-set rows_*.cc, whose copies
+// the linker must never pick for another file); every file that includes it
+// is compiled without contraction, so every instruction set (and the
 // backward, which recomputes these) sees the same numbers.
 #pragma once
 
@@ -14,6 +15,7 @@
 #include <cstdint>
 
 namespace qkv::detail {
+namespace {
 
 // The total of eight partial sums, always added in this order.
 [[gnu::always_inline]] inline double lane_total(const double* lane) {
@@ -69,4 +71,5 @@ template <class T>
   return 1.0 / std::sqrt(mean_square + eps);
 }
 
+}  // namespace
 }  // namespace qkv::detail

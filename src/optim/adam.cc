@@ -2,7 +2,9 @@
 // Each torch tensor op is one rounding in the parameter's dtype; scalars are
 // computed in float64 (Python floats there) and rounded to the dtype where
 // torch hands them to a kernel. `add(alpha=)` and `lerp` are fused
-// multiply-adds, as in torch's vectorised CPU kernels.
+// multiply-adds, as in torch's vectorised CPU kernels. The update of a span
+// is kernels/simd/adam_span.h; float32 runs the active instruction set's
+// copy (kernels/row_kernels.h).
 #include "qkv/optim/adam.h"
 
 #include <omp.h>
@@ -12,7 +14,8 @@
 #include <set>
 #include <type_traits>
 
-#include "ops/float32_math.h"
+#include "kernels/row_kernels.h"
+#include "kernels/simd/adam_span.h"
 #include "optim/optimizer_util.h"
 #include "tensor/parallel_threshold.h"
 
@@ -28,33 +31,7 @@ struct AdamScalars {
   bool decoupled, amsgrad;
 };
 
-// The scalar functions the update needs, written as builtins (the float32
-// spans are compiled per instruction set, and calls to the std:: wrappers
-// would not be inlined there). sqrt_of never sees a negative value.
-QKV_ALWAYS_INLINE float fused_multiply_add(float a, float b, float c) {
-  return __builtin_fmaf(a, b, c);
-}
-QKV_ALWAYS_INLINE double fused_multiply_add(double a, double b, double c) {
-  return __builtin_fma(a, b, c);
-}
-QKV_ALWAYS_INLINE float sqrt_of(float v) { return __builtin_sqrtf(v); }
-QKV_ALWAYS_INLINE double sqrt_of(double v) { return __builtin_sqrt(v); }
-
-// torch's vectorised lerp: start + w (end − start) for w < 0.5, else end − (1 − w)(end − start).
-template <class T>
-QKV_ALWAYS_INLINE T lerp(T start, T end, T weight) {
-  const bool from_start = weight < T(0.5);  // one multiply-add either way: no branch
-  return fused_multiply_add(from_start ? weight : weight - T(1), end - start,
-                            from_start ? start : end);
-}
-
-// The update's constants in the parameter's dtype.
-template <class T>
-struct AdamConstants {
-  T neg_step_size, bias_correction2_sqrt, decay, weight_decay;
-  T one_minus_beta1, beta2, one_minus_beta2, eps;
-  bool has_weight_decay, decoupled, amsgrad;
-};
+using kernels::AdamConstants;
 
 template <class T>
 AdamConstants<T> adam_constants(const AdamScalars& s) {
@@ -73,65 +50,11 @@ AdamConstants<T> adam_constants(const AdamScalars& s) {
           .amsgrad = s.amsgrad};
 }
 
-// How weight decay enters the update.
-enum class Decay { kNone, kDecoupled, kCoupled };
-
-// The update of elements [0, n), each on its own. The options are template
-// arguments so that the loop has no branches and vectorises; the constants
-// come by value, so no store to the buffers can change them.
-template <Decay kDecay, bool kAmsgrad, class T>
-QKV_ALWAYS_INLINE void adam_span(T* param, const T* grad_in, T* exp_avg, T* exp_avg_sq,
-                                 T* max_exp_avg_sq, int64_t n, AdamConstants<T> c) {
-  for (int64_t i = 0; i < n; ++i) {
-    T g = grad_in[i];
-    if constexpr (kDecay == Decay::kDecoupled)
-      param[i] = param[i] * c.decay;  // param.mul_(1 - lr * weight_decay)
-    if constexpr (kDecay == Decay::kCoupled)
-      g = fused_multiply_add(param[i], c.weight_decay, g);  // grad = grad.add(param, alpha=wd)
-    // exp_avg.lerp_(grad, 1 - beta1)
-    exp_avg[i] = lerp(exp_avg[i], g, c.one_minus_beta1);
-    // exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
-    exp_avg_sq[i] = exp_avg_sq[i] * c.beta2 + c.one_minus_beta2 * g * g;
-    T second = exp_avg_sq[i];
-    if constexpr (kAmsgrad) {
-      // torch.maximum(max_exp_avg_sqs[i], exp_avg_sq, out=max_exp_avg_sqs[i])
-      max_exp_avg_sq[i] = max_exp_avg_sq[i] < second ? second : max_exp_avg_sq[i];
-      second = max_exp_avg_sq[i];
-    }
-    // denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps)
-    const T denom = sqrt_of(second) / c.bias_correction2_sqrt + c.eps;
-    // param.addcdiv_(exp_avg, denom, value=-step_size)
-    param[i] = param[i] + c.neg_step_size * exp_avg[i] / denom;
-  }
-}
-
-// Picks the span for the options.
-template <class T>
-QKV_ALWAYS_INLINE void adam_span_for(T* param, const T* grad_in, T* exp_avg, T* exp_avg_sq,
-                                     T* max_exp_avg_sq, int64_t n, AdamConstants<T> c) {
-#define QKV_ADAM_SPAN(decay, amsgrad) \
-  adam_span<decay, amsgrad>(param, grad_in, exp_avg, exp_avg_sq, max_exp_avg_sq, n, c)
-  if (!c.has_weight_decay)
-    c.amsgrad ? QKV_ADAM_SPAN(Decay::kNone, true) : QKV_ADAM_SPAN(Decay::kNone, false);
-  else if (c.decoupled)
-    c.amsgrad ? QKV_ADAM_SPAN(Decay::kDecoupled, true) : QKV_ADAM_SPAN(Decay::kDecoupled, false);
-  else
-    c.amsgrad ? QKV_ADAM_SPAN(Decay::kCoupled, true) : QKV_ADAM_SPAN(Decay::kCoupled, false);
-#undef QKV_ADAM_SPAN
-}
-
-// float32 spans compiled for each instruction set: vector instructions, and
-// the fused multiply-adds as instructions instead of calls (same roundings).
-QKV_FLOAT32_CLONES void adam_span_f32(float* param, const float* grad_in, float* exp_avg,
-                                      float* exp_avg_sq, float* max_exp_avg_sq, int64_t n,
-                                      const AdamConstants<float>& c) {
-  adam_span_for(param, grad_in, exp_avg, exp_avg_sq, max_exp_avg_sq, n, c);
-}
-
 template <class T>
 void adam_update(T* param, const T* grad_in, T* exp_avg, T* exp_avg_sq, T* max_exp_avg_sq,
                  int64_t n, const AdamScalars& s) {
   const AdamConstants<T> c = adam_constants<T>(s);
+  const kernels::RowKernels& isa = kernels::active_row_kernels();
   // Blocks of elements go to the threads (for large parameters): each element
   // is updated on its own, so the thread count changes nothing in the result.
   constexpr int64_t kBlock = 1 << 13;
@@ -142,11 +65,10 @@ void adam_update(T* param, const T* grad_in, T* exp_avg, T* exp_avg_sq, T* max_e
     const int64_t begin = b * kBlock, count = std::min(kBlock, n - begin);
     T* max = max_exp_avg_sq == nullptr ? nullptr : max_exp_avg_sq + begin;
     if constexpr (std::is_same_v<T, float>)
-      adam_span_f32(param + begin, grad_in + begin, exp_avg + begin, exp_avg_sq + begin, max, count,
-                    c);
+      isa.adam(param + begin, grad_in + begin, exp_avg + begin, exp_avg_sq + begin, max, count, c);
     else
-      adam_span_for(param + begin, grad_in + begin, exp_avg + begin, exp_avg_sq + begin, max, count,
-                    c);
+      kernels::simd::adam_span_for(param + begin, grad_in + begin, exp_avg + begin,
+                                   exp_avg_sq + begin, max, count, c);
   }
 }
 
