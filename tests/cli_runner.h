@@ -12,6 +12,8 @@
 #include <filesystem>
 #include <string>
 
+#include "test_util.h"
+
 namespace qkv_test {
 
 namespace fs = std::filesystem;
@@ -47,20 +49,14 @@ inline bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
 }
 
-class Cli : public ::testing::Test {
+class Cli : public TempDirTest {
  protected:
   void SetUp() override {
 #ifndef QKV_CLI_PATH
     GTEST_SKIP() << "the qkv CLI is not built (QKV_BUILD_TOOLS=OFF)";
 #endif
-    std::string pattern = (fs::temp_directory_path() / "qkv_cli_XXXXXX").string();
-    ASSERT_NE(::mkdtemp(pattern.data()), nullptr);
-    dir_ = pattern;
+    TempDirTest::SetUp();
   }
-  void TearDown() override {
-    if (!dir_.empty()) fs::remove_all(dir_);
-  }
-  fs::path dir_;
 };
 
 }  // namespace qkv_test

@@ -17,6 +17,7 @@
 
 #include "qkv/io/atomic_file.h"
 #include "qkv/io/safetensors.h"
+#include "test_util.h"
 
 namespace fs = std::filesystem;
 using qkv::Error;
@@ -26,25 +27,7 @@ using qkv::io::write_file_atomically;
 
 namespace {
 
-class AtomicFileTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    std::string pattern = (fs::temp_directory_path() / "qkv_atomic_XXXXXX").string();
-    ASSERT_NE(::mkdtemp(pattern.data()), nullptr);
-    dir_ = pattern;
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
-  // Names in the directory other than `keep`.
-  std::vector<std::string> others(const std::string& keep) const {
-    std::vector<std::string> names;
-    for (const auto& e : fs::directory_iterator(dir_))
-      if (e.path().filename() != keep) names.push_back(e.path().filename().string());
-    return names;
-  }
-
-  fs::path dir_;
-};
+class AtomicFileTest : public qkv_test::TempDirTest {};
 
 std::string read_text(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);

@@ -13,28 +13,16 @@
 #include "qkv/functional.h"
 #include "qkv/io/safetensors.h"
 #include "qkv/models/bert.h"
+#include "test_util.h"
 
 namespace qkv::models {
 namespace {
 
+using qkv_test::expect_error;
+
 namespace fs = std::filesystem;
 
 // --- Helpers ----------------------------------------------------------------------
-
-// Runs `f`, expecting a qkv::Error whose message contains every part.
-template <class F>
-void expect_error(F f, const std::vector<std::string>& parts, ErrorKind kind = ErrorKind::kValue) {
-  try {
-    f();
-    ADD_FAILURE() << "no error thrown; expected one mentioning \"" << parts.front() << "\"";
-  } catch (const Error& e) {
-    const std::string message = e.what();
-    for (const std::string& part : parts)
-      EXPECT_NE(message.find(part), std::string::npos)
-          << "\"" << part << "\" missing from: " << message;
-    EXPECT_EQ(e.kind(), kind) << message;
-  }
-}
 
 const char* kTinyConfig = R"({
   "architectures": ["BertModel"], "model_type": "bert",
@@ -51,18 +39,8 @@ BertConfig tiny_config(BertActivation act = BertActivation::kGelu) {
 }
 
 // A temporary directory, removed at the end of the test.
-class BertFiles : public ::testing::Test {
+class BertFiles : public qkv_test::TempDirTest {
  protected:
-  void SetUp() override {
-    std::string pattern = (fs::temp_directory_path() / "qkv_bert_XXXXXX").string();
-    ASSERT_NE(::mkdtemp(pattern.data()), nullptr);
-    dir_ = pattern;
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
-  void write(const fs::path& name, const std::string& text) const {
-    std::ofstream(dir_ / name, std::ios::binary) << text;
-  }
   // config.json and model.safetensors of `model`, its tensors renamed by `rename`.
   template <class Rename>
   void save(const BertModel& model, Rename rename) const {
@@ -77,8 +55,6 @@ class BertFiles : public ::testing::Test {
   void save(const BertModel& model) const {
     save(model, [](const std::string& name) { return name; });
   }
-
-  fs::path dir_;
 };
 
 // --- The oracle: BERT in float64, plain loops ---------------------------------------

@@ -26,30 +26,14 @@
 #include "qkv/optim/adam.h"
 #include "qkv/optim/clip_grad_norm.h"
 #include "qkv/optim/lr_schedule.h"
+#include "test_util.h"
 
 namespace fs = std::filesystem;
 
 namespace qkv {
 namespace {
 
-class CheckpointTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    std::string pattern = (fs::temp_directory_path() / "qkv_checkpoint_XXXXXX").string();
-    ASSERT_NE(::mkdtemp(pattern.data()), nullptr);
-    dir_ = pattern;
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
-  std::vector<std::string> others(const std::string& keep) const {
-    std::vector<std::string> names;
-    for (const auto& e : fs::directory_iterator(dir_))
-      if (e.path().filename() != keep) names.push_back(e.path().filename().string());
-    return names;
-  }
-
-  fs::path dir_;
-};
+class CheckpointTest : public qkv_test::TempDirTest {};
 
 template <class Fn>
 std::string error_of(Fn&& fn) {

@@ -110,12 +110,6 @@ TEST_F(Cli, HelpAndVersion) {
 
 namespace {
 
-const fs::path kMiniLM = fs::path(QKV_SOURCE_DIR) / "models" / "all-MiniLM-L6-v2";
-
-#define SKIP_WITHOUT_MINILM()                     \
-  if (!fs::exists(kMiniLM / "model.safetensors")) \
-  GTEST_SKIP() << kMiniLM << " is missing: run scripts/fetch_model.sh"
-
 std::string read_bytes(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
@@ -190,8 +184,8 @@ TEST_F(Cli, EmbedWithoutTheModelSaysHowToFetchIt) {
 }
 
 TEST_F(Cli, EmbedWritesJsonAndNpyWithTheSameRows) {
-  SKIP_WITHOUT_MINILM();
-  const std::string model = "--model '" + kMiniLM.string() + "'";
+  QKV_SKIP_WITHOUT_MINILM();
+  const std::string model = "--model '" + qkv_test::minilm_dir().string() + "'";
   // Arguments and stdin give the same texts, in order.
   const CliRun json = run_qkv("embed " + model + " 'A cat sits.' 'Stocks fell \"sharply\".' ''");
   ASSERT_EQ(json.exit_code, 0) << json.output;
@@ -227,8 +221,8 @@ TEST_F(Cli, EmbedWritesJsonAndNpyWithTheSameRows) {
 }
 
 TEST_F(Cli, SimilarityPrintsTheCosinesWithCutLabels) {
-  SKIP_WITHOUT_MINILM();
-  const std::string model = "--model '" + kMiniLM.string() + "'";
+  QKV_SKIP_WITHOUT_MINILM();
+  const std::string model = "--model '" + qkv_test::minilm_dir().string() + "'";
   const std::string texts =
       "'A man is eating food.' 'A man is eating a piece of bread.' "
       "'The girl is carrying a baby on her back through the crowded market.'";

@@ -14,21 +14,14 @@
 #include "qkv/nn/grouped_query_attention.h"
 #include "qkv/nn/positional_encoding.h"
 #include "reference_blocks.h"
+#include "test_util.h"
 
 namespace qkv::nn {
 namespace {
 
-namespace ref = qkv::reference;
+using qkv_test::expect_error;
 
-template <class Fn>
-void expect_error(Fn&& fn, const std::string& needle) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected a qkv::Error containing \"" << needle << "\"";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-  }
-}
+namespace ref = qkv::reference;
 
 double max_rel(const std::vector<double>& got, const std::vector<double>& want) {
   double diff = 0.0, scale = 0.0;

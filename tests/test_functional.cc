@@ -14,19 +14,12 @@
 #include "qkv/nn/layer_norm.h"
 #include "qkv/nn/linear.h"
 #include "qkv/nn/rms_norm.h"
+#include "test_util.h"
 
 namespace qkv {
 namespace {
 
-template <class Fn>
-void expect_error(Fn&& fn, const std::string& needle) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected a qkv::Error containing \"" << needle << "\"";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-  }
-}
+using qkv_test::expect_error;
 
 double tolerance(DType dtype) { return dtype == DType::kFloat64 ? 1e-13 : 2e-6; }
 
@@ -101,9 +94,9 @@ TEST(Normalization, BadArgumentsAreReported) {
   expect_error([&] { layer_norm(x, {4}); }, "must end with normalized_shape [4]");
   expect_error([&] { layer_norm(x, {3}, Tensor::ones({4})); }, "weight must have normalized_shape");
   expect_error([&] { rms_norm(x, {3}, Tensor::ones({3}, DType::kFloat64)); },
-               "weight dtype float64 differs from input dtype float32");
+               "weight dtype float64 differs from input dtype float32", ErrorKind::kType);
   expect_error([&] { layer_norm(Tensor::zeros({3}, DType::kBool), {3}); },
-               "must be float32 or float64, got bool");
+               "must be float32 or float64, got bool", ErrorKind::kType);
 }
 
 // --- Activations ---------------------------------------------------------------------
@@ -148,8 +141,9 @@ TEST(Elementwise, AddAndMulBroadcastLikeTorch) {
         EXPECT_EQ(product.at({i, j, k}), a.at({i, 0, k}) * b.at({j, 0}));
       }
   EXPECT_EQ(scale(Tensor::full({2}, 3.0), -0.5).to_vector(), (std::vector<double>{-1.5, -1.5}));
-  expect_error([&] { add(a, Tensor::zeros({5})); }, "add");
-  expect_error([&] { add(a, b.to(DType::kFloat32)); }, "add: a is float64 but b is float32");
+  expect_error([&] { add(a, Tensor::zeros({5})); }, "add", ErrorKind::kType);
+  expect_error([&] { add(a, b.to(DType::kFloat32)); }, "add: a is float64 but b is float32",
+               ErrorKind::kType);
 }
 
 // --- Dropout -------------------------------------------------------------------------
@@ -241,7 +235,8 @@ TEST(NormModules, InitialiseToIdentityAffineAndForwardTheFunctionalOps) {
   nn::RMSNorm rms({.normalized_shape = {6}, .dtype = DType::kFloat64});
   EXPECT_EQ(rms.state_dict().at("weight").to_vector(), std::vector<double>(6, 1.0));
   EXPECT_EQ(max_abs_diff(rms.forward(x), rms_norm(x, {6})), 0.0);
-  expect_error([&] { rms.forward(x.to(DType::kFloat32)); }, "module's dtype float64");
+  expect_error([&] { rms.forward(x.to(DType::kFloat32)); }, "module's dtype float64",
+               ErrorKind::kType);
   expect_error([] { nn::RMSNorm({.normalized_shape = {}}); }, "at least one dimension");
 }
 

@@ -14,9 +14,12 @@
 
 #include "qkv/tensor.h"
 #include "qkv/viz/heatmap.h"
+#include "test_util.h"
 
 namespace qkv::viz {
 namespace {
+
+using qkv_test::expect_error;
 
 namespace fs = std::filesystem;
 
@@ -71,16 +74,7 @@ DecodedPng read_png(const fs::path& path) {
   return out;
 }
 
-class HeatmapFiles : public ::testing::Test {
- protected:
-  void SetUp() override {
-    std::string pattern = (fs::temp_directory_path() / "qkv_heatmap_XXXXXX").string();
-    ASSERT_NE(::mkdtemp(pattern.data()), nullptr);
-    dir_ = pattern;
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  fs::path dir_;
-};
+class HeatmapFiles : public qkv_test::TempDirTest {};
 
 TEST(BluesColor, EndsAndMonotonicDarkening) {
   EXPECT_EQ(blues_color(0.0), kLightest);
@@ -184,20 +178,6 @@ TEST(RenderHeatmap, ViewsFloat64AndBool) {
   const RgbImage b = render_heatmap(Tensor::from_bools({1, 2}, {true, false}), o);
   EXPECT_EQ(cell_color(b, o, 0, 0), kDarkest);
   EXPECT_EQ(cell_color(b, o, 0, 1), kLightest);
-}
-
-// Runs `fn`, expecting qkv::Error of `kind` whose message contains every one of `parts`.
-template <class Fn>
-void expect_error(Fn&& fn, ErrorKind kind, std::initializer_list<const char*> parts) {
-  try {
-    fn();
-    ADD_FAILURE() << "no error thrown";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), kind) << e.what();
-    for (const char* part : parts)
-      EXPECT_NE(std::string(e.what()).find(part), std::string::npos)
-          << "message: " << e.what() << "\nmissing: " << part;
-  }
 }
 
 TEST(RenderHeatmap, RejectsBadMatrices) {

@@ -17,22 +17,13 @@
 #include "qkv/nn/multihead_attention.h"
 #include "qkv/runtime.h"
 #include "qkv/tensor.h"
+#include "test_util.h"
 
 using namespace qkv;
 
 namespace {
 
-// Runs `call`, which must throw qkv::Error of `kind` whose message contains `part`.
-template <class Call>
-void expect_error(Call call, ErrorKind kind, const std::string& part) {
-  try {
-    call();
-    ADD_FAILURE() << "no error; expected one containing \"" << part << "\"";
-  } catch (const Error& e) {
-    EXPECT_EQ(static_cast<int>(e.kind()), static_cast<int>(kind)) << e.what();
-    EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
-  }
-}
+using qkv_test::expect_error;
 
 #if defined(__SANITIZE_ADDRESS__)
 #define QKV_TEST_ASAN 1
@@ -223,11 +214,8 @@ TEST(Interrupt, LongAttentionCallsStopBetweenBlocks) {
 
 // Encoding a corpus is many short calls: the encoder polls between batches.
 TEST(Interrupt, SentenceEncoderStopsBetweenBatches) {
-  const std::filesystem::path model =
-      std::filesystem::path(QKV_SOURCE_DIR) / "models" / "all-MiniLM-L6-v2";
-  if (!std::filesystem::exists(model / "model.safetensors"))
-    GTEST_SKIP() << model << " is missing: run scripts/fetch_model.sh";
-  const models::SentenceEncoder encoder(model);
+  QKV_SKIP_WITHOUT_MINILM();
+  const models::SentenceEncoder encoder(qkv_test::minilm_dir());
   const std::vector<std::string> texts(20000, "A sentence that takes a moment to embed.");
   checks = 0;
   InterruptCheckScope scope(&interrupt_now);

@@ -5,6 +5,7 @@
 #include "qkv/attention.h"
 #include "qkv/generator.h"
 #include "qkv/nn/kv_cache.h"
+#include "test_util.h"
 
 namespace qkv::nn {
 namespace {
@@ -73,14 +74,11 @@ TEST(KVCache, FullCacheIsAClearErrorAndChangesNothing) {
   KVCache cache(small_options());
   const Tensor kv = Tensor::ones({2, 3, 6, 4});
   cache.append(0, kv, kv);
-  try {
-    cache.append(0, Tensor::zeros({2, 3, 3, 4}), Tensor::zeros({2, 3, 3, 4}));
-    FAIL() << "expected an error";
-  } catch (const Error& e) {
-    const std::string what = e.what();
-    EXPECT_NE(what.find("full"), std::string::npos) << what;
-    EXPECT_NE(what.find("max_len = 8"), std::string::npos) << what;
-  }
+  qkv_test::expect_error(
+      [&] {
+        cache.append(0, Tensor::zeros({2, 3, 3, 4}), Tensor::zeros({2, 3, 3, 4}));
+      },
+      {"full", "max_len = 8"});
   EXPECT_EQ(cache.length(0), 6);
   EXPECT_EQ(cache.keys(0).at({0, 0, 5, 0}), 1.0);
   EXPECT_THROW(cache.key_slots(0, 3), Error);

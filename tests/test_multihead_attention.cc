@@ -13,9 +13,12 @@
 #include "qkv/generator.h"
 #include "qkv/nn/multihead_attention.h"
 #include "qkv/tensor.h"
+#include "test_util.h"
 
 namespace qkv::nn {
 namespace {
+
+using qkv_test::expect_error;
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr double kTol32 = 2e-5;
@@ -342,19 +345,6 @@ MultiheadAttentionOptions opts(int64_t D, int64_t H, DType dtype = DType::kFloat
   o.num_heads = H;
   o.dtype = dtype;
   return o;
-}
-
-template <class Fn>
-void expect_error(Fn&& fn, ErrorKind kind, const std::vector<std::string>& parts) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected a qkv::Error";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), kind) << e.what();
-    for (const std::string& part : parts)
-      EXPECT_NE(std::string(e.what()).find(part), std::string::npos)
-          << "message \"" << e.what() << "\" does not mention \"" << part << "\"";
-  }
 }
 
 // --- Forward against the reference ------------------------------------------

@@ -23,9 +23,12 @@
 #include "qkv/runtime.h"
 #include "qkv/softmax.h"
 #include "tensor_comparison.h"
+#include "test_util.h"
 
 namespace qkv {
 namespace {
+
+using qkv_test::expect_error;
 
 using Inputs = std::vector<Tensor>;
 using Forward = std::function<Tensor(const Inputs&)>;
@@ -151,16 +154,6 @@ Tensor randn_away_from_zero(const Shape& shape, uint64_t seed, double gap = 0.05
   return Tensor::from_vector(shape, std::span<const double>(v));
 }
 
-template <class Fn>
-void expect_error(Fn&& fn, const std::string& needle) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected a qkv::Error containing \"" << needle << "\"";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-  }
-}
-
 // --- Linear maps -------------------------------------------------------------------
 
 TEST(OpGradients, Linear) {
@@ -242,7 +235,7 @@ TEST(OpGradients, LinearInputGradientEqualsTheAccumulatedOne) {
       [] {
         linear_input_gradient(randn({2, 4}, 1).to(DType::kFloat32), randn({4, 3}, 2));
       },
-      "grad_output dtype float32 differs from weight dtype float64");
+      "grad_output dtype float32 differs from weight dtype float64", ErrorKind::kType);
 }
 
 TEST(OpGradients, LinearTransposedInput) {
@@ -690,7 +683,7 @@ TEST(OpGradients, ErrorsNameTheArgument) {
       [&] {
         relu_backward(Tensor::ones({3, 4}, DType::kFloat64), x, f32);
       },
-      "grad_input must have dtype float64");
+      "grad_input must have dtype float64", ErrorKind::kType);
   expect_error(
       [&] {
         relu_backward(Tensor::ones({3, 4}, DType::kFloat64), x, Tensor());

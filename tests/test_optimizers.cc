@@ -19,21 +19,14 @@
 #include "qkv/optim/sgd.h"
 #include "qkv/runtime.h"
 #include "tensor_comparison.h"
+#include "test_util.h"
 
 namespace qkv {
 namespace {
 
-using Vec = std::vector<double>;
+using qkv_test::expect_error;
 
-template <class Fn>
-void expect_error(Fn&& fn, const std::string& needle) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected a qkv::Error containing \"" << needle << "\"";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-  }
-}
+using Vec = std::vector<double>;
 
 double max_rel(const Vec& a, const Vec& b) {
   double worst = 0.0, scale = 0.0;

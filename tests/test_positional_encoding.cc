@@ -12,19 +12,12 @@
 #include "qkv/error.h"
 #include "qkv/functional.h"
 #include "qkv/nn/positional_encoding.h"
+#include "test_util.h"
 
 namespace qkv::nn {
 namespace {
 
-template <class Fn>
-void expect_error(Fn&& fn, const std::string& needle) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected a qkv::Error containing \"" << needle << "\"";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-  }
-}
+using qkv_test::expect_error;
 
 // --- Sinusoidal ----------------------------------------------------------------------
 

@@ -15,9 +15,12 @@
 #include "qkv/error.h"
 #include "qkv/nn/transformer.h"
 #include "reference_blocks.h"
+#include "test_util.h"
 
 namespace qkv::nn {
 namespace {
+
+using qkv_test::expect_error;
 
 namespace ref = qkv::reference;
 using ref::Layout;
@@ -422,46 +425,16 @@ TEST(TransformerEncoderLayer, LoadStateDictIsStrictAndAtomic) {
   for (auto& [name, t] : state) t = Tensor::zeros(t.shape());
   state.erase("norm2.bias");
   state["norm3.weight"] = Tensor::ones({kD});
-  try {
-    layer.load_state_dict(state);
-    FAIL() << "expected qkv::Error";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("missing key(s) in state_dict: \"norm2.bias\""),
-              std::string::npos)
-        << e.what();
-    EXPECT_NE(std::string(e.what()).find("unexpected key(s) in state_dict: \"norm3.weight\""),
-              std::string::npos)
-        << e.what();
-  }
+  expect_error([&] { layer.load_state_dict(state); },
+               {"missing key(s) in state_dict: \"norm2.bias\"",
+                "unexpected key(s) in state_dict: \"norm3.weight\""});
   EXPECT_EQ(max_abs_diff(layer.state_dict().at("linear1.weight"), before), 0.0);
   state = layer.state_dict();
   state["linear1.weight"] = Tensor::zeros({kD, kF});
-  EXPECT_THROW(
-      {
-        try {
-          layer.load_state_dict(state);
-        } catch (const Error& e) {
-          EXPECT_NE(std::string(e.what()).find("size mismatch for \"linear1.weight\""),
-                    std::string::npos)
-              << e.what();
-          throw;
-        }
-      },
-      Error);
+  expect_error([&] { layer.load_state_dict(state); }, "size mismatch for \"linear1.weight\"");
 }
 
 // --- Errors --------------------------------------------------------------------------
-
-// Runs `fn`, expecting a qkv::Error whose message contains `needle`.
-template <class Fn>
-void expect_error(Fn&& fn, const std::string& needle) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected a qkv::Error containing \"" << needle << "\"";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-  }
-}
 
 TEST(TransformerErrors, BadOptionsAndInputsAreReported) {
   expect_error([] { TransformerEncoderLayer({.d_model = 10, .nhead = 3}); },
@@ -482,7 +455,7 @@ TEST(TransformerErrors, BadOptionsAndInputsAreReported) {
       [&] {
         enc.forward(Tensor::zeros({kT, kB, kD}, DType::kFloat64));
       },
-      "src must have the module's dtype float32, got float64");
+      "src must have the module's dtype float32, got float64", ErrorKind::kType);
   expect_error(
       [&] {
         enc.forward(Tensor::zeros({kT, kB, kD}), {.src_mask = Tensor::zeros({3, 3})});

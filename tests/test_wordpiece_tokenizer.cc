@@ -16,6 +16,7 @@
 
 #include "qkv/error.h"
 #include "qkv/text/wordpiece_tokenizer.h"
+#include "test_util.h"
 
 namespace fs = std::filesystem;
 using qkv::Error;
@@ -38,22 +39,8 @@ fs::path test_data_dir() {
   return fs::path(QKV_SOURCE_DIR) / "tests" / "data";  // running the executable by hand
 }
 
-fs::path model_dir() { return test_data_dir() / ".." / ".." / "models" / "all-MiniLM-L6-v2"; }
-
-class WordPieceTest : public ::testing::Test {
+class WordPieceTest : public qkv_test::TempDirTest {
  protected:
-  void SetUp() override {
-    std::string pattern = (fs::temp_directory_path() / "qkv_wordpiece_XXXXXX").string();
-    ASSERT_NE(::mkdtemp(pattern.data()), nullptr);
-    dir_ = pattern;
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
-  fs::path write(const std::string& name, const std::string& content) {
-    const fs::path path = dir_ / name;
-    std::ofstream(path, std::ios::binary) << content;
-    return path;
-  }
   fs::path write_vocab(const Strings& tokens, const std::string& name = "vocab.txt") {
     std::string text;
     for (const auto& t : tokens) text += t + "\n";
@@ -109,16 +96,7 @@ class WordPieceTest : public ::testing::Test {
   template <class Load>
   void expect_rejected(Load&& load, const fs::path& path, ErrorKind kind,
                        const std::string& needle) {
-    try {
-      load(path);
-      ADD_FAILURE() << "accepted " << path << "; expected an error containing: " << needle;
-    } catch (const Error& e) {
-      const std::string message = e.what();
-      EXPECT_EQ(e.kind(), kind) << message;
-      EXPECT_NE(message.find(path.string()), std::string::npos) << message;
-      EXPECT_NE(message.find(needle), std::string::npos)
-          << "message: " << message << "\nexpected to contain: " << needle;
-    }
+    qkv_test::expect_error([&] { load(path); }, {path.string(), needle}, kind);
   }
   void expect_json_rejected(const std::string& content, const std::string& needle) {
     SCOPED_TRACE(needle);
@@ -130,8 +108,6 @@ class WordPieceTest : public ::testing::Test {
     expect_rejected([](const fs::path& p) { WordPieceTokenizer::from_vocab(p); },
                     write("vocab.txt", content), ErrorKind::kValue, needle);
   }
-
-  fs::path dir_;
 };
 
 TEST_F(WordPieceTest, GreedyLongestMatchFirst) {
@@ -434,7 +410,7 @@ TEST_F(WordPieceTest, RejectsBadVocabTxt) {
 // The real model files: the two loaders agree on every corpus line, nothing
 // throws, and the options come from tokenizer.json.
 TEST(WordPieceModel, AllMiniLML6V2) {
-  const fs::path dir = model_dir();
+  const fs::path dir = qkv_test::minilm_dir();
   if (!fs::exists(dir / "tokenizer.json"))
     GTEST_SKIP() << dir << " is missing: run scripts/fetch_model.sh to fetch all-MiniLM-L6-v2";
   const auto from_json = WordPieceTokenizer::from_json(dir / "tokenizer.json");

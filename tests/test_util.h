@@ -1,0 +1,151 @@
+// Helpers the test files share: checking a qkv::Error, a temporary directory
+// per test, and where scripts/fetch_model.sh puts all-MiniLM-L6-v2.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <stdlib.h>  // mkdtemp
+
+#include <exception>
+#include <filesystem>
+#include <fstream>
+#include <initializer_list>
+#include <source_location>
+#include <string>
+#include <string_view>
+#include <typeinfo>
+#include <utility>
+#include <vector>
+
+#include "qkv/error.h"
+
+namespace qkv_test {
+
+namespace fs = std::filesystem;
+
+inline const char* kind_name(qkv::ErrorKind kind) {
+  switch (kind) {
+    case qkv::ErrorKind::kValue:
+      return "kValue";
+    case qkv::ErrorKind::kType:
+      return "kType";
+    case qkv::ErrorKind::kIO:
+      return "kIO";
+    case qkv::ErrorKind::kMemory:
+      return "kMemory";
+    case qkv::ErrorKind::kInterrupted:
+      return "kInterrupted";
+  }
+  return "unknown kind";
+}
+
+// Runs `call`, which must throw a qkv::Error of `kind` whose message contains
+// every one of `parts`. Returns the message ("" when nothing was thrown), for
+// callers with more to check. The overloads below take the parts as a list,
+// a vector or one string, and the kind after them or first.
+template <class F>
+std::string expect_error(F&& call, const std::vector<std::string>& parts,
+                         qkv::ErrorKind kind = qkv::ErrorKind::kValue,
+                         std::source_location where = std::source_location::current()) {
+  const ::testing::ScopedTrace trace(where.file_name(), static_cast<int>(where.line()),
+                                     "expect_error");
+  std::string wanted;
+  for (const std::string& part : parts) wanted += " \"" + part + "\"";
+  try {
+    call();
+  } catch (const qkv::Error& e) {
+    const std::string message = e.what();
+    for (const std::string& part : parts)
+      EXPECT_NE(message.find(part), std::string::npos)
+          << "\"" << part << "\" missing from: " << message;
+    EXPECT_EQ(e.kind(), kind) << "a qkv::Error of " << kind_name(e.kind()) << ", expected "
+                              << kind_name(kind) << ": " << message;
+    return message;
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "a " << typeid(e).name() << " (" << e.what() << "), expected a qkv::Error of "
+                  << kind_name(kind) << " mentioning" << wanted;
+    return {};
+  }
+  ADD_FAILURE() << "no error thrown; expected a qkv::Error of " << kind_name(kind) << " mentioning"
+                << wanted;
+  return {};
+}
+
+// expect_error(call, {"must be", "positive"}).
+template <class F>
+std::string expect_error(F&& call, std::initializer_list<std::string_view> parts,
+                         qkv::ErrorKind kind = qkv::ErrorKind::kValue,
+                         std::source_location where = std::source_location::current()) {
+  return expect_error(std::forward<F>(call), std::vector<std::string>(parts.begin(), parts.end()),
+                      kind, where);
+}
+
+// expect_error(call, "must be positive").
+template <class F>
+std::string expect_error(F&& call, std::string_view part,
+                         qkv::ErrorKind kind = qkv::ErrorKind::kValue,
+                         std::source_location where = std::source_location::current()) {
+  return expect_error(std::forward<F>(call), std::vector<std::string>{std::string(part)}, kind,
+                      where);
+}
+
+// The kind first: expect_error(call, ErrorKind::kIO, {"cannot open", path}).
+template <class F>
+std::string expect_error(F&& call, qkv::ErrorKind kind, const std::vector<std::string>& parts,
+                         std::source_location where = std::source_location::current()) {
+  return expect_error(std::forward<F>(call), parts, kind, where);
+}
+
+template <class F>
+std::string expect_error(F&& call, qkv::ErrorKind kind,
+                         std::initializer_list<std::string_view> parts,
+                         std::source_location where = std::source_location::current()) {
+  return expect_error(std::forward<F>(call), parts, kind, where);
+}
+
+template <class F>
+std::string expect_error(F&& call, qkv::ErrorKind kind, std::string_view part,
+                         std::source_location where = std::source_location::current()) {
+  return expect_error(std::forward<F>(call), part, kind, where);
+}
+
+// A fresh temporary directory dir_ for each test, removed after it. A fixture
+// that overrides SetUp calls TempDirTest::SetUp() first.
+class TempDirTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string pattern = (fs::temp_directory_path() / "qkv_test_XXXXXX").string();
+    ASSERT_NE(::mkdtemp(pattern.data()), nullptr) << "cannot make " << pattern;
+    dir_ = pattern;
+  }
+  void TearDown() override {
+    if (!dir_.empty()) fs::remove_all(dir_);
+  }
+
+  // Writes `content` to dir_ / name (its folders made as needed); returns that path.
+  fs::path write(const fs::path& name, const std::string& content) const {
+    const fs::path path = dir_ / name;
+    fs::create_directories(path.parent_path());
+    std::ofstream(path, std::ios::binary) << content;
+    return path;
+  }
+
+  // The names in dir_ other than `keep` (a writer's leftovers).
+  std::vector<std::string> others(const std::string& keep) const {
+    std::vector<std::string> names;
+    for (const auto& e : fs::directory_iterator(dir_))
+      if (e.path().filename() != keep) names.push_back(e.path().filename().string());
+    return names;
+  }
+
+  fs::path dir_;
+};
+
+// all-MiniLM-L6-v2 as scripts/fetch_model.sh leaves it in the checkout.
+inline fs::path minilm_dir() { return fs::path(QKV_SOURCE_DIR) / "models" / "all-MiniLM-L6-v2"; }
+
+}  // namespace qkv_test
+
+// Skips the test when all-MiniLM-L6-v2 has not been fetched.
+#define QKV_SKIP_WITHOUT_MINILM()                                               \
+  if (!std::filesystem::exists(::qkv_test::minilm_dir() / "model.safetensors")) \
+  GTEST_SKIP() << ::qkv_test::minilm_dir() << " is missing: run scripts/fetch_model.sh"
