@@ -1,6 +1,7 @@
-// The float32 activations (vectorised float32 erf and exp in
-// src/ops/activations.cc) against their formulas evaluated in float64 with the
-// C library, over a dense grid of float32 inputs and at the extremes.
+// The float32 activations (the kernels' vector erf and exp, per ISA in
+// src/kernels/simd/activation_rows.h) against their formulas evaluated in
+// float64 with the C library, over a dense grid of float32 inputs and at the
+// extremes.
 #include <gtest/gtest.h>
 
 #include <algorithm>
