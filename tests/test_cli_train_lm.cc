@@ -97,8 +97,8 @@ TEST_F(Cli, TrainLmRejectsInvalidUtf8BeforeTraining) {
 TEST_F(Cli, TrainLmChecksItsOutputBeforeTraining) {
   const fs::path text = dir_ / "tiny.fortunes";
   write_fortunes(text);
-  for (const std::string out : {(dir_ / "no-such-dir" / "m.safetensors").string(),
-                                std::string("/proc/qkv-test.safetensors"), dir_.string()}) {
+  for (const std::string& out : {(dir_ / "no-such-dir" / "m.safetensors").string(),
+                                 std::string("/proc/qkv-test.safetensors"), dir_.string()}) {
     const CliRun run = run_qkv("train lm --text '" + text.string() +
                                "' --steps 100000 --threads 1 --out '" + out + "'");
     EXPECT_EQ(run.exit_code, 1) << run.output;

@@ -371,7 +371,9 @@ TEST(CharLm, WindowsAndUnigramBaseline) {
   for (int64_t w = 0; w < 4; ++w)
     for (int64_t t = 0; t < 8; ++t) {
       EXPECT_EQ(b.targets[w * 8 + t], b.inputs[w * 8 + t] + 1);  // the next character
-      if (t > 0) EXPECT_EQ(b.inputs[w * 8 + t], b.inputs[w * 8 + t - 1] + 1);
+      if (t > 0) {
+        EXPECT_EQ(b.inputs[w * 8 + t], b.inputs[w * 8 + t - 1] + 1);
+      }
     }
   EXPECT_THROW(train::sample_windows(std::vector<int64_t>(8, 0), 1, 8, gen), Error);
   EXPECT_DOUBLE_EQ(train::unigram_bits_per_char(std::vector<int64_t>{0, 0, 1, 1}, 3), 1.0);

@@ -262,7 +262,9 @@ TEST_P(FusedAttention, BFloat16InputsWithFloat32Accumulation) {
       EXPECT_LE(relative_error(g.query, rg.query), 1e-2) << at;
       EXPECT_LE(relative_error(g.key, rg.key), 1e-2) << at;
       EXPECT_LE(relative_error(g.value, rg.value), 1e-2) << at;
-      if (with_mask) EXPECT_LE(relative_error(g.attn_mask, rg.attn_mask), 1e-2) << at;
+      if (with_mask) {
+        EXPECT_LE(relative_error(g.attn_mask, rg.attn_mask), 1e-2) << at;
+      }
     }
   }
   // Mixed dtypes are an error that names them.

@@ -28,7 +28,7 @@ constexpr Rgb kDarkest = {8, 48, 107};
 constexpr Rgb kGrid = {200, 200, 200};
 constexpr Rgb kWhite = {255, 255, 255};
 
-std::ostream& operator<<(std::ostream& out, const Rgb& c) {
+[[maybe_unused]] std::ostream& operator<<(std::ostream& out, const Rgb& c) {
   return out << "(" << int(c.r) << ", " << int(c.g) << ", " << int(c.b) << ")";
 }
 

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "qkv/causal_mask.h"
 #include "qkv/generator.h"
 #include "qkv/tensor.h"
 
@@ -72,10 +73,7 @@ AttentionResult attention(const Tensor& q, const Tensor& k, const Tensor& v,
 // float32 and the float64 reference otherwise (as torch picks a backend).
 enum class SdpaBackend { kAuto, kReference, kFused };
 
-// Which causal mask to apply. torch's `is_causal=True` is kTopLeft:
-// query i sees keys j <= i. Decoding L new queries against S cached keys
-// needs kBottomRight: query i sees keys j <= i + S - L.
-enum class CausalMask { kNone, kTopLeft, kBottomRight };
+// CausalMask (kNone, kTopLeft, kBottomRight): see qkv/causal_mask.h.
 
 struct SdpaOptions {
   // Bool (True = take part) or floating (added, same dtype as the query),

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "kernels/dropout.h"
-#include "qkv/attention.h"
+#include "qkv/causal_mask.h"
 #include "qkv/tensor.h"
 
 namespace qkv::kernels {

@@ -8,7 +8,7 @@
 
 #include <cstdint>
 
-#include "ops/row_statistics.h"
+#include "kernels/row_statistics.h"
 
 namespace qkv::kernels::simd {
 namespace {
