@@ -1,5 +1,5 @@
 // layer_norm and rms_norm: per-row statistics over the trailing dims,
-// accumulated in float64 for either dtype (ops/row_statistics.h), then one
+// accumulated in float64 for either dtype (kernels/row_statistics.h), then one
 // rounding per output. Rows are spread over the threads; float32 rows run
 // the active instruction set's loop (kernels/row_kernels.h).
 #include <cmath>

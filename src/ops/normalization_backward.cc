@@ -1,5 +1,5 @@
 // Backward of layer_norm and rms_norm. The row statistics are recomputed from
-// x in float64 exactly as the forward computes them (ops/row_statistics.h),
+// x in float64 exactly as the forward computes them (kernels/row_statistics.h),
 // so nothing but the inputs has to be kept from the forward. Rows are spread
 // over the threads; every sum is float64, each result rounded once. One row
 // is kernels/simd/norm_rows.h: float32 rows run the active instruction set's
