@@ -109,9 +109,8 @@ void print_confusion(const std::vector<std::string>& topics, const train::Classi
             << style.strong(title) << style.muted(" (rows = true topic, columns = predicted)")
             << "\n  " << std::string(name_width, ' ');
   for (const std::string& t : topics) {
-    char cell[16];
-    std::snprintf(cell, sizeof cell, " %6s", short_name(t, 6).c_str());
-    std::cout << cell;
+    const std::string name = short_name(t, 6);  // right-aligned in 6 columns, as " %6s"
+    std::cout << ' ' << std::string(name.size() < 6 ? 6 - name.size() : 0, ' ') << name;
   }
   std::cout << "\n";
   for (size_t r = 0; r < topics.size(); ++r) {
