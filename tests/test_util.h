@@ -9,7 +9,6 @@
 #include <filesystem>
 #include <fstream>
 #include <initializer_list>
-#include <source_location>
 #include <string>
 #include <string_view>
 #include <typeinfo>
@@ -38,16 +37,23 @@ inline const char* kind_name(qkv::ErrorKind kind) {
   return "unknown kind";
 }
 
+// Where a helper was called from, for its failure messages: what
+// std::source_location does, which clang 14 with libstdc++ 12 lacks.
+struct CallSite {
+  const char* file;
+  int line;
+  CallSite(const char* file = __builtin_FILE(), int line = __builtin_LINE())
+      : file(file), line(line) {}
+};
+
 // Runs `call`, which must throw a qkv::Error of `kind` whose message contains
 // every one of `parts`. Returns the message ("" when nothing was thrown), for
 // callers with more to check. The overloads below take the parts as a list,
 // a vector or one string, and the kind after them or first.
 template <class F>
 std::string expect_error(F&& call, const std::vector<std::string>& parts,
-                         qkv::ErrorKind kind = qkv::ErrorKind::kValue,
-                         std::source_location where = std::source_location::current()) {
-  const ::testing::ScopedTrace trace(where.file_name(), static_cast<int>(where.line()),
-                                     "expect_error");
+                         qkv::ErrorKind kind = qkv::ErrorKind::kValue, CallSite where = {}) {
+  const ::testing::ScopedTrace trace(where.file, where.line, "expect_error");
   std::string wanted;
   for (const std::string& part : parts) wanted += " \"" + part + "\"";
   try {
@@ -73,8 +79,7 @@ std::string expect_error(F&& call, const std::vector<std::string>& parts,
 // expect_error(call, {"must be", "positive"}).
 template <class F>
 std::string expect_error(F&& call, std::initializer_list<std::string_view> parts,
-                         qkv::ErrorKind kind = qkv::ErrorKind::kValue,
-                         std::source_location where = std::source_location::current()) {
+                         qkv::ErrorKind kind = qkv::ErrorKind::kValue, CallSite where = {}) {
   return expect_error(std::forward<F>(call), std::vector<std::string>(parts.begin(), parts.end()),
                       kind, where);
 }
@@ -82,8 +87,7 @@ std::string expect_error(F&& call, std::initializer_list<std::string_view> parts
 // expect_error(call, "must be positive").
 template <class F>
 std::string expect_error(F&& call, std::string_view part,
-                         qkv::ErrorKind kind = qkv::ErrorKind::kValue,
-                         std::source_location where = std::source_location::current()) {
+                         qkv::ErrorKind kind = qkv::ErrorKind::kValue, CallSite where = {}) {
   return expect_error(std::forward<F>(call), std::vector<std::string>{std::string(part)}, kind,
                       where);
 }
@@ -91,20 +95,19 @@ std::string expect_error(F&& call, std::string_view part,
 // The kind first: expect_error(call, ErrorKind::kIO, {"cannot open", path}).
 template <class F>
 std::string expect_error(F&& call, qkv::ErrorKind kind, const std::vector<std::string>& parts,
-                         std::source_location where = std::source_location::current()) {
+                         CallSite where = {}) {
   return expect_error(std::forward<F>(call), parts, kind, where);
 }
 
 template <class F>
 std::string expect_error(F&& call, qkv::ErrorKind kind,
-                         std::initializer_list<std::string_view> parts,
-                         std::source_location where = std::source_location::current()) {
+                         std::initializer_list<std::string_view> parts, CallSite where = {}) {
   return expect_error(std::forward<F>(call), parts, kind, where);
 }
 
 template <class F>
 std::string expect_error(F&& call, qkv::ErrorKind kind, std::string_view part,
-                         std::source_location where = std::source_location::current()) {
+                         CallSite where = {}) {
   return expect_error(std::forward<F>(call), part, kind, where);
 }
 
