@@ -45,7 +45,7 @@ std::string deep_object() {
 template <class F>
 void expect_clean_error(F&& f, std::initializer_list<std::string_view> parts,
                         ErrorKind kind = ErrorKind::kValue,
-                        std::source_location where = std::source_location::current()) {
+                        qkv_test::CallSite where = {}) {
   const std::string message = qkv_test::expect_error(std::forward<F>(f), parts, kind, where);
   EXPECT_EQ(message.find("json.exception"), std::string::npos) << message;
   EXPECT_LT(message.size(), 500u) << message;
