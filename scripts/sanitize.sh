@@ -12,22 +12,8 @@ cd "$(dirname "$0")/.."
 BUILD_DIR=${QKV_ASAN_BUILD_DIR:-build-asan}
 step() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
 
-# --- clang with its runtimes: clang-14 on Debian 12, clang-19 on Debian 13 ------
-apt_install() {
-  local missing=() p
-  for p in "$@"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-  done
-  ((${#missing[@]})) || return 0
-  step "installing Debian packages: ${missing[*]}"
-  local SUDO=""; [[ $(id -u) -ne 0 ]] && SUDO="sudo"
-  export DEBIAN_FRONTEND=noninteractive
-  $SUDO apt-get install -y --no-install-recommends "${missing[@]}" >/dev/null 2>&1 || {
-    $SUDO apt-get update -qq && $SUDO apt-get install -y --no-install-recommends "${missing[@]}"; }
-}
-command -v clang++ >/dev/null || apt_install clang
-CLANG_MAJOR=$(clang++ -dumpversion | cut -d. -f1)
-apt_install "libclang-rt-$CLANG_MAJOR-dev" "libomp-$CLANG_MAJOR-dev"
+# clang with its sanitizer runtimes and OpenMP.
+source scripts/clang_toolchain.sh
 
 # clang builds this about 1.5x faster than g++ with the same sanitizers.
 # -O1: the kernels run several times faster than at -O0; line tables only
