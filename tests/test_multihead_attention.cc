@@ -679,10 +679,11 @@ TEST(MultiheadAttention, ParameterShapesAndNames) {
     for (const auto& [name, t] : m.state_dict()) out.emplace_back(name, t.shape());
     return out;
   };
-  EXPECT_EQ(names(MultiheadAttention(opts(8, 2))), (Names{{"in_proj_bias", {24}},
-                                                          {"in_proj_weight", {24, 8}},
-                                                          {"out_proj.bias", {8}},
-                                                          {"out_proj.weight", {8, 8}}}));
+  // torch's names and order.
+  EXPECT_EQ(names(MultiheadAttention(opts(8, 2))), (Names{{"in_proj_weight", {24, 8}},
+                                                          {"in_proj_bias", {24}},
+                                                          {"out_proj.weight", {8, 8}},
+                                                          {"out_proj.bias", {8}}}));
   MultiheadAttentionOptions o = opts(8, 2);
   o.kdim = 5;
   o.vdim = 3;
@@ -690,14 +691,14 @@ TEST(MultiheadAttention, ParameterShapesAndNames) {
   MultiheadAttention sep(o);
   EXPECT_FALSE(sep.packed_in_proj());
   EXPECT_EQ(sep.options().kdim, 5);
-  EXPECT_EQ(names(sep), (Names{{"bias_k", {1, 1, 8}},
-                               {"bias_v", {1, 1, 8}},
-                               {"in_proj_bias", {24}},
+  EXPECT_EQ(names(sep), (Names{{"q_proj_weight", {8, 8}},
                                {"k_proj_weight", {8, 5}},
-                               {"out_proj.bias", {8}},
+                               {"v_proj_weight", {8, 3}},
+                               {"in_proj_bias", {24}},
+                               {"bias_k", {1, 1, 8}},
+                               {"bias_v", {1, 1, 8}},
                                {"out_proj.weight", {8, 8}},
-                               {"q_proj_weight", {8, 8}},
-                               {"v_proj_weight", {8, 3}}}));
+                               {"out_proj.bias", {8}}}));
   o = opts(8, 4);
   o.bias = false;
   o.kdim = 8;  // equal to embed_dim: still packed

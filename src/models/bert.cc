@@ -274,14 +274,13 @@ BertModel::BertModel(const BertConfig& config, Generator* gen, bool random) : co
   }
 }
 
-std::map<std::string, Tensor> BertModel::state_dict() const {
+nn::StateDict BertModel::state_dict() const {
   const int64_t D = config_.hidden_size;
-  std::map<std::string, Tensor> state = {
-      {"embeddings.word_embeddings.weight", word_embeddings_},
-      {"embeddings.position_embeddings.weight", position_embeddings_},
-      {"embeddings.token_type_embeddings.weight", token_type_embeddings_},
-      {"embeddings.LayerNorm.weight", embed_norm_weight_},
-      {"embeddings.LayerNorm.bias", embed_norm_bias_}};
+  nn::StateDict state = {{"embeddings.word_embeddings.weight", word_embeddings_},
+                         {"embeddings.position_embeddings.weight", position_embeddings_},
+                         {"embeddings.token_type_embeddings.weight", token_type_embeddings_},
+                         {"embeddings.LayerNorm.weight", embed_norm_weight_},
+                         {"embeddings.LayerNorm.bias", embed_norm_bias_}};
   for (size_t i = 0; i < layers_.size(); ++i) {
     const Layer& l = layers_[i];
     const std::string p = "encoder.layer." + std::to_string(i) + ".";

@@ -56,9 +56,10 @@ Tensor run_ffn(const FeedForwardNet& ffn, const Tensor& x) {
   return std::visit([&](const auto& f) { return f.forward(x); }, ffn);
 }
 
-template <class Module>
-std::map<std::string, Tensor> state_of(const Module& module) {
-  return std::visit([](const auto& m) { return m.state_dict(); }, module);
+// The module a variant holds.
+template <class... Modules>
+Module& module_of(std::variant<Modules...>& v) {
+  return std::visit([](auto& m) -> Module& { return m; }, v);
 }
 
 }  // namespace
@@ -97,7 +98,8 @@ DecoderModelConfig resolved_config(const DecoderModelConfig& config) {
 }
 
 DecoderModel::DecoderModel(const DecoderModelConfig& config, Generator* gen)
-    : config_(resolved_config(config)),
+    : ModuleBase("DecoderModel"),
+      config_(resolved_config(config)),
       tok_embeddings_({.num_embeddings = config_.vocab_size,
                        .embedding_dim = config_.d_model,
                        .padding_idx = std::nullopt,
@@ -205,26 +207,19 @@ Tensor DecoderModel::forward_impl(std::span<const int64_t> ids, int64_t batch_si
   return linear(run_norm(norm_, x), output_weight());  // [B, T, vocab]
 }
 
-std::map<std::string, Tensor> DecoderModel::state_dict() const {
-  std::map<std::string, Tensor> state;
-  detail::add_prefixed(state, "tok_embeddings", tok_embeddings_.state_dict());
-  if (learned_positions_)
-    detail::add_prefixed(state, "pos_embeddings", learned_positions_->state_dict());
+void DecoderModel::list_members(MemberList& m) {
+  m.module("tok_embeddings", tok_embeddings_);
+  if (learned_positions_) m.module("pos_embeddings", *learned_positions_);
   for (size_t i = 0; i < blocks_.size(); ++i) {
-    const Block& b = blocks_[i];
+    Block& b = blocks_[i];
     const std::string prefix = "layers." + std::to_string(i);
-    detail::add_prefixed(state, prefix + ".attention_norm", state_of(b.attention_norm));
-    detail::add_prefixed(state, prefix + ".attention", b.attention.state_dict());
-    detail::add_prefixed(state, prefix + ".ffn_norm", state_of(b.ffn_norm));
-    detail::add_prefixed(state, prefix + ".feed_forward", state_of(b.feed_forward));
+    m.module(prefix + ".attention_norm", module_of(b.attention_norm));
+    m.module(prefix + ".attention", b.attention);
+    m.module(prefix + ".ffn_norm", module_of(b.ffn_norm));
+    m.module(prefix + ".feed_forward", module_of(b.feed_forward));
   }
-  detail::add_prefixed(state, "norm", state_of(norm_));
-  if (!config_.tie_embeddings) state["output.weight"] = output_;
-  return state;
-}
-
-void DecoderModel::load_state_dict(const std::map<std::string, Tensor>& state) {
-  detail::load_strict("DecoderModel", state_dict(), state);
+  m.module("norm", module_of(norm_));
+  m.parameter("output.weight", output_);
 }
 
 int64_t DecoderModel::num_parameters() const {

@@ -45,24 +45,14 @@ Tensor back(FeedForward& f, const Tensor& g, const FeedForwardRecordVariant& r) 
   return f.backward(g, std::get<FeedForwardRecord>(r));
 }
 
-template <class Module, class Record>
-Tensor forward_recorded(const Module& module, const Tensor& x, Record& record) {
+template <class Variant, class Record>
+Tensor forward_recorded(const Variant& module, const Tensor& x, Record& record) {
   return std::visit([&](const auto& m) { return recorded(m, x, record); }, module);
 }
 
-template <class Module, class Record>
-Tensor backward_recorded(Module& module, const Tensor& grad, const Record& record) {
+template <class Variant, class Record>
+Tensor backward_recorded(Variant& module, const Tensor& grad, const Record& record) {
   return std::visit([&](auto& m) { return back(m, grad, record); }, module);
-}
-
-template <class Module>
-std::vector<Parameter> parameters_of(Module& module) {
-  return std::visit([](auto& m) { return m.parameters(); }, module);
-}
-
-template <class Module>
-void zero_grad_of(Module& module) {
-  std::visit([](auto& m) { m.zero_grad(); }, module);
 }
 
 }  // namespace
@@ -115,9 +105,8 @@ void DecoderModel::backward(const Tensor& grad_logits, const DecoderModelRecord&
                  dtype_name(c.dtype), ", got ", dtype_name(grad_logits.dtype()));
 
   // logits = linear(norm(x), output_weight()); tied, the weight is the embedding table.
-  const Tensor grad_head_weight = c.tie_embeddings
-                                      ? tok_embeddings_.parameters().front().grad
-                                      : detail::grad_buffer(grads_, "output.weight", output_);
+  const Tensor grad_head_weight = c.tie_embeddings ? tok_embeddings_.parameters().front().grad
+                                                   : grad_buffer("output.weight", output_);
   Tensor grad_head_input = Tensor::zeros(r.head_input.shape(), c.dtype);
   linear_backward(grad_logits, r.head_input, output_weight(), Tensor(),
                   {.input = grad_head_input, .weight = grad_head_weight});
@@ -137,48 +126,11 @@ void DecoderModel::backward(const Tensor& grad_logits, const DecoderModelRecord&
   // x = x + pos_embeddings.weight[0 : T] (broadcast over the batch); the
   // sinusoidal table is fixed.
   if (learned_positions_) {
-    const Tensor table = position_table();
-    Tensor grad_rows =
-        detail::grad_buffer(grads_, "pos_embeddings.weight", table).slice(0, 0, r.length);
+    Tensor grad_rows = learned_positions_->parameters().front().grad.slice(0, 0, r.length);
     grad_rows.copy_from(add(grad_rows, sum(grad_x, 0)));
   }
   // x = tok_embeddings(ids)
   tok_embeddings_.backward(grad_x, r.tok_embeddings);
-}
-
-std::vector<Parameter> DecoderModel::parameters() {
-  std::vector<Parameter> params;
-  detail::append_parameters(params, "tok_embeddings", tok_embeddings_.parameters());
-  if (learned_positions_) {
-    const Tensor table = position_table();
-    params.push_back({"pos_embeddings.weight", table,
-                      detail::grad_buffer(grads_, "pos_embeddings.weight", table)});
-  }
-  for (size_t i = 0; i < blocks_.size(); ++i) {
-    Block& b = blocks_[i];
-    const std::string prefix = "layers." + std::to_string(i);
-    detail::append_parameters(params, prefix + ".attention_norm", parameters_of(b.attention_norm));
-    detail::append_parameters(params, prefix + ".attention", b.attention.parameters());
-    detail::append_parameters(params, prefix + ".ffn_norm", parameters_of(b.ffn_norm));
-    detail::append_parameters(params, prefix + ".feed_forward", parameters_of(b.feed_forward));
-  }
-  detail::append_parameters(params, "norm", parameters_of(norm_));
-  if (!config_.tie_embeddings)
-    params.push_back(
-        {"output.weight", output_, detail::grad_buffer(grads_, "output.weight", output_)});
-  return params;
-}
-
-void DecoderModel::zero_grad() {
-  tok_embeddings_.zero_grad();
-  for (Block& b : blocks_) {
-    zero_grad_of(b.attention_norm);
-    b.attention.zero_grad();
-    zero_grad_of(b.ffn_norm);
-    zero_grad_of(b.feed_forward);
-  }
-  zero_grad_of(norm_);
-  detail::zero_grads(grads_);
 }
 
 }  // namespace qkv::nn

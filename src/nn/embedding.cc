@@ -6,7 +6,8 @@
 
 namespace qkv::nn {
 
-Embedding::Embedding(const EmbeddingOptions& options, Generator* gen) : options_(options) {
+Embedding::Embedding(const EmbeddingOptions& options, Generator* gen)
+    : ModuleBase("Embedding"), options_(options) {
   EmbeddingOptions& o = options_;
   QKV_CHECK_TYPE(is_floating(o.dtype), "Embedding: dtype must be float32 or float64, got ",
                  dtype_name(o.dtype));
@@ -32,17 +33,6 @@ Tensor Embedding::forward(const std::vector<int64_t>& ids, const Shape& shape,
   return out;
 }
 
-std::map<std::string, Tensor> Embedding::state_dict() const { return {{"weight", weight_}}; }
-
-void Embedding::load_state_dict(const std::map<std::string, Tensor>& state) {
-  detail::load_strict("Embedding", state_dict(), state);
-}
-
-Embedding Embedding::clone() const {
-  Embedding copy = *this;
-  copy.weight_ = weight_.clone();
-  copy.grads_.clear();
-  return copy;
-}
+void Embedding::list_members(MemberList& m) { m.parameter("weight", weight_); }
 
 }  // namespace qkv::nn

@@ -1,5 +1,4 @@
-// nn::Embedding's backward and gradient buffer.
-#include "nn/module_util.h"
+// nn::Embedding's backward.
 #include "qkv/gradients.h"
 #include "qkv/nn/embedding.h"
 
@@ -12,14 +11,8 @@ void Embedding::backward(const Tensor& grad_output, const EmbeddingRecord& recor
             "Embedding::backward: grad_output must have the output's shape ", shape_str(out_shape),
             ", got ", grad_output.defined() ? shape_str(grad_output.shape()) : "undefined");
   // out[i] = weight[ids[i]]
-  embedding_backward(grad_output, record.ids, record.shape, weight_,
-                     detail::grad_buffer(grads_, "weight", weight_), options_.padding_idx);
+  embedding_backward(grad_output, record.ids, record.shape, weight_, grad_buffer("weight", weight_),
+                     options_.padding_idx);
 }
-
-std::vector<Parameter> Embedding::parameters() {
-  return detail::own_parameters(state_dict(), grads_);
-}
-
-void Embedding::zero_grad() { detail::zero_grads(grads_); }
 
 }  // namespace qkv::nn

@@ -36,7 +36,8 @@ void check_input(const char* module, const Tensor& x, int64_t d_model, DType dty
 }  // namespace
 
 FeedForward::FeedForward(const FeedForwardOptions& options, Generator* gen)
-    : options_(checked(options)),
+    : ModuleBase("FeedForward"),
+      options_(checked(options)),
       linear1_({.in_features = options.d_model,
                 .out_features = options.dim_feedforward,
                 .bias = options.bias,
@@ -54,34 +55,22 @@ Tensor FeedForward::forward(const Tensor& x, FeedForwardRecord* record) const {
     record->hidden = linear1_.forward(x, &record->linear1);
     const Tensor dropped =
         detail::recorded_dropout(activate(record->hidden, options_.activation), options_.dropout,
-                                 training_, gen_, &record->keep_mask);
-    record->dropout_p = training_ ? options_.dropout : 0.0;
+                                 is_training(), generator(), &record->keep_mask);
+    record->dropout_p = is_training() ? options_.dropout : 0.0;
     return linear2_.forward(dropped, &record->linear2);
   }
   const Tensor h = activate(linear1_.forward(x), options_.activation);
-  return linear2_.forward(dropout(h, options_.dropout, training_, gen_));
+  return linear2_.forward(dropout(h, options_.dropout, is_training(), generator()));
 }
 
-std::map<std::string, Tensor> FeedForward::state_dict() const {
-  std::map<std::string, Tensor> state;
-  detail::add_prefixed(state, "linear1", linear1_.state_dict());
-  detail::add_prefixed(state, "linear2", linear2_.state_dict());
-  return state;
-}
-
-void FeedForward::load_state_dict(const std::map<std::string, Tensor>& state) {
-  detail::load_strict("FeedForward", state_dict(), state);
-}
-
-FeedForward FeedForward::clone() const {
-  FeedForward copy = *this;
-  copy.linear1_ = linear1_.clone();
-  copy.linear2_ = linear2_.clone();
-  return copy;
+void FeedForward::list_members(MemberList& m) {
+  m.module("linear1", linear1_);
+  m.module("linear2", linear2_);
 }
 
 SwiGLUFeedForward::SwiGLUFeedForward(const SwiGLUFeedForwardOptions& options, Generator* gen)
-    : options_(checked(options)),
+    : ModuleBase("SwiGLUFeedForward"),
+      options_(checked(options)),
       w1_({.in_features = options.d_model,
            .out_features = options.hidden_dim,
            .bias = options.bias,
@@ -103,33 +92,19 @@ Tensor SwiGLUFeedForward::forward(const Tensor& x, SwiGLUFeedForwardRecord* reco
   if (record) {
     record->gate = w1_.forward(x, &record->w1);
     record->up = w3_.forward(x, &record->w3);
-    record->dropout_p = training_ ? options_.dropout : 0.0;
+    record->dropout_p = is_training() ? options_.dropout : 0.0;
     return detail::recorded_dropout(w2_.forward(mul(silu(record->gate), record->up), &record->w2),
-                                    options_.dropout, training_, gen_, &record->keep_mask);
+                                    options_.dropout, is_training(), generator(),
+                                    &record->keep_mask);
   }
   // silu(x W1ᵀ) is the gate, x W3ᵀ the value it gates.
   const Tensor gated = mul(silu(w1_.forward(x)), w3_.forward(x));
-  return dropout(w2_.forward(gated), options_.dropout, training_, gen_);
+  return dropout(w2_.forward(gated), options_.dropout, is_training(), generator());
 }
 
-std::map<std::string, Tensor> SwiGLUFeedForward::state_dict() const {
-  std::map<std::string, Tensor> state;
-  detail::add_prefixed(state, "w1", w1_.state_dict());
-  detail::add_prefixed(state, "w2", w2_.state_dict());
-  detail::add_prefixed(state, "w3", w3_.state_dict());
-  return state;
+void SwiGLUFeedForward::list_members(MemberList& m) {
+  m.module("w1", w1_);
+  m.module("w2", w2_);
+  m.module("w3", w3_);
 }
-
-void SwiGLUFeedForward::load_state_dict(const std::map<std::string, Tensor>& state) {
-  detail::load_strict("SwiGLUFeedForward", state_dict(), state);
-}
-
-SwiGLUFeedForward SwiGLUFeedForward::clone() const {
-  SwiGLUFeedForward copy = *this;
-  copy.w1_ = w1_.clone();
-  copy.w2_ = w2_.clone();
-  copy.w3_ = w3_.clone();
-  return copy;
-}
-
 }  // namespace qkv::nn

@@ -17,18 +17,6 @@ Tensor FeedForward::backward(const Tensor& grad_output, const FeedForwardRecord&
   return linear1_.backward(grad_hidden, record.linear1);
 }
 
-std::vector<Parameter> FeedForward::parameters() {
-  std::vector<Parameter> params;
-  detail::append_parameters(params, "linear1", linear1_.parameters());
-  detail::append_parameters(params, "linear2", linear2_.parameters());
-  return params;
-}
-
-void FeedForward::zero_grad() {
-  linear1_.zero_grad();
-  linear2_.zero_grad();
-}
-
 Tensor SwiGLUFeedForward::backward(const Tensor& grad_output,
                                    const SwiGLUFeedForwardRecord& record) {
   QKV_CHECK(record.gate.defined(),
@@ -43,20 +31,6 @@ Tensor SwiGLUFeedForward::backward(const Tensor& grad_output,
   Tensor grad_gate = Tensor::zeros(record.gate.shape(), record.gate.dtype());
   silu_backward(grad_silu, record.gate, grad_gate);
   return add(w1_.backward(grad_gate, record.w1), w3_.backward(grad_up, record.w3));
-}
-
-std::vector<Parameter> SwiGLUFeedForward::parameters() {
-  std::vector<Parameter> params;
-  detail::append_parameters(params, "w1", w1_.parameters());
-  detail::append_parameters(params, "w2", w2_.parameters());
-  detail::append_parameters(params, "w3", w3_.parameters());
-  return params;
-}
-
-void SwiGLUFeedForward::zero_grad() {
-  w1_.zero_grad();
-  w2_.zero_grad();
-  w3_.zero_grad();
 }
 
 }  // namespace qkv::nn

@@ -41,7 +41,8 @@ LinearOptions projection(int64_t in, int64_t out, const GroupedQueryAttentionOpt
 
 GroupedQueryAttention::GroupedQueryAttention(const GroupedQueryAttentionOptions& options,
                                              Generator* gen)
-    : options_(resolved(options)),
+    : ModuleBase("GroupedQueryAttention"),
+      options_(resolved(options)),
       q_proj_(projection(options_.embed_dim, options_.num_heads * options_.head_dim, options_),
               gen),
       k_proj_(projection(options_.embed_dim, options_.num_kv_heads * options_.head_dim, options_),
@@ -86,8 +87,8 @@ SdpaOptions GroupedQueryAttention::sdpa_options(const GroupedQueryAttentionForwa
   const auto& o = options_;
   SdpaOptions sdpa;
   sdpa.enable_gqa = o.num_kv_heads != o.num_heads;
-  sdpa.dropout_p = training_ ? o.dropout : 0.0;
-  sdpa.generator = gen_;
+  sdpa.dropout_p = is_training() ? o.dropout : 0.0;
+  sdpa.generator = generator();
   if (args.attn_mask.defined() && args.causal != CausalMask::kNone) {
     // SDPA takes one or the other: fold the causal mask into an additive mask.
     Tensor mask = args.attn_mask;
@@ -126,17 +127,11 @@ Tensor GroupedQueryAttention::forward(const Tensor& x, const GroupedQueryAttenti
   return attend(p.q, p.k, p.v, args);
 }
 
-std::map<std::string, Tensor> GroupedQueryAttention::state_dict() const {
-  std::map<std::string, Tensor> state;
-  detail::add_prefixed(state, "q_proj", q_proj_.state_dict());
-  detail::add_prefixed(state, "k_proj", k_proj_.state_dict());
-  detail::add_prefixed(state, "v_proj", v_proj_.state_dict());
-  detail::add_prefixed(state, "o_proj", o_proj_.state_dict());
-  return state;
-}
-
-void GroupedQueryAttention::load_state_dict(const std::map<std::string, Tensor>& state) {
-  detail::load_strict("GroupedQueryAttention", state_dict(), state);
+void GroupedQueryAttention::list_members(MemberList& m) {
+  m.module("q_proj", q_proj_);
+  m.module("k_proj", k_proj_);
+  m.module("v_proj", v_proj_);
+  m.module("o_proj", o_proj_);
 }
 
 }  // namespace qkv::nn

@@ -65,20 +65,4 @@ Tensor GroupedQueryAttention::backward(const Tensor& grad_output,
   return add(grad_x, v_proj_.backward(merge_heads(g.value), r.v_proj));
 }
 
-std::vector<Parameter> GroupedQueryAttention::parameters() {
-  std::vector<Parameter> params;
-  detail::append_parameters(params, "q_proj", q_proj_.parameters());
-  detail::append_parameters(params, "k_proj", k_proj_.parameters());
-  detail::append_parameters(params, "v_proj", v_proj_.parameters());
-  detail::append_parameters(params, "o_proj", o_proj_.parameters());
-  return params;
-}
-
-void GroupedQueryAttention::zero_grad() {
-  q_proj_.zero_grad();
-  k_proj_.zero_grad();
-  v_proj_.zero_grad();
-  o_proj_.zero_grad();
-}
-
 }  // namespace qkv::nn

@@ -3,7 +3,6 @@
 
 #include <cmath>
 
-#include "nn/module_util.h"
 #include "qkv/functional.h"
 
 namespace qkv::nn {
@@ -27,7 +26,7 @@ void check_input(const char* module, const Tensor& x, DType dtype) {
 }
 }  // namespace
 
-LayerNorm::LayerNorm(const LayerNormOptions& options) : options_(options) {
+LayerNorm::LayerNorm(const LayerNormOptions& options) : ModuleBase("LayerNorm"), options_(options) {
   check_norm_options("LayerNorm", options_.normalized_shape, options_.dtype);
   QKV_CHECK(options_.eps >= 0.0 && std::isfinite(options_.eps),
             "LayerNorm: eps must be finite and >= 0, got ", options_.eps);
@@ -43,23 +42,9 @@ Tensor LayerNorm::forward(const Tensor& x, LayerNormRecord* record) const {
   return layer_norm(x, options_.normalized_shape, weight_, bias_, options_.eps);
 }
 
-std::map<std::string, Tensor> LayerNorm::state_dict() const {
-  std::map<std::string, Tensor> state;
-  if (weight_.defined()) state["weight"] = weight_;
-  if (bias_.defined()) state["bias"] = bias_;
-  return state;
-}
-
-void LayerNorm::load_state_dict(const std::map<std::string, Tensor>& state) {
-  detail::load_strict("LayerNorm", state_dict(), state);
-}
-
-LayerNorm LayerNorm::clone() const {
-  LayerNorm copy = *this;
-  if (weight_.defined()) copy.weight_ = weight_.clone();
-  copy.grads_.clear();
-  if (bias_.defined()) copy.bias_ = bias_.clone();
-  return copy;
+void LayerNorm::list_members(MemberList& m) {
+  m.parameter("weight", weight_);
+  m.parameter("bias", bias_);
 }
 
 }  // namespace qkv::nn

@@ -6,7 +6,8 @@
 
 namespace qkv::nn {
 
-Linear::Linear(const LinearOptions& options, Generator* gen) : options_(options) {
+Linear::Linear(const LinearOptions& options, Generator* gen)
+    : ModuleBase("Linear"), options_(options) {
   const LinearOptions& o = options_;
   QKV_CHECK_TYPE(is_floating(o.dtype), "Linear: dtype must be float32 or float64, got ",
                  dtype_name(o.dtype));
@@ -29,22 +30,9 @@ Tensor Linear::forward(const Tensor& x, LinearRecord* record) const {
   return linear(x, weight_, bias_);
 }
 
-std::map<std::string, Tensor> Linear::state_dict() const {
-  std::map<std::string, Tensor> state{{"weight", weight_}};
-  if (bias_.defined()) state["bias"] = bias_;
-  return state;
-}
-
-void Linear::load_state_dict(const std::map<std::string, Tensor>& state) {
-  detail::load_strict("Linear", state_dict(), state);
-}
-
-Linear Linear::clone() const {
-  Linear copy = *this;
-  copy.weight_ = weight_.clone();
-  if (bias_.defined()) copy.bias_ = bias_.clone();
-  copy.grads_.clear();
-  return copy;
+void Linear::list_members(MemberList& m) {
+  m.parameter("weight", weight_);
+  m.parameter("bias", bias_);
 }
 
 }  // namespace qkv::nn

@@ -1,5 +1,4 @@
-// nn::Linear's backward and gradient buffers.
-#include "nn/module_util.h"
+// nn::Linear's backward.
 #include "qkv/gradients.h"
 #include "qkv/nn/linear.h"
 
@@ -13,15 +12,9 @@ Tensor Linear::backward(const Tensor& grad_output, const LinearRecord& record) {
             "Linear::backward: grad_output must have the output's shape ", shape_str(out_shape),
             ", got ", grad_output.defined() ? shape_str(grad_output.shape()) : "undefined");
   // y = x Wᵀ + b
-  linear_backward(
-      grad_output, record.input, weight_, bias_,
-      {.weight = detail::grad_buffer(grads_, "weight", weight_),
-       .bias = bias_.defined() ? detail::grad_buffer(grads_, "bias", bias_) : Tensor()});
+  linear_backward(grad_output, record.input, weight_, bias_,
+                  {.weight = grad_buffer("weight", weight_), .bias = grad_buffer("bias", bias_)});
   return linear_input_gradient(grad_output, weight_);
 }
-
-std::vector<Parameter> Linear::parameters() { return detail::own_parameters(state_dict(), grads_); }
-
-void Linear::zero_grad() { detail::zero_grads(grads_); }
 
 }  // namespace qkv::nn

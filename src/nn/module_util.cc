@@ -7,10 +7,6 @@
 
 namespace qkv::nn::detail {
 
-void add_prefixed(StateDict& out, const std::string& prefix, const StateDict& child) {
-  for (const auto& [name, t] : child) out[prefix + "." + name] = t;
-}
-
 namespace {
 // "a", "b", "c" (quoted), at most a handful then "... (N in all)".
 std::string quoted_list(const std::vector<std::string>& names) {
@@ -23,7 +19,8 @@ std::string quoted_list(const std::vector<std::string>& names) {
 }
 }  // namespace
 
-void load_strict(const char* module, const StateDict& own, const StateDict& state) {
+void load_strict(const char* module, const StateDict& own,
+                 const std::map<std::string, Tensor>& state) {
   std::vector<std::string> missing, unexpected;
   for (const auto& [name, t] : own)
     if (!state.count(name)) missing.push_back(name);
@@ -56,24 +53,6 @@ Tensor uniform_fan_in(const Shape& shape, int64_t fan_in, Generator& gen, DType 
 Tensor xavier_uniform(const Shape& shape, Generator& gen, DType dtype) {
   const double bound = std::sqrt(6.0 / static_cast<double>(shape[0] + shape[1]));
   return Tensor::rand(shape, gen, -bound, bound, dtype);
-}
-
-Tensor grad_buffer(StateDict& grads, const std::string& name, const Tensor& value) {
-  Tensor& grad = grads[name];
-  if (!grad.defined()) grad = Tensor::zeros(value.shape(), value.dtype());
-  return grad;
-}
-
-std::vector<Parameter> own_parameters(const StateDict& values, StateDict& grads) {
-  std::vector<Parameter> params;
-  params.reserve(values.size());
-  for (const auto& [name, value] : values)
-    params.push_back({name, value, grad_buffer(grads, name, value)});
-  return params;
-}
-
-void zero_grads(StateDict& grads) {
-  for (auto& [name, grad] : grads) grad.fill(0.0);
 }
 
 Tensor add_grads(const Tensor& a, const Tensor& b) {

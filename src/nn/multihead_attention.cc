@@ -19,6 +19,7 @@
 #include <set>
 #include <vector>
 
+#include "nn/module_util.h"
 #include "ops/checks.h"
 #include "qkv/attention.h"
 #include "qkv/functional.h"
@@ -40,7 +41,7 @@ void copy_4d_typed(Tensor& dst, const Tensor& src) {
   T* d = dst.data<T>();
   const T* s = src.data<T>();
 #pragma omp parallel for collapse(2) \
-    schedule(static) if (dst.numel() >= detail::kParallelMinElements && !omp_in_parallel())
+    schedule(static) if (dst.numel() >= ::qkv::detail::kParallelMinElements && !omp_in_parallel())
   for (int64_t i0 = 0; i0 < n[0]; ++i0)
     for (int64_t i1 = 0; i1 < n[1]; ++i1)
       for (int64_t i2 = 0; i2 < n[2]; ++i2) {
@@ -77,16 +78,10 @@ std::vector<double> additive_values(const Tensor& mask, const char* name) {
 // weights: [B, H, L, S]  ->  [B, L, S]
 Tensor mean_over_heads(const Tensor& weights) { return mean(weights, 1); }
 
-// xavier_uniform_: U(-a, a) with a = sqrt(6 / (fan_in + fan_out)), for a 2-D [out, in] weight.
-Tensor xavier_uniform(const Shape& shape, Generator& gen, DType dtype) {
-  const double bound = std::sqrt(6.0 / static_cast<double>(shape[0] + shape[1]));
-  return Tensor::rand(shape, gen, -bound, bound, dtype);
-}
-
 }  // namespace
 
 MultiheadAttention::MultiheadAttention(const MultiheadAttentionOptions& options, Generator* gen)
-    : options_(options) {
+    : ModuleBase("MultiheadAttention"), options_(options) {
   MultiheadAttentionOptions& o = options_;
   QKV_CHECK_TYPE(is_floating(o.dtype), "MultiheadAttention: dtype must be float32 or float64, got ",
                  dtype_name(o.dtype));
@@ -109,14 +104,13 @@ MultiheadAttention::MultiheadAttention(const MultiheadAttentionOptions& options,
   const DType dt = o.dtype;
   // Draw order as torch's constructor: out_proj (an nn.Linear) first, then _reset_parameters.
   // out_proj.weight: nn.Linear's kaiming_uniform_(a=sqrt(5)) is U(-1/sqrt(in), 1/sqrt(in)).
-  const double out_bound = 1.0 / std::sqrt(static_cast<double>(D));
-  out_proj_weight_ = Tensor::rand({D, D}, g, -out_bound, out_bound, dt);
+  out_proj_weight_ = detail::uniform_fan_in({D, D}, D, g, dt);
   if (packed_) {
-    in_proj_weight_ = xavier_uniform({3 * D, D}, g, dt);
+    in_proj_weight_ = detail::xavier_uniform({3 * D, D}, g, dt);
   } else {
-    q_proj_weight_ = xavier_uniform({D, D}, g, dt);
-    k_proj_weight_ = xavier_uniform({D, o.kdim}, g, dt);
-    v_proj_weight_ = xavier_uniform({D, o.vdim}, g, dt);
+    q_proj_weight_ = detail::xavier_uniform({D, D}, g, dt);
+    k_proj_weight_ = detail::xavier_uniform({D, o.kdim}, g, dt);
+    v_proj_weight_ = detail::xavier_uniform({D, o.vdim}, g, dt);
   }
   if (o.bias) {
     in_proj_bias_ = Tensor::zeros({3 * D}, dt);
@@ -286,12 +280,12 @@ MultiheadAttentionOutput MultiheadAttention::forward(const Tensor& query, const 
         Tensor::from_vector({Bm, Hm, Lm, s_total}, std::span<const double>(merged)).to(dt);
   }
   if (causal_kernel) sdpa.causal = CausalMask::kTopLeft;
-  const double dropout_p = training_ ? o.dropout : 0.0;
+  const double dropout_p = is_training() ? o.dropout : 0.0;
   // p = 1 drops every weight (torch's dropout gives zeros); SDPA takes p < 1 only.
   const bool drop_all = dropout_p >= 1.0;
   sdpa.dropout_p = drop_all ? 0.0 : dropout_p;
   sdpa.need_weights = args.need_weights;
-  sdpa.generator = gen_;
+  sdpa.generator = generator();
   SdpaResult attn = scaled_dot_product_attention(q, k, v, sdpa);
   if (drop_all) {
     attn.output.fill(0.0);
@@ -321,46 +315,16 @@ MultiheadAttentionOutput MultiheadAttention::forward(const Tensor& query, const 
   return result;
 }
 
-std::map<std::string, Tensor> MultiheadAttention::state_dict() const {
-  std::map<std::string, Tensor> state;
-  if (packed_) {
-    state["in_proj_weight"] = in_proj_weight_;
-  } else {
-    state["q_proj_weight"] = q_proj_weight_;
-    state["k_proj_weight"] = k_proj_weight_;
-    state["v_proj_weight"] = v_proj_weight_;
-  }
-  if (in_proj_bias_.defined()) state["in_proj_bias"] = in_proj_bias_;
-  if (bias_k_.defined()) {
-    state["bias_k"] = bias_k_;
-    state["bias_v"] = bias_v_;
-  }
-  state["out_proj.weight"] = out_proj_weight_;
-  if (out_proj_bias_.defined()) state["out_proj.bias"] = out_proj_bias_;
-  return state;
-}
-
-void MultiheadAttention::load_state_dict(const std::map<std::string, Tensor>& state) {
-  std::map<std::string, Tensor> own = state_dict();
-  // Check everything first, so that a failed load changes nothing.
-  std::string missing, unexpected;
-  for (const auto& [name, t] : own)
-    if (!state.count(name)) missing += (missing.empty() ? "\"" : ", \"") + name + "\"";
-  for (const auto& [name, t] : state)
-    if (!own.count(name)) unexpected += (unexpected.empty() ? "\"" : ", \"") + name + "\"";
-  QKV_CHECK(missing.empty() && unexpected.empty(), "MultiheadAttention::load_state_dict: ",
-            (missing.empty() ? "" : "missing key(s) in state_dict: " + missing),
-            (missing.empty() || unexpected.empty() ? "" : "; "),
-            (unexpected.empty() ? "" : "unexpected key(s) in state_dict: " + unexpected));
-  for (const auto& [name, t] : own) {
-    const Tensor& src = state.at(name);
-    QKV_CHECK(src.defined(), "MultiheadAttention::load_state_dict: \"", name, "\" is undefined");
-    QKV_CHECK_TYPE(is_floating(src.dtype()), "MultiheadAttention::load_state_dict: \"", name,
-                   "\" must be floating, got ", dtype_name(src.dtype()));
-    QKV_CHECK(src.shape() == t.shape(), "MultiheadAttention::load_state_dict: size mismatch for \"",
-              name, "\": expected shape ", shape_str(t.shape()), ", got ", shape_str(src.shape()));
-  }
-  for (auto& [name, t] : own) t.copy_from(state.at(name));
+void MultiheadAttention::list_members(MemberList& m) {
+  m.parameter("in_proj_weight", in_proj_weight_);
+  m.parameter("q_proj_weight", q_proj_weight_);
+  m.parameter("k_proj_weight", k_proj_weight_);
+  m.parameter("v_proj_weight", v_proj_weight_);
+  m.parameter("in_proj_bias", in_proj_bias_);
+  m.parameter("bias_k", bias_k_);
+  m.parameter("bias_v", bias_v_);
+  m.parameter("out_proj.weight", out_proj_weight_);
+  m.parameter("out_proj.bias", out_proj_bias_);
 }
 
 }  // namespace qkv::nn

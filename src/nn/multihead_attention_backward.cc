@@ -51,15 +51,11 @@ SdpaGradients MultiheadAttention::head_gradients(const Tensor& grad_output,
   const HeadLayout heads(r, o, head_dim());
   const int64_t L = heads.L, S = heads.S;
   auto split_heads = [&](const Tensor& x, int64_t len) { return heads.split_heads(x, len); };
-  auto grad = [&](const char* name, const Tensor& value) {
-    return detail::grad_buffer(grads_, name, value);
-  };
 
   // result.output = linear(merged, out_proj_weight_, out_proj_bias_)
-  linear_backward(
-      grad_output, r.merged, out_proj_weight_, out_proj_bias_,
-      {.weight = grad("out_proj.weight", out_proj_weight_),
-       .bias = out_proj_bias_.defined() ? grad("out_proj.bias", out_proj_bias_) : Tensor()});
+  linear_backward(grad_output, r.merged, out_proj_weight_, out_proj_bias_,
+                  {.weight = grad_buffer("out_proj.weight", out_proj_weight_),
+                   .bias = grad_buffer("out_proj.bias", out_proj_bias_)});
   const Tensor grad_merged = linear_input_gradient(grad_output, out_proj_weight_);
 
   // copy_4d(split_heads(merged, L), attn.output)
@@ -86,7 +82,7 @@ SdpaGradients MultiheadAttention::head_gradients(const Tensor& grad_output,
     };
     for (const Row& row : {Row{&g.key, "bias_k", &bias_k_}, Row{&g.value, "bias_v", &bias_v_}}) {
       const Tensor* full = row.full;
-      Tensor buffer = grad(row.name, *row.bias);
+      Tensor buffer = grad_buffer(row.name, *row.bias);
       buffer.copy_from(add(buffer, sum(full->slice(2, S, S + 1), 0).reshape({1, 1, D})));
     }
   }
@@ -103,24 +99,21 @@ MultiheadAttentionInputGradients MultiheadAttention::backward(
   const HeadLayout heads(r, options_, head_dim());
   const int64_t L = heads.L, S = heads.S;
   auto split_heads = [&](const Tensor& x, int64_t len) { return heads.split_heads(x, len); };
-  auto grad = [&](const char* name, const Tensor& value) {
-    return detail::grad_buffer(grads_, name, value);
-  };
 
   // q = split_heads(linear(query, wq, bq)); k, v likewise (their first S rows).
   Tensor wq, wk, wv, gwq, gwk, gwv, bq, bk, bv, gbq, gbk, gbv;
   if (packed_) {
-    const Tensor gw = grad("in_proj_weight", in_proj_weight_);
+    const Tensor gw = grad_buffer("in_proj_weight", in_proj_weight_);
     wq = in_proj_weight_.slice(0, 0, D), gwq = gw.slice(0, 0, D);
     wk = in_proj_weight_.slice(0, D, 2 * D), gwk = gw.slice(0, D, 2 * D);
     wv = in_proj_weight_.slice(0, 2 * D, 3 * D), gwv = gw.slice(0, 2 * D, 3 * D);
   } else {
-    wq = q_proj_weight_, gwq = grad("q_proj_weight", q_proj_weight_);
-    wk = k_proj_weight_, gwk = grad("k_proj_weight", k_proj_weight_);
-    wv = v_proj_weight_, gwv = grad("v_proj_weight", v_proj_weight_);
+    wq = q_proj_weight_, gwq = grad_buffer("q_proj_weight", q_proj_weight_);
+    wk = k_proj_weight_, gwk = grad_buffer("k_proj_weight", k_proj_weight_);
+    wv = v_proj_weight_, gwv = grad_buffer("v_proj_weight", v_proj_weight_);
   }
   if (in_proj_bias_.defined()) {
-    const Tensor gb = grad("in_proj_bias", in_proj_bias_);
+    const Tensor gb = grad_buffer("in_proj_bias", in_proj_bias_);
     bq = in_proj_bias_.slice(0, 0, D), gbq = gb.slice(0, 0, D);
     bk = in_proj_bias_.slice(0, D, 2 * D), gbk = gb.slice(0, D, 2 * D);
     bv = in_proj_bias_.slice(0, 2 * D, 3 * D), gbv = gb.slice(0, 2 * D, 3 * D);
@@ -174,18 +167,10 @@ Tensor MultiheadAttention::self_attention_backward(const Tensor& grad_output,
   heads_of_third(0).copy_from(g.query);
   heads_of_third(1).copy_from(g.key.slice(2, 0, L));
   heads_of_third(2).copy_from(g.value.slice(2, 0, L));
-  linear_backward(
-      grad_packed, r.query, in_proj_weight_, in_proj_bias_,
-      {.weight = detail::grad_buffer(grads_, "in_proj_weight", in_proj_weight_),
-       .bias = in_proj_bias_.defined() ? detail::grad_buffer(grads_, "in_proj_bias", in_proj_bias_)
-                                       : Tensor()});
+  linear_backward(grad_packed, r.query, in_proj_weight_, in_proj_bias_,
+                  {.weight = grad_buffer("in_proj_weight", in_proj_weight_),
+                   .bias = grad_buffer("in_proj_bias", in_proj_bias_)});
   return linear_input_gradient(grad_packed, in_proj_weight_);
 }
-
-std::vector<Parameter> MultiheadAttention::parameters() {
-  return detail::own_parameters(state_dict(), grads_);
-}
-
-void MultiheadAttention::zero_grad() { detail::zero_grads(grads_); }
 
 }  // namespace qkv::nn

@@ -1,5 +1,4 @@
-// The backward passes of nn::LayerNorm and nn::RMSNorm, and their gradient buffers.
-#include "nn/module_util.h"
+// The backward passes of nn::LayerNorm and nn::RMSNorm.
 #include "qkv/gradients.h"
 #include "qkv/nn/layer_norm.h"
 #include "qkv/nn/rms_norm.h"
@@ -21,35 +20,21 @@ Tensor LayerNorm::backward(const Tensor& grad_output, const LayerNormRecord& rec
   check_backward("LayerNorm", grad_output, record.input);
   Tensor grad_input = Tensor::zeros(record.input.shape(), record.input.dtype());
   // y = (x − mean) / √(var + eps) · weight + bias
-  layer_norm_backward(
-      grad_output, record.input, options_.normalized_shape, weight_, bias_, options_.eps,
-      {.input = grad_input,
-       .weight = weight_.defined() ? detail::grad_buffer(grads_, "weight", weight_) : Tensor(),
-       .bias = bias_.defined() ? detail::grad_buffer(grads_, "bias", bias_) : Tensor()});
+  layer_norm_backward(grad_output, record.input, options_.normalized_shape, weight_, bias_,
+                      options_.eps,
+                      {.input = grad_input,
+                       .weight = grad_buffer("weight", weight_),
+                       .bias = grad_buffer("bias", bias_)});
   return grad_input;
 }
-
-std::vector<Parameter> LayerNorm::parameters() {
-  return detail::own_parameters(state_dict(), grads_);
-}
-
-void LayerNorm::zero_grad() { detail::zero_grads(grads_); }
 
 Tensor RMSNorm::backward(const Tensor& grad_output, const RMSNormRecord& record) {
   check_backward("RMSNorm", grad_output, record.input);
   Tensor grad_input = Tensor::zeros(record.input.shape(), record.input.dtype());
   // y = x / √(mean(x²) + eps) · weight
-  rms_norm_backward(
-      grad_output, record.input, options_.normalized_shape, weight_, options_.eps,
-      {.input = grad_input,
-       .weight = weight_.defined() ? detail::grad_buffer(grads_, "weight", weight_) : Tensor()});
+  rms_norm_backward(grad_output, record.input, options_.normalized_shape, weight_, options_.eps,
+                    {.input = grad_input, .weight = grad_buffer("weight", weight_)});
   return grad_input;
 }
-
-std::vector<Parameter> RMSNorm::parameters() {
-  return detail::own_parameters(state_dict(), grads_);
-}
-
-void RMSNorm::zero_grad() { detail::zero_grads(grads_); }
 
 }  // namespace qkv::nn

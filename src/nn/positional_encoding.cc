@@ -53,7 +53,7 @@ Tensor sinusoidal_encoding(int64_t length, int64_t d_model, int64_t offset, DTyp
 
 SinusoidalPositionalEncoding::SinusoidalPositionalEncoding(
     const SinusoidalPositionalEncodingOptions& options)
-    : options_(options) {
+    : ModuleBase("SinusoidalPositionalEncoding"), options_(options) {
   const auto& o = options_;
   QKV_CHECK(o.d_model > 0 && o.max_len > 0,
             "SinusoidalPositionalEncoding: d_model and max_len must be > 0, got d_model=",
@@ -67,16 +67,12 @@ SinusoidalPositionalEncoding::SinusoidalPositionalEncoding(
 
 Tensor SinusoidalPositionalEncoding::forward(const Tensor& x, int64_t offset) const {
   return add_positions("SinusoidalPositionalEncoding", x, table_, offset, options_.batch_first,
-                       options_.dropout, training_, gen_);
-}
-
-void SinusoidalPositionalEncoding::load_state_dict(const std::map<std::string, Tensor>& state) {
-  detail::load_strict("SinusoidalPositionalEncoding", state_dict(), state);
+                       options_.dropout, is_training(), generator());
 }
 
 LearnedPositionalEncoding::LearnedPositionalEncoding(
     const LearnedPositionalEncodingOptions& options, Generator* gen)
-    : options_(options) {
+    : ModuleBase("LearnedPositionalEncoding"), options_(options) {
   const auto& o = options_;
   QKV_CHECK(o.d_model > 0 && o.max_len > 0,
             "LearnedPositionalEncoding: d_model and max_len must be > 0, got d_model=", o.d_model,
@@ -90,11 +86,11 @@ LearnedPositionalEncoding::LearnedPositionalEncoding(
 
 Tensor LearnedPositionalEncoding::forward(const Tensor& x, int64_t offset) const {
   return add_positions("LearnedPositionalEncoding", x, weight_, offset, options_.batch_first,
-                       options_.dropout, training_, gen_);
+                       options_.dropout, is_training(), generator());
 }
 
-void LearnedPositionalEncoding::load_state_dict(const std::map<std::string, Tensor>& state) {
-  detail::load_strict("LearnedPositionalEncoding", state_dict(), state);
-}
+void SinusoidalPositionalEncoding::list_members(MemberList&) {}
+
+void LearnedPositionalEncoding::list_members(MemberList& m) { m.parameter("weight", weight_); }
 
 }  // namespace qkv::nn

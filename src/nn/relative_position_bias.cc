@@ -41,7 +41,7 @@ std::vector<double> alibi_slopes(int64_t num_heads) {
   return slopes;
 }
 
-Alibi::Alibi(const AlibiOptions& options) : options_(options) {
+Alibi::Alibi(const AlibiOptions& options) : ModuleBase("Alibi"), options_(options) {
   QKV_CHECK(options_.num_heads > 0, "Alibi: num_heads must be > 0, got ", options_.num_heads);
   QKV_CHECK_TYPE(is_floating(options_.dtype), "Alibi: dtype must be floating, got ",
                  dtype_name(options_.dtype));
@@ -100,7 +100,7 @@ int64_t relative_position_bucket(int64_t relative_position, bool bidirectional, 
 
 RelativePositionBias::RelativePositionBias(const RelativePositionBiasOptions& options,
                                            Generator* gen)
-    : options_(options) {
+    : ModuleBase("RelativePositionBias"), options_(options) {
   const auto& o = options_;
   QKV_CHECK(o.num_heads > 0, "RelativePositionBias: num_heads must be > 0, got ", o.num_heads);
   QKV_CHECK_TYPE(is_floating(o.dtype), "RelativePositionBias: dtype must be floating, got ",
@@ -130,12 +130,10 @@ Tensor RelativePositionBias::forward(int64_t L, int64_t S) const {
   return Tensor::from_vector({H, L, S}, std::span<const double>(bias)).to(o.dtype);
 }
 
-std::map<std::string, Tensor> RelativePositionBias::state_dict() const {
-  return {{"relative_attention_bias.weight", weight_}};
-}
+void Alibi::list_members(MemberList&) {}
 
-void RelativePositionBias::load_state_dict(const std::map<std::string, Tensor>& state) {
-  detail::load_strict("RelativePositionBias", state_dict(), state);
+void RelativePositionBias::list_members(MemberList& m) {
+  m.parameter("relative_attention_bias.weight", weight_);
 }
 
 }  // namespace qkv::nn

@@ -3,12 +3,11 @@
 
 #include <cmath>
 
-#include "nn/module_util.h"
 #include "qkv/functional.h"
 
 namespace qkv::nn {
 
-RMSNorm::RMSNorm(const RMSNormOptions& options) : options_(options) {
+RMSNorm::RMSNorm(const RMSNormOptions& options) : ModuleBase("RMSNorm"), options_(options) {
   const RMSNormOptions& o = options_;
   QKV_CHECK_TYPE(is_floating(o.dtype), "RMSNorm: dtype must be float32 or float64, got ",
                  dtype_name(o.dtype));
@@ -32,21 +31,6 @@ Tensor RMSNorm::forward(const Tensor& x, RMSNormRecord* record) const {
   return rms_norm(x, options_.normalized_shape, weight_, options_.eps);
 }
 
-std::map<std::string, Tensor> RMSNorm::state_dict() const {
-  std::map<std::string, Tensor> state;
-  if (weight_.defined()) state["weight"] = weight_;
-  return state;
-}
-
-void RMSNorm::load_state_dict(const std::map<std::string, Tensor>& state) {
-  detail::load_strict("RMSNorm", state_dict(), state);
-}
-
-RMSNorm RMSNorm::clone() const {
-  RMSNorm copy = *this;
-  if (weight_.defined()) copy.weight_ = weight_.clone();
-  copy.grads_.clear();
-  return copy;
-}
+void RMSNorm::list_members(MemberList& m) { m.parameter("weight", weight_); }
 
 }  // namespace qkv::nn

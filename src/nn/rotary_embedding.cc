@@ -32,7 +32,8 @@ void rotate(T* y, int64_t batches, int64_t L, int64_t E, RopeStyle style,
 
 }  // namespace
 
-RotaryEmbedding::RotaryEmbedding(const RotaryEmbeddingOptions& options) : options_(options) {
+RotaryEmbedding::RotaryEmbedding(const RotaryEmbeddingOptions& options)
+    : ModuleBase("RotaryEmbedding"), options_(options) {
   QKV_CHECK(options_.head_dim > 0 && options_.head_dim % 2 == 0,
             "RotaryEmbedding: head_dim must be positive and even (coordinates are rotated in "
             "pairs), got ",
@@ -94,5 +95,7 @@ std::pair<Tensor, Tensor> RotaryEmbedding::forward(const Tensor& q, const Tensor
                                                    int64_t offset) const {
   return {forward(q, offset), forward(k, offset)};
 }
+
+void RotaryEmbedding::list_members(MemberList&) {}
 
 }  // namespace qkv::nn

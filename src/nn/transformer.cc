@@ -34,7 +34,8 @@ const TransformerOptions& checked(const TransformerOptions& o) {
 }  // namespace
 
 Transformer::Transformer(const TransformerOptions& options, Generator* gen)
-    : options_(checked(options)),
+    : ModuleBase("Transformer"),
+      options_(checked(options)),
       encoder_(
           {.layer = layer_options(options), .num_layers = options.num_encoder_layers, .norm = true},
           gen),
@@ -46,8 +47,8 @@ Transformer::Transformer(const TransformerOptions& options, Generator* gen)
   // so that the cloned layers no longer share values.
   Generator& g = gen ? *gen : default_generator();
   // state_dict() shares the parameters: copying into its entries sets them.
-  for (auto& [name, p] : state_dict())
-    if (p.dim() > 1) p.copy_from(detail::xavier_uniform(p.shape(), g, p.dtype()));
+  for (const auto& [name, p] : state_dict())
+    if (p.dim() > 1) Tensor(p).copy_from(detail::xavier_uniform(p.shape(), g, p.dtype()));
 }
 
 Tensor Transformer::forward(const Tensor& src, const Tensor& tgt, const TransformerForward& args,
@@ -84,18 +85,6 @@ TransformerInputGradients Transformer::backward(const Tensor& grad_output,
   return {encoder_.backward(g.memory, record.encoder), g.tgt};
 }
 
-std::vector<Parameter> Transformer::parameters() {
-  std::vector<Parameter> params;
-  append_parameters(params, "encoder", encoder_.parameters());
-  append_parameters(params, "decoder", decoder_.parameters());
-  return params;
-}
-
-void Transformer::zero_grad() {
-  encoder_.zero_grad();
-  decoder_.zero_grad();
-}
-
 Tensor Transformer::generate_square_subsequent_mask(int64_t sz, DType dtype) {
   QKV_CHECK(sz >= 0, "Transformer::generate_square_subsequent_mask: sz must be >= 0, got ", sz);
   QKV_CHECK_TYPE(is_floating(dtype),
@@ -107,25 +96,9 @@ Tensor Transformer::generate_square_subsequent_mask(int64_t sz, DType dtype) {
   return mask;
 }
 
-void Transformer::train(bool on) {
-  encoder_.train(on);
-  decoder_.train(on);
-}
-
-void Transformer::set_generator(Generator* gen) {
-  encoder_.set_generator(gen);
-  decoder_.set_generator(gen);
-}
-
-std::map<std::string, Tensor> Transformer::state_dict() const {
-  std::map<std::string, Tensor> state;
-  detail::add_prefixed(state, "encoder", encoder_.state_dict());
-  detail::add_prefixed(state, "decoder", decoder_.state_dict());
-  return state;
-}
-
-void Transformer::load_state_dict(const std::map<std::string, Tensor>& state) {
-  detail::load_strict("Transformer", state_dict(), state);
+void Transformer::list_members(MemberList& m) {
+  m.module("encoder", encoder_);
+  m.module("decoder", decoder_);
 }
 
 }  // namespace qkv::nn

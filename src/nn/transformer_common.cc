@@ -43,15 +43,6 @@ LayerNormOptions layer_norm_options(const TransformerLayerOptions& o) {
       .normalized_shape = {o.d_model}, .eps = o.layer_norm_eps, .bias = o.bias, .dtype = o.dtype};
 }
 
-MultiheadAttention clone_attention(const MultiheadAttention& mha, Generator* gen) {
-  Generator scratch(0);  // the fresh parameters are overwritten below
-  MultiheadAttention copy(mha.options(), &scratch);
-  copy.load_state_dict(mha.state_dict());
-  copy.train(mha.is_training());
-  copy.set_generator(gen);
-  return copy;
-}
-
 void check_sequence(const char* module, const char* name, const Tensor& x,
                     const TransformerLayerOptions& o) {
   QKV_CHECK(x.defined(), module, ": ", name, " is undefined");

@@ -15,9 +15,6 @@ MultiheadAttentionOptions attention_options(const TransformerLayerOptions& o);
 FeedForwardOptions feed_forward_options(const TransformerLayerOptions& o);
 LayerNormOptions layer_norm_options(const TransformerLayerOptions& o);
 
-// A deep copy of a MultiheadAttention (its own parameters, same mode).
-MultiheadAttention clone_attention(const MultiheadAttention& mha, Generator* gen);
-
 // Checks a sequence input: defined, the module's dtype, 2-D [L, D] or 3-D
 // [L, B, D] / [B, L, D] with D = d_model.
 void check_sequence(const char* module, const char* name, const Tensor& x,

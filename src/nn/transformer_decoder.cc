@@ -27,7 +27,8 @@ void check_memory(const char* module, const Tensor& tgt, const Tensor& memory,
 
 TransformerDecoderLayer::TransformerDecoderLayer(const TransformerLayerOptions& options,
                                                  Generator* gen)
-    : options_(detail::checked_layer_options("TransformerDecoderLayer", options)),
+    : ModuleBase("TransformerDecoderLayer"),
+      options_(detail::checked_layer_options("TransformerDecoderLayer", options)),
       self_attn_(detail::attention_options(options), gen),
       multihead_attn_(detail::attention_options(options), gen),
       ff_(detail::feed_forward_options(options), gen),
@@ -42,11 +43,12 @@ Tensor TransformerDecoderLayer::forward(const Tensor& tgt, const Tensor& memory,
   detail::check_sequence(module, "tgt", tgt, options_);
   check_memory(module, tgt, memory, options_);
   const double p = options_.dropout;
-  if (record) record->dropout_p = training_ ? p : 0.0;
+  if (record) record->dropout_p = is_training() ? p : 0.0;
   // dropout(out), saving the keep mask in the record's `keep` when there is one.
   auto drop = [&](const Tensor& out, Tensor TransformerDecoderLayerRecord::*keep) {
-    if (record) return detail::recorded_dropout(out, p, training_, gen_, &(record->*keep));
-    return dropout(out, p, training_, gen_);
+    if (record)
+      return detail::recorded_dropout(out, p, is_training(), generator(), &(record->*keep));
+    return dropout(out, p, is_training(), generator());
   };
 
   // dropout1(self_attn(x, x, x))
@@ -96,53 +98,15 @@ Tensor TransformerDecoderLayer::forward(const Tensor& tgt, const Tensor& memory,
   return x;
 }
 
-void TransformerDecoderLayer::train(bool on) {
-  training_ = on;
-  self_attn_.train(on);
-  multihead_attn_.train(on);
-  ff_.train(on);
-}
-
-void TransformerDecoderLayer::set_generator(Generator* gen) {
-  gen_ = gen;
-  self_attn_.set_generator(gen);
-  multihead_attn_.set_generator(gen);
-  ff_.set_generator(gen);
-}
-
-std::map<std::string, Tensor> TransformerDecoderLayer::state_dict() const {
-  std::map<std::string, Tensor> state = ff_.state_dict();  // linear1.*, linear2.*
-  detail::add_prefixed(state, "self_attn", self_attn_.state_dict());
-  detail::add_prefixed(state, "multihead_attn", multihead_attn_.state_dict());
-  detail::add_prefixed(state, "norm1", norm1_.state_dict());
-  detail::add_prefixed(state, "norm2", norm2_.state_dict());
-  detail::add_prefixed(state, "norm3", norm3_.state_dict());
-  return state;
-}
-
-void TransformerDecoderLayer::load_state_dict(const std::map<std::string, Tensor>& state) {
-  detail::load_strict("TransformerDecoderLayer", state_dict(), state);
-}
-
-TransformerDecoderLayer TransformerDecoderLayer::clone() const {
-  TransformerDecoderLayer copy = *this;
-  copy.self_attn_ = detail::clone_attention(self_attn_, gen_);
-  copy.multihead_attn_ = detail::clone_attention(multihead_attn_, gen_);
-  copy.ff_ = ff_.clone();
-  copy.norm1_ = norm1_.clone();
-  copy.norm2_ = norm2_.clone();
-  copy.norm3_ = norm3_.clone();
-  return copy;
-}
-
 // --- TransformerDecoder ------------------------------------------------------------
 
 TransformerDecoder::TransformerDecoder(const TransformerDecoderLayer& decoder_layer,
-                                       int64_t num_layers, const std::optional<LayerNorm>& norm) {
+                                       int64_t num_layers, const std::optional<LayerNorm>& norm)
+    : ModuleBase("TransformerDecoder") {
   QKV_CHECK(num_layers > 0, "TransformerDecoder: num_layers must be > 0, got ", num_layers);
   for (int64_t i = 0; i < num_layers; ++i) layers_.push_back(decoder_layer.clone());
   if (norm) norm_ = norm->clone();
-  training_ = decoder_layer.is_training();
+  train(decoder_layer.is_training());
 }
 
 TransformerDecoder::TransformerDecoder(const TransformerDecoderOptions& options, Generator* gen)
@@ -172,25 +136,18 @@ Tensor TransformerDecoder::forward(const Tensor& tgt, const Tensor& memory,
   return norm_ ? norm_->forward(x, record ? &record->norm : nullptr) : x;
 }
 
-void TransformerDecoder::train(bool on) {
-  training_ = on;
-  for (TransformerDecoderLayer& layer : layers_) layer.train(on);
+void TransformerDecoderLayer::list_members(MemberList& m) {
+  m.module("self_attn", self_attn_);
+  m.module("multihead_attn", multihead_attn_);
+  m.module("", ff_);  // linear1.*, linear2.*
+  m.module("norm1", norm1_);
+  m.module("norm2", norm2_);
+  m.module("norm3", norm3_);
 }
 
-void TransformerDecoder::set_generator(Generator* gen) {
-  for (TransformerDecoderLayer& layer : layers_) layer.set_generator(gen);
-}
-
-std::map<std::string, Tensor> TransformerDecoder::state_dict() const {
-  std::map<std::string, Tensor> state;
-  for (size_t i = 0; i < layers_.size(); ++i)
-    detail::add_prefixed(state, "layers." + std::to_string(i), layers_[i].state_dict());
-  if (norm_) detail::add_prefixed(state, "norm", norm_->state_dict());
-  return state;
-}
-
-void TransformerDecoder::load_state_dict(const std::map<std::string, Tensor>& state) {
-  detail::load_strict("TransformerDecoder", state_dict(), state);
+void TransformerDecoder::list_members(MemberList& m) {
+  for (size_t i = 0; i < layers_.size(); ++i) m.module("layers." + std::to_string(i), layers_[i]);
+  if (norm_) m.module("norm", *norm_);
 }
 
 }  // namespace qkv::nn

@@ -43,26 +43,6 @@ TransformerDecoderInputGradients TransformerDecoderLayer::backward(
   return {.tgt = grad, .memory = grad_memory};
 }
 
-std::vector<Parameter> TransformerDecoderLayer::parameters() {
-  std::vector<Parameter> params;
-  detail::append_parameters(params, "", ff_.parameters());  // linear1.*, linear2.*
-  detail::append_parameters(params, "self_attn", self_attn_.parameters());
-  detail::append_parameters(params, "multihead_attn", multihead_attn_.parameters());
-  detail::append_parameters(params, "norm1", norm1_.parameters());
-  detail::append_parameters(params, "norm2", norm2_.parameters());
-  detail::append_parameters(params, "norm3", norm3_.parameters());
-  return params;
-}
-
-void TransformerDecoderLayer::zero_grad() {
-  self_attn_.zero_grad();
-  multihead_attn_.zero_grad();
-  ff_.zero_grad();
-  norm1_.zero_grad();
-  norm2_.zero_grad();
-  norm3_.zero_grad();
-}
-
 TransformerDecoderInputGradients TransformerDecoder::backward(
     const Tensor& grad_output, const TransformerDecoderRecord& record) {
   QKV_CHECK(record.layers.size() == layers_.size(), "TransformerDecoder::backward: the record has ",
@@ -77,19 +57,6 @@ TransformerDecoderInputGradients TransformerDecoder::backward(
     out.memory = detail::add_grads(out.memory, g.memory);
   }
   return out;
-}
-
-std::vector<Parameter> TransformerDecoder::parameters() {
-  std::vector<Parameter> params;
-  for (size_t i = 0; i < layers_.size(); ++i)
-    detail::append_parameters(params, "layers." + std::to_string(i), layers_[i].parameters());
-  if (norm_) detail::append_parameters(params, "norm", norm_->parameters());
-  return params;
-}
-
-void TransformerDecoder::zero_grad() {
-  for (TransformerDecoderLayer& layer : layers_) layer.zero_grad();
-  if (norm_) norm_->zero_grad();
 }
 
 }  // namespace qkv::nn

@@ -10,7 +10,8 @@ namespace qkv::nn {
 
 TransformerEncoderLayer::TransformerEncoderLayer(const TransformerLayerOptions& options,
                                                  Generator* gen)
-    : options_(detail::checked_layer_options("TransformerEncoderLayer", options)),
+    : ModuleBase("TransformerEncoderLayer"),
+      options_(detail::checked_layer_options("TransformerEncoderLayer", options)),
       self_attn_(detail::attention_options(options), gen),
       ff_(detail::feed_forward_options(options), gen),
       norm1_(detail::layer_norm_options(options)),
@@ -22,7 +23,7 @@ Tensor TransformerEncoderLayer::forward(const Tensor& src,
   detail::check_sequence("TransformerEncoderLayer", "src", src, options_);
   LayerNormRecord* norm1 = record ? &record->norm1 : nullptr;
   LayerNormRecord* norm2 = record ? &record->norm2 : nullptr;
-  if (record) record->dropout_p = training_ ? options_.dropout : 0.0;
+  if (record) record->dropout_p = is_training() ? options_.dropout : 0.0;
   Tensor x = src;
   if (options_.norm_first) {
     x = add(x, sa_block(norm1_.forward(x, norm1), args, record));
@@ -47,59 +48,28 @@ Tensor TransformerEncoderLayer::sa_block(const Tensor& x,
                                   record ? &record->self_attn : nullptr)
                          .output;
   if (record)
-    return detail::recorded_dropout(out, options_.dropout, training_, gen_, &record->keep1);
-  return dropout(out, options_.dropout, training_, gen_);
+    return detail::recorded_dropout(out, options_.dropout, is_training(), generator(),
+                                    &record->keep1);
+  return dropout(out, options_.dropout, is_training(), generator());
 }
 
 // dropout2(linear2(dropout(activation(linear1(x))))).
 Tensor TransformerEncoderLayer::ff_block(const Tensor& x, TransformerEncoderLayerRecord* record) {
   if (record)
-    return detail::recorded_dropout(ff_.forward(x, &record->ff), options_.dropout, training_, gen_,
-                                    &record->keep2);
-  return dropout(ff_.forward(x), options_.dropout, training_, gen_);
-}
-
-void TransformerEncoderLayer::train(bool on) {
-  training_ = on;
-  self_attn_.train(on);
-  ff_.train(on);
-}
-
-void TransformerEncoderLayer::set_generator(Generator* gen) {
-  gen_ = gen;
-  self_attn_.set_generator(gen);
-  ff_.set_generator(gen);
-}
-
-std::map<std::string, Tensor> TransformerEncoderLayer::state_dict() const {
-  std::map<std::string, Tensor> state = ff_.state_dict();  // linear1.*, linear2.*
-  detail::add_prefixed(state, "self_attn", self_attn_.state_dict());
-  detail::add_prefixed(state, "norm1", norm1_.state_dict());
-  detail::add_prefixed(state, "norm2", norm2_.state_dict());
-  return state;
-}
-
-void TransformerEncoderLayer::load_state_dict(const std::map<std::string, Tensor>& state) {
-  detail::load_strict("TransformerEncoderLayer", state_dict(), state);
-}
-
-TransformerEncoderLayer TransformerEncoderLayer::clone() const {
-  TransformerEncoderLayer copy = *this;
-  copy.self_attn_ = detail::clone_attention(self_attn_, gen_);
-  copy.ff_ = ff_.clone();
-  copy.norm1_ = norm1_.clone();
-  copy.norm2_ = norm2_.clone();
-  return copy;
+    return detail::recorded_dropout(ff_.forward(x, &record->ff), options_.dropout, is_training(),
+                                    generator(), &record->keep2);
+  return dropout(ff_.forward(x), options_.dropout, is_training(), generator());
 }
 
 // --- TransformerEncoder ------------------------------------------------------------
 
 TransformerEncoder::TransformerEncoder(const TransformerEncoderLayer& encoder_layer,
-                                       int64_t num_layers, const std::optional<LayerNorm>& norm) {
+                                       int64_t num_layers, const std::optional<LayerNorm>& norm)
+    : ModuleBase("TransformerEncoder") {
   QKV_CHECK(num_layers > 0, "TransformerEncoder: num_layers must be > 0, got ", num_layers);
   for (int64_t i = 0; i < num_layers; ++i) layers_.push_back(encoder_layer.clone());
   if (norm) norm_ = norm->clone();
-  training_ = encoder_layer.is_training();
+  train(encoder_layer.is_training());
 }
 
 TransformerEncoder::TransformerEncoder(const TransformerEncoderOptions& options, Generator* gen)
@@ -125,25 +95,16 @@ Tensor TransformerEncoder::forward(const Tensor& src, const TransformerEncoderFo
   return norm_ ? norm_->forward(x, record ? &record->norm : nullptr) : x;
 }
 
-void TransformerEncoder::train(bool on) {
-  training_ = on;
-  for (TransformerEncoderLayer& layer : layers_) layer.train(on);
+void TransformerEncoderLayer::list_members(MemberList& m) {
+  m.module("self_attn", self_attn_);
+  m.module("", ff_);  // linear1.*, linear2.*
+  m.module("norm1", norm1_);
+  m.module("norm2", norm2_);
 }
 
-void TransformerEncoder::set_generator(Generator* gen) {
-  for (TransformerEncoderLayer& layer : layers_) layer.set_generator(gen);
-}
-
-std::map<std::string, Tensor> TransformerEncoder::state_dict() const {
-  std::map<std::string, Tensor> state;
-  for (size_t i = 0; i < layers_.size(); ++i)
-    detail::add_prefixed(state, "layers." + std::to_string(i), layers_[i].state_dict());
-  if (norm_) detail::add_prefixed(state, "norm", norm_->state_dict());
-  return state;
-}
-
-void TransformerEncoder::load_state_dict(const std::map<std::string, Tensor>& state) {
-  detail::load_strict("TransformerEncoder", state_dict(), state);
+void TransformerEncoder::list_members(MemberList& m) {
+  for (size_t i = 0; i < layers_.size(); ++i) m.module("layers." + std::to_string(i), layers_[i]);
+  if (norm_) m.module("norm", *norm_);
 }
 
 }  // namespace qkv::nn

@@ -31,22 +31,6 @@ Tensor TransformerEncoderLayer::backward(const Tensor& grad_output,
   return add(grad_sum1, sa_back(grad_sum1));
 }
 
-std::vector<Parameter> TransformerEncoderLayer::parameters() {
-  std::vector<Parameter> params;
-  detail::append_parameters(params, "", ff_.parameters());  // linear1.*, linear2.*
-  detail::append_parameters(params, "self_attn", self_attn_.parameters());
-  detail::append_parameters(params, "norm1", norm1_.parameters());
-  detail::append_parameters(params, "norm2", norm2_.parameters());
-  return params;
-}
-
-void TransformerEncoderLayer::zero_grad() {
-  self_attn_.zero_grad();
-  ff_.zero_grad();
-  norm1_.zero_grad();
-  norm2_.zero_grad();
-}
-
 Tensor TransformerEncoder::backward(const Tensor& grad_output,
                                     const TransformerEncoderRecord& record) {
   QKV_CHECK(record.layers.size() == layers_.size(), "TransformerEncoder::backward: the record has ",
@@ -56,19 +40,6 @@ Tensor TransformerEncoder::backward(const Tensor& grad_output,
   Tensor grad = norm_ ? norm_->backward(grad_output, record.norm) : grad_output;
   for (size_t i = layers_.size(); i-- > 0;) grad = layers_[i].backward(grad, record.layers[i]);
   return grad;
-}
-
-std::vector<Parameter> TransformerEncoder::parameters() {
-  std::vector<Parameter> params;
-  for (size_t i = 0; i < layers_.size(); ++i)
-    detail::append_parameters(params, "layers." + std::to_string(i), layers_[i].parameters());
-  if (norm_) detail::append_parameters(params, "norm", norm_->parameters());
-  return params;
-}
-
-void TransformerEncoder::zero_grad() {
-  for (TransformerEncoderLayer& layer : layers_) layer.zero_grad();
-  if (norm_) norm_->zero_grad();
 }
 
 }  // namespace qkv::nn

@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "qkv/generator.h"
+#include "qkv/nn/state_dict.h"
 #include "qkv/tensor.h"
 
 namespace qkv::models {
@@ -94,8 +95,8 @@ class BertModel {
   Tensor forward(std::span<const int64_t> ids, std::span<const int64_t> attention_mask,
                  int64_t batch_size, std::span<const int64_t> token_type_ids = {}) const;
 
-  // Parameters by transformers' names (no "bert." prefix), as shared views.
-  std::map<std::string, Tensor> state_dict() const;
+  // Parameters by transformers' names (no "bert." prefix) and in its order, as shared views.
+  nn::StateDict state_dict() const;
   // Strict: exactly the names and shapes of state_dict(). A failed load changes nothing.
   void load_state_dict(const std::map<std::string, Tensor>& state);
 

@@ -120,7 +120,7 @@ struct DecoderModelRecord {
   Tensor head_input;  // norm(x): [B, T, D]
 };
 
-class DecoderModel {
+class DecoderModel : public ModuleBase<DecoderModel> {
  public:
   // Parameters initialised as the torch modules they mirror (embeddings
   // N(0, 1), linears U(±1/√fan_in), norms 1), drawn from `gen` in the order
@@ -148,19 +148,8 @@ class DecoderModel {
   // grad_logits: [B, T, vocab]
   void backward(const Tensor& grad_logits, const DecoderModelRecord& record);
 
-  // Every trainable tensor under its state_dict name, sharing the model's
-  // values and gradient buffers (allocated as zeros on first use), for an
-  // optimizer; zero_grad() sets the buffers to 0.
-  std::vector<Parameter> parameters();
-  void zero_grad();
-
   // An empty cache shaped for this model; max_len 0 means config.max_seq_len.
   KVCache make_cache(int64_t batch_size = 1, int64_t max_len = 0) const;
-
-  // Shared, not copied; names as listed at the top of this file.
-  std::map<std::string, Tensor> state_dict() const;
-  // Strict: exact names and shapes; a failed load changes nothing.
-  void load_state_dict(const std::map<std::string, Tensor>& state);
 
   // Writes the parameters and the config (metadata kDecoderConfigKey, plus
   // `metadata`, e.g. a vocabulary) to a safetensors file, atomically.
@@ -188,6 +177,10 @@ class DecoderModel {
   // [max_seq_len, D] added to the embeddings; undefined with RoPE.
   Tensor position_table() const;
 
+ protected:
+  // The names listed at the top of this file, in that order.
+  void list_members(MemberList& m) override;
+
  private:
   Tensor forward_impl(std::span<const int64_t> ids, int64_t batch_size, KVCache* cache);
 
@@ -198,8 +191,6 @@ class DecoderModel {
   std::vector<Block> blocks_;
   std::variant<RMSNorm, LayerNorm> norm_;
   Tensor output_;  // [vocab, D] when untied
-  // Gradient buffers of the tensors no module owns: pos_embeddings.weight, output.weight.
-  std::map<std::string, Tensor> grads_;
 };
 
 }  // namespace qkv::nn

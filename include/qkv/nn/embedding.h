@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "qkv/generator.h"
-#include "qkv/nn/parameter.h"
+#include "qkv/nn/module.h"
 #include "qkv/tensor.h"
 
 namespace qkv::nn {
@@ -30,7 +30,7 @@ struct EmbeddingRecord {
   Shape shape;
 };
 
-class Embedding {
+class Embedding : public ModuleBase<Embedding> {
  public:
   // torch's initialisation: weight ~ N(0, 1), the padding row 0.
   explicit Embedding(const EmbeddingOptions& options, Generator* gen = nullptr);
@@ -45,23 +45,16 @@ class Embedding {
   // grad_output: [*record.shape, embedding_dim]
   void backward(const Tensor& grad_output, const EmbeddingRecord& record);
 
-  // "weight" with the module's gradient buffer; zero_grad() sets it to 0.
-  std::vector<Parameter> parameters();
-  void zero_grad();
-
-  // "weight" [num_embeddings, embedding_dim].
-  std::map<std::string, Tensor> state_dict() const;
-  void load_state_dict(const std::map<std::string, Tensor>& state);
-  Embedding clone() const;
-
   const EmbeddingOptions& options() const { return options_; }
   const Tensor& weight() const { return weight_; }
+
+ protected:
+  // "weight" [num_embeddings, embedding_dim].
+  void list_members(MemberList& m) override;
 
  private:
   EmbeddingOptions options_;
   Tensor weight_;
-  // Gradient buffers by state_dict name, allocated on first use.
-  std::map<std::string, Tensor> grads_;
 };
 
 }  // namespace qkv::nn

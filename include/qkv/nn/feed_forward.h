@@ -13,7 +13,7 @@
 #include "qkv/functional.h"
 #include "qkv/generator.h"
 #include "qkv/nn/linear.h"
-#include "qkv/nn/parameter.h"
+#include "qkv/nn/module.h"
 #include "qkv/tensor.h"
 
 namespace qkv::nn {
@@ -36,7 +36,7 @@ struct FeedForwardRecord {
   LinearRecord linear2;  // dropout(activation(hidden))
 };
 
-class FeedForward {
+class FeedForward : public ModuleBase<FeedForward> {
  public:
   // linear1 is initialised before linear2 (torch's order), both as nn.Linear.
   explicit FeedForward(const FeedForwardOptions& options, Generator* gen = nullptr);
@@ -51,31 +51,18 @@ class FeedForward {
   // grad_output: [..., d_model]  ->  like x
   Tensor backward(const Tensor& grad_output, const FeedForwardRecord& record);
 
-  // linear1.*, linear2.* with their gradient buffers; zero_grad() sets them to 0.
-  std::vector<Parameter> parameters();
-  void zero_grad();
-
-  void train(bool on = true) { training_ = on; }
-  void eval() { training_ = false; }
-  bool is_training() const { return training_; }
-  // Dropout randomness; nullptr means default_generator().
-  void set_generator(Generator* gen) { gen_ = gen; }
-
-  // "linear1.weight", "linear1.bias", "linear2.weight", "linear2.bias".
-  std::map<std::string, Tensor> state_dict() const;
-  void load_state_dict(const std::map<std::string, Tensor>& state);
-  FeedForward clone() const;
-
   const FeedForwardOptions& options() const { return options_; }
   Linear& linear1() { return linear1_; }
   Linear& linear2() { return linear2_; }
+
+ protected:
+  // linear1.*, linear2.*
+  void list_members(MemberList& m) override;
 
  private:
   FeedForwardOptions options_;
   Linear linear1_;  // d_model -> dim_feedforward
   Linear linear2_;  // dim_feedforward -> d_model
-  bool training_ = true;
-  Generator* gen_ = nullptr;
 };
 
 struct SwiGLUFeedForwardOptions {
@@ -96,7 +83,7 @@ struct SwiGLUFeedForwardRecord {
   double dropout_p = 0;  // the probability in effect
 };
 
-class SwiGLUFeedForward {
+class SwiGLUFeedForward : public ModuleBase<SwiGLUFeedForward> {
  public:
   // w1, w2, w3 each as nn.Linear (in that order).
   explicit SwiGLUFeedForward(const SwiGLUFeedForwardOptions& options, Generator* gen = nullptr);
@@ -108,30 +95,18 @@ class SwiGLUFeedForward {
   // grad_output: [..., d_model]  ->  like x (parameter gradients added to the buffers)
   Tensor backward(const Tensor& grad_output, const SwiGLUFeedForwardRecord& record);
 
-  // w1.*, w2.*, w3.* with their gradient buffers; zero_grad() sets them to 0.
-  std::vector<Parameter> parameters();
-  void zero_grad();
+  const SwiGLUFeedForwardOptions& options() const { return options_; }
 
-  void train(bool on = true) { training_ = on; }
-  void eval() { training_ = false; }
-  bool is_training() const { return training_; }
-  void set_generator(Generator* gen) { gen_ = gen; }
-
+ protected:
   // "w1.weight" [hidden, d_model], "w2.weight" [d_model, hidden],
   // "w3.weight" [hidden, d_model] (and ".bias" when bias).
-  std::map<std::string, Tensor> state_dict() const;
-  void load_state_dict(const std::map<std::string, Tensor>& state);
-  SwiGLUFeedForward clone() const;
-
-  const SwiGLUFeedForwardOptions& options() const { return options_; }
+  void list_members(MemberList& m) override;
 
  private:
   SwiGLUFeedForwardOptions options_;
   Linear w1_;  // gate: d_model -> hidden
   Linear w2_;  // down: hidden -> d_model
   Linear w3_;  // up:   d_model -> hidden
-  bool training_ = true;
-  Generator* gen_ = nullptr;
 };
 
 }  // namespace qkv::nn

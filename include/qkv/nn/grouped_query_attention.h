@@ -30,7 +30,7 @@
 #include "qkv/attention.h"
 #include "qkv/generator.h"
 #include "qkv/nn/linear.h"
-#include "qkv/nn/parameter.h"
+#include "qkv/nn/module.h"
 #include "qkv/nn/positional_encoding.h"
 #include "qkv/tensor.h"
 
@@ -77,7 +77,7 @@ struct GroupedQueryAttentionRecord {
   LinearRecord o_proj;                  // the heads merged: [B, L, H·E]
 };
 
-class GroupedQueryAttention {
+class GroupedQueryAttention : public ModuleBase<GroupedQueryAttention> {
  public:
   // q_proj, k_proj, v_proj, o_proj initialised as nn.Linear, in that order.
   explicit GroupedQueryAttention(const GroupedQueryAttentionOptions& options,
@@ -95,11 +95,6 @@ class GroupedQueryAttention {
   // grad_output: [B, L, D]  ->  like record's x
   Tensor backward(const Tensor& grad_output, const GroupedQueryAttentionRecord& record);
 
-  // q_proj.*, k_proj.*, v_proj.*, o_proj.* with their gradient buffers;
-  // zero_grad() sets them to 0.
-  std::vector<Parameter> parameters();
-  void zero_grad();
-
   // x: [B, L, D]  ->  q [B, H, L, E], k and v [B, Hkv, L, E]
   ProjectedQkv project(const Tensor& x, int64_t position_offset = 0) const;
 
@@ -109,17 +104,12 @@ class GroupedQueryAttention {
   Tensor attend(const Tensor& q, const Tensor& k, const Tensor& v,
                 const GroupedQueryAttentionForward& args = {});
 
-  void train(bool on = true) { training_ = on; }
-  void eval() { training_ = false; }
-  bool is_training() const { return training_; }
-  void set_generator(Generator* gen) { gen_ = gen; }
+  const GroupedQueryAttentionOptions& options() const { return options_; }
 
+ protected:
   // "q_proj.weight" [H·E, D], "k_proj.weight" [Hkv·E, D], "v_proj.weight"
   // [Hkv·E, D], "o_proj.weight" [D, H·E] (and ".bias" when bias): LLaMA's names.
-  std::map<std::string, Tensor> state_dict() const;
-  void load_state_dict(const std::map<std::string, Tensor>& state);
-
-  const GroupedQueryAttentionOptions& options() const { return options_; }
+  void list_members(MemberList& m) override;
 
  private:
   // project(), also keeping the projections' inputs in `record` (when given).
@@ -136,8 +126,6 @@ class GroupedQueryAttention {
   Linear v_proj_;
   Linear o_proj_;
   RotaryEmbedding rope_;
-  bool training_ = true;
-  Generator* gen_ = nullptr;
 };
 
 }  // namespace qkv::nn

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "qkv/nn/parameter.h"
+#include "qkv/nn/module.h"
 #include "qkv/tensor.h"
 
 namespace qkv::nn {
@@ -26,7 +26,7 @@ struct LayerNormRecord {
   Tensor input;  // x (held, not copied)
 };
 
-class LayerNorm {
+class LayerNorm : public ModuleBase<LayerNorm> {
  public:
   // weight = 1, bias = 0, as torch.
   explicit LayerNorm(const LayerNormOptions& options);
@@ -39,23 +39,16 @@ class LayerNorm {
   // grad_output: like record.input  ->  like record.input
   Tensor backward(const Tensor& grad_output, const LayerNormRecord& record);
 
-  // The affine parameters with the module's gradient buffers; zero_grad() sets them to 0.
-  std::vector<Parameter> parameters();
-  void zero_grad();
-
-  // "weight" and "bias" (those that exist), each of normalized_shape.
-  std::map<std::string, Tensor> state_dict() const;
-  void load_state_dict(const std::map<std::string, Tensor>& state);
-  LayerNorm clone() const;
-
   const LayerNormOptions& options() const { return options_; }
+
+ protected:
+  // "weight" and "bias" (those that exist), each of normalized_shape.
+  void list_members(MemberList& m) override;
 
  private:
   LayerNormOptions options_;
   Tensor weight_;
   Tensor bias_;
-  // Gradient buffers by state_dict name, allocated on first use.
-  std::map<std::string, Tensor> grads_;
 };
 
 }  // namespace qkv::nn

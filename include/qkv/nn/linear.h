@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "qkv/generator.h"
-#include "qkv/nn/parameter.h"
+#include "qkv/nn/module.h"
 #include "qkv/tensor.h"
 
 namespace qkv::nn {
@@ -31,7 +31,7 @@ struct LinearRecord {
   Tensor input;  // x (held, not copied: do not change it in place before the backward)
 };
 
-class Linear {
+class Linear : public ModuleBase<Linear> {
  public:
   // torch's initialisation: weight and bias U(-1/√in, 1/√in), drawn from
   // `gen` (default_generator() when null).
@@ -45,29 +45,18 @@ class Linear {
   // grad_output: [..., out_features]  ->  like record.input
   Tensor backward(const Tensor& grad_output, const LinearRecord& record);
 
-  // "weight" and "bias" with the module's gradient buffers (zeros until a backward).
-  std::vector<Parameter> parameters();
-  // Sets the gradient buffers to 0.
-  void zero_grad();
-
-  // "weight" [out, in] and "bias" [out] (if bias). Shared, not copied.
-  std::map<std::string, Tensor> state_dict() const;
-  // Strict, as torch's default: exact names and shapes.
-  void load_state_dict(const std::map<std::string, Tensor>& state);
-
-  // A deep copy (own parameters, fresh gradients).
-  Linear clone() const;
-
   const LinearOptions& options() const { return options_; }
   const Tensor& weight() const { return weight_; }
   const Tensor& bias() const { return bias_; }
+
+ protected:
+  // "weight" [out, in], "bias" [out] (if bias).
+  void list_members(MemberList& m) override;
 
  private:
   LinearOptions options_;
   Tensor weight_;  // [out, in]
   Tensor bias_;    // [out] or undefined
-  // Gradient buffers by state_dict name, allocated on first use.
-  std::map<std::string, Tensor> grads_;
 };
 
 }  // namespace qkv::nn

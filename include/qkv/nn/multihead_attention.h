@@ -26,7 +26,7 @@
 
 #include "qkv/attention.h"
 #include "qkv/generator.h"
-#include "qkv/nn/parameter.h"
+#include "qkv/nn/module.h"
 #include "qkv/tensor.h"
 
 namespace qkv::nn {
@@ -74,7 +74,7 @@ struct MultiheadAttentionInputGradients {
   Tensor value;
 };
 
-class MultiheadAttention {
+class MultiheadAttention : public ModuleBase<MultiheadAttention> {
  public:
   // Parameters get torch's default initialisation, drawn from `gen`
   // (default_generator() when null).
@@ -101,30 +101,16 @@ class MultiheadAttention {
   // grad_output: like x  ->  like x
   Tensor self_attention_backward(const Tensor& grad_output, const MultiheadAttentionRecord& record);
 
-  // The parameters (state_dict names) with the module's gradient buffers,
-  // allocated as zeros on first use; zero_grad() sets them to 0.
-  std::vector<Parameter> parameters();
-  void zero_grad();
-
-  // Dropout is active only in training mode (the default, as in torch).
-  void train(bool on = true) { training_ = on; }
-  void eval() { training_ = false; }
-  bool is_training() const { return training_; }
-
-  // torch's names: in_proj_weight, in_proj_bias, q_proj_weight, k_proj_weight,
-  // v_proj_weight, out_proj.weight, out_proj.bias, bias_k, bias_v (only those
-  // that exist for the options). Tensors are shared, not copied.
-  std::map<std::string, Tensor> state_dict() const;
-  // Copies values in; every expected name must be present with its exact
-  // shape, and unknown names are rejected (strict, as torch's default).
-  void load_state_dict(const std::map<std::string, Tensor>& state);
-
   const MultiheadAttentionOptions& options() const { return options_; }
   int64_t head_dim() const { return options_.embed_dim / options_.num_heads; }
   // True when q, k and v share one packed in_proj_weight (kdim == vdim == embed_dim).
   bool packed_in_proj() const { return packed_; }
-  // Dropout randomness; nullptr means default_generator().
-  void set_generator(Generator* gen) { gen_ = gen; }
+
+ protected:
+  // torch's names and order: in_proj_weight (or q_proj_weight, k_proj_weight,
+  // v_proj_weight), in_proj_bias, bias_k, bias_v, out_proj.weight,
+  // out_proj.bias (those that exist for the options).
+  void list_members(MemberList& m) override;
 
  private:
   // backward's first half: out_proj's and bias_k/bias_v's gradients (added to
@@ -133,8 +119,6 @@ class MultiheadAttention {
 
   MultiheadAttentionOptions options_;
   bool packed_ = true;
-  bool training_ = true;
-  Generator* gen_ = nullptr;
   Tensor in_proj_weight_;   // [3D, D] when packed
   Tensor q_proj_weight_;    // [D, D]    when not packed
   Tensor k_proj_weight_;    // [D, kdim] when not packed
@@ -144,8 +128,6 @@ class MultiheadAttention {
   Tensor out_proj_bias_;    // [D] when bias
   Tensor bias_k_;           // [1, 1, D] when add_bias_kv
   Tensor bias_v_;           // [1, 1, D] when add_bias_kv
-  // Gradient buffers by state_dict name, allocated on first use.
-  std::map<std::string, Tensor> grads_;
 };
 
 }  // namespace qkv::nn

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "qkv/generator.h"
+#include "qkv/nn/module.h"
 #include "qkv/tensor.h"
 
 namespace qkv::nn {
@@ -43,31 +44,24 @@ struct SinusoidalPositionalEncodingOptions {
 };
 
 // dropout(x + PE[offset : offset + L]); the table is fixed, not a parameter.
-class SinusoidalPositionalEncoding {
+class SinusoidalPositionalEncoding : public ModuleBase<SinusoidalPositionalEncoding> {
  public:
   explicit SinusoidalPositionalEncoding(const SinusoidalPositionalEncodingOptions& options);
 
   // x: [L, B, D] ([B, L, D] if batch_first; unbatched [L, D])  ->  like x
   Tensor forward(const Tensor& x, int64_t offset = 0) const;
 
-  void train(bool on = true) { training_ = on; }
-  void eval() { training_ = false; }
-  bool is_training() const { return training_; }
-  void set_generator(Generator* gen) { gen_ = gen; }
-
-  // No parameters: an empty map (the table is recomputed, not stored).
-  std::map<std::string, Tensor> state_dict() const { return {}; }
-  void load_state_dict(const std::map<std::string, Tensor>& state);
-
   // [max_len, d_model]
   const Tensor& table() const { return table_; }
   const SinusoidalPositionalEncodingOptions& options() const { return options_; }
 
+ protected:
+  // No parameters (the table is recomputed, not stored).
+  void list_members(MemberList& m) override;
+
  private:
   SinusoidalPositionalEncodingOptions options_;
   Tensor table_;
-  bool training_ = true;
-  Generator* gen_ = nullptr;
 };
 
 // --- Learned absolute positions (BERT, GPT-2) ------------------------------------
@@ -81,7 +75,7 @@ struct LearnedPositionalEncodingOptions {
 };
 
 // dropout(x + weight[offset : offset + L]), weight ~ N(0, 1) as nn.Embedding.
-class LearnedPositionalEncoding {
+class LearnedPositionalEncoding : public ModuleBase<LearnedPositionalEncoding> {
  public:
   explicit LearnedPositionalEncoding(const LearnedPositionalEncodingOptions& options,
                                      Generator* gen = nullptr);
@@ -89,22 +83,15 @@ class LearnedPositionalEncoding {
   // x: [L, B, D] ([B, L, D] if batch_first; unbatched [L, D])  ->  like x
   Tensor forward(const Tensor& x, int64_t offset = 0) const;
 
-  void train(bool on = true) { training_ = on; }
-  void eval() { training_ = false; }
-  bool is_training() const { return training_; }
-  void set_generator(Generator* gen) { gen_ = gen; }
-
-  // "weight" [max_len, d_model].
-  std::map<std::string, Tensor> state_dict() const { return {{"weight", weight_}}; }
-  void load_state_dict(const std::map<std::string, Tensor>& state);
-
   const LearnedPositionalEncodingOptions& options() const { return options_; }
+
+ protected:
+  // "weight" [max_len, d_model].
+  void list_members(MemberList& m) override;
 
  private:
   LearnedPositionalEncodingOptions options_;
   Tensor weight_;
-  bool training_ = true;
-  Generator* gen_ = nullptr;
 };
 
 // --- Rotary position embedding (RoPE) --------------------------------------------
@@ -127,7 +114,7 @@ struct RotaryEmbeddingOptions {
 // θ_i = base^(-2i/E), i in [0, E/2):  a' = a cos − b sin,  b' = b cos + a sin.
 // Then q'·k' depends on the positions only through their difference.
 // Angles, cos and sin are computed in float64.
-class RotaryEmbedding {
+class RotaryEmbedding : public ModuleBase<RotaryEmbedding> {
  public:
   explicit RotaryEmbedding(const RotaryEmbeddingOptions& options);
 
@@ -151,6 +138,10 @@ class RotaryEmbedding {
   std::vector<double> inverse_frequencies() const;
 
   const RotaryEmbeddingOptions& options() const { return options_; }
+
+ protected:
+  // No parameters.
+  void list_members(MemberList& m) override;
 
  private:
   // x rotated by direction · pos · θ_i (+1: forward, −1: backward); `fn` names
@@ -176,7 +167,7 @@ struct AlibiOptions {
   DType dtype = DType::kFloat32;
 };
 
-class Alibi {
+class Alibi : public ModuleBase<Alibi> {
  public:
   explicit Alibi(const AlibiOptions& options);
 
@@ -186,6 +177,10 @@ class Alibi {
 
   const std::vector<double>& slopes() const { return slopes_; }
   const AlibiOptions& options() const { return options_; }
+
+ protected:
+  // No parameters.
+  void list_members(MemberList& m) override;
 
  private:
   AlibiOptions options_;
@@ -215,7 +210,7 @@ struct RelativePositionBiasOptions {
 
 // A learned table [num_buckets, H]; the bias of query i and key j for head h
 // is table[bucket(j − pos_i), h].
-class RelativePositionBias {
+class RelativePositionBias : public ModuleBase<RelativePositionBias> {
  public:
   // The table ~ N(0, 1), as nn.Embedding.
   explicit RelativePositionBias(const RelativePositionBiasOptions& options,
@@ -225,11 +220,11 @@ class RelativePositionBias {
   // -> [H, L, S]
   Tensor forward(int64_t L, int64_t S) const;
 
-  // "relative_attention_bias.weight" [num_buckets, H] (the name in T5 checkpoints).
-  std::map<std::string, Tensor> state_dict() const;
-  void load_state_dict(const std::map<std::string, Tensor>& state);
-
   const RelativePositionBiasOptions& options() const { return options_; }
+
+ protected:
+  // "relative_attention_bias.weight" [num_buckets, H] (the name in T5 checkpoints).
+  void list_members(MemberList& m) override;
 
  private:
   RelativePositionBiasOptions options_;

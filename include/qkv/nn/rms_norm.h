@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "qkv/nn/parameter.h"
+#include "qkv/nn/module.h"
 #include "qkv/tensor.h"
 
 namespace qkv::nn {
@@ -27,7 +27,7 @@ struct RMSNormRecord {
   Tensor input;  // x (held, not copied)
 };
 
-class RMSNorm {
+class RMSNorm : public ModuleBase<RMSNorm> {
  public:
   // weight = 1, as torch.
   explicit RMSNorm(const RMSNormOptions& options);
@@ -40,22 +40,15 @@ class RMSNorm {
   // grad_output: like record.input  ->  like record.input
   Tensor backward(const Tensor& grad_output, const RMSNormRecord& record);
 
-  // The affine parameters with the module's gradient buffers; zero_grad() sets them to 0.
-  std::vector<Parameter> parameters();
-  void zero_grad();
-
-  // "weight" (when elementwise_affine).
-  std::map<std::string, Tensor> state_dict() const;
-  void load_state_dict(const std::map<std::string, Tensor>& state);
-  RMSNorm clone() const;
-
   const RMSNormOptions& options() const { return options_; }
+
+ protected:
+  // "weight" (when elementwise_affine).
+  void list_members(MemberList& m) override;
 
  private:
   RMSNormOptions options_;
   Tensor weight_;
-  // Gradient buffers by state_dict name, allocated on first use.
-  std::map<std::string, Tensor> grads_;
 };
 
 }  // namespace qkv::nn

@@ -43,8 +43,8 @@
 #include "qkv/generator.h"
 #include "qkv/nn/feed_forward.h"
 #include "qkv/nn/layer_norm.h"
+#include "qkv/nn/module.h"
 #include "qkv/nn/multihead_attention.h"
-#include "qkv/nn/parameter.h"
 #include "qkv/tensor.h"
 
 namespace qkv::nn {
@@ -82,7 +82,7 @@ struct TransformerEncoderLayerRecord {
   double dropout_p = 0;  // the probability in effect
 };
 
-class TransformerEncoderLayer {
+class TransformerEncoderLayer : public ModuleBase<TransformerEncoderLayer> {
  public:
   // Initialised as torch: self_attn, then linear1, linear2 (nn.Linear), norms 1/0.
   explicit TransformerEncoderLayer(const TransformerLayerOptions& options,
@@ -97,28 +97,12 @@ class TransformerEncoderLayer {
   // grad_output: like src  ->  like src
   Tensor backward(const Tensor& grad_output, const TransformerEncoderLayerRecord& record);
 
-  // The parameters (state_dict names) with their gradient buffers; zero_grad() sets them to 0.
-  std::vector<Parameter> parameters();
-  void zero_grad();
-
-  void train(bool on = true);
-  void eval() { train(false); }
-  bool is_training() const { return training_; }
-  // Dropout randomness for this layer and its children; nullptr: default_generator().
-  void set_generator(Generator* gen);
-
-  // torch's names: self_attn.in_proj_weight, self_attn.in_proj_bias,
-  // self_attn.out_proj.weight, self_attn.out_proj.bias, linear1.weight,
-  // linear1.bias, linear2.weight, linear2.bias, norm1.weight, norm1.bias,
-  // norm2.weight, norm2.bias (biases only with bias = true). Shared, not copied.
-  std::map<std::string, Tensor> state_dict() const;
-  // Strict: exact names and shapes; a failed load changes nothing.
-  void load_state_dict(const std::map<std::string, Tensor>& state);
-  // A deep copy (own parameters, same mode and generator).
-  TransformerEncoderLayer clone() const;
-
   const TransformerLayerOptions& options() const { return options_; }
   MultiheadAttention& self_attn() { return self_attn_; }
+
+ protected:
+  // torch's names and order: self_attn.*, linear1.*, linear2.*, norm1.*, norm2.*.
+  void list_members(MemberList& m) override;
 
  private:
   Tensor sa_block(const Tensor& x, const TransformerEncoderLayerForward& args,
@@ -130,8 +114,6 @@ class TransformerEncoderLayer {
   FeedForward ff_;  // linear1, dropout, linear2
   LayerNorm norm1_;
   LayerNorm norm2_;
-  bool training_ = true;
-  Generator* gen_ = nullptr;
 };
 
 // Masks of the decoder: self-attention over the T target positions and
@@ -161,7 +143,7 @@ struct TransformerDecoderInputGradients {
   Tensor memory;  // like memory
 };
 
-class TransformerDecoderLayer {
+class TransformerDecoderLayer : public ModuleBase<TransformerDecoderLayer> {
  public:
   // Initialised as torch: self_attn, multihead_attn, linear1, linear2, norms.
   explicit TransformerDecoderLayer(const TransformerLayerOptions& options,
@@ -179,22 +161,14 @@ class TransformerDecoderLayer {
   TransformerDecoderInputGradients backward(const Tensor& grad_output,
                                             const TransformerDecoderLayerRecord& record);
 
-  std::vector<Parameter> parameters();
-  void zero_grad();
-
-  void train(bool on = true);
-  void eval() { train(false); }
-  bool is_training() const { return training_; }
-  void set_generator(Generator* gen);
-
-  // As the encoder layer, plus multihead_attn.* (the cross-attention) and norm3.*.
-  std::map<std::string, Tensor> state_dict() const;
-  void load_state_dict(const std::map<std::string, Tensor>& state);
-  TransformerDecoderLayer clone() const;
-
   const TransformerLayerOptions& options() const { return options_; }
   MultiheadAttention& self_attn() { return self_attn_; }
   MultiheadAttention& multihead_attn() { return multihead_attn_; }
+
+ protected:
+  // As the encoder layer, plus multihead_attn.* (the cross-attention) after
+  // self_attn.*, and norm3.*.
+  void list_members(MemberList& m) override;
 
  private:
   TransformerLayerOptions options_;
@@ -204,8 +178,6 @@ class TransformerDecoderLayer {
   LayerNorm norm1_;
   LayerNorm norm2_;
   LayerNorm norm3_;
-  bool training_ = true;
-  Generator* gen_ = nullptr;
 };
 
 // --- Stacks ----------------------------------------------------------------------
@@ -231,7 +203,7 @@ struct TransformerEncoderRecord {
   LayerNormRecord norm;
 };
 
-class TransformerEncoder {
+class TransformerEncoder : public ModuleBase<TransformerEncoder> {
  public:
   // As torch: num_layers deep copies of `encoder_layer` (identical weights)
   // and an optional final norm (copied).
@@ -248,26 +220,16 @@ class TransformerEncoder {
   // grad_output: like src  ->  like src (parameter gradients added to the buffers)
   Tensor backward(const Tensor& grad_output, const TransformerEncoderRecord& record);
 
-  // "layers.<i>.…", "norm.…" with their gradient buffers; zero_grad() sets them to 0.
-  std::vector<Parameter> parameters();
-  void zero_grad();
-
-  void train(bool on = true);
-  void eval() { train(false); }
-  bool is_training() const { return training_; }
-  void set_generator(Generator* gen);
-
-  // "layers.<i>.<layer name>" and "norm.weight", "norm.bias".
-  std::map<std::string, Tensor> state_dict() const;
-  void load_state_dict(const std::map<std::string, Tensor>& state);
-
   std::vector<TransformerEncoderLayer>& layers() { return layers_; }
   std::optional<LayerNorm>& norm() { return norm_; }
+
+ protected:
+  // layers.<i>.*, then norm.* (when there is a final norm).
+  void list_members(MemberList& m) override;
 
  private:
   std::vector<TransformerEncoderLayer> layers_;
   std::optional<LayerNorm> norm_;
-  bool training_ = true;
 };
 
 struct TransformerDecoderOptions {
@@ -292,7 +254,7 @@ struct TransformerDecoderRecord {
   LayerNormRecord norm;
 };
 
-class TransformerDecoder {
+class TransformerDecoder : public ModuleBase<TransformerDecoder> {
  public:
   TransformerDecoder(const TransformerDecoderLayer& decoder_layer, int64_t num_layers,
                      const std::optional<LayerNorm>& norm = std::nullopt);
@@ -308,25 +270,16 @@ class TransformerDecoder {
   TransformerDecoderInputGradients backward(const Tensor& grad_output,
                                             const TransformerDecoderRecord& record);
 
-  std::vector<Parameter> parameters();
-  void zero_grad();
-
-  void train(bool on = true);
-  void eval() { train(false); }
-  bool is_training() const { return training_; }
-  void set_generator(Generator* gen);
-
-  // "layers.<i>.<layer name>" and "norm.weight", "norm.bias".
-  std::map<std::string, Tensor> state_dict() const;
-  void load_state_dict(const std::map<std::string, Tensor>& state);
-
   std::vector<TransformerDecoderLayer>& layers() { return layers_; }
   std::optional<LayerNorm>& norm() { return norm_; }
+
+ protected:
+  // layers.<i>.*, then norm.* (when there is a final norm).
+  void list_members(MemberList& m) override;
 
  private:
   std::vector<TransformerDecoderLayer> layers_;
   std::optional<LayerNorm> norm_;
-  bool training_ = true;
 };
 
 // --- nn.Transformer ----------------------------------------------------------------
@@ -371,7 +324,7 @@ struct TransformerInputGradients {
   Tensor tgt;
 };
 
-class Transformer {
+class Transformer : public ModuleBase<Transformer> {
  public:
   // As torch: encoder and decoder of cloned layers, each with a final
   // LayerNorm, then xavier_uniform_ on every parameter with more than one dim.
@@ -388,26 +341,17 @@ class Transformer {
   // grad_output: like tgt  ->  like src, like tgt
   TransformerInputGradients backward(const Tensor& grad_output, const TransformerRecord& record);
 
-  // "encoder.…" then "decoder.…", as state_dict(), sharing values and gradient buffers.
-  std::vector<Parameter> parameters();
-  void zero_grad();
-
   // The causal mask for a decoder input of length sz: -inf above the diagonal, 0 elsewhere.
   // -> [sz, sz]
   static Tensor generate_square_subsequent_mask(int64_t sz, DType dtype = DType::kFloat32);
 
-  void train(bool on = true);
-  void eval() { train(false); }
-  bool is_training() const { return encoder_.is_training(); }
-  void set_generator(Generator* gen);
-
-  // "encoder.layers.<i>.…", "encoder.norm.…", "decoder.layers.<i>.…", "decoder.norm.…".
-  std::map<std::string, Tensor> state_dict() const;
-  void load_state_dict(const std::map<std::string, Tensor>& state);
-
   const TransformerOptions& options() const { return options_; }
   TransformerEncoder& encoder() { return encoder_; }
   TransformerDecoder& decoder() { return decoder_; }
+
+ protected:
+  // encoder.*, decoder.*.
+  void list_members(MemberList& m) override;
 
  private:
   TransformerOptions options_;

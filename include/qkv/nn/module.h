@@ -1,0 +1,122 @@
+// nn::Module — what every qkv module has, as torch.nn.Module gives it.
+//
+// A module names its parameters and child modules once, in list_members();
+// the core derives everything else from that list:
+//
+//   class Scale : public nn::ModuleBase<Scale> {
+//    public:
+//     Scale() : ModuleBase("Scale"), weight_(Tensor::ones({4})) {}
+//    protected:
+//     void list_members(MemberList& m) override { m.parameter("weight", weight_); }
+//    private:
+//     Tensor weight_;
+//   };
+//
+//   Scale s;
+//   s.state_dict();                     // {"weight": a view of weight_}
+//   s.load_state_dict({{"weight", w}}); // strict: exact names and shapes
+//   s.parameters();                     // weight with its gradient buffer, for optim::
+//   s.eval();                           // children too
+//   Scale copy = s.clone();             // a deep copy
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "qkv/generator.h"
+#include "qkv/nn/parameter.h"
+#include "qkv/nn/state_dict.h"
+#include "qkv/tensor.h"
+
+namespace qkv::nn {
+
+class ModuleWalk;  // module.cc's walks over a module tree
+
+class Module {
+ public:
+  virtual ~Module() = default;
+
+  // Every parameter (state_dict names, torch's order) with its gradient
+  // buffer, allocated as zeros on first use; backward passes add into them.
+  std::vector<Parameter> parameters();
+  // Sets every allocated gradient buffer of the module and its children to 0.
+  void zero_grad();
+
+  // The parameters by torch's names and in its order. Shared, not copied:
+  // changing an entry in place changes the module.
+  StateDict state_dict() const;
+  // torch's strict load: every name present with the module's shape and a
+  // floating dtype (converted to the module's), no other name. Everything is
+  // checked before anything is copied, so a failed load changes nothing.
+  void load_state_dict(const std::map<std::string, Tensor>& state);
+
+  // Dropout is active only in training mode (the default, as in torch). Both
+  // apply to the children too.
+  void train(bool on = true);
+  void eval() { train(false); }
+  bool is_training() const { return training_; }
+
+  // Dropout randomness of the module and its children; nullptr means
+  // default_generator(). The module keeps the pointer: keep `gen` alive.
+  void set_generator(Generator* gen);
+  Generator* generator() const { return generator_; }
+
+  // The class name, as errors give it ("Linear").
+  const char* type_name() const { return type_name_; }
+
+ protected:
+  // What list_members() is given: the module calls parameter() for each of
+  // its tensors (undefined ones, such as a bias turned off, are skipped) and
+  // module() for each child, in torch's registration order. A child listed
+  // under the name "" adds its members without a prefix.
+  class MemberList {
+   public:
+    virtual void parameter(const std::string& name, Tensor& value) = 0;
+    virtual void module(const std::string& name, Module& child) = 0;
+
+   protected:
+    ~MemberList() = default;
+  };
+
+  explicit Module(const char* type_name) : type_name_(type_name) {}
+  Module(const Module&) = default;
+  Module& operator=(const Module&) = default;
+
+  // The one place a module names its state.
+  virtual void list_members(MemberList& members) = 0;
+
+  // The gradient buffer of this module's parameter `name` (its value: `value`),
+  // allocated as zeros on first use; undefined when `value` is.
+  Tensor grad_buffer(const std::string& name, const Tensor& value);
+
+  // After a copy: every parameter of the module and its children becomes a
+  // copy of its own, and the gradient buffers are dropped.
+  void make_parameters_own();
+
+ private:
+  friend class ModuleWalk;
+
+  const char* type_name_;
+  bool training_ = true;
+  Generator* generator_ = nullptr;
+  // Gradient buffers by the module's own parameter names.
+  std::map<std::string, Tensor> grads_;
+};
+
+// The base of a concrete module: adds clone(), typed.
+template <class Derived>
+class ModuleBase : public Module {
+ public:
+  // A deep copy: its own parameters, fresh gradients, the same mode and generator.
+  Derived clone() const {
+    Derived copy(static_cast<const Derived&>(*this));
+    copy.make_parameters_own();
+    return copy;
+  }
+
+ protected:
+  using Module::Module;
+};
+
+}  // namespace qkv::nn

@@ -1,0 +1,123 @@
+// nn::Module: everything derived from a module's list_members().
+#include "qkv/nn/module.h"
+
+#include <functional>
+
+#include "nn/module_util.h"
+#include "qkv/error.h"
+
+namespace qkv::nn {
+
+namespace {
+
+std::string joined(const std::string& prefix, const std::string& name) {
+  if (prefix.empty()) return name;
+  if (name.empty()) return prefix;
+  return prefix + "." + name;
+}
+
+}  // namespace
+
+// Calls `on_parameter(owner, own name, full name, value)` for every defined
+// parameter of `root` and its children, and `on_module(module)` for `root` and
+// every child, in torch's order.
+class ModuleWalk final : public Module::MemberList {
+ public:
+  using OnParameter = std::function<void(Module& owner, const std::string& own_name,
+                                         const std::string& full_name, Tensor& value)>;
+  using OnModule = std::function<void(Module& module)>;
+
+  static void run(Module& root, const OnParameter& on_parameter, const OnModule& on_module = {}) {
+    ModuleWalk walk(root, "", on_parameter, on_module);
+    if (on_module) on_module(root);
+    walk.list(root);
+  }
+
+  void parameter(const std::string& name, Tensor& value) override {
+    if (value.defined() && on_parameter_) on_parameter_(owner_, name, joined(prefix_, name), value);
+  }
+
+  void module(const std::string& name, Module& child) override {
+    ModuleWalk walk(child, joined(prefix_, name), on_parameter_, on_module_);
+    if (on_module_) on_module_(child);
+    walk.list(child);
+  }
+
+ private:
+  ModuleWalk(Module& owner, std::string prefix, const OnParameter& on_parameter,
+             const OnModule& on_module)
+      : owner_(owner),
+        prefix_(std::move(prefix)),
+        on_parameter_(on_parameter),
+        on_module_(on_module) {}
+
+  void list(Module& m) { m.list_members(*this); }
+
+  Module& owner_;
+  std::string prefix_;
+  const OnParameter& on_parameter_;
+  const OnModule& on_module_;
+};
+
+std::vector<Parameter> Module::parameters() {
+  std::vector<Parameter> params;
+  ModuleWalk::run(
+      *this, [&](Module& owner, const std::string& own, const std::string& full, Tensor& value) {
+        params.push_back({full, value, owner.grad_buffer(own, value)});
+      });
+  return params;
+}
+
+void Module::zero_grad() {
+  ModuleWalk::run(*this, {}, [](Module& m) {
+    for (auto& [name, grad] : m.grads_) grad.fill(0.0);
+  });
+}
+
+StateDict Module::state_dict() const {
+  StateDict state;
+  // The walk hands out mutable references; nothing here changes them.
+  ModuleWalk::run(const_cast<Module&>(*this),
+                  [&](Module&, const std::string&, const std::string& full, Tensor& value) {
+                    state.insert(full, value);
+                  });
+  return state;
+}
+
+void Module::load_state_dict(const std::map<std::string, Tensor>& state) {
+  detail::load_strict(type_name_, state_dict(), state);
+}
+
+void Module::train(bool on) {
+  ModuleWalk::run(*this, {}, [on](Module& m) { m.training_ = on; });
+}
+
+void Module::set_generator(Generator* gen) {
+  ModuleWalk::run(*this, {}, [gen](Module& m) { m.generator_ = gen; });
+}
+
+Tensor Module::grad_buffer(const std::string& name, const Tensor& value) {
+  if (!value.defined()) return Tensor();
+  Tensor& grad = grads_[name];
+  if (!grad.defined()) grad = Tensor::zeros(value.shape(), value.dtype());
+  return grad;
+}
+
+void Module::make_parameters_own() {
+  // A tensor listed twice (tied weights) stays one tensor in the copy.
+  std::vector<std::pair<Tensor, Tensor>> copies;  // original, its copy
+  ModuleWalk::run(
+      *this,
+      [&](Module&, const std::string&, const std::string&, Tensor& value) {
+        for (const auto& [original, copy] : copies)
+          if (value.raw_data() == original.raw_data() && value.shape() == original.shape()) {
+            value = copy;
+            return;
+          }
+        copies.emplace_back(value, value.clone());
+        value = copies.back().second;
+      },
+      [](Module& m) { m.grads_.clear(); });
+}
+
+}  // namespace qkv::nn
