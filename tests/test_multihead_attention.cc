@@ -13,6 +13,7 @@
 #include "qkv/generator.h"
 #include "qkv/nn/multihead_attention.h"
 #include "qkv/tensor.h"
+#include "reference_blocks.h"
 #include "test_util.h"
 
 namespace qkv::nn {
@@ -24,49 +25,13 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr double kTol32 = 2e-5;
 constexpr double kTol64 = 1e-11;
 
-// How a test passes its inputs: [L, B, F], [B, L, F] or unbatched [L, F].
-enum class Layout { kSeqFirst, kBatchFirst, kUnbatched };
-
-// A sequence input in float64, batch-major: x[(b * T + t) * F + f].
-struct Seq {
-  int64_t B = 0, T = 0, F = 0;
-  std::vector<double> x;
-  double at(int64_t b, int64_t t, int64_t f) const { return x[(b * T + t) * F + f]; }
-};
-
-Seq read_seq(const Tensor& t, Layout layout) {
-  Seq s;
-  s.F = t.size(-1);
-  s.B = layout == Layout::kUnbatched ? 1 : (layout == Layout::kBatchFirst ? t.size(0) : t.size(1));
-  s.T = layout == Layout::kBatchFirst ? t.size(1) : t.size(0);
-  for (int64_t b = 0; b < s.B; ++b)
-    for (int64_t i = 0; i < s.T; ++i)
-      for (int64_t f = 0; f < s.F; ++f) {
-        switch (layout) {
-          case Layout::kSeqFirst:
-            s.x.push_back(t.at({i, b, f}));
-            break;
-          case Layout::kBatchFirst:
-            s.x.push_back(t.at({b, i, f}));
-            break;
-          case Layout::kUnbatched:
-            s.x.push_back(t.at({i, f}));
-            break;
-        }
-      }
-  return s;
-}
+// Inputs in the three layouts, read back in float64 (reference_blocks.h).
+using qkv::reference::Layout;
+using qkv::reference::read_seq;
+using qkv::reference::Seq;
 
 Tensor make_input(Layout layout, int64_t B, int64_t T, int64_t F, Generator& gen, DType dtype) {
-  switch (layout) {
-    case Layout::kSeqFirst:
-      return Tensor::randn({T, B, F}, gen, dtype);
-    case Layout::kBatchFirst:
-      return Tensor::randn({B, T, F}, gen, dtype);
-    case Layout::kUnbatched:
-      break;
-  }
-  return Tensor::randn({T, F}, gen, dtype);
+  return qkv::reference::randn_seq(layout, B, T, F, gen, dtype);
 }
 
 // The module's parameters in float64; absent ones are empty.
@@ -131,7 +96,7 @@ std::vector<double> project(const Seq& x, const std::vector<double>& w,
   for (int64_t r = 0; r < x.B * x.T; ++r)
     for (int64_t j = 0; j < out; ++j) {
       double acc = b.empty() ? 0.0 : b[j];
-      for (int64_t f = 0; f < x.F; ++f) acc += w[j * x.F + f] * x.x[r * x.F + f];
+      for (int64_t f = 0; f < x.D; ++f) acc += w[j * x.D + f] * x.x[r * x.D + f];
       y[r * out + j] = acc;
     }
   return y;
@@ -347,15 +312,20 @@ MultiheadAttentionOptions opts(int64_t D, int64_t H, DType dtype = DType::kFloat
   return o;
 }
 
+// run_case in the case's dtype, then in the other floating-point type.
+void run_case_in_both_dtypes(Case c) {
+  run_case(c);
+  c.options.dtype = c.options.dtype == DType::kFloat64 ? DType::kFloat32 : DType::kFloat64;
+  run_case(c);
+}
+
 // --- Forward against the reference ------------------------------------------
 
 TEST(MultiheadAttention, PackedSelfAttention) {
   Case c;
   c.options = opts(8, 2);
   c.self_attention = true;
-  run_case(c);
-  c.options.dtype = DType::kFloat64;
-  run_case(c);
+  run_case_in_both_dtypes(c);
 }
 
 TEST(MultiheadAttention, CrossAttentionDifferentLengths) {
@@ -364,9 +334,7 @@ TEST(MultiheadAttention, CrossAttentionDifferentLengths) {
   c.L = 3;
   c.S = 7;
   c.B = 3;
-  run_case(c);
-  c.options.dtype = DType::kFloat32;
-  run_case(c);
+  run_case_in_both_dtypes(c);
 }
 
 TEST(MultiheadAttention, SeparateKdimVdim) {
