@@ -7,6 +7,7 @@
 
 #include "qkv/error.h"
 #include "qkv/functional.h"
+#include "tasks/parameter_count.h"
 
 namespace qkv::train {
 
@@ -195,11 +196,7 @@ std::vector<std::vector<float>> EncoderClassifier::pooling_weights(const TextBat
   return out;
 }
 
-int64_t EncoderClassifier::num_parameters() {
-  int64_t n = 0;
-  for (const nn::Parameter& p : parameters()) n += p.value.numel();
-  return n;
-}
+int64_t EncoderClassifier::num_parameters() { return count_parameters(parameters()); }
 
 // --- BagOfWordsClassifier -------------------------------------------------------
 
@@ -293,11 +290,7 @@ std::vector<int64_t> BagOfWordsClassifier::top_words(int64_t label, int64_t coun
   return ids;
 }
 
-int64_t BagOfWordsClassifier::num_parameters() {
-  int64_t n = 0;
-  for (const nn::Parameter& p : parameters()) n += p.value.numel();
-  return n;
-}
+int64_t BagOfWordsClassifier::num_parameters() { return count_parameters(parameters()); }
 
 // --- LinearProbe -----------------------------------------------------------------
 
@@ -333,10 +326,6 @@ std::vector<nn::Parameter> LinearProbe::parameters() {
 
 void LinearProbe::zero_grad() { head_.zero_grad(); }
 
-int64_t LinearProbe::num_parameters() {
-  int64_t n = 0;
-  for (const nn::Parameter& p : parameters()) n += p.value.numel();
-  return n;
-}
+int64_t LinearProbe::num_parameters() { return count_parameters(parameters()); }
 
 }  // namespace qkv::train

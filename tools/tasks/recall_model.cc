@@ -7,6 +7,7 @@
 #include "qkv/functional.h"
 #include "qkv/gradients.h"
 #include "qkv/masks.h"
+#include "tasks/parameter_count.h"
 
 namespace qkv::train {
 
@@ -128,11 +129,7 @@ void RecallModel::zero_grad() {
   head_.zero_grad();
 }
 
-int64_t RecallModel::num_parameters() {
-  int64_t n = 0;
-  for (const nn::Parameter& p : parameters()) n += p.value.numel();
-  return n;
-}
+int64_t RecallModel::num_parameters() { return count_parameters(parameters()); }
 
 std::vector<Tensor> RecallModel::attention_weights(const RecallBatch& batch) {
   QKV_CHECK(encoder_.has_value(),
