@@ -58,6 +58,14 @@ inline void expect_output_has(const CliRun& run, std::initializer_list<std::stri
     EXPECT_TRUE(contains(run.output, part)) << "missing \"" << part << "\" in:\n" << run.output;
 }
 
+// Expects `run` to have failed (exit code other than 0) saying every one of `parts`.
+inline void expect_failure(const CliRun& run, std::initializer_list<std::string> parts,
+                           CallSite where = {}) {
+  const ::testing::ScopedTrace trace(where.file, where.line, "expect_failure");
+  EXPECT_NE(run.exit_code, 0) << run.output;
+  expect_output_has(run, parts, where);
+}
+
 // Expects the output of `run` to contain none of `parts`.
 inline void expect_output_lacks(const CliRun& run, std::initializer_list<std::string> parts,
                                 CallSite where = {}) {

@@ -55,8 +55,7 @@ TEST_F(Cli, TrainLmNamesAMissingTextFile) {
   const fs::path missing = dir_ / "no-such-file.txt";
   const CliRun run = run_qkv("train lm --text '" + missing.string() + "' --steps 1 --out '" +
                              (dir_ / "m.safetensors").string() + "'");
-  EXPECT_NE(run.exit_code, 0) << run.output;
-  expect_output_has(run, {missing.string(), "no such file"});
+  expect_failure(run, {missing.string(), "no such file"});
   EXPECT_FALSE(fs::exists(dir_ / "m.safetensors"));
 }
 
@@ -65,8 +64,7 @@ TEST_F(Cli, TrainLmRejectsAnEmptyTextFile) {
   std::ofstream(empty) << "\n%\n\n";
   const CliRun run = run_qkv("train lm --text '" + empty.string() + "' --steps 1 --out '" +
                              (dir_ / "m.safetensors").string() + "'");
-  EXPECT_NE(run.exit_code, 0) << run.output;
-  expect_output_has(run, {empty.string(), "empty"});
+  expect_failure(run, {empty.string(), "empty"});
 }
 
 // Training would run every step and then fail to save the vocabulary: the
