@@ -809,54 +809,22 @@ TEST(MultiheadAttention, BadInputShapes) {
   MultiheadAttention m(o);
   const Tensor q = Tensor::zeros({3, 2, 8}), k = Tensor::zeros({5, 2, 6}),
                v = Tensor::zeros({5, 2, 4});
-  auto fwd = [&](const Tensor& q_, const Tensor& k_, const Tensor& v_,
-                 const MultiheadAttentionForward& a = {}) { m.forward(q_, k_, v_, a); };
-  expect_error(
-      [&] {
-        fwd(Tensor::zeros({1, 3, 2, 8}), k, v);
-      },
-      ErrorKind::kValue, {"query", "[1, 3, 2, 8]"});
-  expect_error([&] { fwd(Tensor::zeros({8}), k, v); }, ErrorKind::kValue, {"query", "[8]"});
-  expect_error(
-      [&] {
-        fwd(q, Tensor::zeros({5, 6}), v);
-      },
-      ErrorKind::kValue, {"key", "3-D", "[5, 6]"});
-  expect_error(
-      [&] {
-        fwd(Tensor::zeros({3, 2, 7}), k, v);
-      },
-      ErrorKind::kValue, {"query", "embed_dim=8", "[3, 2, 7]"});
-  expect_error(
-      [&] {
-        fwd(q, Tensor::zeros({5, 2, 8}), v);
-      },
-      ErrorKind::kValue, {"key", "kdim=6", "[5, 2, 8]"});
-  expect_error(
-      [&] {
-        fwd(q, k, Tensor::zeros({5, 2, 8}));
-      },
-      ErrorKind::kValue, {"value", "vdim=4", "[5, 2, 8]"});
-  expect_error(
-      [&] {
-        fwd(q, Tensor::zeros({5, 3, 6}), Tensor::zeros({5, 3, 4}));
-      },
-      ErrorKind::kValue, {"batch size", "[3, 2, 8]", "[5, 3, 6]"});
-  expect_error(
-      [&] {
-        fwd(q, k, Tensor::zeros({4, 2, 4}));
-      },
-      ErrorKind::kValue, {"sequence length", "[5, 2, 6]", "[4, 2, 4]"});
-  expect_error(
-      [&] {
-        fwd(Tensor::zeros({0, 2, 8}), k, v);
-      },
-      ErrorKind::kValue, {"empty", "[0, 2, 8]"});
-  expect_error(
-      [&] {
-        fwd(q, Tensor::zeros({0, 2, 6}), Tensor::zeros({0, 2, 4}));
-      },
-      ErrorKind::kValue, {"empty", "[0, 2, 6]"});
+  // forward(q_, k_, v_) must throw a value error that says all of `parts`.
+  auto rejects = [&](const Tensor& q_, const Tensor& k_, const Tensor& v_,
+                     std::initializer_list<std::string_view> parts, qkv_test::CallSite where = {}) {
+    expect_error([&] { m.forward(q_, k_, v_); }, ErrorKind::kValue, parts, where);
+  };
+  rejects(Tensor::zeros({1, 3, 2, 8}), k, v, {"query", "[1, 3, 2, 8]"});
+  rejects(Tensor::zeros({8}), k, v, {"query", "[8]"});
+  rejects(q, Tensor::zeros({5, 6}), v, {"key", "3-D", "[5, 6]"});
+  rejects(Tensor::zeros({3, 2, 7}), k, v, {"query", "embed_dim=8", "[3, 2, 7]"});
+  rejects(q, Tensor::zeros({5, 2, 8}), v, {"key", "kdim=6", "[5, 2, 8]"});
+  rejects(q, k, Tensor::zeros({5, 2, 8}), {"value", "vdim=4", "[5, 2, 8]"});
+  rejects(q, Tensor::zeros({5, 3, 6}), Tensor::zeros({5, 3, 4}),
+          {"batch size", "[3, 2, 8]", "[5, 3, 6]"});
+  rejects(q, k, Tensor::zeros({4, 2, 4}), {"sequence length", "[5, 2, 6]", "[4, 2, 4]"});
+  rejects(Tensor::zeros({0, 2, 8}), k, v, {"empty", "[0, 2, 8]"});
+  rejects(q, Tensor::zeros({0, 2, 6}), Tensor::zeros({0, 2, 4}), {"empty", "[0, 2, 6]"});
 }
 
 TEST(MultiheadAttention, BadMasks) {
