@@ -830,55 +830,31 @@ TEST(MultiheadAttention, BadInputShapes) {
 TEST(MultiheadAttention, BadMasks) {
   MultiheadAttention m(opts(8, 2));
   const Tensor q = Tensor::zeros({3, 2, 8}), kv = Tensor::zeros({5, 2, 8});
-  auto with = [&](Tensor kpm, Tensor attn) {
+  // forward with these masks must throw a `kind` error that says all of `parts`.
+  auto rejects = [&](Tensor kpm, Tensor attn, ErrorKind kind,
+                     std::initializer_list<std::string_view> parts, qkv_test::CallSite where = {}) {
     MultiheadAttentionForward a;
     a.key_padding_mask = kpm;
     a.attn_mask = attn;
-    m.forward(q, kv, kv, a);
+    expect_error([&] { m.forward(q, kv, kv, a); }, kind, parts, where);
   };
-  expect_error(
-      [&] {
-        with(Tensor::zeros({2, 4}, DType::kBool), {});
-      },
-      ErrorKind::kValue, {"key_padding_mask", "[2, 5]", "[2, 4]"});
-  expect_error([&] { with(Tensor::zeros({5}, DType::kBool), {}); }, ErrorKind::kValue,
-               {"key_padding_mask", "[2, 5]", "[5]"});
-  expect_error(
-      [&] {
-        with({}, Tensor::zeros({3, 4}, DType::kBool));
-      },
-      ErrorKind::kValue, {"attn_mask", "[3, 5]", "[3, 4]"});
-  expect_error(
-      [&] {
-        with({}, Tensor::zeros({2, 3, 5}, DType::kBool));
-      },
-      ErrorKind::kValue, {"attn_mask", "[4, 3, 5]", "[2, 3, 5]"});
-  expect_error(
-      [&] {
-        with({}, Tensor::zeros({1, 4, 3, 5}, DType::kBool));
-      },
-      ErrorKind::kValue, {"attn_mask", "[1, 4, 3, 5]"});
+  rejects(Tensor::zeros({2, 4}, DType::kBool), {}, ErrorKind::kValue,
+          {"key_padding_mask", "[2, 5]", "[2, 4]"});
+  rejects(Tensor::zeros({5}, DType::kBool), {}, ErrorKind::kValue,
+          {"key_padding_mask", "[2, 5]", "[5]"});
+  rejects({}, Tensor::zeros({3, 4}, DType::kBool), ErrorKind::kValue,
+          {"attn_mask", "[3, 5]", "[3, 4]"});
+  rejects({}, Tensor::zeros({2, 3, 5}, DType::kBool), ErrorKind::kValue,
+          {"attn_mask", "[4, 3, 5]", "[2, 3, 5]"});
+  rejects({}, Tensor::zeros({1, 4, 3, 5}, DType::kBool), ErrorKind::kValue,
+          {"attn_mask", "[1, 4, 3, 5]"});
   // Float masks must have the module's dtype (TypeError in Python).
-  expect_error(
-      [&] {
-        with(Tensor::zeros({2, 5}, DType::kFloat64), {});
-      },
-      ErrorKind::kType, {"key_padding_mask", "float32", "float64"});
-  expect_error(
-      [&] {
-        with({}, Tensor::zeros({3, 5}, DType::kFloat64));
-      },
-      ErrorKind::kType, {"attn_mask", "float32", "float64"});
-  expect_error(
-      [&] {
-        with({}, Tensor::full({3, 5}, NAN));
-      },
-      ErrorKind::kValue, {"attn_mask", "NaN"});
-  expect_error(
-      [&] {
-        with(Tensor::full({2, 5}, INFINITY), {});
-      },
-      ErrorKind::kValue, {"key_padding_mask", "+inf"});
+  rejects(Tensor::zeros({2, 5}, DType::kFloat64), {}, ErrorKind::kType,
+          {"key_padding_mask", "float32", "float64"});
+  rejects({}, Tensor::zeros({3, 5}, DType::kFloat64), ErrorKind::kType,
+          {"attn_mask", "float32", "float64"});
+  rejects({}, Tensor::full({3, 5}, NAN), ErrorKind::kValue, {"attn_mask", "NaN"});
+  rejects(Tensor::full({2, 5}, INFINITY), {}, ErrorKind::kValue, {"key_padding_mask", "+inf"});
 
   // Unbatched: key_padding_mask [S], attn_mask [L, S] or [H, L, S].
   const Tensor uq = Tensor::zeros({3, 8}), ukv = Tensor::zeros({5, 8});
