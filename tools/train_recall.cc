@@ -76,11 +76,8 @@ int run_recall(const RecallOptions& o) {
                            percent(1.0 / o.pairs))
             << "\n";
 
-  train::RecallTrainOptions train_options;
-  train_options.steps = o.steps;
-  train_options.batch_size = o.batch_size;
-  train_options.lr = o.lr;
-  train_options.seed = o.seed;
+  const train::RecallTrainOptions train_options{
+      .steps = o.steps, .batch_size = o.batch_size, .lr = o.lr, .seed = o.seed};
 
   train::RecallModel attention(task, {.mixer = train::Mixer::kAttention, .seed = o.seed});
   const train::RecallTrainResult trained =
