@@ -7,7 +7,7 @@
 
 #include "qkv/error.h"
 #include "qkv/functional.h"
-#include "tasks/parameter_count.h"
+#include "tasks/model_parameters.h"
 
 namespace qkv::train {
 
@@ -167,9 +167,7 @@ void EncoderClassifier::backward(const Tensor& grad_logits, const EncoderClassif
 }
 
 std::vector<nn::Parameter> EncoderClassifier::parameters() {
-  std::vector<nn::Parameter> out;
-  nn::append_parameters(out, "tokens", tokens_.parameters());
-  nn::append_parameters(out, "positions", positions_.parameters());
+  std::vector<nn::Parameter> out = embedding_parameters(tokens_, positions_);
   nn::append_parameters(out, "encoder", encoder_.parameters());
   if (score_) nn::append_parameters(out, "score", score_->parameters());
   nn::append_parameters(out, "head", head_.parameters());
