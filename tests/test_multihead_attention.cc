@@ -217,6 +217,13 @@ void randomize(MultiheadAttention& m, Generator& gen) {
   }
 }
 
+// A module of options `o` whose parameters are then randomized from `gen`.
+MultiheadAttention random_module(const MultiheadAttentionOptions& o, Generator& gen) {
+  MultiheadAttention m(o, &gen);
+  randomize(m, gen);
+  return m;
+}
+
 enum class MaskKind { kNone, kBool, kFloat };
 
 // One configuration: module options, input layout, sizes, masks and forward flags.
@@ -256,8 +263,7 @@ void run_case(const Case& c) {
   MultiheadAttentionOptions o = c.options;
   // batch_first is ignored for unbatched inputs: keep what the case asked for there.
   if (c.layout != Layout::kUnbatched) o.batch_first = c.layout == Layout::kBatchFirst;
-  MultiheadAttention m(o, &gen);
-  randomize(m, gen);
+  MultiheadAttention m = random_module(o, gen);
   const int64_t D = m.options().embed_dim, H = m.options().num_heads;
   const bool unbatched = c.layout == Layout::kUnbatched;
   const int64_t B = unbatched ? 1 : c.B;
@@ -405,8 +411,7 @@ TEST(MultiheadAttention, BatchFirst) {
 
 TEST(MultiheadAttention, NonContiguousInputs) {
   Generator gen(3);
-  MultiheadAttention m({.embed_dim = 8, .num_heads = 2, .batch_first = true}, &gen);
-  randomize(m, gen);
+  MultiheadAttention m = random_module({.embed_dim = 8, .num_heads = 2, .batch_first = true}, gen);
   // [B, L, D] views of [L, B, D] buffers, and a strided slice.
   Tensor q = Tensor::randn({4, 2, 8}, gen).transpose(0, 1);
   Tensor kv = Tensor::randn({2, 10, 8}, gen).slice(1, 0, 10, 2);
@@ -471,8 +476,7 @@ TEST(MultiheadAttention, PerHeadWeights) {
 
 TEST(MultiheadAttention, NeedWeightsFalseGivesSameOutput) {
   Generator gen(5);
-  MultiheadAttention m(opts(8, 2), &gen);
-  randomize(m, gen);
+  MultiheadAttention m = random_module(opts(8, 2), gen);
   Tensor x = Tensor::randn({5, 2, 8}, gen);
   MultiheadAttentionForward args;
   args.attn_mask = Tensor::from_bools({5, 5}, std::vector<bool>(25, false));
@@ -485,8 +489,7 @@ TEST(MultiheadAttention, NeedWeightsFalseGivesSameOutput) {
 
 TEST(MultiheadAttention, FullyMaskedRowsGiveZero) {
   Generator gen(6);
-  MultiheadAttention m(opts(8, 2, DType::kFloat64), &gen);
-  randomize(m, gen);
+  MultiheadAttention m = random_module(opts(8, 2, DType::kFloat64), gen);
   Tensor x = Tensor::randn({3, 2, 8}, gen, DType::kFloat64);
   MultiheadAttentionForward args;
   // Batch 1 has every key padded: attention gives 0, so the output is out_proj.bias.
@@ -514,8 +517,7 @@ TEST(MultiheadAttention, FullyMaskedRowsGiveZero) {
 
 TEST(MultiheadAttention, IsCausalWithCausalMask) {
   Generator gen(7);
-  MultiheadAttention m(opts(8, 2, DType::kFloat64), &gen);
-  randomize(m, gen);
+  MultiheadAttention m = random_module(opts(8, 2, DType::kFloat64), gen);
   const int64_t L = 6;
   Tensor x = Tensor::randn({L, 2, 8}, gen, DType::kFloat64);
   std::vector<bool> bits;
@@ -540,8 +542,7 @@ TEST(MultiheadAttention, IsCausalHintFollowsTorch) {
   // torch uses SDPA's is_causal (ignoring attn_mask) only when there is no
   // key_padding_mask and need_weights=False; otherwise the mask itself.
   Generator gen(8);
-  MultiheadAttention m(opts(8, 2, DType::kFloat64), &gen);
-  randomize(m, gen);
+  MultiheadAttention m = random_module(opts(8, 2, DType::kFloat64), gen);
   const int64_t L = 5;
   Tensor x = Tensor::randn({L, 2, 8}, gen, DType::kFloat64);
   const Seq xs = read_seq(x, Layout::kSeqFirst);
@@ -579,8 +580,7 @@ TEST(MultiheadAttention, DropoutOnlyInTraining) {
   Generator gen(9);
   MultiheadAttentionOptions o = opts(8, 2, DType::kFloat64);
   o.dropout = p;
-  MultiheadAttention m(o, &gen);
-  randomize(m, gen);
+  MultiheadAttention m = random_module(o, gen);
   Generator dropout_gen(10);
   m.set_generator(&dropout_gen);
   EXPECT_TRUE(m.is_training());  // torch's default
@@ -629,8 +629,7 @@ TEST(MultiheadAttention, DropoutOneDropsEverything) {
   Generator gen(12);
   MultiheadAttentionOptions o = opts(8, 2, DType::kFloat64);
   o.dropout = 1.0;
-  MultiheadAttention m(o, &gen);
-  randomize(m, gen);
+  MultiheadAttention m = random_module(o, gen);
   Tensor x = Tensor::randn({3, 2, 8}, gen, DType::kFloat64);
   const auto got = m.forward(x, x, x);
   for (double w : got.weights.to_vector()) EXPECT_EQ(w, 0.0);
