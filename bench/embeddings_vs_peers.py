@@ -24,25 +24,16 @@ import os
 import statistics
 import sys
 import tempfile
-import time
 
 import numpy as np
 import torch
 
 import qkv
+from timing import per_call
 
 SHAPES = [(1, 16), (1, 128), (32, 32), (32, 128), (8, 256)]
 THREADS = (1, 2)
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def per_call(fn, min_time=0.05):
-    fn()
-    n, start = 0, time.perf_counter()
-    while time.perf_counter() - start < min_time:
-        fn()
-        n += 1
-    return (time.perf_counter() - start) / n
 
 
 def single_token_words(tokenizer, vocab_file, count=400):

@@ -15,12 +15,12 @@ import os
 import statistics
 import subprocess
 import sys
-import time
 
 import numpy as np
 import torch
 
 import qkv
+from timing import per_call
 
 # (tokens, in, out): MiniLM-shaped encoder at batch 32 × 128 tokens (QKV/out
 # projections, FFN up and down), and one decoding step of the decode benchmark.
@@ -31,15 +31,6 @@ SHAPES = [
     (128, 384, 384, "1 × 128 tokens projection"),
     (1, 384, 1024, "decode step, FFN up"),
 ]
-
-
-def per_call(fn, min_time=0.05):
-    fn()
-    n, start = 0, time.perf_counter()
-    while time.perf_counter() - start < min_time:
-        fn()
-        n += 1
-    return (time.perf_counter() - start) / n
 
 
 def measure(reps, threads):

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <initializer_list>
 #include <string>
 
 #include "test_util.h"
@@ -47,6 +48,30 @@ inline CliRun run_qkv(const std::string& args) {
 
 inline bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
+}
+
+// Expects the output of `run` to contain every one of `parts`.
+inline void expect_output_has(const CliRun& run, std::initializer_list<std::string> parts,
+                              CallSite where = {}) {
+  const ::testing::ScopedTrace trace(where.file, where.line, "expect_output_has");
+  for (const std::string& part : parts)
+    EXPECT_TRUE(contains(run.output, part)) << "missing \"" << part << "\" in:\n" << run.output;
+}
+
+// Expects `run` to have failed (exit code other than 0) saying every one of `parts`.
+inline void expect_failure(const CliRun& run, std::initializer_list<std::string> parts,
+                           CallSite where = {}) {
+  const ::testing::ScopedTrace trace(where.file, where.line, "expect_failure");
+  EXPECT_NE(run.exit_code, 0) << run.output;
+  expect_output_has(run, parts, where);
+}
+
+// Expects the output of `run` to contain none of `parts`.
+inline void expect_output_lacks(const CliRun& run, std::initializer_list<std::string> parts,
+                                CallSite where = {}) {
+  const ::testing::ScopedTrace trace(where.file, where.line, "expect_output_lacks");
+  for (const std::string& part : parts)
+    EXPECT_FALSE(contains(run.output, part)) << "unexpected \"" << part << "\" in:\n" << run.output;
 }
 
 class Cli : public TempDirTest {

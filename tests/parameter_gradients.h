@@ -9,7 +9,9 @@
 #include <vector>
 
 #include "finite_differences.h"
+#include "qkv/loss.h"
 #include "qkv/nn/parameter.h"
+#include "qkv/tensor.h"
 
 namespace qkv::testing {
 
@@ -35,6 +37,31 @@ int expect_gradients_match_finite_differences(std::vector<nn::Parameter> paramet
     }
   }
   return checked;
+}
+
+// What expect_classifier_gradients_match_finite_differences saw.
+struct ClassifierGradientCheck {
+  Tensor logits;    // of the batch, from the forward that recorded for backward
+  int checked = 0;  // entries compared
+};
+
+// The cross-entropy loss of a classifier (`model.forward(batch[, &record])`
+// gives logits [N, C], `model.backward(grad, record)` accumulates the
+// parameters' gradients) on `batch`: backward once from zeroed gradients,
+// then every parameter checked as above.
+template <class Record, class Model, class Batch>
+ClassifierGradientCheck expect_classifier_gradients_match_finite_differences(Model& model,
+                                                                             const Batch& batch) {
+  auto loss = [&] { return cross_entropy(model.forward(batch), batch.labels).item(); };
+  model.zero_grad();
+  Record record;
+  ClassifierGradientCheck out;
+  out.logits = model.forward(batch, &record);
+  Tensor grad = Tensor::zeros(out.logits.shape());
+  cross_entropy_backward(Tensor::ones({}), out.logits, batch.labels, {}, grad);
+  model.backward(grad, record);
+  out.checked = expect_gradients_match_finite_differences(model.parameters(), loss);
+  return out;
 }
 
 }  // namespace qkv::testing

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "qkv/generator.h"
 #include "qkv/tensor.h"
 
 namespace qkv::reference {
@@ -39,6 +40,20 @@ inline Seq read_seq(const Tensor& t, Layout layout) {
                       : layout == Layout::kBatchFirst ? t.at({b, i, d})
                                                       : t.at({i, b, d}));
   return s;
+}
+
+// A random N(0, 1) input of B sequences of T vectors of D in `layout` (for the tests).
+inline Tensor randn_seq(Layout layout, int64_t B, int64_t T, int64_t D, Generator& gen,
+                        DType dtype) {
+  switch (layout) {
+    case Layout::kSeqFirst:
+      return Tensor::randn({T, B, D}, gen, dtype);
+    case Layout::kBatchFirst:
+      return Tensor::randn({B, T, D}, gen, dtype);
+    case Layout::kUnbatched:
+      break;
+  }
+  return Tensor::randn({T, D}, gen, dtype);
 }
 
 // Every parameter in float64, by its state_dict name.

@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "fork_writer.h"
 #include "qkv/io/atomic_file.h"
 #include "qkv/io/safetensors.h"
 #include "test_util.h"
@@ -24,6 +25,8 @@ using qkv::Error;
 using qkv::ErrorKind;
 using qkv::io::AtomicFileWriter;
 using qkv::io::write_file_atomically;
+using qkv_test::fork_writer;
+using qkv_test::signal_ready;
 
 namespace {
 
@@ -135,27 +138,6 @@ std::map<std::string, qkv::Tensor> version(double value, int64_t n) {
           {"b", qkv::Tensor::full({3}, value, qkv::DType::kFloat64)}};
 }
 
-// Forks a child that runs `child` and reports through a pipe when it is
-// mid-write; returns its pid and the read end of the pipe.
-template <class Child>
-pid_t fork_writer(int& ready_fd, Child child) {
-  int fds[2];
-  if (::pipe(fds) != 0) return -1;
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    ::close(fds[0]);
-    try {
-      child(fds[1]);
-    } catch (...) {
-      ::_exit(2);
-    }
-    ::_exit(0);
-  }
-  ::close(fds[1]);
-  ready_fd = fds[0];
-  return pid;
-}
-
 TEST_F(AtomicFileTest, KilledWriterLeavesPreviousFileIntact) {
   const fs::path target = dir_ / "model.safetensors";
   qkv::io::save_safetensors(target, version(1.0, 1000));
@@ -166,8 +148,7 @@ TEST_F(AtomicFileTest, KilledWriterLeavesPreviousFileIntact) {
     AtomicFileWriter out(target);
     const std::vector<std::byte> chunk(1 << 20, std::byte{0x5A});
     out.write(chunk);
-    char c = 'w';
-    if (::write(signal_fd, &c, 1) != 1) ::_exit(3);
+    signal_ready(signal_fd);
     // Keep writing slowly: the parent kills us somewhere in here.
     for (int i = 0; i < 10000; ++i) {
       out.write(chunk);
@@ -202,8 +183,7 @@ TEST_F(AtomicFileTest, KilledAtAnyMomentTheFileIsOldOrNewNeverTorn) {
   for (int round = 0; round < 4; ++round) {
     int ready = -1;
     const pid_t pid = fork_writer(ready, [&](int signal_fd) {
-      char c = 's';
-      if (::write(signal_fd, &c, 1) != 1) ::_exit(3);
+      signal_ready(signal_fd);
       for (int v = 1;; ++v) qkv::io::save_safetensors(target, version(v, n));
     });
     ASSERT_GT(pid, 0);

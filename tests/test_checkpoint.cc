@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "fork_writer.h"
 #include "qkv/functional.h"
 #include "qkv/gradients.h"
 #include "qkv/io/checkpoint.h"
@@ -29,6 +30,8 @@
 #include "test_util.h"
 
 namespace fs = std::filesystem;
+using qkv_test::fork_writer;
+using qkv_test::signal_ready;
 
 namespace qkv {
 namespace {
@@ -104,32 +107,6 @@ TEST_F(CheckpointTest, ReservedMetadataKeysAreRejected) {
   const std::string message = error_of([&] { io::save_checkpoint(dir_ / "x.safetensors", c); });
   EXPECT_NE(message.find("\"qkv.step\" is reserved"), std::string::npos) << message;
   EXPECT_FALSE(fs::exists(dir_ / "x.safetensors"));
-}
-
-// Forks a child running `child`, which writes one byte to the pipe when it is
-// about to start writing; returns the pid and the pipe's read end.
-template <class Child>
-pid_t fork_writer(int& ready_fd, Child child) {
-  int fds[2];
-  if (::pipe(fds) != 0) return -1;
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    ::close(fds[0]);
-    try {
-      child(fds[1]);
-    } catch (...) {
-      ::_exit(2);
-    }
-    ::_exit(0);
-  }
-  ::close(fds[1]);
-  ready_fd = fds[0];
-  return pid;
-}
-
-void signal_ready(int fd) {
-  char c = 'w';
-  if (::write(fd, &c, 1) != 1) ::_exit(3);
 }
 
 void kill_after(pid_t pid, int ready, int milliseconds) {

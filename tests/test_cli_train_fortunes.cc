@@ -31,13 +31,18 @@ class TrainFortunes : public qkv_test::Cli {
       }
     }
   }
+
+  // `qkv train fortunes --dir <dir_> <args>`.
+  qkv_test::CliRun train_fortunes(const std::string& args) const {
+    return run_qkv("train fortunes --dir '" + dir_.string() + "' " + args);
+  }
 };
 
 TEST_F(TrainFortunes, PrintsBothAccuraciesPerClassAndConfusionMatrices) {
   write_topics();
-  const qkv_test::CliRun run = run_qkv("train fortunes --dir '" + dir_.string() +
-                                       "' --topics cats,dogs,birds --epochs 3 --bow-epochs 3"
-                                       " --d-model 16 --heads 2 --threads 1 --seed 2");
+  const qkv_test::CliRun run = train_fortunes(
+      "--topics cats,dogs,birds --epochs 3 --bow-epochs 3"
+      " --d-model 16 --heads 2 --threads 1 --seed 2");
   ASSERT_EQ(run.exit_code, 0) << run.output;
   const std::string& text = run.output;
   for (const char* part :
@@ -67,36 +72,27 @@ TEST_F(TrainFortunes, PrintsBothAccuraciesPerClassAndConfusionMatrices) {
 
 TEST_F(TrainFortunes, UnknownTopicIsAnErrorListingTheTopics) {
   write_topics();
-  const qkv_test::CliRun run =
-      run_qkv("train fortunes --dir '" + dir_.string() + "' --topics cats,fish --epochs 1");
-  EXPECT_NE(run.exit_code, 0);
-  EXPECT_TRUE(contains(run.output, "unknown topic 'fish'")) << run.output;
-  EXPECT_TRUE(contains(run.output, "birds, cats, dogs")) << run.output;
-  EXPECT_FALSE(contains(run.output, "accuracy")) << run.output;
+  const qkv_test::CliRun run = train_fortunes("--topics cats,fish --epochs 1");
+  expect_failure(run, {"unknown topic 'fish'", "birds, cats, dogs"});
+  expect_output_lacks(run, {"accuracy"});
 }
 
 TEST_F(TrainFortunes, BadOptionsAreErrors) {
   write_topics();
-  const qkv_test::CliRun one =
-      run_qkv("train fortunes --dir '" + dir_.string() + "' --topics cats");
-  EXPECT_NE(one.exit_code, 0);
-  EXPECT_TRUE(contains(one.output, "at least two topics")) << one.output;
+  const qkv_test::CliRun one = train_fortunes("--topics cats");
+  expect_failure(one, {"at least two topics"});
   const qkv_test::CliRun missing_dir =
       run_qkv("train fortunes --dir '" + (dir_ / "nowhere").string() + "' --topics a,b");
-  EXPECT_NE(missing_dir.exit_code, 0);
-  EXPECT_TRUE(contains(missing_dir.output, "nowhere")) << missing_dir.output;
+  expect_failure(missing_dir, {"nowhere"});
   // A missing pretrained model fails before any training.
   const qkv_test::CliRun no_model =
-      run_qkv("train fortunes --dir '" + dir_.string() + "' --topics cats,dogs --pretrained '" +
-              (dir_ / "no-model").string() + "'");
-  EXPECT_NE(no_model.exit_code, 0);
-  EXPECT_TRUE(contains(no_model.output, "no-model")) << no_model.output;
-  EXPECT_FALSE(contains(no_model.output, "step")) << no_model.output;
+      train_fortunes("--topics cats,dogs --pretrained '" + (dir_ / "no-model").string() + "'");
+  expect_failure(no_model, {"no-model"});
+  expect_output_lacks(no_model, {"step"});
   const qkv_test::CliRun zero = run_qkv("train fortunes --epochs 0");
-  EXPECT_NE(zero.exit_code, 0);
-  EXPECT_TRUE(contains(zero.output, "qkv train fortunes --help")) << zero.output;
+  expect_failure(zero, {"qkv train fortunes --help"});
   const qkv_test::CliRun help = run_qkv("train --help");
-  EXPECT_TRUE(contains(help.output, "fortunes")) << help.output;
+  expect_output_has(help, {"fortunes"});
 }
 
 }  // namespace

@@ -33,11 +33,8 @@ TEST_F(Cli, TrainLmWritesAModelThatGenerateReads) {
                              "--heads 2 --sample-tokens 30 --threads 1 --out '" +
                              model.string() + "'");
   ASSERT_EQ(run.exit_code, 0) << run.output;
-  EXPECT_TRUE(contains(run.output, "bits/char")) << run.output;
-  EXPECT_TRUE(contains(run.output, "unigram baseline")) << run.output;
-  EXPECT_TRUE(contains(run.output, "step    12/12")) << run.output;
-  EXPECT_TRUE(contains(run.output, "qkv generate")) << run.output;
-  EXPECT_TRUE(contains(run.output, model.string())) << run.output;
+  expect_output_has(
+      run, {"bits/char", "unigram baseline", "step    12/12", "qkv generate", model.string()});
   EXPECT_FALSE(contains(run.output, "\x1b[")) << run.output;  // piped: no colour
   ASSERT_TRUE(fs::exists(model));
 
@@ -58,9 +55,7 @@ TEST_F(Cli, TrainLmNamesAMissingTextFile) {
   const fs::path missing = dir_ / "no-such-file.txt";
   const CliRun run = run_qkv("train lm --text '" + missing.string() + "' --steps 1 --out '" +
                              (dir_ / "m.safetensors").string() + "'");
-  EXPECT_NE(run.exit_code, 0) << run.output;
-  EXPECT_TRUE(contains(run.output, missing.string())) << run.output;
-  EXPECT_TRUE(contains(run.output, "no such file")) << run.output;
+  expect_failure(run, {missing.string(), "no such file"});
   EXPECT_FALSE(fs::exists(dir_ / "m.safetensors"));
 }
 
@@ -69,9 +64,7 @@ TEST_F(Cli, TrainLmRejectsAnEmptyTextFile) {
   std::ofstream(empty) << "\n%\n\n";
   const CliRun run = run_qkv("train lm --text '" + empty.string() + "' --steps 1 --out '" +
                              (dir_ / "m.safetensors").string() + "'");
-  EXPECT_NE(run.exit_code, 0) << run.output;
-  EXPECT_TRUE(contains(run.output, empty.string())) << run.output;
-  EXPECT_TRUE(contains(run.output, "empty")) << run.output;
+  expect_failure(run, {empty.string(), "empty"});
 }
 
 // Training would run every step and then fail to save the vocabulary: the
@@ -86,10 +79,9 @@ TEST_F(Cli, TrainLmRejectsInvalidUtf8BeforeTraining) {
         run_qkv("train lm --text '" + text.string() + "' --steps 100000 --threads 1 --out '" +
                 (dir_ / "m.safetensors").string() + "'");
     EXPECT_EQ(run.exit_code, 1) << run.output;
-    EXPECT_TRUE(contains(run.output, "not valid UTF-8")) << run.output;
-    EXPECT_TRUE(contains(run.output, "line 69")) << run.output;
+    expect_output_has(run, {"not valid UTF-8", "line 69"});
     EXPECT_FALSE(contains(run.output, "step ")) << run.output;  // no training started
-    EXPECT_FALSE(contains(run.output, "internal error")) << run.output;
+    expect_output_lacks(run, {"internal error"});
   }
 }
 
@@ -102,8 +94,8 @@ TEST_F(Cli, TrainLmChecksItsOutputBeforeTraining) {
     const CliRun run = run_qkv("train lm --text '" + text.string() +
                                "' --steps 100000 --threads 1 --out '" + out + "'");
     EXPECT_EQ(run.exit_code, 1) << run.output;
-    EXPECT_TRUE(contains(run.output, "cannot write '" + out + "'")) << run.output;
-    EXPECT_FALSE(contains(run.output, "step ")) << run.output;
+    expect_output_has(run, {"cannot write '" + out + "'"});
+    expect_output_lacks(run, {"step "});
   }
 }
 

@@ -17,7 +17,6 @@
 #include "parameter_gradients.h"
 #include "qkv/error.h"
 #include "qkv/generator.h"
-#include "qkv/loss.h"
 #include "qkv/runtime.h"
 #include "tasks/fortunes_classifier.h"
 #include "tasks/fortunes_data.h"
@@ -267,6 +266,29 @@ EncodedExamples keyword_corpus(int64_t count, int64_t classes, uint64_t seed) {
   return out;
 }
 
+// The encoders these tests build: 2 heads and an FFN twice as wide as the model.
+EncoderClassifierOptions small_encoder(int64_t vocab_size, int64_t num_classes, int64_t max_length,
+                                       int64_t d_model, uint64_t seed) {
+  return {.vocab_size = vocab_size,
+          .num_classes = num_classes,
+          .max_length = max_length,
+          .d_model = d_model,
+          .nhead = 2,
+          .dim_feedforward = 2 * d_model,
+          .seed = seed};
+}
+
+// ... without dropout and with N(0, 1) embeddings, for the tests that need
+// the encoder to learn or to compute the same thing twice.
+EncoderClassifierOptions small_deterministic_encoder(int64_t vocab_size, int64_t num_classes,
+                                                     int64_t max_length, int64_t d_model,
+                                                     uint64_t seed) {
+  EncoderClassifierOptions o = small_encoder(vocab_size, num_classes, max_length, d_model, seed);
+  o.dropout = 0.0;
+  o.embedding_std = 1.0;
+  return o;
+}
+
 // Accuracy computed here from the logits, not by train::evaluate.
 template <class Model>
 double fraction_right(Model& model, const EncodedExamples& examples, int64_t max_length) {
@@ -313,14 +335,9 @@ TEST(FortunesModels, BothLearnClassesDecidedByWords) {
       EXPECT_LT(id, 25 + 3 * c) << "class " << c;
     }
 
-  EncoderClassifier encoder({.vocab_size = 31,
-                             .num_classes = 3,
-                             .max_length = 16,
-                             .d_model = 16,
-                             .nhead = 2,
-                             .dim_feedforward = 32,
-                             .pooling = Pooling::kAttention,
-                             .seed = 4});
+  EncoderClassifierOptions encoder_options = small_encoder(31, 3, 16, 16, 4);
+  encoder_options.pooling = Pooling::kAttention;
+  EncoderClassifier encoder(encoder_options);
   EXPECT_LT(fraction_right(encoder, test, 16), 0.6) << "untrained";
   int64_t reports = 0, evaluations = 0;
   const ClassifierTrainResult r =
@@ -383,15 +400,7 @@ TEST(FortunesModels, OnlyTheEncoderSeesWordOrder) {
   train_classifier(bow, train, nullptr, {.epochs = 20, .lr = 0.05, .word_dropout = 0.0});
   EXPECT_LT(fraction_right(bow, test, 100), 0.65);  // chance, 200 texts: sigma 0.035
 
-  EncoderClassifier encoder({.vocab_size = 12,
-                             .num_classes = 2,
-                             .max_length = 8,
-                             .d_model = 16,
-                             .nhead = 2,
-                             .dim_feedforward = 32,
-                             .dropout = 0.0,
-                             .embedding_std = 1.0,
-                             .seed = 7});
+  EncoderClassifier encoder(small_deterministic_encoder(12, 2, 8, 16, 7));
   train_classifier(encoder, train, nullptr,
                    {.epochs = 40, .batch_size = 16, .lr = 5e-3, .word_dropout = 0.0, .seed = 8});
   EXPECT_GE(fraction_right(encoder, test, 8), 0.9);
@@ -400,28 +409,15 @@ TEST(FortunesModels, OnlyTheEncoderSeesWordOrder) {
 // The encoder's backward against central differences of its loss (float32
 // forwards, large steps: 2e-2 relative), with both poolings and padding.
 void check_encoder_gradients(Pooling pooling) {
-  EncoderClassifier model({.vocab_size = 9,
-                           .num_classes = 3,
-                           .max_length = 6,
-                           .d_model = 8,
-                           .nhead = 2,
-                           .dim_feedforward = 16,
-                           .dropout = 0.0,
-                           .embedding_std = 1.0,
-                           .pooling = pooling,
-                           .seed = 5});
+  EncoderClassifierOptions options = small_deterministic_encoder(9, 3, 6, 8, 5);
+  options.pooling = pooling;
+  EncoderClassifier model(options);
   const std::vector<std::vector<int64_t>> seqs = {{2, 3, 4, 5, 6}, {7, 8}, {3, 3, 1}};
   const std::vector<int64_t> labels = {0, 2, 1};
   const TextBatch batch = make_text_batch(seqs, labels, std::vector<int64_t>{0, 1, 2}, 6);
-  auto loss = [&] { return qkv::cross_entropy(model.forward(batch), batch.labels).item(); };
-  model.zero_grad();
-  EncoderClassifierRecord record;
-  const Tensor logits = model.forward(batch, &record);
-  Tensor grad = Tensor::zeros(logits.shape());
-  qkv::cross_entropy_backward(Tensor::ones({}), logits, batch.labels, {}, grad);
-  model.backward(grad, record);
-  const int checked =
-      qkv::testing::expect_gradients_match_finite_differences(model.parameters(), loss);
+  const auto [logits, checked] =
+      qkv::testing::expect_classifier_gradients_match_finite_differences<EncoderClassifierRecord>(
+          model, batch);
   EXPECT_GT(checked, 20);
   // Padding changes nothing: row 1 alone gives the logits it has in the batch.
   const Tensor alone = model.forward(make_text_batch(seqs, labels, std::vector<int64_t>{1}, 6));
@@ -493,13 +489,7 @@ TEST(FortunesTraining, SameSeedSameModel) {
   qkv::set_num_threads(1);
   const EncodedExamples train = keyword_corpus(60, 2, 9);
   const auto run = [&](uint64_t seed) {
-    EncoderClassifier m({.vocab_size = 31,
-                         .num_classes = 2,
-                         .max_length = 16,
-                         .d_model = 8,
-                         .nhead = 2,
-                         .dim_feedforward = 16,
-                         .seed = 1});
+    EncoderClassifier m(small_encoder(31, 2, 16, 8, 1));
     return train_classifier(m, train, nullptr, {.epochs = 2, .batch_size = 8, .seed = seed})
         .final_loss;
   };

@@ -4,7 +4,7 @@
 
 #include <cmath>
 
-#include "kernels/fused_attention.h"
+#include "kernel_tables.h"
 #include "qkv/attention.h"
 #include "qkv/masks.h"
 #include "tensor_comparison.h"
@@ -15,11 +15,8 @@ using qkv::testing::relative_error;
 
 namespace {
 
-class FusedAttention : public ::testing::TestWithParam<const kernels::KernelTable*> {
+class FusedAttention : public qkv_test::ActiveKernelTableTest {
  protected:
-  void SetUp() override { kernels::override_kernel_table(GetParam()); }
-  void TearDown() override { kernels::override_kernel_table(nullptr); }
-
   // Runs SDPA fused on float32 and as the reference on the same values in float64.
   void compare(const Tensor& q, const Tensor& k, const Tensor& v, SdpaOptions options,
                const std::string& what) {
@@ -362,11 +359,6 @@ TEST_P(FusedAttention, NonFiniteInputsAreReportedNotHidden) {
     }
 }
 
-std::string table_name(const ::testing::TestParamInfo<const kernels::KernelTable*>& info) {
-  return info.param->name;
-}
-
-INSTANTIATE_TEST_SUITE_P(EveryIsa, FusedAttention,
-                         ::testing::ValuesIn(kernels::supported_kernel_tables()), table_name);
+QKV_INSTANTIATE_FOR_EVERY_KERNEL_TABLE(FusedAttention);
 
 }  // namespace

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/fused_attention.h"
+#include "kernel_tables.h"
 #include "qkv/functional.h"
 #include "qkv/generator.h"
 #include "qkv/gradients.h"
@@ -85,11 +85,7 @@ std::vector<double> adam_result(DType dtype) {
   return params[0].value.to_vector();
 }
 
-class IsaRowOps : public ::testing::TestWithParam<const kernels::KernelTable*> {
- protected:
-  void SetUp() override { kernels::override_kernel_table(GetParam()); }
-  void TearDown() override { kernels::override_kernel_table(nullptr); }
-};
+class IsaRowOps : public qkv_test::ActiveKernelTableTest {};
 
 TEST_P(IsaRowOps, TheActiveTableCarriesItsRows) {
   EXPECT_EQ(std::string(kernels::active_row_kernels().name), GetParam()->name);
@@ -210,12 +206,7 @@ TEST_P(IsaRowOps, AdamHeldToFloat64AndBitIdenticalAcrossIsas) {
   EXPECT_EQ(got, portable);
 }
 
-std::string table_name(const ::testing::TestParamInfo<const kernels::KernelTable*>& info) {
-  return info.param->name;
-}
-
-INSTANTIATE_TEST_SUITE_P(EveryIsa, IsaRowOps,
-                         ::testing::ValuesIn(kernels::supported_kernel_tables()), table_name);
+QKV_INSTANTIATE_FOR_EVERY_KERNEL_TABLE(IsaRowOps);
 
 // QKV_ISA=portable picks the portable rows for the ops: this binary is run
 // again with it set, and the child checks the table and that gelu gives the

@@ -7,26 +7,17 @@
 #include <string>
 #include <vector>
 
-#include "kernels/fused_attention.h"
+#include "kernel_tables.h"
 
 namespace qkv {
 namespace {
 
-using kernels::KernelTable;
-
-class KernelExp : public ::testing::TestWithParam<const KernelTable*> {
- protected:
-  std::vector<float> exp_of(const std::vector<float>& x) const {
-    std::vector<float> out(x.size(), -1.0f);
-    GetParam()->exp_into(x.data(), static_cast<int64_t>(x.size()), out.data());
-    return out;
-  }
-};
+using KernelExp = qkv_test::KernelTableTest;
 
 TEST_P(KernelExp, RelativeErrorBelow3e7FromMinus87To88) {
   std::vector<float> x;
   for (double v = -87.3; v <= 88.3; v += 1.0 / 4096) x.push_back(static_cast<float>(v));
-  const std::vector<float> y = exp_of(x);
+  const std::vector<float> y = qkv_test::apply_vector_function(GetParam()->exp_into, x);
   double worst = 0.0;
   float worst_at = 0.0f;
   for (size_t i = 0; i < x.size(); ++i) {
@@ -45,7 +36,7 @@ TEST_P(KernelExp, ZeroBelowTheRangeNaNStaysNaN) {
   const float inf = std::numeric_limits<float>::infinity();
   const std::vector<float> x = {
       -inf, -1e30f, -200.0f, -87.31f, 0.0f, -0.0f, std::numeric_limits<float>::quiet_NaN()};
-  const std::vector<float> y = exp_of(x);
+  const std::vector<float> y = qkv_test::apply_vector_function(GetParam()->exp_into, x);
   for (size_t i = 0; i < 4; ++i) EXPECT_EQ(y[i], 0.0f) << "exp(" << x[i] << ")";
   EXPECT_EQ(y[4], 1.0f);
   EXPECT_EQ(y[5], 1.0f);
@@ -55,17 +46,13 @@ TEST_P(KernelExp, ZeroBelowTheRangeNaNStaysNaN) {
 TEST_P(KernelExp, ALengthThatIsNoWholeNumberOfVectorsIsDoneToTheLastElement) {
   std::vector<float> x(37);
   for (size_t i = 0; i < x.size(); ++i) x[i] = -0.25f * static_cast<float>(i);
-  const std::vector<float> y = exp_of(x);
+  const std::vector<float> y = qkv_test::apply_vector_function(GetParam()->exp_into, x);
   for (size_t i = 0; i < x.size(); ++i)
     EXPECT_NEAR(y[i], std::exp(static_cast<double>(x[i])), 3e-7 * std::exp(double(x[i])))
         << "element " << i;
 }
 
-std::string table_name(const ::testing::TestParamInfo<const KernelTable*>& info) {
-  return info.param->name;
-}
-INSTANTIATE_TEST_SUITE_P(EveryIsa, KernelExp,
-                         ::testing::ValuesIn(kernels::supported_kernel_tables()), table_name);
+QKV_INSTANTIATE_FOR_EVERY_KERNEL_TABLE(KernelExp);
 
 }  // namespace
 }  // namespace qkv

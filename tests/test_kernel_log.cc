@@ -7,21 +7,12 @@
 #include <string>
 #include <vector>
 
-#include "kernels/fused_attention.h"
+#include "kernel_tables.h"
 
 namespace qkv {
 namespace {
 
-using kernels::KernelTable;
-
-class KernelLog : public ::testing::TestWithParam<const KernelTable*> {
- protected:
-  std::vector<float> log_of(const std::vector<float>& x) const {
-    std::vector<float> out(x.size(), -1.0f);
-    GetParam()->log_into(x.data(), static_cast<int64_t>(x.size()), out.data());
-    return out;
-  }
-};
+using KernelLog = qkv_test::KernelTableTest;
 
 // The error that matters is absolute: lse = m + log l enters exp(s − lse).
 TEST_P(KernelLog, AbsoluteErrorBelow2e7AroundOneAndWithinAFloatUlpFarOut) {
@@ -32,7 +23,7 @@ TEST_P(KernelLog, AbsoluteErrorBelow2e7AroundOneAndWithinAFloatUlpFarOut) {
     for (int i = 0; i < 64; ++i) x.push_back(std::ldexp(1.0f + static_cast<float>(i) / 64, e));
   x.push_back(std::numeric_limits<float>::min());
   x.push_back(std::numeric_limits<float>::max());
-  const std::vector<float> y = log_of(x);
+  const std::vector<float> y = qkv_test::apply_vector_function(GetParam()->log_into, x);
   for (size_t i = 0; i < x.size(); ++i) {
     const double want = std::log(static_cast<double>(x[i]));
     // 2e-7 absolute, or 2 ulp of the result when that is larger (|log| > 1).
@@ -42,7 +33,8 @@ TEST_P(KernelLog, AbsoluteErrorBelow2e7AroundOneAndWithinAFloatUlpFarOut) {
 }
 
 TEST_P(KernelLog, ExactlyZeroAtOneAndPowersOfTwoAreMultiplesOfLn2) {
-  const std::vector<float> y = log_of({1.0f, 2.0f, 0.5f, 1024.0f, 0x1p-100f});
+  const std::vector<float> y =
+      qkv_test::apply_vector_function(GetParam()->log_into, {1.0f, 2.0f, 0.5f, 1024.0f, 0x1p-100f});
   EXPECT_EQ(y[0], 0.0f);
   EXPECT_NEAR(y[1], std::log(2.0), 1e-7);
   EXPECT_NEAR(y[2], -std::log(2.0), 1e-7);
@@ -53,16 +45,12 @@ TEST_P(KernelLog, ExactlyZeroAtOneAndPowersOfTwoAreMultiplesOfLn2) {
 TEST_P(KernelLog, ALengthThatIsNoWholeNumberOfVectorsIsDoneToTheLastElement) {
   std::vector<float> x(37);
   for (size_t i = 0; i < x.size(); ++i) x[i] = 1.0f + 3.5f * static_cast<float>(i);
-  const std::vector<float> y = log_of(x);
+  const std::vector<float> y = qkv_test::apply_vector_function(GetParam()->log_into, x);
   for (size_t i = 0; i < x.size(); ++i)
     EXPECT_NEAR(y[i], std::log(static_cast<double>(x[i])), 1e-6) << "element " << i;
 }
 
-std::string table_name(const ::testing::TestParamInfo<const KernelTable*>& info) {
-  return info.param->name;
-}
-INSTANTIATE_TEST_SUITE_P(EveryIsa, KernelLog,
-                         ::testing::ValuesIn(kernels::supported_kernel_tables()), table_name);
+QKV_INSTANTIATE_FOR_EVERY_KERNEL_TABLE(KernelLog);
 
 }  // namespace
 }  // namespace qkv

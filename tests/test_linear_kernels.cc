@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "kernels/fused_attention.h"
+#include "kernel_tables.h"
 #include "qkv/generator.h"
 #include "qkv/linear.h"
 #include "qkv/runtime.h"
@@ -17,11 +17,10 @@ using qkv::testing::relative_error;
 
 namespace {
 
-class LinearKernels : public ::testing::TestWithParam<const kernels::KernelTable*> {
+class LinearKernels : public qkv_test::ActiveKernelTableTest {
  protected:
-  void SetUp() override { kernels::override_kernel_table(GetParam()); }
   void TearDown() override {
-    kernels::override_kernel_table(nullptr);
+    ActiveKernelTableTest::TearDown();
     set_num_threads(threads_);
   }
   const int threads_ = num_threads();
@@ -53,11 +52,6 @@ TEST_P(LinearKernels, EveryRowCountAgainstFloat64) {
   }
 }
 
-std::string table_name(const ::testing::TestParamInfo<const kernels::KernelTable*>& info) {
-  return info.param->name;
-}
-
-INSTANTIATE_TEST_SUITE_P(EveryIsa, LinearKernels,
-                         ::testing::ValuesIn(kernels::supported_kernel_tables()), table_name);
+QKV_INSTANTIATE_FOR_EVERY_KERNEL_TABLE(LinearKernels);
 
 }  // namespace

@@ -70,26 +70,27 @@ TEST(ModuleBackward, Linear) {
   }
 }
 
+// A norm's backward to its input x [shape] and its parameters (randomized
+// first), with the record type `Record` of its forward.
+template <class Record, class Norm>
+void check_norm(const std::string& name, Norm& norm, const Shape& shape, Generator& gen) {
+  randomize(norm.parameters(), gen);
+  const Tensor x = randn(shape, gen), r = randn(shape, gen);
+  Record rec;
+  norm.forward(x, &rec);
+  std::vector<Target> targets{{"x", x, norm.backward(r, rec)}};
+  add_parameters(targets, norm.parameters());
+  check_fd(name, targets, [&] { return weighted_sum(norm.forward(x), r); });
+}
+
 TEST(ModuleBackward, LayerNormAndRMSNorm) {
   Generator gen(2);
   for (bool bias : {true, false}) {
     nn::LayerNorm norm({.normalized_shape = {6}, .eps = 1e-5, .bias = bias, .dtype = kF64});
-    randomize(norm.parameters(), gen);
-    const Tensor x = randn({3, 2, 6}, gen), r = randn({3, 2, 6}, gen);
-    nn::LayerNormRecord rec;
-    norm.forward(x, &rec);
-    std::vector<Target> targets{{"x", x, norm.backward(r, rec)}};
-    add_parameters(targets, norm.parameters());
-    check_fd("LayerNorm", targets, [&] { return weighted_sum(norm.forward(x), r); });
+    check_norm<nn::LayerNormRecord>("LayerNorm", norm, {3, 2, 6}, gen);
   }
   nn::RMSNorm rms({.normalized_shape = {2, 3}, .eps = 1e-6, .dtype = kF64});
-  randomize(rms.parameters(), gen);
-  const Tensor x = randn({4, 2, 3}, gen), r = randn({4, 2, 3}, gen);
-  nn::RMSNormRecord rec;
-  rms.forward(x, &rec);
-  std::vector<Target> targets{{"x", x, rms.backward(r, rec)}};
-  add_parameters(targets, rms.parameters());
-  check_fd("RMSNorm", targets, [&] { return weighted_sum(rms.forward(x), r); });
+  check_norm<nn::RMSNormRecord>("RMSNorm", rms, {4, 2, 3}, gen);
 }
 
 TEST(ModuleBackward, EmbeddingSkipsPaddingRow) {

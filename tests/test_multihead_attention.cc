@@ -13,6 +13,7 @@
 #include "qkv/generator.h"
 #include "qkv/nn/multihead_attention.h"
 #include "qkv/tensor.h"
+#include "reference_blocks.h"
 #include "test_util.h"
 
 namespace qkv::nn {
@@ -24,49 +25,13 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr double kTol32 = 2e-5;
 constexpr double kTol64 = 1e-11;
 
-// How a test passes its inputs: [L, B, F], [B, L, F] or unbatched [L, F].
-enum class Layout { kSeqFirst, kBatchFirst, kUnbatched };
-
-// A sequence input in float64, batch-major: x[(b * T + t) * F + f].
-struct Seq {
-  int64_t B = 0, T = 0, F = 0;
-  std::vector<double> x;
-  double at(int64_t b, int64_t t, int64_t f) const { return x[(b * T + t) * F + f]; }
-};
-
-Seq read_seq(const Tensor& t, Layout layout) {
-  Seq s;
-  s.F = t.size(-1);
-  s.B = layout == Layout::kUnbatched ? 1 : (layout == Layout::kBatchFirst ? t.size(0) : t.size(1));
-  s.T = layout == Layout::kBatchFirst ? t.size(1) : t.size(0);
-  for (int64_t b = 0; b < s.B; ++b)
-    for (int64_t i = 0; i < s.T; ++i)
-      for (int64_t f = 0; f < s.F; ++f) {
-        switch (layout) {
-          case Layout::kSeqFirst:
-            s.x.push_back(t.at({i, b, f}));
-            break;
-          case Layout::kBatchFirst:
-            s.x.push_back(t.at({b, i, f}));
-            break;
-          case Layout::kUnbatched:
-            s.x.push_back(t.at({i, f}));
-            break;
-        }
-      }
-  return s;
-}
+// Inputs in the three layouts, read back in float64 (reference_blocks.h).
+using qkv::reference::Layout;
+using qkv::reference::read_seq;
+using qkv::reference::Seq;
 
 Tensor make_input(Layout layout, int64_t B, int64_t T, int64_t F, Generator& gen, DType dtype) {
-  switch (layout) {
-    case Layout::kSeqFirst:
-      return Tensor::randn({T, B, F}, gen, dtype);
-    case Layout::kBatchFirst:
-      return Tensor::randn({B, T, F}, gen, dtype);
-    case Layout::kUnbatched:
-      break;
-  }
-  return Tensor::randn({T, F}, gen, dtype);
+  return qkv::reference::randn_seq(layout, B, T, F, gen, dtype);
 }
 
 // The module's parameters in float64; absent ones are empty.
@@ -131,7 +96,7 @@ std::vector<double> project(const Seq& x, const std::vector<double>& w,
   for (int64_t r = 0; r < x.B * x.T; ++r)
     for (int64_t j = 0; j < out; ++j) {
       double acc = b.empty() ? 0.0 : b[j];
-      for (int64_t f = 0; f < x.F; ++f) acc += w[j * x.F + f] * x.x[r * x.F + f];
+      for (int64_t f = 0; f < x.D; ++f) acc += w[j * x.D + f] * x.x[r * x.D + f];
       y[r * out + j] = acc;
     }
   return y;
@@ -252,6 +217,13 @@ void randomize(MultiheadAttention& m, Generator& gen) {
   }
 }
 
+// A module of options `o` whose parameters are then randomized from `gen`.
+MultiheadAttention random_module(const MultiheadAttentionOptions& o, Generator& gen) {
+  MultiheadAttention m(o, &gen);
+  randomize(m, gen);
+  return m;
+}
+
 enum class MaskKind { kNone, kBool, kFloat };
 
 // One configuration: module options, input layout, sizes, masks and forward flags.
@@ -291,8 +263,7 @@ void run_case(const Case& c) {
   MultiheadAttentionOptions o = c.options;
   // batch_first is ignored for unbatched inputs: keep what the case asked for there.
   if (c.layout != Layout::kUnbatched) o.batch_first = c.layout == Layout::kBatchFirst;
-  MultiheadAttention m(o, &gen);
-  randomize(m, gen);
+  MultiheadAttention m = random_module(o, gen);
   const int64_t D = m.options().embed_dim, H = m.options().num_heads;
   const bool unbatched = c.layout == Layout::kUnbatched;
   const int64_t B = unbatched ? 1 : c.B;
@@ -347,15 +318,20 @@ MultiheadAttentionOptions opts(int64_t D, int64_t H, DType dtype = DType::kFloat
   return o;
 }
 
+// run_case in the case's dtype, then in the other floating-point type.
+void run_case_in_both_dtypes(Case c) {
+  run_case(c);
+  c.options.dtype = c.options.dtype == DType::kFloat64 ? DType::kFloat32 : DType::kFloat64;
+  run_case(c);
+}
+
 // --- Forward against the reference ------------------------------------------
 
 TEST(MultiheadAttention, PackedSelfAttention) {
   Case c;
   c.options = opts(8, 2);
   c.self_attention = true;
-  run_case(c);
-  c.options.dtype = DType::kFloat64;
-  run_case(c);
+  run_case_in_both_dtypes(c);
 }
 
 TEST(MultiheadAttention, CrossAttentionDifferentLengths) {
@@ -364,9 +340,7 @@ TEST(MultiheadAttention, CrossAttentionDifferentLengths) {
   c.L = 3;
   c.S = 7;
   c.B = 3;
-  run_case(c);
-  c.options.dtype = DType::kFloat32;
-  run_case(c);
+  run_case_in_both_dtypes(c);
 }
 
 TEST(MultiheadAttention, SeparateKdimVdim) {
@@ -437,8 +411,7 @@ TEST(MultiheadAttention, BatchFirst) {
 
 TEST(MultiheadAttention, NonContiguousInputs) {
   Generator gen(3);
-  MultiheadAttention m({.embed_dim = 8, .num_heads = 2, .batch_first = true}, &gen);
-  randomize(m, gen);
+  MultiheadAttention m = random_module({.embed_dim = 8, .num_heads = 2, .batch_first = true}, gen);
   // [B, L, D] views of [L, B, D] buffers, and a strided slice.
   Tensor q = Tensor::randn({4, 2, 8}, gen).transpose(0, 1);
   Tensor kv = Tensor::randn({2, 10, 8}, gen).slice(1, 0, 10, 2);
@@ -503,8 +476,7 @@ TEST(MultiheadAttention, PerHeadWeights) {
 
 TEST(MultiheadAttention, NeedWeightsFalseGivesSameOutput) {
   Generator gen(5);
-  MultiheadAttention m(opts(8, 2), &gen);
-  randomize(m, gen);
+  MultiheadAttention m = random_module(opts(8, 2), gen);
   Tensor x = Tensor::randn({5, 2, 8}, gen);
   MultiheadAttentionForward args;
   args.attn_mask = Tensor::from_bools({5, 5}, std::vector<bool>(25, false));
@@ -517,8 +489,7 @@ TEST(MultiheadAttention, NeedWeightsFalseGivesSameOutput) {
 
 TEST(MultiheadAttention, FullyMaskedRowsGiveZero) {
   Generator gen(6);
-  MultiheadAttention m(opts(8, 2, DType::kFloat64), &gen);
-  randomize(m, gen);
+  MultiheadAttention m = random_module(opts(8, 2, DType::kFloat64), gen);
   Tensor x = Tensor::randn({3, 2, 8}, gen, DType::kFloat64);
   MultiheadAttentionForward args;
   // Batch 1 has every key padded: attention gives 0, so the output is out_proj.bias.
@@ -546,8 +517,7 @@ TEST(MultiheadAttention, FullyMaskedRowsGiveZero) {
 
 TEST(MultiheadAttention, IsCausalWithCausalMask) {
   Generator gen(7);
-  MultiheadAttention m(opts(8, 2, DType::kFloat64), &gen);
-  randomize(m, gen);
+  MultiheadAttention m = random_module(opts(8, 2, DType::kFloat64), gen);
   const int64_t L = 6;
   Tensor x = Tensor::randn({L, 2, 8}, gen, DType::kFloat64);
   std::vector<bool> bits;
@@ -572,8 +542,7 @@ TEST(MultiheadAttention, IsCausalHintFollowsTorch) {
   // torch uses SDPA's is_causal (ignoring attn_mask) only when there is no
   // key_padding_mask and need_weights=False; otherwise the mask itself.
   Generator gen(8);
-  MultiheadAttention m(opts(8, 2, DType::kFloat64), &gen);
-  randomize(m, gen);
+  MultiheadAttention m = random_module(opts(8, 2, DType::kFloat64), gen);
   const int64_t L = 5;
   Tensor x = Tensor::randn({L, 2, 8}, gen, DType::kFloat64);
   const Seq xs = read_seq(x, Layout::kSeqFirst);
@@ -611,8 +580,7 @@ TEST(MultiheadAttention, DropoutOnlyInTraining) {
   Generator gen(9);
   MultiheadAttentionOptions o = opts(8, 2, DType::kFloat64);
   o.dropout = p;
-  MultiheadAttention m(o, &gen);
-  randomize(m, gen);
+  MultiheadAttention m = random_module(o, gen);
   Generator dropout_gen(10);
   m.set_generator(&dropout_gen);
   EXPECT_TRUE(m.is_training());  // torch's default
@@ -661,8 +629,7 @@ TEST(MultiheadAttention, DropoutOneDropsEverything) {
   Generator gen(12);
   MultiheadAttentionOptions o = opts(8, 2, DType::kFloat64);
   o.dropout = 1.0;
-  MultiheadAttention m(o, &gen);
-  randomize(m, gen);
+  MultiheadAttention m = random_module(o, gen);
   Tensor x = Tensor::randn({3, 2, 8}, gen, DType::kFloat64);
   const auto got = m.forward(x, x, x);
   for (double w : got.weights.to_vector()) EXPECT_EQ(w, 0.0);
@@ -842,108 +809,52 @@ TEST(MultiheadAttention, BadInputShapes) {
   MultiheadAttention m(o);
   const Tensor q = Tensor::zeros({3, 2, 8}), k = Tensor::zeros({5, 2, 6}),
                v = Tensor::zeros({5, 2, 4});
-  auto fwd = [&](const Tensor& q_, const Tensor& k_, const Tensor& v_,
-                 const MultiheadAttentionForward& a = {}) { m.forward(q_, k_, v_, a); };
-  expect_error(
-      [&] {
-        fwd(Tensor::zeros({1, 3, 2, 8}), k, v);
-      },
-      ErrorKind::kValue, {"query", "[1, 3, 2, 8]"});
-  expect_error([&] { fwd(Tensor::zeros({8}), k, v); }, ErrorKind::kValue, {"query", "[8]"});
-  expect_error(
-      [&] {
-        fwd(q, Tensor::zeros({5, 6}), v);
-      },
-      ErrorKind::kValue, {"key", "3-D", "[5, 6]"});
-  expect_error(
-      [&] {
-        fwd(Tensor::zeros({3, 2, 7}), k, v);
-      },
-      ErrorKind::kValue, {"query", "embed_dim=8", "[3, 2, 7]"});
-  expect_error(
-      [&] {
-        fwd(q, Tensor::zeros({5, 2, 8}), v);
-      },
-      ErrorKind::kValue, {"key", "kdim=6", "[5, 2, 8]"});
-  expect_error(
-      [&] {
-        fwd(q, k, Tensor::zeros({5, 2, 8}));
-      },
-      ErrorKind::kValue, {"value", "vdim=4", "[5, 2, 8]"});
-  expect_error(
-      [&] {
-        fwd(q, Tensor::zeros({5, 3, 6}), Tensor::zeros({5, 3, 4}));
-      },
-      ErrorKind::kValue, {"batch size", "[3, 2, 8]", "[5, 3, 6]"});
-  expect_error(
-      [&] {
-        fwd(q, k, Tensor::zeros({4, 2, 4}));
-      },
-      ErrorKind::kValue, {"sequence length", "[5, 2, 6]", "[4, 2, 4]"});
-  expect_error(
-      [&] {
-        fwd(Tensor::zeros({0, 2, 8}), k, v);
-      },
-      ErrorKind::kValue, {"empty", "[0, 2, 8]"});
-  expect_error(
-      [&] {
-        fwd(q, Tensor::zeros({0, 2, 6}), Tensor::zeros({0, 2, 4}));
-      },
-      ErrorKind::kValue, {"empty", "[0, 2, 6]"});
+  // forward(q_, k_, v_) must throw a value error that says all of `parts`.
+  auto rejects = [&](const Tensor& q_, const Tensor& k_, const Tensor& v_,
+                     std::initializer_list<std::string_view> parts, qkv_test::CallSite where = {}) {
+    expect_error([&] { m.forward(q_, k_, v_); }, ErrorKind::kValue, parts, where);
+  };
+  rejects(Tensor::zeros({1, 3, 2, 8}), k, v, {"query", "[1, 3, 2, 8]"});
+  rejects(Tensor::zeros({8}), k, v, {"query", "[8]"});
+  rejects(q, Tensor::zeros({5, 6}), v, {"key", "3-D", "[5, 6]"});
+  rejects(Tensor::zeros({3, 2, 7}), k, v, {"query", "embed_dim=8", "[3, 2, 7]"});
+  rejects(q, Tensor::zeros({5, 2, 8}), v, {"key", "kdim=6", "[5, 2, 8]"});
+  rejects(q, k, Tensor::zeros({5, 2, 8}), {"value", "vdim=4", "[5, 2, 8]"});
+  rejects(q, Tensor::zeros({5, 3, 6}), Tensor::zeros({5, 3, 4}),
+          {"batch size", "[3, 2, 8]", "[5, 3, 6]"});
+  rejects(q, k, Tensor::zeros({4, 2, 4}), {"sequence length", "[5, 2, 6]", "[4, 2, 4]"});
+  rejects(Tensor::zeros({0, 2, 8}), k, v, {"empty", "[0, 2, 8]"});
+  rejects(q, Tensor::zeros({0, 2, 6}), Tensor::zeros({0, 2, 4}), {"empty", "[0, 2, 6]"});
 }
 
 TEST(MultiheadAttention, BadMasks) {
   MultiheadAttention m(opts(8, 2));
   const Tensor q = Tensor::zeros({3, 2, 8}), kv = Tensor::zeros({5, 2, 8});
-  auto with = [&](Tensor kpm, Tensor attn) {
+  // forward with these masks must throw a `kind` error that says all of `parts`.
+  auto rejects = [&](Tensor kpm, Tensor attn, ErrorKind kind,
+                     std::initializer_list<std::string_view> parts, qkv_test::CallSite where = {}) {
     MultiheadAttentionForward a;
     a.key_padding_mask = kpm;
     a.attn_mask = attn;
-    m.forward(q, kv, kv, a);
+    expect_error([&] { m.forward(q, kv, kv, a); }, kind, parts, where);
   };
-  expect_error(
-      [&] {
-        with(Tensor::zeros({2, 4}, DType::kBool), {});
-      },
-      ErrorKind::kValue, {"key_padding_mask", "[2, 5]", "[2, 4]"});
-  expect_error([&] { with(Tensor::zeros({5}, DType::kBool), {}); }, ErrorKind::kValue,
-               {"key_padding_mask", "[2, 5]", "[5]"});
-  expect_error(
-      [&] {
-        with({}, Tensor::zeros({3, 4}, DType::kBool));
-      },
-      ErrorKind::kValue, {"attn_mask", "[3, 5]", "[3, 4]"});
-  expect_error(
-      [&] {
-        with({}, Tensor::zeros({2, 3, 5}, DType::kBool));
-      },
-      ErrorKind::kValue, {"attn_mask", "[4, 3, 5]", "[2, 3, 5]"});
-  expect_error(
-      [&] {
-        with({}, Tensor::zeros({1, 4, 3, 5}, DType::kBool));
-      },
-      ErrorKind::kValue, {"attn_mask", "[1, 4, 3, 5]"});
+  rejects(Tensor::zeros({2, 4}, DType::kBool), {}, ErrorKind::kValue,
+          {"key_padding_mask", "[2, 5]", "[2, 4]"});
+  rejects(Tensor::zeros({5}, DType::kBool), {}, ErrorKind::kValue,
+          {"key_padding_mask", "[2, 5]", "[5]"});
+  rejects({}, Tensor::zeros({3, 4}, DType::kBool), ErrorKind::kValue,
+          {"attn_mask", "[3, 5]", "[3, 4]"});
+  rejects({}, Tensor::zeros({2, 3, 5}, DType::kBool), ErrorKind::kValue,
+          {"attn_mask", "[4, 3, 5]", "[2, 3, 5]"});
+  rejects({}, Tensor::zeros({1, 4, 3, 5}, DType::kBool), ErrorKind::kValue,
+          {"attn_mask", "[1, 4, 3, 5]"});
   // Float masks must have the module's dtype (TypeError in Python).
-  expect_error(
-      [&] {
-        with(Tensor::zeros({2, 5}, DType::kFloat64), {});
-      },
-      ErrorKind::kType, {"key_padding_mask", "float32", "float64"});
-  expect_error(
-      [&] {
-        with({}, Tensor::zeros({3, 5}, DType::kFloat64));
-      },
-      ErrorKind::kType, {"attn_mask", "float32", "float64"});
-  expect_error(
-      [&] {
-        with({}, Tensor::full({3, 5}, NAN));
-      },
-      ErrorKind::kValue, {"attn_mask", "NaN"});
-  expect_error(
-      [&] {
-        with(Tensor::full({2, 5}, INFINITY), {});
-      },
-      ErrorKind::kValue, {"key_padding_mask", "+inf"});
+  rejects(Tensor::zeros({2, 5}, DType::kFloat64), {}, ErrorKind::kType,
+          {"key_padding_mask", "float32", "float64"});
+  rejects({}, Tensor::zeros({3, 5}, DType::kFloat64), ErrorKind::kType,
+          {"attn_mask", "float32", "float64"});
+  rejects({}, Tensor::full({3, 5}, NAN), ErrorKind::kValue, {"attn_mask", "NaN"});
+  rejects(Tensor::full({2, 5}, INFINITY), {}, ErrorKind::kValue, {"key_padding_mask", "+inf"});
 
   // Unbatched: key_padding_mask [S], attn_mask [L, S] or [H, L, S].
   const Tensor uq = Tensor::zeros({3, 8}), ukv = Tensor::zeros({5, 8});

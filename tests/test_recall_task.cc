@@ -12,7 +12,6 @@
 
 #include "parameter_gradients.h"
 #include "qkv/error.h"
-#include "qkv/loss.h"
 #include "qkv/runtime.h"
 #include "tasks/recall_model.h"
 #include "tasks/recall_task.h"
@@ -98,15 +97,10 @@ void check_gradients(Mixer mixer) {
                     {.mixer = mixer, .d_model = 8, .nhead = 2, .dim_feedforward = 16, .seed = 5});
   Generator gen(1);
   const RecallBatch batch = task.sample(4, gen);
-  auto loss = [&] { return qkv::cross_entropy(model.forward(batch), batch.labels).item(); };
-  model.zero_grad();
-  RecallModelRecord record;
-  const Tensor logits = model.forward(batch, &record);
-  Tensor grad = Tensor::zeros(logits.shape());
-  qkv::cross_entropy_backward(Tensor::ones({}), logits, batch.labels, {}, grad);
-  model.backward(grad, record);
   const int checked =
-      qkv::testing::expect_gradients_match_finite_differences(model.parameters(), loss);
+      qkv::testing::expect_classifier_gradients_match_finite_differences<RecallModelRecord>(model,
+                                                                                            batch)
+          .checked;
   EXPECT_GT(checked, 8);
 }
 

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <functional>
 
-#include "kernels/fused_attention.h"
+#include "kernel_tables.h"
 #include "qkv/attention.h"
 #include "qkv/masks.h"
 #include "tensor_comparison.h"
@@ -105,11 +105,8 @@ TEST(SdpaBackwardReference, MatchesFiniteDifferences) {
   }
 }
 
-class FusedBackward : public ::testing::TestWithParam<const kernels::KernelTable*> {
+class FusedBackward : public qkv_test::ActiveKernelTableTest {
  protected:
-  void SetUp() override { kernels::override_kernel_table(GetParam()); }
-  void TearDown() override { kernels::override_kernel_table(nullptr); }
-
   void compare(const Tensor& q, const Tensor& k, const Tensor& v, SdpaOptions o,
                const std::string& what) {
     Generator gen(5);
@@ -227,9 +224,4 @@ TEST_P(FusedBackward, WideHeadsWithGqaPaddingAndCausalMasks) {
   compare(qt, k, v, {}, "strided Q");
 }
 
-std::string table_name(const ::testing::TestParamInfo<const kernels::KernelTable*>& info) {
-  return info.param->name;
-}
-
-INSTANTIATE_TEST_SUITE_P(EveryIsa, FusedBackward,
-                         ::testing::ValuesIn(kernels::supported_kernel_tables()), table_name);
+QKV_INSTANTIATE_FOR_EVERY_KERNEL_TABLE(FusedBackward);

@@ -37,15 +37,7 @@ void randomize(const std::map<std::string, Tensor>& state, Generator& gen) {
 }
 
 Tensor make_seq(Layout layout, int64_t T, Generator& gen, DType dtype) {
-  switch (layout) {
-    case Layout::kSeqFirst:
-      return Tensor::randn({T, kB, kD}, gen, dtype);
-    case Layout::kBatchFirst:
-      return Tensor::randn({kB, T, kD}, gen, dtype);
-    case Layout::kUnbatched:
-      break;
-  }
-  return Tensor::randn({T, kD}, gen, dtype);
+  return ref::randn_seq(layout, kB, T, kD, gen, dtype);
 }
 
 // max |out - expected| / max |expected|.
@@ -132,15 +124,25 @@ ref::LayerConfig ref_config(const TransformerLayerOptions& o) {
           .eps = o.layer_norm_eps};
 }
 
-class LayerTest : public ::testing::TestWithParam<Config> {};
+class LayerTest : public ::testing::TestWithParam<Config> {
+ protected:
+  const TransformerLayerOptions o = layer_options(GetParam());
+
+  // A Layer of options `o` whose parameters are uniform random from `gen`,
+  // in training mode if the parameter says so.
+  template <class Layer>
+  Layer make_layer(Generator& gen) const {
+    Layer layer(o, &gen);
+    randomize(layer.state_dict(), gen);
+    layer.train(std::get<4>(GetParam()));
+    return layer;
+  }
+};
 
 TEST_P(LayerTest, EncoderLayerMatchesReference) {
   const auto& [norm_first, gelu, layout, masks, train, f64] = GetParam();
   Generator gen(11);
-  const TransformerLayerOptions o = layer_options(GetParam());
-  TransformerEncoderLayer layer(o, &gen);
-  randomize(layer.state_dict(), gen);
-  layer.train(train);
+  TransformerEncoderLayer layer = make_layer<TransformerEncoderLayer>(gen);
   const Tensor src = make_seq(layout, kT, gen, o.dtype);
   const MaskSet m = make_masks(masks, layout, kT, kT, gen, o.dtype);
   const Tensor out = layer.forward(
@@ -155,10 +157,7 @@ TEST_P(LayerTest, EncoderLayerMatchesReference) {
 TEST_P(LayerTest, DecoderLayerMatchesReference) {
   const auto& [norm_first, gelu, layout, masks, train, f64] = GetParam();
   Generator gen(12);
-  const TransformerLayerOptions o = layer_options(GetParam());
-  TransformerDecoderLayer layer(o, &gen);
-  randomize(layer.state_dict(), gen);
-  layer.train(train);
+  TransformerDecoderLayer layer = make_layer<TransformerDecoderLayer>(gen);
   const Tensor tgt = make_seq(layout, kT, gen, o.dtype);
   const Tensor memory = make_seq(layout, kS, gen, o.dtype);
   const MaskSet self_m = make_masks(masks, layout, kT, kT, gen, o.dtype);

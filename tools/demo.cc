@@ -11,6 +11,7 @@
 #include <system_error>
 #include <vector>
 
+#include "cli_options.h"
 #include "command.h"
 #include "qkv/attention.h"
 #include "qkv/error.h"
@@ -384,19 +385,19 @@ int run_demo(const DemoOptions& options) {
 }  // namespace
 
 Command add_demo_command(CLI::App& parent) {
-  auto options = std::make_shared<DemoOptions>();
-  CLI::App* app = parent.add_subcommand(
-      "demo", "Walk through the attention tutorial (§2 to §7) with qkv's own output");
-  app->add_option("--seed", options->seed, "Seed of the random inputs and weights")
-      ->capture_default_str();
-  app->add_option("--out", options->out, "Directory for the heatmap PNG (created if missing)")
-      ->capture_default_str()
-      ->type_name("DIR");
-  app->footer(
-      "Sections: §2.4 simple attention, §2.2 score functions, §5.2-5.6 multi-head\n"
-      "attention, §6.1 weights and a heatmap PNG, §7.3 why divide by sqrt(d_k), §7.4 masks.\n"
-      "Colour is used when stdout is a terminal and NO_COLOR is not set.");
-  return {app, [options] { return run_demo(*options); }};
+  return make_command(
+      parent, "demo", "Walk through the attention tutorial (§2 to §7) with qkv's own output",
+      run_demo, [](CLI::App& app, DemoOptions& options) {
+        add_defaulted(app, "--seed", options.seed, "Seed of the random inputs and weights");
+        add_defaulted(app, "--out", options.out,
+                      "Directory for the heatmap PNG (created if missing)")
+            ->type_name("DIR");
+        app.footer(
+            "Sections: §2.4 simple attention, §2.2 score functions, §5.2-5.6 multi-head\n"
+            "attention, §6.1 weights and a heatmap PNG, §7.3 why divide by sqrt(d_k), §7.4 "
+            "masks.\n"
+            "Colour is used when stdout is a terminal and NO_COLOR is not set.");
+      });
 }
 
 }  // namespace qkv::cli

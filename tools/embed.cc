@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "cli_options.h"
 #include "command.h"
 #include "qkv/error.h"
 #include "qkv/io/atomic_file.h"
@@ -119,27 +120,21 @@ int run_embed(const EmbedOptions& o) {
 }  // namespace
 
 Command add_embed_command(CLI::App& parent) {
-  auto options = std::make_shared<EmbedOptions>();
-  CLI::App* app = parent.add_subcommand(
-      "embed", "Sentence embeddings (all-MiniLM-L6-v2) of texts, as JSON or .npy");
-  app->add_option("texts", options->texts, "Texts to embed (default: one per line from stdin)")
-      ->type_name("TEXT");
-  app->add_option("--model", options->model,
-                  "Model directory (sentence-transformers layout; scripts/fetch_model.sh)")
-      ->capture_default_str()
-      ->type_name("DIR");
-  app->add_option("-o,--output", options->output,
-                  "Write to FILE.json or FILE.npy (float32 [N, D]) instead of JSON on stdout")
-      ->type_name("FILE");
-  app->add_option("--batch-size", options->batch_size, "Texts per forward pass")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  app->add_flag("--stats", options->stats, "Print texts per second to stderr");
-  app->footer(
-      "Embeddings are mean-pooled over the tokens and L2-normalised (as the model's\n"
-      "modules.json says), so the dot product of two rows is their cosine similarity.\n"
-      "Texts longer than the model's max_seq_length (256 tokens) are truncated.");
-  return {app, [options] { return run_embed(*options); }};
+  return make_command(
+      parent, "embed", "Sentence embeddings (all-MiniLM-L6-v2) of texts, as JSON or .npy",
+      run_embed, [](CLI::App& app, EmbedOptions& options) {
+        add_sentence_input_options(
+            app, options.texts, "Texts to embed (default: one per line from stdin)", options.model);
+        app.add_option("-o,--output", options.output,
+                       "Write to FILE.json or FILE.npy (float32 [N, D]) instead of JSON on stdout")
+            ->type_name("FILE");
+        add_positive(app, "--batch-size", options.batch_size, "Texts per forward pass");
+        app.add_flag("--stats", options.stats, "Print texts per second to stderr");
+        app.footer(
+            "Embeddings are mean-pooled over the tokens and L2-normalised (as the model's\n"
+            "modules.json says), so the dot product of two rows is their cosine similarity.\n"
+            "Texts longer than the model's max_seq_length (256 tokens) are truncated.");
+      });
 }
 
 }  // namespace qkv::cli

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "cli_options.h"
 #include "command.h"
 #include "qkv/error.h"
 #include "qkv/io/char_vocabulary.h"
@@ -76,34 +77,33 @@ int run_generate(const GenerateOptions& o) {
 }  // namespace
 
 Command add_generate_command(CLI::App& parent) {
-  auto options = std::make_shared<GenerateOptions>();
-  CLI::App* app = parent.add_subcommand(
-      "generate", "Print text token by token from a decoder-only model file (KV-cached decoding)");
-  app->add_option("model", options->model, "Model file written by DecoderModel::save")
-      ->required()
-      ->check(CLI::ExistingFile)
-      ->type_name("FILE");
-  app->add_option("--prompt", options->prompt,
-                  "Text to continue, printed first (default: a newline)");
-  app->add_option("--max-new-tokens", options->max_new_tokens, "How many tokens to generate")
-      ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
-  app->add_option("--temperature", options->temperature,
-                  "Divides the logits: < 1 sharper, > 1 flatter, 0 greedy")
-      ->capture_default_str();
-  app->add_option("--top-k", options->top_k, "Draw only among the k most likely tokens (0 = all)")
-      ->capture_default_str();
-  app->add_option("--top-p", options->top_p,
-                  "Draw only from the nucleus of probability p, in (0, 1] (1 = all)")
-      ->capture_default_str();
-  app->add_flag("--greedy", options->greedy, "Always take the most likely token (temperature 0)");
-  app->add_option("--seed", options->seed, "Seed of the sampler: same seed, same text")
-      ->capture_default_str();
-  app->add_flag("--stats", options->stats, "Print tokens per second to stderr at the end");
-  app->footer(
-      "Tokens are bytes unless the file's metadata holds a vocabulary (qkv.vocabulary).\n"
-      "The prompt is fed in one pass; each new token then costs one cached decoding step.");
-  return {app, [options] { return run_generate(*options); }};
+  return make_command(
+      parent, "generate",
+      "Print text token by token from a decoder-only model file (KV-cached decoding)", run_generate,
+      [](CLI::App& app, GenerateOptions& options) {
+        app.add_option("model", options.model, "Model file written by DecoderModel::save")
+            ->required()
+            ->check(CLI::ExistingFile)
+            ->type_name("FILE");
+        app.add_option("--prompt", options.prompt,
+                       "Text to continue, printed first (default: a newline)");
+        add_non_negative(app, "--max-new-tokens", options.max_new_tokens,
+                         "How many tokens to generate");
+        add_defaulted(app, "--temperature", options.temperature,
+                      "Divides the logits: < 1 sharper, > 1 flatter, 0 greedy");
+        add_defaulted(app, "--top-k", options.top_k,
+                      "Draw only among the k most likely tokens (0 = all)");
+        add_defaulted(app, "--top-p", options.top_p,
+                      "Draw only from the nucleus of probability p, in (0, 1] (1 = all)");
+        app.add_flag("--greedy", options.greedy,
+                     "Always take the most likely token (temperature 0)");
+        add_defaulted(app, "--seed", options.seed, "Seed of the sampler: same seed, same text");
+        app.add_flag("--stats", options.stats, "Print tokens per second to stderr at the end");
+        app.footer(
+            "Tokens are bytes unless the file's metadata holds a vocabulary (qkv.vocabulary).\n"
+            "The prompt is fed in one pass; each new token then costs one cached decoding "
+            "step.");
+      });
 }
 
 }  // namespace qkv::cli

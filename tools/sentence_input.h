@@ -2,6 +2,7 @@
 // command line or stdin) and the sentence encoder of a model directory.
 #pragma once
 
+#include <CLI/CLI.hpp>
 #include <cstdint>
 #include <filesystem>
 #include <iostream>
@@ -35,6 +36,16 @@ inline models::SentenceEncoder load_sentence_encoder(const std::string& model_di
             "' not found; run scripts/fetch_model.sh (from the repository root) to fetch ",
             "all-MiniLM-L6-v2 into ", kDefaultEmbeddingModel, ", or pass --model DIR");
   return models::SentenceEncoder(model_dir);
+}
+
+// The texts (positional; `texts_help` says what they are for) and --model DIR.
+inline void add_sentence_input_options(CLI::App& app, std::vector<std::string>& texts,
+                                       const std::string& texts_help, std::string& model) {
+  app.add_option("texts", texts, texts_help)->type_name("TEXT");
+  app.add_option("--model", model,
+                 "Model directory (sentence-transformers layout; scripts/fetch_model.sh)")
+      ->capture_default_str()
+      ->type_name("DIR");
 }
 
 }  // namespace qkv::cli

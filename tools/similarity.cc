@@ -10,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "cli_options.h"
 #include "command.h"
 #include "qkv/error.h"
 #include "qkv/linear.h"
@@ -144,26 +145,20 @@ int run_similarity(const SimilarityOptions& o) {
 }  // namespace
 
 Command add_similarity_command(CLI::App& parent) {
-  auto options = std::make_shared<SimilarityOptions>();
-  CLI::App* app = parent.add_subcommand(
-      "similarity", "Cosine similarity of every pair of texts, from sentence embeddings");
-  app->add_option("texts", options->texts, "Texts to compare (default: one per line from stdin)")
-      ->type_name("TEXT");
-  app->add_option("--model", options->model,
-                  "Model directory (sentence-transformers layout; scripts/fetch_model.sh)")
-      ->capture_default_str()
-      ->type_name("DIR");
-  app->add_option("--label-width", options->label_width,
-                  "Columns for each text's label; longer texts are cut with \"…\"")
-      ->capture_default_str()
-      ->check(CLI::Range(int64_t{4}, int64_t{1000}));
-  app->add_option("--batch-size", options->batch_size, "Texts per forward pass")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  app->footer(
-      "Row i, column j holds cos(e_i, e_j) of the texts' embeddings (1 on the diagonal);\n"
-      "texts of similar meaning score high, unrelated ones near 0.");
-  return {app, [options] { return run_similarity(*options); }};
+  return make_command(
+      parent, "similarity", "Cosine similarity of every pair of texts, from sentence embeddings",
+      run_similarity, [](CLI::App& app, SimilarityOptions& options) {
+        add_sentence_input_options(app, options.texts,
+                                   "Texts to compare (default: one per line from stdin)",
+                                   options.model);
+        add_defaulted(app, "--label-width", options.label_width,
+                      "Columns for each text's label; longer texts are cut with \"…\"")
+            ->check(CLI::Range(int64_t{4}, int64_t{1000}));
+        add_positive(app, "--batch-size", options.batch_size, "Texts per forward pass");
+        app.footer(
+            "Row i, column j holds cos(e_i, e_j) of the texts' embeddings (1 on the diagonal);\n"
+            "texts of similar meaning score high, unrelated ones near 0.");
+      });
 }
 
 }  // namespace qkv::cli

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "cli_options.h"
 #include "command.h"
 #include "qkv/error.h"
 #include "qkv/models/sentence_encoder.h"
@@ -70,17 +71,6 @@ struct FortunesOptions {
 constexpr int64_t kProbeEpochs = 10;
 constexpr double kProbeLr = 1e-2;
 
-StepReport report_of(const train::ClassifierProgress& p) {
-  return {.step = p.step,
-          .steps = p.steps,
-          .loss = p.loss,
-          .batch_accuracy = p.batch_accuracy,
-          .held_out = p.held_out,
-          .tokens_per_second = p.tokens_per_second,
-          .elapsed_seconds = p.elapsed_seconds,
-          .seconds_left = p.seconds_left};
-}
-
 template <class Model>
 train::ClassifierTrainResult train_one(Model& model, const train::FortunesData& data,
                                        const train::ClassifierTrainOptions& options,
@@ -91,7 +81,7 @@ train::ClassifierTrainResult train_one(Model& model, const train::FortunesData& 
   ProgressLine progress(name, in_place, per_epoch);  // one plain line per epoch
   train::ClassifierTrainResult result = train::train_classifier(
       model, data.train, &data.held_out, options,
-      [&](const train::ClassifierProgress& p) { progress.update(report_of(p)); });
+      [&](const train::ClassifierProgress& p) { progress.update(step_report(p, p.held_out)); });
   progress.finish();
   return result;
 }
@@ -338,70 +328,49 @@ int run_fortunes(const FortunesOptions& o) {
 }  // namespace
 
 Command add_train_fortunes(CLI::App& train) {
-  auto options = std::make_shared<FortunesOptions>();
-  CLI::App* app = train.add_subcommand(
-      "fortunes", "Text classification on Debian's fortunes: Transformer encoder vs bag of words");
-  app->add_option("--topics", options->topics, "Topic files, one class each (comma-separated)")
-      ->delimiter(',')
-      ->capture_default_str();
-  app->add_option("--dir", options->dir, "Directory of the fortune files")
-      ->capture_default_str()
-      ->type_name("DIR");
-  app->add_option("--held-out", options->held_out, "Fraction of each topic held out")
-      ->capture_default_str()
-      ->check(CLI::Range(0.01, 0.9));
-  app->add_option("--min-count", options->min_count,
-                  "Uses in the training split a word needs to get its own id")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  app->add_option("--max-length", options->max_length, "Tokens of each text the encoder reads")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 4096));
-  app->add_option("--epochs", options->epochs, "Passes over the training texts (encoder)")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  app->add_option("--bow-epochs", options->bow_epochs, "Passes for the bag-of-words baseline")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  app->add_option("--batch-size", options->batch_size, "Texts per step")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  app->add_option("--lr", options->lr, "Peak learning rate of the encoder (AdamW)")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  app->add_option("--bow-lr", options->bow_lr, "Peak learning rate of the baseline (AdamW)")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  app->add_option("--word-dropout", options->word_dropout,
-                  "Probability that a training word is read as [UNK]")
-      ->capture_default_str()
-      ->check(CLI::Range(0.0, 0.9));
-  app->add_option("--d-model", options->d_model, "Encoder width (FFN: twice that)")
-      ->capture_default_str()
-      ->check(CLI::Range(4, 1024));
-  app->add_option("--layers", options->layers, "Encoder layers")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 12));
-  app->add_option("--heads", options->heads, "Attention heads (must divide --d-model)")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 64));
-  app->add_option("--seed", options->seed, "Seeds the split, the initialisation and the batches")
-      ->capture_default_str();
-  app->add_option("--threads", options->threads, "Threads (0 = OMP_NUM_THREADS or all cores)")
-      ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
-  app->add_option("--pretrained", options->pretrained,
-                  "Also classify with a frozen pretrained encoder from this directory "
-                  "(e.g. models/all-MiniLM-L6-v2) and a linear head")
-      ->type_name("DIR");
-  app->add_option("--examples", options->examples,
-                  "Held-out texts shown with the words the encoder weighs most")
-      ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
-  app->footer(
-      "A topic is a file in --dir: texts separated by lines holding only \"%\".\n"
-      "Bytes that are not UTF-8 are read as Latin-1. Debian: apt install fortunes.");
-  return {app, [options] { return run_fortunes(*options); }};
+  return make_command(
+      train, "fortunes",
+      "Text classification on Debian's fortunes: Transformer encoder vs bag of words", run_fortunes,
+      [](CLI::App& app, FortunesOptions& options) {
+        app.add_option("--topics", options.topics, "Topic files, one class each (comma-separated)")
+            ->delimiter(',')
+            ->capture_default_str();
+        add_defaulted(app, "--dir", options.dir, "Directory of the fortune files")
+            ->type_name("DIR");
+        add_defaulted(app, "--held-out", options.held_out, "Fraction of each topic held out")
+            ->check(CLI::Range(0.01, 0.9));
+        add_positive(app, "--min-count", options.min_count,
+                     "Uses in the training split a word needs to get its own id");
+        add_defaulted(app, "--max-length", options.max_length,
+                      "Tokens of each text the encoder reads")
+            ->check(CLI::Range(1, 4096));
+        add_positive(app, "--epochs", options.epochs, "Passes over the training texts (encoder)");
+        add_positive(app, "--bow-epochs", options.bow_epochs,
+                     "Passes for the bag-of-words baseline");
+        add_positive(app, "--batch-size", options.batch_size, "Texts per step");
+        add_positive(app, "--lr", options.lr, "Peak learning rate of the encoder (AdamW)");
+        add_positive(app, "--bow-lr", options.bow_lr, "Peak learning rate of the baseline (AdamW)");
+        add_defaulted(app, "--word-dropout", options.word_dropout,
+                      "Probability that a training word is read as [UNK]")
+            ->check(CLI::Range(0.0, 0.9));
+        add_defaulted(app, "--d-model", options.d_model, "Encoder width (FFN: twice that)")
+            ->check(CLI::Range(4, 1024));
+        add_defaulted(app, "--layers", options.layers, "Encoder layers")->check(CLI::Range(1, 12));
+        add_defaulted(app, "--heads", options.heads, "Attention heads (must divide --d-model)")
+            ->check(CLI::Range(1, 64));
+        add_defaulted(app, "--seed", options.seed,
+                      "Seeds the split, the initialisation and the batches");
+        add_threads_option(app, options.threads);
+        app.add_option("--pretrained", options.pretrained,
+                       "Also classify with a frozen pretrained encoder from this directory "
+                       "(e.g. models/all-MiniLM-L6-v2) and a linear head")
+            ->type_name("DIR");
+        add_non_negative(app, "--examples", options.examples,
+                         "Held-out texts shown with the words the encoder weighs most");
+        app.footer(
+            "A topic is a file in --dir: texts separated by lines holding only \"%\".\n"
+            "Bytes that are not UTF-8 are read as Latin-1. Debian: apt install fortunes.");
+      });
 }
 
 }  // namespace qkv::cli

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "cli_options.h"
 #include "command.h"
 #include "qkv/error.h"
 #include "qkv/io/atomic_file.h"
@@ -192,54 +193,38 @@ int run_lm(const LmOptions& o) {
 }  // namespace
 
 Command add_train_lm(CLI::App& train) {
-  auto options = std::make_shared<LmOptions>();
-  CLI::App* lm = train.add_subcommand(
-      "lm", "Character-level language model (decoder-only Transformer) on fortune texts");
-  lm->add_option("--text", options->text,
-                 "Text files to learn (fortune files: entries separated by \"%\" lines); "
-                 "default: ten files of /usr/share/games/fortunes")
-      ->type_name("FILE...");
-  lm->add_option("--steps", options->steps, "Training steps")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  lm->add_option("--batch-size", options->batch_size, "Windows of text per step")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  lm->add_option("--context", options->context, "Characters per window (T)")
-      ->capture_default_str()
-      ->check(CLI::Range(int64_t{2}, int64_t{4096}));
-  lm->add_option("--layers", options->layers, "Transformer blocks")
-      ->capture_default_str()
-      ->check(CLI::Range(int64_t{1}, int64_t{64}));
-  lm->add_option("--d-model", options->d_model, "Model width D")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  lm->add_option("--heads", options->heads, "Attention heads (D / heads must be even)")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  lm->add_option("--lr", options->lr, "Peak learning rate (AdamW, warmup then cosine to lr/10)")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  lm->add_option("--seed", options->seed, "Seeds the initialisation, batches and sample")
-      ->capture_default_str();
-  lm->add_option("--threads", options->threads, "Threads (0 = OMP_NUM_THREADS or all cores)")
-      ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
-  lm->add_option("--out", options->out, "Model file to write (safetensors, with the vocabulary)")
-      ->capture_default_str()
-      ->type_name("FILE");
-  lm->add_option("--sample-tokens", options->sample_tokens,
-                 "Characters of sample text to print at the end (0: none)")
-      ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
-  lm->add_option("--temperature", options->temperature, "Sampling temperature (0: greedy)")
-      ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
-  lm->footer(
-      "Every 10th entry is held out; the held-out loss is measured on text never trained on.\n"
-      "The unigram baseline is the entropy of the character frequencies: the loss of a\n"
-      "model that ignores context.");
-  return {lm, [options] { return run_lm(*options); }};
+  return make_command(
+      train, "lm", "Character-level language model (decoder-only Transformer) on fortune texts",
+      run_lm, [](CLI::App& app, LmOptions& options) {
+        app.add_option("--text", options.text,
+                       "Text files to learn (fortune files: entries separated by \"%\" lines); "
+                       "default: ten files of /usr/share/games/fortunes")
+            ->type_name("FILE...");
+        add_positive(app, "--steps", options.steps, "Training steps");
+        add_positive(app, "--batch-size", options.batch_size, "Windows of text per step");
+        add_defaulted(app, "--context", options.context, "Characters per window (T)")
+            ->check(CLI::Range(int64_t{2}, int64_t{4096}));
+        add_defaulted(app, "--layers", options.layers, "Transformer blocks")
+            ->check(CLI::Range(int64_t{1}, int64_t{64}));
+        add_positive(app, "--d-model", options.d_model, "Model width D");
+        add_positive(app, "--heads", options.heads, "Attention heads (D / heads must be even)");
+        add_positive(app, "--lr", options.lr,
+                     "Peak learning rate (AdamW, warmup then cosine to lr/10)");
+        add_defaulted(app, "--seed", options.seed, "Seeds the initialisation, batches and sample");
+        add_threads_option(app, options.threads);
+        add_defaulted(app, "--out", options.out,
+                      "Model file to write (safetensors, with the vocabulary)")
+            ->type_name("FILE");
+        add_non_negative(app, "--sample-tokens", options.sample_tokens,
+                         "Characters of sample text to print at the end (0: none)");
+        add_non_negative(app, "--temperature", options.temperature,
+                         "Sampling temperature (0: greedy)");
+        app.footer(
+            "Every 10th entry is held out; the held-out loss is measured on text never trained "
+            "on.\n"
+            "The unigram baseline is the entropy of the character frequencies: the loss of a\n"
+            "model that ignores context.");
+      });
 }
 
 }  // namespace qkv::cli

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "cli_options.h"
 #include "command.h"
 #include "qkv/error.h"
 #include "qkv/runtime.h"
@@ -43,25 +44,17 @@ struct RecallOptions {
 
 constexpr int64_t kTestExamples = 2000;
 
-// The recall loop's report in the shape the progress line reads.
-StepReport report_of(const train::RecallProgress& p) {
-  return {.step = p.step,
-          .steps = p.steps,
-          .loss = p.loss,
-          .batch_accuracy = p.batch_accuracy,
-          .held_out = p.eval_accuracy,
-          .tokens_per_second = p.tokens_per_second,
-          .elapsed_seconds = p.elapsed_seconds,
-          .seconds_left = p.seconds_left};
-}
-
+// Prints `heading` and the model's parameter count on a line of their own,
+// then trains it with a progress line labelled `name`.
 train::RecallTrainResult train_one(train::RecallModel& model, const train::RecallTask& task,
-                                   const train::RecallTrainOptions& options, const char* name,
-                                   bool in_place) {
+                                   const train::RecallTrainOptions& options,
+                                   const std::string& heading, const char* name, bool in_place) {
+  std::cout << "\n" << heading << model.num_parameters() << " parameters)\n";
   ProgressLine progress(name, in_place, 250);
   train::RecallTrainResult result =
       train::train_recall(model, task, options, [&](const train::RecallProgress& p) {
-        progress.update(report_of(p), p.eval_accuracy && *p.eval_accuracy >= 0.99);
+        progress.update(step_report(p, p.eval_accuracy),
+                        p.eval_accuracy && *p.eval_accuracy >= 0.99);
       });
   progress.finish();
   return result;
@@ -83,26 +76,21 @@ int run_recall(const RecallOptions& o) {
                            percent(1.0 / o.pairs))
             << "\n";
 
-  train::RecallTrainOptions train_options;
-  train_options.steps = o.steps;
-  train_options.batch_size = o.batch_size;
-  train_options.lr = o.lr;
-  train_options.seed = o.seed;
+  const train::RecallTrainOptions train_options{
+      .steps = o.steps, .batch_size = o.batch_size, .lr = o.lr, .seed = o.seed};
 
   train::RecallModel attention(task, {.mixer = train::Mixer::kAttention, .seed = o.seed});
-  std::cout << "\n"
-            << style.strong("Transformer") << " (2 layers, d_model 64, 4 heads, FFN 128; "
-            << attention.num_parameters() << " parameters)\n";
   const train::RecallTrainResult trained =
-      train_one(attention, task, train_options, "attention", in_place);
+      train_one(attention, task, train_options,
+                style.strong("Transformer") + " (2 layers, d_model 64, 4 heads, FFN 128; ",
+                "attention", in_place);
 
   // The baseline gets the same budget; it never reaches the target, so it runs all steps.
   train::RecallModel pooled(task, {.mixer = train::Mixer::kMeanPool, .seed = o.seed});
-  std::cout << "\n"
-            << style.strong("Baseline") << ": mean over positions instead of attention ("
-            << pooled.num_parameters() << " parameters)\n";
   const train::RecallTrainResult baseline =
-      train_one(pooled, task, train_options, "mean-pool", in_place);
+      train_one(pooled, task, train_options,
+                style.strong("Baseline") + ": mean over positions instead of attention (",
+                "mean-pool", in_place);
 
   // Reported on sequences neither training nor the early stop looked at.
   const train::RecallBatch test = train::held_out_batch(task, kTestExamples, o.seed + 0x5eed);
@@ -181,36 +169,24 @@ int run_recall(const RecallOptions& o) {
 }  // namespace
 
 Command add_train_recall(CLI::App& train) {
-  auto options = std::make_shared<RecallOptions>();
-  CLI::App* recall = train.add_subcommand(
-      "recall", "Key-value recall: a Transformer learns it, mean pooling cannot");
-  recall->add_option("--pairs,-k", options->pairs, "Key-value pairs per sequence (1..16)")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 16));
-  recall->add_option("--steps", options->steps, "Step limit; stops earlier at 99% held-out")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  recall->add_option("--batch-size", options->batch_size, "Sequences per step")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  recall->add_option("--lr", options->lr, "Peak learning rate (AdamW, warmup then cosine)")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  recall->add_option("--seed", options->seed, "Seeds the data and the initialisation")
-      ->capture_default_str();
-  recall->add_option("--out", options->out, "Directory for the attention heatmaps")
-      ->capture_default_str()
-      ->type_name("DIR");
-  recall->add_option("--threads", options->threads, "Threads (0 = OMP_NUM_THREADS or all cores)")
-      ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
-  recall->add_option("--examples", options->examples, "Held-out sequences drawn as heatmaps")
-      ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
-  recall->footer(
-      "Sequences are v1 k1 ... vk kk ? kq; the label is the value paired with kq.\n"
-      "The heatmaps have no text: tokens.txt in --out lists each example's tokens.");
-  return {recall, [options] { return run_recall(*options); }};
+  return make_command(
+      train, "recall", "Key-value recall: a Transformer learns it, mean pooling cannot", run_recall,
+      [](CLI::App& app, RecallOptions& options) {
+        add_defaulted(app, "--pairs,-k", options.pairs, "Key-value pairs per sequence (1..16)")
+            ->check(CLI::Range(1, 16));
+        add_positive(app, "--steps", options.steps, "Step limit; stops earlier at 99% held-out");
+        add_positive(app, "--batch-size", options.batch_size, "Sequences per step");
+        add_positive(app, "--lr", options.lr, "Peak learning rate (AdamW, warmup then cosine)");
+        add_defaulted(app, "--seed", options.seed, "Seeds the data and the initialisation");
+        add_defaulted(app, "--out", options.out, "Directory for the attention heatmaps")
+            ->type_name("DIR");
+        add_threads_option(app, options.threads);
+        add_non_negative(app, "--examples", options.examples,
+                         "Held-out sequences drawn as heatmaps");
+        app.footer(
+            "Sequences are v1 k1 ... vk kk ? kq; the label is the value paired with kq.\n"
+            "The heatmaps have no text: tokens.txt in --out lists each example's tokens.");
+      });
 }
 
 }  // namespace qkv::cli

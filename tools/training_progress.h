@@ -21,6 +21,21 @@ struct StepReport {
   double seconds_left = 0;
 };
 
+// The report of a training loop's progress struct, which has the fields of
+// StepReport but for the held-out accuracy, given apart (named differently
+// by each task).
+template <class Progress>
+StepReport step_report(const Progress& p, std::optional<double> held_out) {
+  return {.step = p.step,
+          .steps = p.steps,
+          .loss = p.loss,
+          .batch_accuracy = p.batch_accuracy,
+          .held_out = held_out,
+          .tokens_per_second = p.tokens_per_second,
+          .elapsed_seconds = p.elapsed_seconds,
+          .seconds_left = p.seconds_left};
+}
+
 class ProgressLine {
  public:
   // `name` starts every line; without a terminal a line is printed every

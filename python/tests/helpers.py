@@ -31,3 +31,27 @@ def assert_close(ours, theirs, dtype, what):
     err = rel_err(ours, theirs)
     tol = TOLERANCE[dtype]
     assert err <= tol, f"{what}: relative error {err:.3g} > {tol:g}"
+
+
+def sdpa_case_id(c, heads):
+    """The pytest id of a case of the randomised SDPA grids (test_sdpa_parity,
+    test_backward_parity): index, dtype, batch dims, `heads` (the grid's own
+    notation), lengths, head dims and mask."""
+    dt = "f32" if c["dtype"] == np.float32 else "f64"
+    mask = c["mask"]
+    if "mask_shape" in c:
+        mask += "[" + ",".join(map(str, c["mask_shape"])) + "]"
+    return (f"{c['index']:03d}-{dt}-B{c['batch']}-{heads}-L{c['L']}-S{c['S']}-E{c['E']}-"
+            f"Ev{c['Ev']}-{mask}".replace(" ", ""))
+
+
+def copy_torch_state(theirs, ours, as_torch, train):
+    """Loads the torch module's state_dict into ours (as torch tensors, or as
+    numpy copies when not `as_torch`), then puts both in training mode if
+    `train`, else in eval mode."""
+    state = theirs.state_dict()
+    if not as_torch:
+        state = {name: t.numpy().copy() for name, t in state.items()}
+    ours.load_state_dict(state)
+    for module in (theirs, ours):
+        module.train(train)

@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 
 import qkv
-from helpers import assert_close
+from helpers import assert_close, sdpa_case_id
 
 sdpa_grad = qkv.nn.functional.scaled_dot_product_attention_with_grad
 
@@ -66,13 +66,7 @@ def make_case(index):
 
 
 def case_id(c):
-    dt = "f32" if c["dtype"] == np.float32 else "f64"
-    heads = f"H{c['H']}" + (f"/{c['Hkv']}" if c["gqa"] else "")
-    mask = c["mask"]
-    if "mask_shape" in c:
-        mask += "[" + ",".join(map(str, c["mask_shape"])) + "]"
-    return (f"{c['index']:03d}-{dt}-B{c['batch']}-{heads}-L{c['L']}-S{c['S']}-E{c['E']}-"
-            f"Ev{c['Ev']}-{mask}".replace(" ", ""))
+    return sdpa_case_id(c, f"H{c['H']}" + (f"/{c['Hkv']}" if c["gqa"] else ""))
 
 
 CASES = [make_case(i) for i in range(N_CASES)]
@@ -96,6 +90,24 @@ def make_inputs(c):
         if c["fully_masked_rows"]:
             mask[rng.random(c["mask_shape"][:-1]) < 0.3] = -np.inf
     return q, k, v, mask, grad_out
+
+
+def torch_leaves(q, k, v, mask):
+    """q, k, v and the float mask (None when there is none) as torch tensors
+    that require grad, and the list of them to differentiate by."""
+    tq, tk, tv = (torch.from_numpy(x).requires_grad_() for x in (q, k, v))
+    inputs = [tq, tk, tv]
+    tmask = None
+    if mask is not None:
+        tmask = torch.from_numpy(mask).requires_grad_()
+        inputs.append(tmask)
+    return tq, tk, tv, tmask, inputs
+
+
+def assert_grads_close(ours, theirs, dtype, what):
+    """The gradients by query, key, value (and attn_mask) against torch's."""
+    for name, a, b in zip(("query", "key", "value", "attn_mask"), ours, theirs):
+        assert_close(a, b, dtype, f"{what} {name}")
 
 
 def torch_grads(c, q, k, v, mask, grad_out):
@@ -288,12 +300,7 @@ def test_variant_gradients_match_the_formula(variant, dtype):
     mask = rng.standard_normal((4, L, S)).astype(dtype) if opts.pop("mask", False) else None
     scale = 0.3
 
-    tq, tk, tv = (torch.from_numpy(x).requires_grad_() for x in (q, k, v))
-    inputs = [tq, tk, tv]
-    tmask = None
-    if mask is not None:
-        tmask = torch.from_numpy(mask).requires_grad_()
-        inputs.append(tmask)
+    tq, tk, tv, tmask, inputs = torch_leaves(q, k, v, mask)
     out_t = torch_variant(tq, tk, tv, scale, mask=tmask, **opts)
     theirs = torch.autograd.grad(out_t, inputs, torch.from_numpy(grad_out))
 
@@ -304,9 +311,7 @@ def test_variant_gradients_match_the_formula(variant, dtype):
         kwargs["causal"] = opts["causal"]
     out, grad_fn = sdpa_grad(q, k, v, **kwargs)
     assert_close(out, out_t, dtype, f"{variant} output")
-    ours = grad_fn(grad_out)
-    for what, a, b in zip(("query", "key", "value", "attn_mask"), ours, theirs):
-        assert_close(a, b, dtype, f"{variant}: grad of {what}")
+    assert_grads_close(grad_fn(grad_out), theirs, dtype, f"{variant}: grad of")
 
 
 # --- Dropout: the backward drops what the forward dropped -----------------------
@@ -346,21 +351,14 @@ def test_dropout_backward_matches_torch_math_with_the_exported_mask(case, given_
         assert keep is not None and keep.shape == (B, H, L, S)
         assert 0 < keep.mean() < 1
 
-    tq, tk, tv = (torch.from_numpy(x).requires_grad_() for x in (q, k, v))
-    inputs = [tq, tk, tv]
-    tmask = None
-    if mask is not None:
-        tmask = torch.from_numpy(mask).requires_grad_()
-        inputs.append(tmask)
+    tq, tk, tv, tmask, inputs = torch_leaves(q, k, v, mask)
     out_t, _ = torch._scaled_dot_product_attention_math(
         tq, tk, tv, attn_mask=tmask, dropout_p=p, dropout_mask=torch.from_numpy(keep),
         enable_gqa=Hkv is not None)
     theirs = torch.autograd.grad(out_t, inputs, torch.from_numpy(grad_out))
 
     assert_close(out, out_t, dtype, f"{name}: dropout output")
-    ours = grad_fn(grad_out)
-    for what, a, b in zip(("query", "key", "value", "attn_mask"), ours, theirs):
-        assert_close(a, b, dtype, f"{name}: dropout grad of {what}")
+    assert_grads_close(grad_fn(grad_out), theirs, dtype, f"{name}: dropout grad of")
 
 
 # --- The handle -----------------------------------------------------------------

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 import qkv
-from helpers import assert_close
+from helpers import assert_close, copy_torch_state
 
 N_CASES = 240
 TORCH_DTYPE = {np.float32: torch.float32, np.float64: torch.float64}
@@ -126,16 +126,7 @@ def build_pair(c):
                   batch_first=c["batch_first"])
     theirs = torch.nn.MultiheadAttention(c["D"], c["H"], dtype=TORCH_DTYPE[c["dtype"]], **kwargs)
     ours = qkv.nn.MultiheadAttention(c["D"], c["H"], dtype=c["dtype"], **kwargs)
-    state = theirs.state_dict()
-    if not c["torch_state"]:
-        state = {name: t.numpy().copy() for name, t in state.items()}
-    ours.load_state_dict(state)
-    if c["mode"] == "train_p0":
-        theirs.train()
-        ours.train()
-    else:
-        theirs.eval()
-        ours.eval()
+    copy_torch_state(theirs, ours, c["torch_state"], train=c["mode"] == "train_p0")
     return theirs, ours
 
 

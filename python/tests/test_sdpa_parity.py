@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 
 import qkv
-from helpers import assert_close
+from helpers import assert_close, sdpa_case_id
 
 N_CASES = 640
 HEAD_DIMS = [1, 3, 8, 16, 17, 32, 64, 80, 128]
@@ -62,13 +62,8 @@ def make_case(index):
 
 
 def case_id(c):
-    dt = "f32" if c["dtype"] == np.float32 else "f64"
     heads = f"H{c['H']}" + (f"/{c['Hkv']}" if c["gqa"] else "") if c["heads"] else "noH"
-    mask = c["mask"]
-    if "mask_shape" in c:
-        mask += "[" + ",".join(map(str, c["mask_shape"])) + "]"
-    return (f"{c['index']:03d}-{dt}-B{c['batch']}-{heads}-L{c['L']}-S{c['S']}-E{c['E']}-"
-            f"Ev{c['Ev']}-{mask}".replace(" ", ""))
+    return sdpa_case_id(c, heads)
 
 
 CASES = [make_case(i) for i in range(N_CASES)]

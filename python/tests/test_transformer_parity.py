@@ -20,7 +20,7 @@ import pytest
 import torch
 
 import qkv
-from helpers import TOLERANCE, assert_close, rel_err
+from helpers import TOLERANCE, assert_close, copy_torch_state, rel_err
 
 TORCH_DTYPE = {np.float32: torch.float32, np.float64: torch.float64}
 KINDS = ("encoder_layer", "decoder_layer", "transformer", "encoder", "decoder")
@@ -145,55 +145,41 @@ def layer_kwargs(c):
                 norm_first=c["norm_first"], bias=c["bias"])
 
 
+# The classes of each kind of case but "transformer": (stack, layer).
+KIND_CLASSES = {
+    "encoder_layer": (None, "TransformerEncoderLayer"),
+    "decoder_layer": (None, "TransformerDecoderLayer"),
+    "encoder": ("TransformerEncoder", "TransformerEncoderLayer"),
+    "decoder": ("TransformerDecoder", "TransformerDecoderLayer"),
+}
+
+
+def make_module(nn, c, dtype):
+    """The module of the case's kind from `nn` (torch.nn or qkv.nn), in `dtype`."""
+    kw = layer_kwargs(c)
+    n = c["num_layers"]
+    if c["kind"] not in KIND_CLASSES:
+        return nn.Transformer(num_encoder_layers=n, num_decoder_layers=3 - n, **kw, dtype=dtype)
+    stack, layer = KIND_CLASSES[c["kind"]]
+    if stack is None:
+        return getattr(nn, layer)(**kw, dtype=dtype)
+    norm = c["index"] % 3 != 0
+    return getattr(nn, stack)(getattr(nn, layer)(**kw, dtype=dtype), n,
+                              nn.LayerNorm(c["d_model"], dtype=dtype) if norm else None)
+
+
 def build(c):
     """(torch module, qkv module) of the case's kind; qkv holds torch's weights."""
-    kw = layer_kwargs(c)
-    tdt = TORCH_DTYPE[c["dtype"]]
-    n = c["num_layers"]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # torch's notes about nested tensors
-        if c["kind"] == "encoder_layer":
-            ref = torch.nn.TransformerEncoderLayer(**kw, dtype=tdt)
-            ours = qkv.nn.TransformerEncoderLayer(**kw, dtype=c["dtype"])
-        elif c["kind"] == "decoder_layer":
-            ref = torch.nn.TransformerDecoderLayer(**kw, dtype=tdt)
-            ours = qkv.nn.TransformerDecoderLayer(**kw, dtype=c["dtype"])
-        elif c["kind"] == "encoder":
-            norm = c["index"] % 3 != 0
-            ref = torch.nn.TransformerEncoder(
-                torch.nn.TransformerEncoderLayer(**kw, dtype=tdt), n,
-                torch.nn.LayerNorm(c["d_model"], dtype=tdt) if norm else None)
-            ours = qkv.nn.TransformerEncoder(
-                qkv.nn.TransformerEncoderLayer(**kw, dtype=c["dtype"]), n,
-                qkv.nn.LayerNorm(c["d_model"], dtype=c["dtype"]) if norm else None)
-        elif c["kind"] == "decoder":
-            norm = c["index"] % 3 != 0
-            ref = torch.nn.TransformerDecoder(
-                torch.nn.TransformerDecoderLayer(**kw, dtype=tdt), n,
-                torch.nn.LayerNorm(c["d_model"], dtype=tdt) if norm else None)
-            ours = qkv.nn.TransformerDecoder(
-                qkv.nn.TransformerDecoderLayer(**kw, dtype=c["dtype"]), n,
-                qkv.nn.LayerNorm(c["d_model"], dtype=c["dtype"]) if norm else None)
-        else:
-            ref = torch.nn.Transformer(num_encoder_layers=n, num_decoder_layers=3 - n, **kw,
-                                       dtype=tdt)
-            ours = qkv.nn.Transformer(num_encoder_layers=n, num_decoder_layers=3 - n, **kw,
-                                      dtype=c["dtype"])
+        ref = make_module(torch.nn, c, TORCH_DTYPE[c["dtype"]])
+        ours = make_module(qkv.nn, c, c["dtype"])
     # Make the norms' affine parameters non-trivial, so that they are tested too.
     with torch.no_grad():
         for name, p in ref.named_parameters():
             if "norm" in name:
                 p.add_(0.1 * torch.randn_like(p))
-    state = ref.state_dict()
-    if not c["torch_state"]:
-        state = {name: t.numpy().copy() for name, t in state.items()}
-    ours.load_state_dict(state)
-    if c["mode"] == "eval":
-        ref.eval()
-        ours.eval()
-    else:
-        ref.train()
-        ours.train()
+    copy_torch_state(ref, ours, c["torch_state"], train=c["mode"] != "eval")
     return ref, ours
 
 

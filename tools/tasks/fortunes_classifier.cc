@@ -7,6 +7,7 @@
 
 #include "qkv/error.h"
 #include "qkv/functional.h"
+#include "tasks/model_parameters.h"
 
 namespace qkv::train {
 
@@ -166,9 +167,7 @@ void EncoderClassifier::backward(const Tensor& grad_logits, const EncoderClassif
 }
 
 std::vector<nn::Parameter> EncoderClassifier::parameters() {
-  std::vector<nn::Parameter> out;
-  nn::append_parameters(out, "tokens", tokens_.parameters());
-  nn::append_parameters(out, "positions", positions_.parameters());
+  std::vector<nn::Parameter> out = embedding_parameters(tokens_, positions_);
   nn::append_parameters(out, "encoder", encoder_.parameters());
   if (score_) nn::append_parameters(out, "score", score_->parameters());
   nn::append_parameters(out, "head", head_.parameters());
@@ -195,26 +194,29 @@ std::vector<std::vector<float>> EncoderClassifier::pooling_weights(const TextBat
   return out;
 }
 
-int64_t EncoderClassifier::num_parameters() {
-  int64_t n = 0;
-  for (const nn::Parameter& p : parameters()) n += p.value.numel();
-  return n;
-}
+int64_t EncoderClassifier::num_parameters() { return count_parameters(parameters()); }
 
 // --- BagOfWordsClassifier -------------------------------------------------------
 
-BagOfWordsClassifier::BagOfWordsClassifier(const BagOfWordsOptions& options)
-    : options_(options),
-      idf_(std::max<int64_t>(options.vocab_size, 0), 1.0f),
-      init_gen_(options.seed),
-      head_({.in_features = std::max<int64_t>(options.vocab_size, 1),
-             .out_features = std::max<int64_t>(options.num_classes, 1)},
-            &init_gen_) {
+namespace {
+
+// `options`, once they are checked: before the probe checks its own.
+const BagOfWordsOptions& checked(const BagOfWordsOptions& options) {
   QKV_CHECK(options.vocab_size >= 2, "BagOfWordsClassifier: vocab_size must be >= 2, got ",
             options.vocab_size);
   QKV_CHECK(options.num_classes >= 2, "BagOfWordsClassifier: num_classes must be >= 2, got ",
             options.num_classes);
+  return options;
 }
+
+}  // namespace
+
+BagOfWordsClassifier::BagOfWordsClassifier(const BagOfWordsOptions& options)
+    : options_(checked(options)),
+      idf_(options.vocab_size, 1.0f),
+      probe_({.in_features = options.vocab_size,
+              .num_classes = options.num_classes,
+              .seed = options.seed}) {}
 
 void BagOfWordsClassifier::fit_idf(std::span<const std::vector<int64_t>> documents) {
   std::vector<int64_t> df(options_.vocab_size, 0);
@@ -260,28 +262,24 @@ Tensor BagOfWordsClassifier::features(const TextBatch& batch) const {
 }
 
 Tensor BagOfWordsClassifier::forward(const TextBatch& batch, BagOfWordsRecord* record) {
-  return head_.forward(features(batch), record ? &record->head : nullptr);
+  return probe_.forward(features(batch), record);
 }
 
 void BagOfWordsClassifier::backward(const Tensor& grad_logits, const BagOfWordsRecord& record) {
   QKV_CHECK(record.head.input.defined(),
             "BagOfWordsClassifier::backward: the record is empty; pass one to forward() first");
-  head_.backward(grad_logits, record.head);  // the features have no parameters
+  probe_.backward(grad_logits, record);  // the features have no parameters
 }
 
-std::vector<nn::Parameter> BagOfWordsClassifier::parameters() {
-  std::vector<nn::Parameter> out;
-  nn::append_parameters(out, "head", head_.parameters());
-  return out;
-}
+std::vector<nn::Parameter> BagOfWordsClassifier::parameters() { return probe_.parameters(); }
 
-void BagOfWordsClassifier::zero_grad() { head_.zero_grad(); }
+void BagOfWordsClassifier::zero_grad() { probe_.zero_grad(); }
 
 std::vector<int64_t> BagOfWordsClassifier::top_words(int64_t label, int64_t count) const {
   QKV_CHECK(label >= 0 && label < options_.num_classes,
             "BagOfWordsClassifier::top_words: label must be in [0, ", options_.num_classes,
             "), got ", label);
-  const Tensor w = head_.weight().select(0, label).contiguous();
+  const Tensor w = probe_.head().weight().select(0, label).contiguous();
   const float* p = w.data<float>();
   std::vector<int64_t> ids(options_.vocab_size);
   std::iota(ids.begin(), ids.end(), 0);
@@ -293,11 +291,7 @@ std::vector<int64_t> BagOfWordsClassifier::top_words(int64_t label, int64_t coun
   return ids;
 }
 
-int64_t BagOfWordsClassifier::num_parameters() {
-  int64_t n = 0;
-  for (const nn::Parameter& p : parameters()) n += p.value.numel();
-  return n;
-}
+int64_t BagOfWordsClassifier::num_parameters() { return count_parameters(parameters()); }
 
 // --- LinearProbe -----------------------------------------------------------------
 
@@ -333,10 +327,6 @@ std::vector<nn::Parameter> LinearProbe::parameters() {
 
 void LinearProbe::zero_grad() { head_.zero_grad(); }
 
-int64_t LinearProbe::num_parameters() {
-  int64_t n = 0;
-  for (const nn::Parameter& p : parameters()) n += p.value.numel();
-  return n;
-}
+int64_t LinearProbe::num_parameters() { return count_parameters(parameters()); }
 
 }  // namespace qkv::train

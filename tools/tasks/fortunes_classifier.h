@@ -108,6 +108,41 @@ class EncoderClassifier {
   nn::Linear head_;
 };
 
+// Logistic regression on fixed text vectors.
+struct LinearProbeOptions {
+  int64_t in_features = 0;
+  int64_t num_classes = 0;
+  uint64_t seed = 0;  // initialisation
+};
+
+// What LinearProbe::forward saves for backward.
+struct LinearProbeRecord {
+  nn::LinearRecord head;
+};
+
+class LinearProbe {
+ public:
+  explicit LinearProbe(const LinearProbeOptions& options);
+
+  // x: [B, in_features]  ->  logits [B, num_classes]
+  Tensor forward(const Tensor& x, LinearProbeRecord* record = nullptr);
+  // grad_logits: [B, num_classes]
+  void backward(const Tensor& grad_logits, const LinearProbeRecord& record);
+
+  // "head.weight", "head.bias".
+  std::vector<nn::Parameter> parameters();
+  void zero_grad();
+
+  const LinearProbeOptions& options() const { return options_; }
+  const nn::Linear& head() const { return head_; }
+  int64_t num_parameters();
+
+ private:
+  LinearProbeOptions options_;
+  Generator init_gen_;
+  nn::Linear head_;
+};
+
 // Bag-of-words baseline.
 struct BagOfWordsOptions {
   int64_t vocab_size = 0;
@@ -115,11 +150,10 @@ struct BagOfWordsOptions {
   uint64_t seed = 0;  // initialisation
 };
 
-// What BagOfWordsClassifier::forward saves for backward.
-struct BagOfWordsRecord {
-  nn::LinearRecord head;
-};
+// What BagOfWordsClassifier::forward saves for backward: its probe's record.
+using BagOfWordsRecord = LinearProbeRecord;
 
+// A LinearProbe on the texts' tf-idf vectors.
 class BagOfWordsClassifier {
  public:
   explicit BagOfWordsClassifier(const BagOfWordsOptions& options);
@@ -154,42 +188,7 @@ class BagOfWordsClassifier {
  private:
   BagOfWordsOptions options_;
   std::vector<float> idf_;
-  Generator init_gen_;
-  nn::Linear head_;
-};
-
-// Logistic regression on fixed text vectors.
-struct LinearProbeOptions {
-  int64_t in_features = 0;
-  int64_t num_classes = 0;
-  uint64_t seed = 0;  // initialisation
-};
-
-// What LinearProbe::forward saves for backward.
-struct LinearProbeRecord {
-  nn::LinearRecord head;
-};
-
-class LinearProbe {
- public:
-  explicit LinearProbe(const LinearProbeOptions& options);
-
-  // x: [B, in_features]  ->  logits [B, num_classes]
-  Tensor forward(const Tensor& x, LinearProbeRecord* record = nullptr);
-  // grad_logits: [B, num_classes]
-  void backward(const Tensor& grad_logits, const LinearProbeRecord& record);
-
-  // "head.weight", "head.bias".
-  std::vector<nn::Parameter> parameters();
-  void zero_grad();
-
-  const LinearProbeOptions& options() const { return options_; }
-  int64_t num_parameters();
-
- private:
-  LinearProbeOptions options_;
-  Generator init_gen_;
-  nn::Linear head_;
+  LinearProbe probe_;
 };
 
 }  // namespace qkv::train

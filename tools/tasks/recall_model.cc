@@ -7,6 +7,7 @@
 #include "qkv/functional.h"
 #include "qkv/gradients.h"
 #include "qkv/masks.h"
+#include "tasks/model_parameters.h"
 
 namespace qkv::train {
 
@@ -111,9 +112,7 @@ void RecallModel::backward(const Tensor& grad_logits, const RecallModelRecord& r
 }
 
 std::vector<nn::Parameter> RecallModel::parameters() {
-  std::vector<nn::Parameter> out;
-  nn::append_parameters(out, "tokens", tokens_.parameters());
-  nn::append_parameters(out, "positions", positions_.parameters());
+  std::vector<nn::Parameter> out = embedding_parameters(tokens_, positions_);
   if (encoder_) nn::append_parameters(out, "encoder", encoder_->parameters());
   if (hidden_) nn::append_parameters(out, "hidden", hidden_->parameters());
   nn::append_parameters(out, "head", head_.parameters());
@@ -128,11 +127,7 @@ void RecallModel::zero_grad() {
   head_.zero_grad();
 }
 
-int64_t RecallModel::num_parameters() {
-  int64_t n = 0;
-  for (const nn::Parameter& p : parameters()) n += p.value.numel();
-  return n;
-}
+int64_t RecallModel::num_parameters() { return count_parameters(parameters()); }
 
 std::vector<Tensor> RecallModel::attention_weights(const RecallBatch& batch) {
   QKV_CHECK(encoder_.has_value(),

@@ -1,0 +1,51 @@
+// What the subcommands of `qkv` (command.h) share when they declare
+// themselves: an options struct that the parser fills and `run` reads, and
+// the few kinds of option they all use.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <memory>
+#include <string>
+
+#include "command.h"
+
+namespace qkv::cli {
+
+// Adds the subcommand `name` to `parent`: add_options(*app, options) declares
+// its options into a fresh Options, and choosing it calls run(options).
+template <class Options, class AddOptions>
+Command make_command(CLI::App& parent, const std::string& name, const std::string& description,
+                     int (*run)(const Options&), AddOptions add_options) {
+  auto options = std::make_shared<Options>();
+  CLI::App* app = parent.add_subcommand(name, description);
+  add_options(*app, *options);
+  return {app, [options, run] { return run(*options); }};
+}
+
+// An option whose default --help shows.
+template <class T>
+CLI::Option* add_defaulted(CLI::App& app, const std::string& name, T& value,
+                           const std::string& description) {
+  return app.add_option(name, value, description)->capture_default_str();
+}
+
+// ... that must be positive.
+template <class T>
+CLI::Option* add_positive(CLI::App& app, const std::string& name, T& value,
+                          const std::string& description) {
+  return add_defaulted(app, name, value, description)->check(CLI::PositiveNumber);
+}
+
+// ... that must not be negative.
+template <class T>
+CLI::Option* add_non_negative(CLI::App& app, const std::string& name, T& value,
+                              const std::string& description) {
+  return add_defaulted(app, name, value, description)->check(CLI::NonNegativeNumber);
+}
+
+// --threads of the training commands.
+inline CLI::Option* add_threads_option(CLI::App& app, int& threads) {
+  return add_non_negative(app, "--threads", threads, "Threads (0 = OMP_NUM_THREADS or all cores)");
+}
+
+}  // namespace qkv::cli
