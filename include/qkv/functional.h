@@ -53,14 +53,18 @@ Tensor gelu(const Tensor& x, GeluApproximation approximate = GeluApproximation::
 // x: [...]  ->  [...]
 Tensor silu(const Tensor& x);
 
-// The activations a Transformer layer accepts, by torch's names "relu" and "gelu".
-enum class Activation { kRelu, kGelu };
+// The activations of a feed-forward network: torch's Transformer layers take
+// "relu" and "gelu" (exact); BERT-family models also use gelu's tanh
+// approximation and silu.
+enum class Activation { kRelu, kGelu, kGeluTanh, kSilu };
 
-// "relu" -> kRelu, "gelu" -> kGelu; anything else is an Error naming the value.
+// "relu" -> kRelu, "gelu" -> kGelu (torch's names); anything else is an Error
+// naming the value.
 Activation activation_from_string(const std::string& name);
+// "relu", "gelu", "gelu_tanh", "silu".
 const char* activation_name(Activation activation);
 
-// relu(x) or gelu(x) (exact).
+// relu(x), gelu(x) (exact or tanh), or silu(x).
 // x: [...]  ->  [...]
 Tensor activate(const Tensor& x, Activation activation);
 

@@ -100,7 +100,7 @@ void gelu_backward(const Tensor& grad_output, const Tensor& x, GeluApproximation
 // grad_output: like x  x: [...]  grad_input: like x
 void silu_backward(const Tensor& grad_output, const Tensor& x, Tensor grad_input);
 
-// relu_backward or exact gelu_backward.
+// The backward of activate(x, activation).
 // grad_output: like x  x: [...]  grad_input: like x
 void activate_backward(const Tensor& grad_output, const Tensor& x, Activation activation,
                        Tensor grad_input);

@@ -147,22 +147,18 @@ void for_row_blocks(const std::vector<Tensor*>& tensors, Op op) {
   }
 }
 
-// x <- act(x), in place.
-void activate_in_place(Tensor& x, BertActivation activation) {
+Activation feed_forward_activation(BertActivation activation) {
   switch (activation) {
-    case BertActivation::kGelu:
-      gelu_into(x, x, GeluApproximation::kNone);
-      return;
     case BertActivation::kGeluTanh:
-      gelu_into(x, x, GeluApproximation::kTanh);
-      return;
+      return Activation::kGeluTanh;
     case BertActivation::kRelu:
-      activate_into(x, x, Activation::kRelu);
-      return;
+      return Activation::kRelu;
     case BertActivation::kSilu:
-      silu_into(x, x);
-      return;
+      return Activation::kSilu;
+    case BertActivation::kGelu:
+      break;
   }
+  return Activation::kGelu;
 }
 
 }  // namespace
@@ -245,32 +241,40 @@ BertModel::BertModel(const BertConfig& config, Generator* gen)
 BertModel::BertModel(const BertConfig& config, Generator* gen, bool random) : config_(config) {
   config_.validate();
   const BertConfig& c = config_;
-  const int64_t D = c.hidden_size, I = c.intermediate_size;
+  const int64_t D = c.hidden_size;
+  word_embeddings_ = Tensor::zeros({c.vocab_size, D});
+  position_embeddings_ = Tensor::zeros({c.max_position_embeddings, D});
+  token_type_embeddings_ = Tensor::zeros({c.type_vocab_size, D});
+  embed_norm_weight_ = Tensor::ones({D});
+  embed_norm_bias_ = Tensor::zeros({D});
+  // The layers draw torch's initialisation from a scratch generator: every
+  // value is set below (or by a file), so `gen` sees transformers' draws only.
+  Generator scratch(0);
+  const nn::TransformerLayerOptions layer{.d_model = D,
+                                          .nhead = c.num_attention_heads,
+                                          .dim_feedforward = c.intermediate_size,
+                                          .dropout = 0.0,
+                                          .activation = feed_forward_activation(c.hidden_act),
+                                          .layer_norm_eps = c.layer_norm_eps,
+                                          .batch_first = true,
+                                          .norm_first = false};
+  layers_.reserve(static_cast<size_t>(c.num_hidden_layers));
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    layers_.emplace_back(layer, &scratch);
+    layers_.back().eval();
+  }
   // transformers' _init_weights: normal(0, initializer_range = 0.02) for
   // embeddings and linear weights, zero biases, LayerNorm 1 and 0. Without
   // `random` the weights are zeros, to be overwritten by a file's.
-  auto normal = [&](const Shape& shape) {
-    return random ? scale(Tensor::randn(shape, *gen), 0.02) : Tensor::zeros(shape);
-  };
-  word_embeddings_ = normal({c.vocab_size, D});
-  position_embeddings_ = normal({c.max_position_embeddings, D});
-  token_type_embeddings_ = normal({c.type_vocab_size, D});
-  embed_norm_weight_ = Tensor::ones({D});
-  embed_norm_bias_ = Tensor::zeros({D});
-  layers_.resize(static_cast<size_t>(c.num_hidden_layers));
-  for (Layer& layer : layers_) {
-    layer.qkv_weight = normal({3 * D, D});
-    layer.qkv_bias = Tensor::zeros({3 * D});
-    layer.attn_out_weight = normal({D, D});
-    layer.attn_out_bias = Tensor::zeros({D});
-    layer.attn_norm_weight = Tensor::ones({D});
-    layer.attn_norm_bias = Tensor::zeros({D});
-    layer.ffn_in_weight = normal({I, D});
-    layer.ffn_in_bias = Tensor::zeros({I});
-    layer.ffn_out_weight = normal({D, I});
-    layer.ffn_out_bias = Tensor::zeros({D});
-    layer.ffn_norm_weight = Tensor::ones({D});
-    layer.ffn_norm_bias = Tensor::zeros({D});
+  for (const auto& [name, t] : state_dict()) {
+    Tensor value = t;
+    const bool norm = name.find("LayerNorm") != std::string::npos;
+    if (norm && name.ends_with(".weight"))
+      value.fill(1.0);
+    else if (!random || name.ends_with(".bias"))
+      value.fill(0.0);
+    else
+      value.copy_from(scale(Tensor::randn(value.shape(), *gen), 0.02));
   }
 }
 
@@ -282,24 +286,24 @@ nn::StateDict BertModel::state_dict() const {
                          {"embeddings.LayerNorm.weight", embed_norm_weight_},
                          {"embeddings.LayerNorm.bias", embed_norm_bias_}};
   for (size_t i = 0; i < layers_.size(); ++i) {
-    const Layer& l = layers_[i];
+    const nn::StateDict layer = layers_[i].state_dict();
     const std::string p = "encoder.layer." + std::to_string(i) + ".";
     const char* projections[] = {"query", "key", "value"};
-    for (int64_t j = 0; j < 3; ++j) {  // rows [j·D, (j+1)·D) of the stacked projection
+    for (int64_t j = 0; j < 3; ++j) {  // rows [j·D, (j+1)·D) of the packed projection
       const std::string name = p + "attention.self." + projections[j];
-      state[name + ".weight"] = l.qkv_weight.slice(0, j * D, (j + 1) * D);
-      state[name + ".bias"] = l.qkv_bias.slice(0, j * D, (j + 1) * D);
+      state.insert(name + ".weight",
+                   layer.at("self_attn.in_proj_weight").slice(0, j * D, (j + 1) * D));
+      state.insert(name + ".bias", layer.at("self_attn.in_proj_bias").slice(0, j * D, (j + 1) * D));
     }
-    state[p + "attention.output.dense.weight"] = l.attn_out_weight;
-    state[p + "attention.output.dense.bias"] = l.attn_out_bias;
-    state[p + "attention.output.LayerNorm.weight"] = l.attn_norm_weight;
-    state[p + "attention.output.LayerNorm.bias"] = l.attn_norm_bias;
-    state[p + "intermediate.dense.weight"] = l.ffn_in_weight;
-    state[p + "intermediate.dense.bias"] = l.ffn_in_bias;
-    state[p + "output.dense.weight"] = l.ffn_out_weight;
-    state[p + "output.dense.bias"] = l.ffn_out_bias;
-    state[p + "output.LayerNorm.weight"] = l.ffn_norm_weight;
-    state[p + "output.LayerNorm.bias"] = l.ffn_norm_bias;
+    const std::pair<const char*, const char*> renamed[] = {
+        {"attention.output.dense", "self_attn.out_proj"},
+        {"attention.output.LayerNorm", "norm1"},
+        {"intermediate.dense", "linear1"},
+        {"output.dense", "linear2"},
+        {"output.LayerNorm", "norm2"}};
+    for (const auto& [bert, torch] : renamed)
+      for (const char* kind : {".weight", ".bias"})
+        state.insert(p + bert + kind, layer.at(std::string(torch) + kind));
   }
   return state;
 }
@@ -426,42 +430,10 @@ Tensor BertModel::forward(std::span<const int64_t> ids, std::span<const int64_t>
     bool* k = keep.data<bool>();
     for (int64_t i = 0; i < n; ++i) k[i] = attention_mask[i] != 0;
   }
-  for (const Layer& layer : layers_) layer_forward(layer, x, keep);
+  nn::Workspace workspace;
+  for (const nn::TransformerEncoderLayer& layer : layers_)
+    layer.forward_into(x, keep, /*causal=*/false, workspace);
   return x;
-}
-
-void BertModel::layer_forward(const Layer& layer, Tensor& x, const Tensor& keep) const {
-  const BertConfig& c = config_;
-  const int64_t B = x.size(0), L = x.size(1), D = c.hidden_size;
-  const int64_t H = c.num_attention_heads, E = c.head_dim();
-
-  // Self-attention. One GEMM gives q, k and v side by side; each is a strided
-  // view [B, H, L, E] of it, which the attention kernel reads in place.
-  const Tensor qkv = linear(x, layer.qkv_weight, layer.qkv_bias).view({B, L, 3, H, E});
-  auto heads = [&](int64_t which) { return qkv.select(2, which).transpose(1, 2); };
-  SdpaOptions options;
-  options.attn_mask = keep;
-  const Tensor context =
-      scaled_dot_product_attention(heads(0), heads(1), heads(2), options).output;  // [B, H, L, E]
-  // Heads side by side again: [B, H, L, E] -> [B, L, H·E] (one copy).
-  Tensor h = linear(context.transpose(1, 2).reshape({B, L, D}), layer.attn_out_weight,
-                    layer.attn_out_bias);
-  // h = LayerNorm(h + x), in place.
-  for_row_blocks({&h, &x}, [&](std::vector<Tensor>& t) {
-    add_into(t[0], t[0], t[1]);
-    layer_norm_into(t[0], t[0], {D}, layer.attn_norm_weight, layer.attn_norm_bias,
-                    c.layer_norm_eps);
-  });
-
-  // Feed-forward network: out = LayerNorm(dense(act(dense(h))) + h).
-  Tensor inner = linear(h, layer.ffn_in_weight, layer.ffn_in_bias);  // [B, L, I]
-  activate_in_place(inner, c.hidden_act);  // vectorised and threaded for float32 (activations.cc)
-  Tensor out = linear(inner, layer.ffn_out_weight, layer.ffn_out_bias);  // [B, L, D]
-  for_row_blocks({&out, &h}, [&](std::vector<Tensor>& t) {
-    add_into(t[0], t[0], t[1]);
-    layer_norm_into(t[0], t[0], {D}, layer.ffn_norm_weight, layer.ffn_norm_bias, c.layer_norm_eps);
-  });
-  x = out;
 }
 
 }  // namespace qkv::models

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <variant>
 
 #include "qkv/functional.h"
 #include "qkv/linear.h"
@@ -12,32 +13,9 @@ namespace qkv::nn {
 
 namespace {
 
-// The entry `name` of a module's state_dict, or an undefined tensor.
-Tensor entry(const std::map<std::string, Tensor>& state, const std::string& name) {
-  const auto it = state.find(name);
-  return it == state.end() ? Tensor() : it->second;
-}
-
-template <class Module>
-std::map<std::string, Tensor> state_of(const Module& module) {
-  return std::visit([](const auto& m) { return m.state_dict(); }, module);
-}
-
-// RoPE on rows of E values, as RotaryEmbedding::forward computes it (float64
-// angles and products, one rounding), for one position.
-template <class T>
-void rotate_rows(T* rows, int64_t count, int64_t E, RopeStyle style, const double* cos_sin) {
-  const int64_t half = E / 2;
-  for (int64_t r = 0; r < count; ++r) {
-    T* row = rows + r * E;
-    for (int64_t i = 0; i < half; ++i) {
-      const int64_t ia = style == RopeStyle::kInterleaved ? 2 * i : i;
-      const int64_t ib = style == RopeStyle::kInterleaved ? 2 * i + 1 : i + half;
-      const double a = row[ia], b = row[ib], c = cos_sin[2 * i], s = cos_sin[2 * i + 1];
-      row[ia] = static_cast<T>(a * c - b * s);
-      row[ib] = static_cast<T>(b * c + a * s);
-    }
-  }
+// A norm of the model (RMSNorm or LayerNorm) into a preallocated buffer.
+void norm_into(Tensor& out, const Tensor& x, const std::variant<RMSNorm, LayerNorm>& norm) {
+  std::visit([&](const auto& n) { n.forward_into(out, x); }, norm);
 }
 
 }  // namespace
@@ -54,50 +32,7 @@ DecoderSession::DecoderSession(DecoderModel& model, int64_t batch_size, int64_t 
   const int64_t B = batch_size, D = c.d_model, H = c.num_heads, Hkv = c.num_kv_heads;
   const int64_t E = D / H, F = c.ffn_hidden;
 
-  for (const DecoderModel::Block& block : model.blocks()) {
-    BlockWeights w;
-    const auto n1 = state_of(block.attention_norm), n2 = state_of(block.ffn_norm);
-    w.norm1_w = entry(n1, "weight");
-    w.norm1_b = entry(n1, "bias");
-    w.norm2_w = entry(n2, "weight");
-    w.norm2_b = entry(n2, "bias");
-    const auto a = block.attention.state_dict();
-    w.wq = entry(a, "q_proj.weight");
-    w.wk = entry(a, "k_proj.weight");
-    w.wv = entry(a, "v_proj.weight");
-    w.wo = entry(a, "o_proj.weight");
-    w.bq = entry(a, "q_proj.bias");
-    w.bk = entry(a, "k_proj.bias");
-    w.bv = entry(a, "v_proj.bias");
-    w.bo = entry(a, "o_proj.bias");
-    const auto f = state_of(block.feed_forward);
-    const bool swiglu = c.ffn == FeedForwardKind::kSwiGLU;
-    w.w1 = entry(f, swiglu ? "w1.weight" : "linear1.weight");
-    w.b1 = entry(f, swiglu ? "w1.bias" : "linear1.bias");
-    w.w2 = entry(f, swiglu ? "w2.weight" : "linear2.weight");
-    w.b2 = entry(f, swiglu ? "w2.bias" : "linear2.bias");
-    w.w3 = entry(f, "w3.weight");
-    w.b3 = entry(f, "w3.bias");
-    weights_.push_back(w);
-  }
-  const auto n = state_of(model.norm());
-  norm_w_ = entry(n, "weight");
-  norm_b_ = entry(n, "bias");
-  output_w_ = model.output_weight();
   position_table_ = model.position_table();
-
-  if (c.positions == PositionKind::kRope) {
-    const std::vector<double> theta =
-        RotaryEmbedding({.head_dim = E, .base = c.rope_base, .style = c.rope_style})
-            .inverse_frequencies();
-    rope_cos_sin_.resize(static_cast<size_t>(cache_.max_len() * E));
-    for (int64_t p = 0; p < cache_.max_len(); ++p)
-      for (int64_t i = 0; i < E / 2; ++i) {
-        const double angle = static_cast<double>(p) * theta[i];
-        rope_cos_sin_[p * E + 2 * i] = std::cos(angle);
-        rope_cos_sin_[p * E + 2 * i + 1] = std::sin(angle);
-      }
-  }
 
   const DType dt = c.dtype;
   x_ = Tensor::zeros({B, D}, dt);
@@ -114,25 +49,6 @@ DecoderSession::DecoderSession(DecoderModel& model, int64_t batch_size, int64_t 
   if (c.ffn == FeedForwardKind::kSwiGLU) gate_ = Tensor::zeros({B, F}, dt);
   logits_ = Tensor::zeros({B, c.vocab_size}, dt);
   if (dt == DType::kFloat64) logits_f32_.resize(static_cast<size_t>(c.vocab_size));
-}
-
-void DecoderSession::norm_into(Tensor& out, const Tensor& x, const Tensor& w,
-                               const Tensor& b) const {
-  const Shape shape{config_.d_model};
-  if (config_.norm == NormKind::kLayerNorm)
-    layer_norm_into(out, x, shape, w, b, config_.norm_eps);
-  else
-    rms_norm_into(out, x, shape, w, config_.norm_eps);
-}
-
-void DecoderSession::rotate(Tensor& rows, int64_t pos) const {
-  const int64_t E = config_.d_model / config_.num_heads;
-  const double* cs = rope_cos_sin_.data() + pos * E;
-  const int64_t count = rows.numel() / E;
-  if (rows.dtype() == DType::kFloat64)
-    rotate_rows(rows.data<double>(), count, E, config_.rope_style, cs);
-  else
-    rotate_rows(rows.data<float>(), count, E, config_.rope_style, cs);
 }
 
 const Tensor& DecoderSession::prefill(std::span<const int64_t> ids) {
@@ -168,36 +84,25 @@ const Tensor& DecoderSession::step(std::span<const int64_t> tokens) {
   attention.enable_gqa = c.num_kv_heads != c.num_heads;
   attention.causal = CausalMask::kBottomRight;  // the new query sees every cached key
   for (int64_t i = 0; i < c.num_layers; ++i) {
-    const BlockWeights& w = weights_[i];
-    // x = x + o_proj(attention(rope(q), cache + rope(k), cache + v))
-    norm_into(h_, x_, w.norm1_w, w.norm1_b);
-    linear_into(q_, h_, w.wq, w.bq);
-    linear_into(k_, h_, w.wk, w.bk);
-    linear_into(v_, h_, w.wv, w.bv);
-    if (c.positions == PositionKind::kRope) {
-      rotate(q_, pos);
-      rotate(k_, pos);
-    }
+    const DecoderModel::Block& block = model_.blocks()[i];
+    // x = x + attention(attention_norm(x)) against the cache, which takes k and v first
+    norm_into(h_, x_, block.attention_norm);
+    block.attention.project_into(q_, k_, v_, h_, pos);
     cache_.append(i, k4_, v4_);
     scaled_dot_product_attention_into(attn_, q4_, cache_.keys(i), cache_.values(i), attention,
                                       workspace_);
-    linear_into(h_, attn2d_, w.wo, w.bo);
+    block.attention.output_into(h_, attn2d_);
     add_into(x_, x_, h_);
-    // x = x + feed_forward(norm(x))
-    norm_into(h_, x_, w.norm2_w, w.norm2_b);
-    linear_into(hidden_, h_, w.w1, w.b1);
-    if (c.ffn == FeedForwardKind::kSwiGLU) {
-      linear_into(gate_, h_, w.w3, w.b3);
-      silu_into(hidden_, hidden_);
-      mul_into(hidden_, hidden_, gate_);
-    } else {
-      activate_into(hidden_, hidden_, Activation::kGelu);
-    }
-    linear_into(h_, hidden_, w.w2, w.b2);
+    // x = x + feed_forward(ffn_norm(x))
+    norm_into(h_, x_, block.ffn_norm);
+    if (const auto* swiglu = std::get_if<SwiGLUFeedForward>(&block.feed_forward))
+      swiglu->forward_into(h_, h_, hidden_, gate_);
+    else
+      std::get<FeedForward>(block.feed_forward).forward_into(h_, h_, hidden_);
     add_into(x_, x_, h_);
   }
-  norm_into(h_, x_, norm_w_, norm_b_);
-  linear_into(logits_, h_, output_w_);
+  norm_into(h_, x_, model_.norm());
+  linear_into(logits_, h_, model_.output_weight());
   return logits_;
 }
 

@@ -63,6 +63,15 @@ Tensor FeedForward::forward(const Tensor& x, FeedForwardRecord* record) const {
   return linear2_.forward(dropout(h, options_.dropout, is_training(), generator()));
 }
 
+void FeedForward::forward_into(Tensor& out, const Tensor& x, Tensor& hidden) const {
+  QKV_CHECK(!is_training() || options_.dropout == 0.0,
+            "FeedForward::forward_into: inference only; call eval() (dropout is ", options_.dropout,
+            ")");
+  linear1_.forward_into(hidden, x);
+  activate_into(hidden, hidden, options_.activation);
+  linear2_.forward_into(out, hidden);
+}
+
 void FeedForward::list_members(MemberList& m) {
   m.module("linear1", linear1_);
   m.module("linear2", linear2_);
@@ -100,6 +109,18 @@ Tensor SwiGLUFeedForward::forward(const Tensor& x, SwiGLUFeedForwardRecord* reco
   // silu(x W1ᵀ) is the gate, x W3ᵀ the value it gates.
   const Tensor gated = mul(silu(w1_.forward(x)), w3_.forward(x));
   return dropout(w2_.forward(gated), options_.dropout, is_training(), generator());
+}
+
+void SwiGLUFeedForward::forward_into(Tensor& out, const Tensor& x, Tensor& hidden,
+                                     Tensor& gate) const {
+  QKV_CHECK(!is_training() || options_.dropout == 0.0,
+            "SwiGLUFeedForward::forward_into: inference only; call eval() (dropout is ",
+            options_.dropout, ")");
+  w1_.forward_into(gate, x);
+  w3_.forward_into(hidden, x);
+  silu_into(gate, gate);
+  mul_into(hidden, gate, hidden);
+  w2_.forward_into(out, hidden);
 }
 
 void SwiGLUFeedForward::list_members(MemberList& m) {

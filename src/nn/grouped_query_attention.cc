@@ -122,6 +122,21 @@ Tensor GroupedQueryAttention::attend(const Tensor& q, const Tensor& k, const Ten
   return o_proj_.forward(merged);
 }
 
+void GroupedQueryAttention::project_into(Tensor& q, Tensor& k, Tensor& v, const Tensor& x,
+                                         int64_t position) const {
+  q_proj_.forward_into(q, x);
+  k_proj_.forward_into(k, x);
+  v_proj_.forward_into(v, x);
+  if (options_.rope) {
+    rope_.rotate_in_place(q, position);
+    rope_.rotate_in_place(k, position);
+  }
+}
+
+void GroupedQueryAttention::output_into(Tensor& out, const Tensor& heads) const {
+  o_proj_.forward_into(out, heads);
+}
+
 Tensor GroupedQueryAttention::forward(const Tensor& x, const GroupedQueryAttentionForward& args) {
   const ProjectedQkv p = project(x, args.position_offset);
   return attend(p.q, p.k, p.v, args);

@@ -30,6 +30,10 @@ Tensor Linear::forward(const Tensor& x, LinearRecord* record) const {
   return linear(x, weight_, bias_);
 }
 
+void Linear::forward_into(Tensor& out, const Tensor& x) const {
+  linear_into(out, x, weight_, bias_);
+}
+
 void Linear::list_members(MemberList& m) {
   m.parameter("weight", weight_);
   m.parameter("bias", bias_);

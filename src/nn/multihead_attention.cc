@@ -315,6 +315,30 @@ MultiheadAttentionOutput MultiheadAttention::forward(const Tensor& query, const 
   return result;
 }
 
+void MultiheadAttention::self_attention_into(Tensor& out, const Tensor& x, const Tensor& keep,
+                                             bool causal, Workspace& workspace) const {
+  const MultiheadAttentionOptions& o = options_;
+  QKV_CHECK(packed_ && !o.add_bias_kv && !o.add_zero_attn && (!is_training() || o.dropout == 0.0),
+            "MultiheadAttention::self_attention_into: needs a packed in_proj weight, no bias_kv "
+            "or zero_attn, and eval mode (or dropout 0)");
+  const int64_t B = x.size(0), L = x.size(1), D = o.embed_dim, H = o.num_heads, E = head_dim();
+  Tensor qkv = workspace.buffer(Workspace::kQkv, {B, L, 3 * D}, o.dtype);
+  linear_into(qkv, x, in_proj_weight_, in_proj_bias_);
+  // q, k and v are strided views [B, H, L, E] of the one projection.
+  const Tensor heads = qkv.view({B, L, 3, H, E});
+  auto part = [&](int64_t which) { return heads.select(2, which).transpose(1, 2); };
+  SdpaOptions sdpa;
+  sdpa.attn_mask = keep;
+  if (causal) sdpa.causal = CausalMask::kTopLeft;
+  Tensor context = workspace.buffer(Workspace::kContext, {B, H, L, E}, o.dtype);
+  scaled_dot_product_attention_into(context, part(0), part(1), part(2), sdpa,
+                                    workspace.attention());
+  // Heads side by side again: [B, H, L, E] -> [B, L, H·E].
+  Tensor merged = workspace.buffer(Workspace::kMerged, {B, L, D}, o.dtype);
+  copy_4d(merged.view({B, L, H, E}).transpose(1, 2), context);
+  linear_into(out, merged, out_proj_weight_, out_proj_bias_);
+}
+
 void MultiheadAttention::list_members(MemberList& m) {
   m.parameter("in_proj_weight", in_proj_weight_);
   m.parameter("q_proj_weight", q_proj_weight_);

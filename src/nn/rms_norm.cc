@@ -31,6 +31,10 @@ Tensor RMSNorm::forward(const Tensor& x, RMSNormRecord* record) const {
   return rms_norm(x, options_.normalized_shape, weight_, options_.eps);
 }
 
+void RMSNorm::forward_into(Tensor& out, const Tensor& x) const {
+  rms_norm_into(out, x, options_.normalized_shape, weight_, options_.eps);
+}
+
 void RMSNorm::list_members(MemberList& m) { m.parameter("weight", weight_); }
 
 }  // namespace qkv::nn

@@ -1,6 +1,7 @@
 // RoPE: rotate coordinate pairs of q and k by position-dependent angles;
 // the backward rotates the gradient back.
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
 #include "qkv/nn/positional_encoding.h"
@@ -40,6 +41,7 @@ RotaryEmbedding::RotaryEmbedding(const RotaryEmbeddingOptions& options)
             options_.head_dim);
   QKV_CHECK(options_.base > 1.0 && std::isfinite(options_.base),
             "RotaryEmbedding: base must be finite and > 1, got ", options_.base);
+  theta_ = inverse_frequencies();
 }
 
 std::vector<double> RotaryEmbedding::inverse_frequencies() const {
@@ -64,10 +66,9 @@ Tensor RotaryEmbedding::rotated(const Tensor& x, int64_t offset, double directio
   const int64_t batches = L == 0 ? 0 : x.numel() / (L * E);
 
   std::vector<double> cos_sin(static_cast<size_t>(L * E));
-  const std::vector<double> theta = inverse_frequencies();
   for (int64_t l = 0; l < L; ++l)
     for (int64_t i = 0; i < E / 2; ++i) {
-      const double angle = direction * static_cast<double>(offset + l) * theta[i];
+      const double angle = direction * static_cast<double>(offset + l) * theta_[i];
       cos_sin[l * E + 2 * i] = std::cos(angle);
       cos_sin[l * E + 2 * i + 1] = std::sin(angle);
     }
@@ -78,6 +79,33 @@ Tensor RotaryEmbedding::rotated(const Tensor& x, int64_t offset, double directio
   else
     rotate<float>(y.data<float>(), batches, L, E, options_.style, cos_sin);
   return y;
+}
+
+void RotaryEmbedding::rotate_in_place(Tensor& rows, int64_t position) const {
+  const int64_t E = options_.head_dim, half = E / 2;
+  QKV_CHECK(rows.defined() && rows.is_contiguous() && rows.dim() >= 1 && rows.size(-1) % E == 0,
+            "RotaryEmbedding::rotate_in_place: rows must be contiguous [..., ", E, "], got ",
+            rows.defined() ? shape_str(rows.shape()) : "undefined");
+  const int64_t count = rows.numel() / E;
+  for (int64_t i = 0; i < half; ++i) {
+    // As rotated(): the angle in float64, one rounding per coordinate.
+    const double angle = static_cast<double>(position) * theta_[i];
+    const double c = std::cos(angle), s = std::sin(angle);
+    const int64_t ia = options_.style == RopeStyle::kInterleaved ? 2 * i : i;
+    const int64_t ib = options_.style == RopeStyle::kInterleaved ? 2 * i + 1 : i + half;
+    auto apply = [&](auto* data) {
+      for (int64_t r = 0; r < count; ++r) {
+        auto* row = data + r * E;
+        const double a = row[ia], b = row[ib];
+        row[ia] = static_cast<std::remove_reference_t<decltype(row[ia])>>(a * c - b * s);
+        row[ib] = static_cast<std::remove_reference_t<decltype(row[ib])>>(b * c + a * s);
+      }
+    };
+    if (rows.dtype() == DType::kFloat64)
+      apply(rows.data<double>());
+    else
+      apply(rows.data<float>());
+  }
 }
 
 Tensor RotaryEmbedding::forward(const Tensor& x, int64_t offset) const {

@@ -21,6 +21,15 @@ Tensor TransformerEncoderLayer::forward(const Tensor& src,
                                         const TransformerEncoderLayerForward& args,
                                         TransformerEncoderLayerRecord* record) {
   detail::check_sequence("TransformerEncoderLayer", "src", src, options_);
+  // Inference without masks runs the block's one inference path (BertModel's too).
+  const bool inference = record == nullptr && (!is_training() || options_.dropout == 0.0);
+  if (inference && options_.batch_first && src.dim() == 3 && !args.src_mask.defined() &&
+      !args.src_key_padding_mask.defined()) {
+    Workspace workspace;
+    Tensor x = src.contiguous();
+    forward_into(x, Tensor(), /*causal=*/false, workspace);
+    return x;
+  }
   LayerNormRecord* norm1 = record ? &record->norm1 : nullptr;
   LayerNormRecord* norm2 = record ? &record->norm2 : nullptr;
   if (record) record->dropout_p = is_training() ? options_.dropout : 0.0;
@@ -59,6 +68,33 @@ Tensor TransformerEncoderLayer::ff_block(const Tensor& x, TransformerEncoderLaye
     return detail::recorded_dropout(ff_.forward(x, &record->ff), options_.dropout, is_training(),
                                     generator(), &record->keep2);
   return dropout(ff_.forward(x), options_.dropout, is_training(), generator());
+}
+
+void TransformerEncoderLayer::forward_into(Tensor& x, const Tensor& keep, bool causal,
+                                           Workspace& ws) const {
+  const int64_t B = x.size(0), L = x.size(1), D = options_.d_model;
+  const DType dt = options_.dtype;
+  Tensor attended = ws.buffer(Workspace::kAttended, {B, L, D}, dt);
+  Tensor hidden = ws.buffer(Workspace::kHidden, {B, L, options_.dim_feedforward}, dt);
+  Tensor out = ws.buffer(Workspace::kOutput, {B, L, D}, dt);
+  if (options_.norm_first) {
+    // x = x + sa(norm1(x)); x = x + ff(norm2(x))
+    Tensor normed = ws.buffer(Workspace::kNormed, {B, L, D}, dt);
+    norm1_.forward_into(normed, x);
+    self_attn_.self_attention_into(attended, normed, keep, causal, ws);
+    add_into(attended, attended, x);
+    norm2_.forward_into(normed, attended);
+    ff_.forward_into(out, normed, hidden);
+    add_into(out, out, attended);
+  } else {
+    // x = norm1(x + sa(x)); x = norm2(x + ff(x)). `out` is written after x's last read,
+    // so x may be the previous layer's `out`.
+    self_attn_.self_attention_into(attended, x, keep, causal, ws);
+    norm1_.add_and_norm_in_place(attended, x);
+    ff_.forward_into(out, attended, hidden);
+    norm2_.add_and_norm_in_place(out, attended);
+  }
+  x = out;
 }
 
 // --- TransformerEncoder ------------------------------------------------------------

@@ -104,10 +104,17 @@ void silu_backward(const Tensor& grad_output, const Tensor& x, Tensor grad_input
 
 void activate_backward(const Tensor& grad_output, const Tensor& x, Activation activation,
                        Tensor grad_input) {
-  if (activation == Activation::kGelu)
-    gelu_backward(grad_output, x, GeluApproximation::kNone, std::move(grad_input));
-  else
-    relu_backward(grad_output, x, std::move(grad_input));
+  switch (activation) {
+    case Activation::kGelu:
+      return gelu_backward(grad_output, x, GeluApproximation::kNone, std::move(grad_input));
+    case Activation::kGeluTanh:
+      return gelu_backward(grad_output, x, GeluApproximation::kTanh, std::move(grad_input));
+    case Activation::kSilu:
+      return silu_backward(grad_output, x, std::move(grad_input));
+    case Activation::kRelu:
+      break;
+  }
+  relu_backward(grad_output, x, std::move(grad_input));
 }
 
 }  // namespace qkv

@@ -110,10 +110,17 @@ void silu_into(Tensor& out, const Tensor& x) {
 }
 
 void activate_into(Tensor& out, const Tensor& x, Activation activation) {
-  if (activation == Activation::kGelu)
-    map_into(out, x, "activate_into", gelu_value, gelu_f32());
-  else
-    map_into(out, x, "activate_into", relu_value);
+  switch (activation) {
+    case Activation::kGelu:
+      return gelu_into(out, x, GeluApproximation::kNone);
+    case Activation::kGeluTanh:
+      return gelu_into(out, x, GeluApproximation::kTanh);
+    case Activation::kSilu:
+      return silu_into(out, x);
+    case Activation::kRelu:
+      break;
+  }
+  map_into(out, x, "activate_into", relu_value);
 }
 
 Activation activation_from_string(const std::string& name) {
@@ -124,11 +131,31 @@ Activation activation_from_string(const std::string& name) {
 }
 
 const char* activation_name(Activation activation) {
-  return activation == Activation::kGelu ? "gelu" : "relu";
+  switch (activation) {
+    case Activation::kGelu:
+      return "gelu";
+    case Activation::kGeluTanh:
+      return "gelu_tanh";
+    case Activation::kSilu:
+      return "silu";
+    case Activation::kRelu:
+      break;
+  }
+  return "relu";
 }
 
 Tensor activate(const Tensor& x, Activation activation) {
-  return activation == Activation::kGelu ? gelu(x) : relu(x);
+  switch (activation) {
+    case Activation::kGelu:
+      return gelu(x);
+    case Activation::kGeluTanh:
+      return gelu(x, GeluApproximation::kTanh);
+    case Activation::kSilu:
+      return silu(x);
+    case Activation::kRelu:
+      break;
+  }
+  return relu(x);
 }
 
 }  // namespace qkv

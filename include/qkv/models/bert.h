@@ -33,6 +33,7 @@
 
 #include "qkv/generator.h"
 #include "qkv/nn/state_dict.h"
+#include "qkv/nn/transformer.h"
 #include "qkv/tensor.h"
 
 namespace qkv::models {
@@ -104,28 +105,18 @@ class BertModel {
   int64_t num_parameters() const;
 
  private:
-  struct Layer {
-    // attention.self.{query,key,value}: their [D, D] weights stacked as rows
-    // of one [3D, D] matrix, so that one GEMM projects all three.
-    Tensor qkv_weight, qkv_bias;              // [3D, D], [3D]
-    Tensor attn_out_weight, attn_out_bias;    // attention.output.dense [D, D], [D]
-    Tensor attn_norm_weight, attn_norm_bias;  // attention.output.LayerNorm [D]
-    Tensor ffn_in_weight, ffn_in_bias;        // intermediate.dense [I, D], [I]
-    Tensor ffn_out_weight, ffn_out_bias;      // output.dense [D, I], [D]
-    Tensor ffn_norm_weight, ffn_norm_bias;    // output.LayerNorm [D]
-  };
-
   BertModel(const BertConfig& config, Generator* gen, bool random);
-
-  // x: [B, L, D] (updated in place)  keep: bool [B, 1, 1, L] or undefined
-  void layer_forward(const Layer& layer, Tensor& x, const Tensor& keep) const;
 
   BertConfig config_;
   Tensor word_embeddings_;                      // [vocab_size, D]
   Tensor position_embeddings_;                  // [max_position_embeddings, D]
   Tensor token_type_embeddings_;                // [type_vocab_size, D]
   Tensor embed_norm_weight_, embed_norm_bias_;  // [D]
-  std::vector<Layer> layers_;
+  // torch's post-norm encoder layer is BERT's: attention.self.{query,key,value}
+  // are the rows of self_attn's packed in_proj, attention.output.dense its
+  // out_proj, intermediate.dense and output.dense linear1 and linear2, the two
+  // LayerNorms norm1 and norm2 (batch-first, eval mode).
+  std::vector<nn::TransformerEncoderLayer> layers_;
 };
 
 }  // namespace qkv::models

@@ -80,24 +80,11 @@ class DecoderSession {
   std::span<const float> logits_row(int64_t b = 0) const;
 
  private:
-  // Weight handles of one block (shared with the model, never copied).
-  struct BlockWeights {
-    Tensor norm1_w, norm1_b, norm2_w, norm2_b;
-    Tensor wq, wk, wv, wo, bq, bk, bv, bo;
-    Tensor w1, w2, w3, b1, b2, b3;  // w3/b3: SwiGLU only
-  };
-
-  void norm_into(Tensor& out, const Tensor& x, const Tensor& w, const Tensor& b) const;
-  // Rotates B·heads rows of E values at position `pos` in place.
-  void rotate(Tensor& rows, int64_t pos) const;
-
   DecoderModel& model_;
   const DecoderModelConfig config_;
   int64_t batch_size_;
   KVCache cache_;
-  std::vector<BlockWeights> weights_;
-  Tensor norm_w_, norm_b_, output_w_, position_table_;
-  std::vector<double> rope_cos_sin_;  // [max_len, E/2, 2] (cos, sin) per position
+  Tensor position_table_;  // learned or sinusoidal positions; undefined with RoPE
   SdpaWorkspace workspace_;
   // Step buffers: x [B, D], h [B, D], q [B, H·E], k/v [B, Hkv·E],
   // attn [B, H, 1, E], hidden/gate [B, F], logits [B, vocab].

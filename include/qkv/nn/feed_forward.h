@@ -46,6 +46,11 @@ class FeedForward : public ModuleBase<FeedForward> {
   // dropout draws the same either way.
   Tensor forward(const Tensor& x, FeedForwardRecord* record = nullptr) const;
 
+  // Inference (no dropout: eval mode or p = 0) into preallocated buffers,
+  // allocating nothing; `out` may be x.
+  // x: [..., d_model]  hidden: [..., dim_feedforward] (scratch)  out: like x; all contiguous
+  void forward_into(Tensor& out, const Tensor& x, Tensor& hidden) const;
+
   // Adds the parameter gradients to the buffers, returns ∂loss/∂x (dropout
   // replays the recorded mask).
   // grad_output: [..., d_model]  ->  like x
@@ -91,6 +96,10 @@ class SwiGLUFeedForward : public ModuleBase<SwiGLUFeedForward> {
   // x: [..., d_model]  ->  [..., d_model]
   // With a record, also saves what backward() needs (nullptr: inference).
   Tensor forward(const Tensor& x, SwiGLUFeedForwardRecord* record = nullptr) const;
+
+  // Inference (no dropout) into preallocated buffers, allocating nothing; `out` may be x.
+  // x: [..., d_model]  hidden, gate: [..., hidden_dim] (scratch)  out: like x; all contiguous
+  void forward_into(Tensor& out, const Tensor& x, Tensor& hidden, Tensor& gate) const;
 
   // grad_output: [..., d_model]  ->  like x (parameter gradients added to the buffers)
   Tensor backward(const Tensor& grad_output, const SwiGLUFeedForwardRecord& record);

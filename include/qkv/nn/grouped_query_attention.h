@@ -98,6 +98,14 @@ class GroupedQueryAttention : public ModuleBase<GroupedQueryAttention> {
   // x: [B, L, D]  ->  q [B, H, L, E], k and v [B, Hkv, L, E]
   ProjectedQkv project(const Tensor& x, int64_t position_offset = 0) const;
 
+  // One decoding step, allocating nothing: the projections of B tokens at
+  // `position`, RoPE applied (when the module has it).
+  // x: [B, D]  ->  q: [B, H·E]  k, v: [B, Hkv·E] (preallocated, contiguous)
+  void project_into(Tensor& q, Tensor& k, Tensor& v, const Tensor& x, int64_t position) const;
+  // o_proj of the attention output, heads side by side, allocating nothing.
+  // heads: [B, H·E]  ->  out: [B, D] (preallocated)
+  void output_into(Tensor& out, const Tensor& heads) const;
+
   // Attention of the queries over S keys, heads merged, then o_proj.
   // args.position_offset is not used here (positions are already in q and k).
   // q: [B, H, L, E]  k, v: [B, Hkv, S, E]  ->  [B, L, D]

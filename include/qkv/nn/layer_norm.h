@@ -35,6 +35,15 @@ class LayerNorm : public ModuleBase<LayerNorm> {
   // With a record, also saves what backward() needs (nullptr: inference).
   Tensor forward(const Tensor& x, LayerNormRecord* record = nullptr) const;
 
+  // Inference into a preallocated buffer (may be x itself), allocating nothing.
+  // x: [..., *normalized_shape] contiguous  out: like x
+  void forward_into(Tensor& out, const Tensor& x) const;
+
+  // x <- norm(x + residual), in place, in blocks of rows spread over the
+  // threads (a post-norm layer's residual step).
+  // x: [..., *normalized_shape] contiguous  residual: like x
+  void add_and_norm_in_place(Tensor& x, const Tensor& residual) const;
+
   // Adds the weight (and bias) gradients to the module's buffers, returns ∂loss/∂x.
   // grad_output: like record.input  ->  like record.input
   Tensor backward(const Tensor& grad_output, const LayerNormRecord& record);

@@ -41,6 +41,10 @@ class Linear : public ModuleBase<Linear> {
   // With a record, also saves what backward() needs (nullptr: inference).
   Tensor forward(const Tensor& x, LinearRecord* record = nullptr) const;
 
+  // Inference into a preallocated buffer, allocating nothing (decoding steps).
+  // x: [..., in_features]  out: [..., out_features]; both contiguous, not overlapping
+  void forward_into(Tensor& out, const Tensor& x) const;
+
   // Adds ∂loss/∂weight and ∂loss/∂bias to the gradient buffers, returns ∂loss/∂x.
   // grad_output: [..., out_features]  ->  like record.input
   Tensor backward(const Tensor& grad_output, const LinearRecord& record);

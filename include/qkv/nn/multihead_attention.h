@@ -27,6 +27,7 @@
 #include "qkv/attention.h"
 #include "qkv/generator.h"
 #include "qkv/nn/module.h"
+#include "qkv/nn/workspace.h"
 #include "qkv/tensor.h"
 
 namespace qkv::nn {
@@ -93,6 +94,15 @@ class MultiheadAttention : public ModuleBase<MultiheadAttention> {
   // grad_output: like the output  ->  like query, key, value
   MultiheadAttentionInputGradients backward(const Tensor& grad_output,
                                             const MultiheadAttentionRecord& record);
+
+  // Inference self-attention of batch-first x on the workspace's buffers: one
+  // GEMM projects q, k and v side by side, the attention kernel reads them in
+  // place, and out_proj writes `out` (which must not be x). Needs the packed
+  // in_proj weight and no dropout (eval mode or p = 0); `keep` masks keys.
+  // x: [B, L, D]  keep: bool [B, 1, 1, L] (True = take part) or undefined
+  // out: [B, L, D] (preallocated, contiguous)
+  void self_attention_into(Tensor& out, const Tensor& x, const Tensor& keep, bool causal,
+                           Workspace& workspace) const;
 
   // Self-attention, where the forward's query, key and value were one tensor
   // x (the Transformer layers): adds the parameter gradients and returns

@@ -137,6 +137,11 @@ class RotaryEmbedding : public ModuleBase<RotaryEmbedding> {
   // -> E/2 values
   std::vector<double> inverse_frequencies() const;
 
+  // forward() of rows that all sit at one position, in place, allocating
+  // nothing (a decoding step's q and k).
+  // rows: [..., E] contiguous, at position `position`
+  void rotate_in_place(Tensor& rows, int64_t position) const;
+
   const RotaryEmbeddingOptions& options() const { return options_; }
 
  protected:
@@ -149,6 +154,7 @@ class RotaryEmbedding : public ModuleBase<RotaryEmbedding> {
   Tensor rotated(const Tensor& x, int64_t offset, double direction, const char* fn) const;
 
   RotaryEmbeddingOptions options_;
+  std::vector<double> theta_;  // inverse_frequencies()
 };
 
 // --- ALiBi (Press et al., "Train Short, Test Long") -------------------------------

@@ -36,6 +36,10 @@ class RMSNorm : public ModuleBase<RMSNorm> {
   // With a record, also saves what backward() needs (nullptr: inference).
   Tensor forward(const Tensor& x, RMSNormRecord* record = nullptr) const;
 
+  // Inference into a preallocated buffer (may be x itself), allocating nothing.
+  // x: [..., *normalized_shape] contiguous  out: like x
+  void forward_into(Tensor& out, const Tensor& x) const;
+
   // Adds the weight (and bias) gradients to the module's buffers, returns ∂loss/∂x.
   // grad_output: like record.input  ->  like record.input
   Tensor backward(const Tensor& grad_output, const RMSNormRecord& record);

@@ -97,6 +97,12 @@ class TransformerEncoderLayer : public ModuleBase<TransformerEncoderLayer> {
   // grad_output: like src  ->  like src
   Tensor backward(const Tensor& grad_output, const TransformerEncoderLayerRecord& record);
 
+  // Inference on the workspace's buffers (eval mode, or dropout 0), as
+  // forward() computes it: x becomes the layer's output, which lives in the
+  // workspace, so a stack of layers allocates its activations once.
+  // x: [B, L, D] batch-first, contiguous  keep: bool [B, 1, 1, L] (True = take part) or undefined
+  void forward_into(Tensor& x, const Tensor& keep, bool causal, Workspace& workspace) const;
+
   const TransformerLayerOptions& options() const { return options_; }
   MultiheadAttention& self_attn() { return self_attn_; }
 
