@@ -14,6 +14,7 @@
 #include "qkv/io/char_vocabulary.h"
 #include "qkv/io/checkpoint.h"
 #include "qkv/io/safetensors.h"
+#include "qkv/models/decoder_model_file.h"
 #include "qkv/nn/decoder_model.h"
 
 namespace fs = std::filesystem;
@@ -54,13 +55,13 @@ std::string nested_objects(int depth) {
 
 void safetensors_seeds() {
   Generator gen(1);
-  const auto valid = to_string(io::serialize_safetensors(
-      {{"w", Tensor::randn({2, 3}, gen)},
-       {"b", Tensor::randn({3}, gen, DType::kFloat64)},
-       {"m", Tensor::from_bools({2, 2}, {true, false, false, true})},
-       {"s", Tensor::randn({}, gen)},
-       {"e", Tensor::zeros({0, 4})}},
-      {{"format", "pt"}}));
+  const auto valid = to_string(
+      io::serialize_safetensors({{"w", Tensor::randn({2, 3}, gen)},
+                                 {"b", Tensor::randn({3}, gen, DType::kFloat64)},
+                                 {"m", Tensor::from_bools({2, 2}, {true, false, false, true})},
+                                 {"s", Tensor::randn({}, gen)},
+                                 {"e", Tensor::zeros({0, 4})}},
+                                {{"format", "pt"}}));
   write("safetensors", "valid.safetensors", valid);
   write("safetensors", "dtypes.safetensors",
         safetensors(R"({"h":{"dtype":"F16","shape":[2],"data_offsets":[0,4]},)"
@@ -99,9 +100,9 @@ void checkpoint_seeds(const fs::path& tmp) {
   write("checkpoint", "valid.safetensors", valid);
   write("checkpoint", "truncated.safetensors", valid.substr(0, valid.size() - 5));
   write("checkpoint", "huge_step.safetensors",
-        to_string(io::serialize_safetensors(
-            {}, {{"qkv.format", "checkpoint"}, {"qkv.format_version", "1"},
-                 {"qkv.step", "99999999999999999999999"}})));
+        to_string(io::serialize_safetensors({}, {{"qkv.format", "checkpoint"},
+                                                 {"qkv.format_version", "1"},
+                                                 {"qkv.step", "99999999999999999999999"}})));
   write("checkpoint", "deep_nesting.safetensors", safetensors(nested(100000), ""));
 }
 
@@ -113,7 +114,7 @@ void decoder_model_seeds(const fs::path& tmp) {
   c.num_heads = 2;
   c.max_seq_len = 8;
   Generator gen(3);
-  nn::DecoderModel(c, &gen).save(tmp / "m.safetensors");
+  models::save_decoder_model(nn::DecoderModel(c, &gen), tmp / "m.safetensors");
   const std::string valid = read(tmp / "m.safetensors");
   write("decoder_model_file", "rope_rmsnorm_swiglu.safetensors", valid);
   nn::DecoderModelConfig d = c;
@@ -123,7 +124,7 @@ void decoder_model_seeds(const fs::path& tmp) {
   d.tie_embeddings = false;
   d.bias = true;
   d.num_kv_heads = 1;
-  nn::DecoderModel(d, &gen).save(tmp / "m2.safetensors");
+  models::save_decoder_model(nn::DecoderModel(d, &gen), tmp / "m2.safetensors");
   write("decoder_model_file", "learned_layernorm_gelu.safetensors", read(tmp / "m2.safetensors"));
   write("decoder_model_file", "truncated.safetensors", valid.substr(0, valid.size() / 3));
   // Configs that ask for enormous models, with no tensors at all.
@@ -134,16 +135,17 @@ void decoder_model_seeds(const fs::path& tmp) {
            {"big_number", R"({"rope_base":1e400})"},
            {"deep_nesting", nested(100000)}})
     write("decoder_model_file", name + ".safetensors",
-          to_string(io::serialize_safetensors({}, {{nn::kDecoderConfigKey, json}})));
+          to_string(io::serialize_safetensors({}, {{qkv::models::kDecoderConfigKey, json}})));
 }
 
 // A WordPiece tokenizer.json shaped like all-MiniLM-L6-v2's, with a tiny vocabulary.
 std::string small_tokenizer(const std::string& normalizer_lowercase = "true",
                             const std::string& truncation = "null",
                             const std::string& padding = "null") {
-  std::vector<std::string> vocab = {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "a",
-                                    "hello", "world", "un", "##aff", "##able", "##s", "##ing",
-                                    "caf", "##e", ",", ".", "!", "\xe4\xb8\xad", "\xe6\x96\x87"};
+  std::vector<std::string> vocab = {
+      "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the",          "a",
+      "hello", "world", "un",    "##aff", "##able", "##s",          "##ing",
+      "caf",   "##e",   ",",     ".",     "!",      "\xe4\xb8\xad", "\xe6\x96\x87"};
   for (char ch = 'a'; ch <= 'z'; ++ch) {
     vocab.push_back(std::string(1, ch));
     vocab.push_back("##" + std::string(1, ch));
@@ -153,7 +155,8 @@ std::string small_tokenizer(const std::string& normalizer_lowercase = "true",
     v += (i ? ",\n    \"" : "\n    \"") + vocab[i] + "\": " + std::to_string(i);
   auto added = [](const char* content, int id, const char* extra = "false") {
     return std::string("{\"id\": ") + std::to_string(id) + ", \"content\": \"" + content +
-           "\", \"single_word\": false, \"lstrip\": " + extra + ", \"rstrip\": false, "
+           "\", \"single_word\": false, \"lstrip\": " + extra +
+           ", \"rstrip\": false, "
            "\"normalized\": false, \"special\": true}";
   };
   return "{\n  \"version\": \"1.0\",\n  \"truncation\": " + truncation +
@@ -168,22 +171,25 @@ std::string small_tokenizer(const std::string& normalizer_lowercase = "true",
          "{\"SpecialToken\": {\"id\": \"[CLS]\", \"type_id\": 0}}, "
          "{\"Sequence\": {\"id\": \"A\", \"type_id\": 0}}, "
          "{\"SpecialToken\": {\"id\": \"[SEP]\", \"type_id\": 0}}], "
-         "\"special_tokens\": {\"[CLS]\": {\"id\": \"[CLS]\", \"ids\": [2], \"tokens\": [\"[CLS]\"]}, "
+         "\"special_tokens\": {\"[CLS]\": {\"id\": \"[CLS]\", \"ids\": [2], \"tokens\": "
+         "[\"[CLS]\"]}, "
          "\"[SEP]\": {\"id\": \"[SEP]\", \"ids\": [3], \"tokens\": [\"[SEP]\"]}}},\n"
          "  \"decoder\": {\"type\": \"WordPiece\", \"prefix\": \"##\", \"cleanup\": true},\n"
          "  \"model\": {\"type\": \"WordPiece\", \"unk_token\": \"[UNK]\", "
          "\"continuing_subword_prefix\": \"##\", \"max_input_chars_per_word\": 100, "
-         "\"vocab\": {" + v + "\n  }}\n}\n";
+         "\"vocab\": {" +
+         v + "\n  }}\n}\n";
 }
 
 void tokenizer_seeds() {
   const std::string small = small_tokenizer();
   write("tokenizer_json", "small.json", small);
   write("tokenizer_json", "cased_truncated_padded.json",
-        small_tokenizer("false",
-                        R"({"max_length": 8, "strategy": "LongestFirst", "stride": 0, "direction": "Left"})",
-                        R"({"strategy": {"Fixed": 12}, "direction": "Left", "pad_to_multiple_of": 4,)"
-                        R"( "pad_id": 0, "pad_type_id": 0, "pad_token": "[PAD]"})"));
+        small_tokenizer(
+            "false",
+            R"({"max_length": 8, "strategy": "LongestFirst", "stride": 0, "direction": "Left"})",
+            R"({"strategy": {"Fixed": 12}, "direction": "Left", "pad_to_multiple_of": 4,)"
+            R"( "pad_id": 0, "pad_type_id": 0, "pad_token": "[PAD]"})"));
   write("tokenizer_json", "truncated.json", small.substr(0, small.size() / 2));
   write("tokenizer_json", "deep_nesting.json", nested(100000));
   write("tokenizer_json", "deep_nesting_in_field.json",
@@ -198,7 +204,8 @@ void tokenizer_seeds() {
 void text_seeds() {
   const std::map<std::string, std::string> texts = {
       {"english.txt", "Hello, world! The unaffable cafes.\nA second line."},
-      {"accents_cjk.txt", "Caf\xc3\xa9 na\xc3\xafve \xe4\xb8\xad\xe6\x96\x87 \xf0\x9f\x98\x80 e\xcc\x81"},
+      {"accents_cjk.txt",
+       "Caf\xc3\xa9 na\xc3\xafve \xe4\xb8\xad\xe6\x96\x87 \xf0\x9f\x98\x80 e\xcc\x81"},
       {"specials.txt", "[CLS] hello [SEP] [MASK]world [UNK][PAD]"},
       {"invalid_utf8.txt", "a\xff\xfe b\xc3 \xe4\xb8 \xf0\x9f\x98 \xed\xa0\x80 z\0x"s},
       {"long_word.txt", std::string(150, 'x') + " " + std::string(60, 'a') + "##b"},
@@ -236,14 +243,14 @@ void config_seeds() {
   write("bert_config", "deep_nesting_in_field.json",
         "{\"vocab_size\": 10, \"architectures\": " + nested(100000) + "}");
   nn::DecoderModelConfig c;
-  write("decoder_config", "default.json", nn::config_to_json(c));
+  write("decoder_config", "default.json", qkv::models::decoder_config_to_json(c));
   c.positions = nn::PositionKind::kSinusoidal;
   c.norm = nn::NormKind::kLayerNorm;
   c.ffn = nn::FeedForwardKind::kGelu;
   c.rope_style = nn::RopeStyle::kInterleaved;
   c.dtype = DType::kFloat64;
   c.num_kv_heads = 2;
-  write("decoder_config", "variant.json", nn::config_to_json(c));
+  write("decoder_config", "variant.json", qkv::models::decoder_config_to_json(c));
   write("decoder_config", "huge_layers.json", R"({"num_layers": 1000000000000, "d_model": 4096})");
   write("decoder_config", "huge_numbers.json", R"({"rope_base": 1e400, "norm_eps": -1e-400})");
   write("decoder_config", "deep_nesting.json", nested(100000));

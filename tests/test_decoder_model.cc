@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "qkv/models/decoder_model_file.h"
 #include "qkv/nn/decoder_model.h"
 #include "qkv/nn/decoder_session.h"
 #include "qkv/sampling.h"
@@ -148,16 +149,18 @@ TEST(DecoderModel, ConfigJsonRoundTripAndErrors) {
                                .ffn = FeedForwardKind::kGelu,
                                .tie_embeddings = false,
                                .bias = true});
-  const DecoderModelConfig back = config_from_json(config_to_json(c));
-  EXPECT_EQ(config_to_json(back), config_to_json(resolved_config(c)));
+  const DecoderModelConfig back =
+      models::decoder_config_from_json(models::decoder_config_to_json(c));
+  EXPECT_EQ(models::decoder_config_to_json(back),
+            models::decoder_config_to_json(resolved_config(c)));
   EXPECT_EQ(back.positions, PositionKind::kLearned);
   EXPECT_EQ(back.norm, NormKind::kLayerNorm);
-  EXPECT_EQ(config_from_json("{}").d_model, 384);
-  EXPECT_THROW(config_from_json("{"), Error);
-  EXPECT_THROW(config_from_json("[]"), Error);
-  EXPECT_THROW(config_from_json(R"({"d_modle": 4})"), Error);
-  EXPECT_THROW(config_from_json(R"({"norm": "batchnorm"})"), Error);
-  EXPECT_THROW(config_from_json(R"({"d_model": "big"})"), Error);
+  EXPECT_EQ(models::decoder_config_from_json("{}").d_model, 384);
+  EXPECT_THROW(models::decoder_config_from_json("{"), Error);
+  EXPECT_THROW(models::decoder_config_from_json("[]"), Error);
+  EXPECT_THROW(models::decoder_config_from_json(R"({"d_modle": 4})"), Error);
+  EXPECT_THROW(models::decoder_config_from_json(R"({"norm": "batchnorm"})"), Error);
+  EXPECT_THROW(models::decoder_config_from_json(R"({"d_model": "big"})"), Error);
 }
 
 TEST(DecoderModel, StateDictNames) {
@@ -365,20 +368,21 @@ TEST(DecoderModel, SaveAndLoadRoundTrip) {
       &gen);
   const auto path = std::filesystem::temp_directory_path() /
                     ("qkv_decoder_" + std::to_string(::getpid()) + ".safetensors");
-  model.save(path, {{"qkv.note", "test"}});
+  models::save_decoder_model(model, path, {{"qkv.note", "test"}});
   io::SafetensorsMetadata meta;
-  DecoderModel loaded = DecoderModel::load(path, &meta);
+  DecoderModel loaded = models::load_decoder_model(path, &meta);
   EXPECT_EQ(meta.at("qkv.note"), "test");
-  EXPECT_EQ(config_to_json(loaded.config()), config_to_json(model.config()));
+  EXPECT_EQ(models::decoder_config_to_json(loaded.config()),
+            models::decoder_config_to_json(model.config()));
   const std::vector<int64_t> ids = {1, 2, 3, 4};
   EXPECT_EQ(max_abs_diff(loaded.forward(ids, 1), model.forward(ids, 1)), 0.0);
   // A safetensors file without the config is refused with a clear message.
   io::save_safetensors(path, model.state_dict());
   try {
-    DecoderModel::load(path);
+    models::load_decoder_model(path);
     FAIL() << "expected an error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(kDecoderConfigKey), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find(models::kDecoderConfigKey), std::string::npos);
   }
   std::filesystem::remove(path);
 }
@@ -394,7 +398,7 @@ TEST(DecoderModel, GenerateCommandPrintsText) {
       &gen);
   const auto dir = std::filesystem::temp_directory_path();
   const auto path = dir / ("qkv_generate_" + std::to_string(::getpid()) + ".safetensors");
-  model.save(path);
+  models::save_decoder_model(model, path);
   auto run = [&](const std::string& args) {
     const std::string command = cli.string() + " generate " + path.string() + " " + args + " 2>&1";
     std::string out;

@@ -20,6 +20,7 @@
 #include "qkv/io/char_vocabulary.h"
 #include "qkv/io/safetensors.h"
 #include "qkv/models/bert.h"
+#include "qkv/models/decoder_model_file.h"
 #include "qkv/models/sentence_encoder.h"
 #include "qkv/nn/decoder_model.h"
 #include "qkv/text/wordpiece_tokenizer.h"
@@ -44,8 +45,7 @@ std::string deep_object() {
 // part and nothing of nlohmann's own wording.
 template <class F>
 void expect_clean_error(F&& f, std::initializer_list<std::string_view> parts,
-                        ErrorKind kind = ErrorKind::kValue,
-                        qkv_test::CallSite where = {}) {
+                        ErrorKind kind = ErrorKind::kValue, qkv_test::CallSite where = {}) {
   const std::string message = qkv_test::expect_error(std::forward<F>(f), parts, kind, where);
   EXPECT_EQ(message.find("json.exception"), std::string::npos) << message;
   EXPECT_LT(message.size(), 500u) << message;
@@ -212,20 +212,23 @@ TEST_F(HostileFiles, SafetensorsHeader) {
 }
 
 TEST_F(HostileFiles, DecoderModelConfig) {
-  expect_clean_error([] { qkv::nn::config_from_json(deep_array()); },
+  expect_clean_error([] { qkv::models::decoder_config_from_json(deep_array()); },
                      {"DecoderModel config", "64 levels"});
-  expect_clean_error([] { qkv::nn::config_from_json(R"({"rope_base": 1e400})"); },
+  expect_clean_error([] { qkv::models::decoder_config_from_json(R"({"rope_base": 1e400})"); },
                      {"DecoderModel config", "1e400"});
-  expect_clean_error([] { qkv::nn::config_from_json(R"({"d_model": 1e400})"); }, {"1e400"});
-  expect_clean_error([] { qkv::nn::config_from_json(R"({"num_layers": 1000000000000})"); },
-                     {"num_layers", "1000000000000"});
-  expect_clean_error([] { qkv::nn::config_from_json(R"({"vocab_size": 3.5})"); },
+  expect_clean_error([] { qkv::models::decoder_config_from_json(R"({"d_model": 1e400})"); },
+                     {"1e400"});
+  expect_clean_error(
+      [] { qkv::models::decoder_config_from_json(R"({"num_layers": 1000000000000})"); },
+      {"num_layers", "1000000000000"});
+  expect_clean_error([] { qkv::models::decoder_config_from_json(R"({"vocab_size": 3.5})"); },
                      {"vocab_size", "3.5"});
   // In a model file: the config is a string of the metadata.
   const fs::path path = dir_ / "model.safetensors";
-  qkv::io::save_safetensors(path, {{"w", Tensor::ones({1})}},
-                            {{qkv::nn::kDecoderConfigKey, "{\"norm\": " + deep_object() + "}"}});
-  expect_clean_error([&] { qkv::nn::DecoderModel::load(path); },
+  qkv::io::save_safetensors(
+      path, {{"w", Tensor::ones({1})}},
+      {{qkv::models::kDecoderConfigKey, "{\"norm\": " + deep_object() + "}"}});
+  expect_clean_error([&] { qkv::models::load_decoder_model(path); },
                      {"DecoderModel config", "64 levels"});
 }
 
@@ -235,11 +238,11 @@ TEST_F(HostileFiles, DecoderModelConfigIsCheckedAgainstTheWeights) {
       .vocab_size = 11, .d_model = 8, .num_layers = 2, .num_heads = 2, .max_seq_len = 16};
   const qkv::nn::DecoderModel model(config, &gen);
   const fs::path path = dir_ / "model.safetensors";
-  model.save(path);
+  qkv::models::save_decoder_model(model, path);
   const auto rewrite = [&](const std::string& field, const std::string& value) {
     qkv::io::SafetensorsFile file(path);
     auto meta = file.metadata();
-    std::string& json = meta[qkv::nn::kDecoderConfigKey];
+    std::string& json = meta[qkv::models::kDecoderConfigKey];
     json = std::regex_replace(json, std::regex("\"" + field + "\":[0-9]+"),
                               "\"" + field + "\":" + value);
     const fs::path out = dir_ / ("edited_" + field + ".safetensors");
@@ -247,14 +250,14 @@ TEST_F(HostileFiles, DecoderModelConfigIsCheckedAgainstTheWeights) {
     return out;
   };
   const auto start = std::chrono::steady_clock::now();
-  expect_clean_error([&] { qkv::nn::DecoderModel::load(rewrite("num_layers", "1000000")); },
+  expect_clean_error([&] { qkv::models::load_decoder_model(rewrite("num_layers", "1000000")); },
                      {"num_layers = 1000000", "holds 2 layers"});
-  expect_clean_error([&] { qkv::nn::DecoderModel::load(rewrite("vocab_size", "16000000")); },
+  expect_clean_error([&] { qkv::models::load_decoder_model(rewrite("vocab_size", "16000000")); },
                      {"tok_embeddings.weight", "[16000000, 8]", "[11, 8]"});
-  expect_clean_error([&] { qkv::nn::DecoderModel::load(rewrite("ffn_hidden", "16000000")); },
+  expect_clean_error([&] { qkv::models::load_decoder_model(rewrite("ffn_hidden", "16000000")); },
                      {"ffn_hidden = 16000000"});
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
-  EXPECT_NO_THROW(qkv::nn::DecoderModel::load(path));
+  EXPECT_NO_THROW(qkv::models::load_decoder_model(path));
 }
 
 TEST_F(HostileFiles, CharVocabulary) {

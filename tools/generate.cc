@@ -1,5 +1,5 @@
 // `qkv generate`: prints text token by token from a decoder-only model file
-// (written by nn::DecoderModel::save), decoding with a KV cache.
+// (written by models::save_decoder_model), decoding with a KV cache.
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -12,6 +12,7 @@
 #include "command.h"
 #include "qkv/error.h"
 #include "qkv/io/char_vocabulary.h"
+#include "qkv/models/decoder_model_file.h"
 #include "qkv/nn/decoder_model.h"
 #include "qkv/nn/decoder_session.h"
 #include "qkv/runtime.h"
@@ -34,7 +35,7 @@ struct GenerateOptions {
 
 int run_generate(const GenerateOptions& o) {
   io::SafetensorsMetadata metadata;
-  nn::DecoderModel model = nn::DecoderModel::load(o.model, &metadata);
+  nn::DecoderModel model = models::load_decoder_model(o.model, &metadata);
   const auto entry = metadata.find(io::CharVocabulary::kMetadataKey);
   const io::CharVocabulary vocab = entry != metadata.end()
                                        ? io::CharVocabulary::from_json(entry->second)
@@ -81,7 +82,8 @@ Command add_generate_command(CLI::App& parent) {
       parent, "generate",
       "Print text token by token from a decoder-only model file (KV-cached decoding)", run_generate,
       [](CLI::App& app, GenerateOptions& options) {
-        app.add_option("model", options.model, "Model file written by DecoderModel::save")
+        app.add_option("model", options.model,
+                       "Model file written by qkv train lm (models::save_decoder_model)")
             ->required()
             ->check(CLI::ExistingFile)
             ->type_name("FILE");

@@ -10,6 +10,7 @@
 #include "qkv/linear.h"                     // linear, matmul
 #include "qkv/masks.h"                      // padding and causal masks
 #include "qkv/nn/decoder_model.h"           // decoder-only model (§8.2)
+#include "qkv/models/decoder_model_file.h"  // its safetensors files
 #include "qkv/nn/decoder_session.h"         // generation with a KV cache
 #include "qkv/nn/embedding.h"               // nn::Embedding
 #include "qkv/nn/feed_forward.h"            // nn::FeedForward, SwiGLU (§8.1)
@@ -17,6 +18,7 @@
 #include "qkv/nn/kv_cache.h"                // preallocated keys and values for decoding
 #include "qkv/nn/layer_norm.h"              // nn::LayerNorm
 #include "qkv/nn/linear.h"                  // nn::Linear
+#include "qkv/nn/module.h"                  // nn::Module: parameters, state_dict, train/eval
 #include "qkv/nn/multihead_attention.h"     // nn::MultiheadAttention
 #include "qkv/nn/positional_encoding.h"     // sinusoidal, learned, RoPE, ALiBi, T5 (§3.4)
 #include "qkv/nn/rms_norm.h"                // nn::RMSNorm

@@ -12,6 +12,7 @@
 #include "bindings.h"
 #include "convert.h"
 #include "module_common.h"
+#include "qkv/models/decoder_model_file.h"
 #include "qkv/nn/decoder_session.h"
 #include "qkv/sampling.h"
 
@@ -59,14 +60,14 @@ py::array logits_copy(const Tensor& logits) { return to_numpy(logits.clone()); }
 void bind_decoder_model(py::module_& m) {
   // The C++ reader's checks of a config (JSON depth, numbers, fields, sizes).
   m.def("check_decoder_config_json",
-        [](const std::string& config_json) { nn::config_from_json(config_json); });
+        [](const std::string& config_json) { models::decoder_config_from_json(config_json); });
   py::class_<DecoderModel>(m, "DecoderModel")
       .def(py::init([](const std::string& config_json, Generator* generator) {
-             return DecoderModel(nn::config_from_json(config_json), generator);
+             return DecoderModel(models::decoder_config_from_json(config_json), generator);
            }),
            py::arg("config_json"), py::arg("generator") = py::none())
       .def("config_json",
-           [](const DecoderModel& self) { return nn::config_to_json(self.config()); })
+           [](const DecoderModel& self) { return models::decoder_config_to_json(self.config()); })
       .def(
           "forward",
           [](DecoderModel& self, py::handle ids) {
@@ -90,13 +91,15 @@ void bind_decoder_model(py::module_& m) {
       .def(
           "save",
           [](const DecoderModel& self, const std::string& path,
-             const std::map<std::string, std::string>& metadata) { self.save(path, metadata); },
+             const std::map<std::string, std::string>& metadata) {
+            models::save_decoder_model(self, path, metadata);
+          },
           py::arg("path"), py::arg("metadata") = std::map<std::string, std::string>{})
       .def_static(
           "load",
           [](const std::string& path) {
             io::SafetensorsMetadata metadata;
-            DecoderModel model = DecoderModel::load(path, &metadata);
+            DecoderModel model = models::load_decoder_model(path, &metadata);
             return py::make_tuple(std::move(model), metadata);
           },
           py::arg("path"))

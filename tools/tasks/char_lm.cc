@@ -17,6 +17,7 @@
 #include "qkv/error.h"
 #include "qkv/functional.h"
 #include "qkv/loss.h"
+#include "qkv/models/decoder_model_file.h"
 #include "qkv/optim/adam.h"
 #include "qkv/optim/clip_grad_norm.h"
 #include "qkv/optim/lr_schedule.h"
@@ -357,7 +358,7 @@ void save_char_lm(const nn::DecoderModel& model, const io::CharVocabulary& vocab
             vocabulary.size(), " tokens but the model only ", model.config().vocab_size);
   io::SafetensorsMetadata meta = metadata;
   meta[io::CharVocabulary::kMetadataKey] = vocabulary.to_json();
-  model.save(path, meta);
+  models::save_decoder_model(model, path, meta);
 }
 
 }  // namespace qkv::train

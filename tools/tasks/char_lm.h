@@ -145,7 +145,7 @@ CharLmTrainResult train_char_lm(nn::DecoderModel& model, const CharCorpus& corpu
                                 const CharLmTrainOptions& options,
                                 const std::function<void(const CharLmProgress&)>& on_progress = {});
 
-// model.save(path) with the vocabulary's JSON under io::CharVocabulary::kMetadataKey
+// models::save_decoder_model(model, path) with the vocabulary's JSON under io::CharVocabulary::kMetadataKey
 // (what `qkv generate` reads) plus `metadata`; written atomically.
 void save_char_lm(const nn::DecoderModel& model, const io::CharVocabulary& vocabulary,
                   const std::filesystem::path& path, const io::SafetensorsMetadata& metadata = {});

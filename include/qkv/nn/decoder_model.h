@@ -9,7 +9,7 @@
 //
 //   nn::DecoderModel model({.vocab_size = 256, .d_model = 384, .num_layers = 6, .num_heads = 6});
 //   Tensor logits = model.forward(ids, 1);            // ids: T tokens -> [1, T, 256]
-//   model.save("tiny.safetensors");
+//   models::save_decoder_model(model, "tiny.safetensors");   // qkv/models/decoder_model_file.h
 //
 // Generation feeds one token at a time through a cache of the keys and values
 // already computed: see nn::DecoderSession (decoder_session.h) and `qkv generate`.
@@ -37,7 +37,6 @@
 #pragma once
 
 #include <cstdint>
-#include <filesystem>
 #include <map>
 #include <optional>
 #include <span>
@@ -46,7 +45,6 @@
 #include <vector>
 
 #include "qkv/generator.h"
-#include "qkv/io/safetensors.h"
 #include "qkv/nn/embedding.h"
 #include "qkv/nn/feed_forward.h"
 #include "qkv/nn/grouped_query_attention.h"
@@ -91,16 +89,6 @@ struct DecoderModelConfig {
 // The config with defaults filled in (num_kv_heads, ffn_hidden) and checked;
 // an Error names the first bad field.
 DecoderModelConfig resolved_config(const DecoderModelConfig& config);
-
-// The config as JSON ("positions": "rope" | "learned" | "sinusoidal", "norm":
-// "rmsnorm" | "layernorm", "ffn": "swiglu" | "gelu", "rope_style":
-// "half_split" | "interleaved", "dtype": "float32" | "float64") and back.
-// Missing fields take their defaults; unknown fields are an error.
-std::string config_to_json(const DecoderModelConfig& config);
-DecoderModelConfig config_from_json(const std::string& json);
-
-// The metadata key under which save() stores config_to_json.
-inline constexpr const char* kDecoderConfigKey = "qkv.decoder_model.config";
 
 // What DecoderModel::forward saves for its backward, per block and for the
 // whole model. The variants hold the record of the kind the config chose.
@@ -150,13 +138,6 @@ class DecoderModel : public ModuleBase<DecoderModel> {
 
   // An empty cache shaped for this model; max_len 0 means config.max_seq_len.
   KVCache make_cache(int64_t batch_size = 1, int64_t max_len = 0) const;
-
-  // Writes the parameters and the config (metadata kDecoderConfigKey, plus
-  // `metadata`, e.g. a vocabulary) to a safetensors file, atomically.
-  void save(const std::filesystem::path& path, const io::SafetensorsMetadata& metadata = {}) const;
-  // Reads a file written by save(); `metadata` (optional) receives its metadata.
-  static DecoderModel load(const std::filesystem::path& path,
-                           io::SafetensorsMetadata* metadata = nullptr);
 
   const DecoderModelConfig& config() const { return config_; }
   int64_t num_parameters() const;

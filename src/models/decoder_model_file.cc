@@ -1,13 +1,21 @@
 // nn::DecoderModel files: the config as JSON in the safetensors metadata,
 // the parameters as tensors.
+#include "qkv/models/decoder_model_file.h"
+
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
 
 #include "io/json_document.h"
-#include "qkv/nn/decoder_model.h"
 
-namespace qkv::nn {
+namespace qkv::models {
+
+using nn::DecoderModel;
+using nn::DecoderModelConfig;
+using nn::FeedForwardKind;
+using nn::NormKind;
+using nn::PositionKind;
+using nn::RopeStyle;
 
 namespace {
 
@@ -79,8 +87,8 @@ bool boolean(const Json& j, const char* field) {
 // is allocated: a config saying 10^6 layers must not allocate them first.
 void check_sizes_against(const io::SafetensorsFile& file, const DecoderModelConfig& config,
                          const std::filesystem::path& path) {
-  const DecoderModelConfig c = resolved_config(config);
-  const std::string where = "DecoderModel::load: " + path.string() + ": the config";
+  const DecoderModelConfig c = nn::resolved_config(config);
+  const std::string where = "load_decoder_model: " + path.string() + ": the config";
   const auto expect_shape = [&](const std::string& name, const Shape& shape, const char* sizes) {
     QKV_CHECK(file.contains(name), where, " needs a tensor \"", name, "\", which the file lacks");
     const Shape& got = file.entry(name).shape;
@@ -114,7 +122,7 @@ void check_sizes_against(const io::SafetensorsFile& file, const DecoderModelConf
 
 }  // namespace
 
-std::string config_to_json(const DecoderModelConfig& c) {
+std::string decoder_config_to_json(const DecoderModelConfig& c) {
   Json j = Json::object();
   j["vocab_size"] = c.vocab_size;
   j["d_model"] = c.d_model;
@@ -135,7 +143,7 @@ std::string config_to_json(const DecoderModelConfig& c) {
   return j.dump();
 }
 
-DecoderModelConfig config_from_json(const std::string& text) {
+DecoderModelConfig decoder_config_from_json(const std::string& text) {
   const Json j = io::parse_json(text, "DecoderModel config");
   QKV_CHECK(j.is_object(), "DecoderModel config: expected a JSON object, got ", json_excerpt(j));
   DecoderModelConfig c;
@@ -176,23 +184,23 @@ DecoderModelConfig config_from_json(const std::string& text) {
     else
       QKV_CHECK(false, "DecoderModel config: unknown field \"", key, "\"");
   }
-  return resolved_config(c);
+  return nn::resolved_config(c);
 }
 
-void DecoderModel::save(const std::filesystem::path& path,
-                        const io::SafetensorsMetadata& metadata) const {
+void save_decoder_model(const DecoderModel& model, const std::filesystem::path& path,
+                        const io::SafetensorsMetadata& metadata) {
   io::SafetensorsMetadata meta = metadata;
-  meta[kDecoderConfigKey] = config_to_json(config_);
-  io::save_safetensors(path, state_dict(), meta);
+  meta[kDecoderConfigKey] = decoder_config_to_json(model.config());
+  io::save_safetensors(path, model.state_dict(), meta);
 }
 
-DecoderModel DecoderModel::load(const std::filesystem::path& path,
+DecoderModel load_decoder_model(const std::filesystem::path& path,
                                 io::SafetensorsMetadata* metadata) {
   const io::SafetensorsFile file(path);
   const auto config = file.metadata().find(kDecoderConfigKey);
-  QKV_CHECK(config != file.metadata().end(), "DecoderModel::load: ", path.string(), " has no \"",
-            kDecoderConfigKey, "\" metadata; it was not written by DecoderModel::save");
-  const DecoderModelConfig c = config_from_json(config->second);
+  QKV_CHECK(config != file.metadata().end(), "load_decoder_model: ", path.string(), " has no \"",
+            kDecoderConfigKey, "\" metadata; it was not written by save_decoder_model");
+  const DecoderModelConfig c = decoder_config_from_json(config->second);
   check_sizes_against(file, c, path);
   Generator scratch(0);  // the initial values are overwritten by the file's
   DecoderModel model(c, &scratch);
@@ -201,4 +209,4 @@ DecoderModel DecoderModel::load(const std::filesystem::path& path,
   return model;
 }
 
-}  // namespace qkv::nn
+}  // namespace qkv::models
