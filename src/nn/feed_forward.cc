@@ -33,21 +33,18 @@ void check_input(const char* module, const Tensor& x, int64_t d_model, DType dty
             ": input must be [..., d_model=", d_model, "], got shape ", shape_str(x.shape()));
 }
 
+// One of the network's nn.Linear layers.
+LinearOptions layer(int64_t in, int64_t out, bool bias, DType dtype) {
+  return {.in_features = in, .out_features = out, .bias = bias, .dtype = dtype};
+}
+
 }  // namespace
 
 FeedForward::FeedForward(const FeedForwardOptions& options, Generator* gen)
     : ModuleBase("FeedForward"),
       options_(checked(options)),
-      linear1_({.in_features = options.d_model,
-                .out_features = options.dim_feedforward,
-                .bias = options.bias,
-                .dtype = options.dtype},
-               gen),
-      linear2_({.in_features = options.dim_feedforward,
-                .out_features = options.d_model,
-                .bias = options.bias,
-                .dtype = options.dtype},
-               gen) {}
+      linear1_(layer(options.d_model, options.dim_feedforward, options.bias, options.dtype), gen),
+      linear2_(layer(options.dim_feedforward, options.d_model, options.bias, options.dtype), gen) {}
 
 Tensor FeedForward::forward(const Tensor& x, FeedForwardRecord* record) const {
   check_input("FeedForward", x, options_.d_model, options_.dtype);
@@ -80,21 +77,9 @@ void FeedForward::list_members(MemberList& m) {
 SwiGLUFeedForward::SwiGLUFeedForward(const SwiGLUFeedForwardOptions& options, Generator* gen)
     : ModuleBase("SwiGLUFeedForward"),
       options_(checked(options)),
-      w1_({.in_features = options.d_model,
-           .out_features = options.hidden_dim,
-           .bias = options.bias,
-           .dtype = options.dtype},
-          gen),
-      w2_({.in_features = options.hidden_dim,
-           .out_features = options.d_model,
-           .bias = options.bias,
-           .dtype = options.dtype},
-          gen),
-      w3_({.in_features = options.d_model,
-           .out_features = options.hidden_dim,
-           .bias = options.bias,
-           .dtype = options.dtype},
-          gen) {}
+      w1_(layer(options.d_model, options.hidden_dim, options.bias, options.dtype), gen),
+      w2_(layer(options.hidden_dim, options.d_model, options.bias, options.dtype), gen),
+      w3_(layer(options.d_model, options.hidden_dim, options.bias, options.dtype), gen) {}
 
 Tensor SwiGLUFeedForward::forward(const Tensor& x, SwiGLUFeedForwardRecord* record) const {
   check_input("SwiGLUFeedForward", x, options_.d_model, options_.dtype);
