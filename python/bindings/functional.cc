@@ -9,6 +9,7 @@
 
 #include "bindings.h"
 #include "convert.h"
+#include "options.h"
 #include "qkv/attention.h"
 #include "qkv/linear.h"
 
@@ -87,53 +88,42 @@ SdpaBackend parse_backend(const std::string& backend, const char* function) {
                         backend + "'");
 }
 
-// None or a qkv.Generator. Taken as a handle: pybind11 would first try None
-// as a Generator* without conversion and look for a foreign type through an
-// AttributeError raised and cleared, ~15 % of a small call.
-Generator* optional_generator(py::handle generator, const char* fn) {
-  if (generator.is_none()) return nullptr;
-  if (!py::isinstance<Generator>(generator))
-    throw py::type_error(std::string(fn) +
-                         "(): argument 'generator' must be a qkv.Generator or None, got " +
-                         std::string(py::str(py::type::of(generator).attr("__name__"))));
-  return generator.cast<Generator*>();
-}
-
 // The inputs and options of one SDPA call, converted from Python.
 struct SdpaCall {
   Tensor q, k, v;
   SdpaOptions options;
 };
 
-SdpaCall parse_call(py::handle query, py::handle key, py::handle value, py::handle attn_mask,
-                    py::handle dropout_p, bool is_causal, py::handle scale, bool enable_gqa,
-                    bool need_weights, py::handle causal, py::handle dropout_mask,
-                    bool return_dropout_mask, py::handle generator, py::handle window_left,
-                    py::handle window_right, py::handle alibi_slopes, py::handle softcap,
-                    py::handle backend, const char* fn) {
+// Reads scaled_dot_product_attention's arguments from the tuple that
+// python/qkv/nn/functional.py passes, in the order of its signature.
+SdpaCall parse_call(Options& args, bool need_weights) {
+  const char* fn = args.function();
   SdpaCall call;
-  call.q = to_tensor(query, fn, "query", Accept::kFloat);
-  call.k = to_tensor(key, fn, "key", Accept::kFloat);
-  call.v = to_tensor(value, fn, "value", Accept::kFloat);
   SdpaOptions& options = call.options;
-  options.dropout_p = number_argument(dropout_p, fn, "dropout_p");
-  options.causal = parse_causal(is_causal, causal, fn);
+  call.q = args.tensor("query", Accept::kFloat);
+  call.k = args.tensor("key", Accept::kFloat);
+  call.v = args.tensor("value", Accept::kFloat);
+  const py::handle attn_mask = args.next("attn_mask");
+  options.dropout_p = args.number("dropout_p");
+  const bool is_causal = args.flag("is_causal");
+  options.scale = args.optional_number("scale");
+  options.enable_gqa = args.flag("enable_gqa");
+  options.causal = parse_causal(is_causal, args.next("causal"), fn);
   if (is_causal_bias(attn_mask)) {
     options.causal = causal_from_bias(attn_mask, options.causal, call.q, call.k, fn);
   } else {
     options.attn_mask = to_optional_tensor(attn_mask, fn, "attn_mask", Accept::kFloatOrBool);
   }
-  options.scale = optional_number_argument(scale, fn, "scale");
-  options.enable_gqa = enable_gqa;
+  options.dropout_mask = args.optional_tensor("dropout_mask", Accept::kBool);
+  options.return_dropout_mask = args.flag("return_dropout_mask");
+  options.generator = args.generator("generator");
+  options.window_left = args.optional_integer("window_left").value_or(-1);
+  options.window_right = args.optional_integer("window_right").value_or(-1);
+  options.alibi_slopes = parse_alibi_slopes(args.next("alibi_slopes"), fn);
+  options.softcap = args.optional_number("softcap").value_or(0.0);
+  options.backend = parse_backend(args.string("backend"), fn);
+  args.done();
   options.need_weights = need_weights;
-  options.return_dropout_mask = return_dropout_mask;
-  options.dropout_mask = to_optional_tensor(dropout_mask, fn, "dropout_mask", Accept::kBool);
-  options.generator = optional_generator(generator, fn);
-  options.window_left = optional_integer_argument(window_left, fn, "window_left").value_or(-1);
-  options.window_right = optional_integer_argument(window_right, fn, "window_right").value_or(-1);
-  options.alibi_slopes = parse_alibi_slopes(alibi_slopes, fn);
-  options.softcap = optional_number_argument(softcap, fn, "softcap").value_or(0.0);
-  options.backend = parse_backend(string_argument(backend, fn, "backend"), fn);
   return call;
 }
 
@@ -185,21 +175,13 @@ struct SdpaBackward {
 
 // scaled_dot_product_attention (kWithGrad false) returns (output, weights or
 // None, dropout_mask or None, kernel name); its _with_grad twin returns
-// (output, weights or None, dropout_mask or None, SdpaBackward). The Python
-// layer passes its arguments through unchanged (positionally: pybind11
-// matches keywords by name, which costs microseconds on small shapes), so
-// the defaults (None) are read here.
+// (output, weights or None, dropout_mask or None, SdpaBackward). `args` is
+// the tuple of all the Python function's arguments (see parse_call);
+// `function` names it in errors.
 template <bool kWithGrad>
-py::tuple sdpa_entry(py::handle query, py::handle key, py::handle value, py::handle attn_mask,
-                     py::handle dropout_p, bool is_causal, py::handle scale, bool enable_gqa,
-                     bool need_weights, py::handle causal, py::handle dropout_mask,
-                     bool return_dropout_mask, py::handle generator, py::handle window_left,
-                     py::handle window_right, py::handle alibi_slopes, py::handle softcap,
-                     py::handle backend, const std::string& function) {
-  SdpaCall call =
-      parse_call(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa,
-                 need_weights, causal, dropout_mask, return_dropout_mask, generator, window_left,
-                 window_right, alibi_slopes, softcap, backend, function.c_str());
+py::tuple sdpa_entry(py::handle args, bool need_weights, const std::string& function) {
+  Options options(args, function.c_str());
+  SdpaCall call = parse_call(options, need_weights);
   if constexpr (!kWithGrad) {
     const SdpaResult result = run_forward(call);
     return py::make_tuple(to_python_or_none(result.output), to_python_or_none(result.weights),
@@ -241,20 +223,10 @@ const char* kind_name(ScoreFunction::Kind kind) {
 }  // namespace
 
 void bind_functional(py::module_& m) {
-  // Both entry points take the same arguments.
-  const std::pair<const char*, decltype(&sdpa_entry<false>)> entries[] = {
-      {"scaled_dot_product_attention", &sdpa_entry<false>},
-      {"scaled_dot_product_attention_with_grad", &sdpa_entry<true>}};
-  for (const auto& [name, function] : entries)
-    m.def(name, function, py::arg("query"), py::arg("key"), py::arg("value"),
-          py::arg("attn_mask") = py::none(), py::arg("dropout_p") = 0.0,
-          py::arg("is_causal") = false, py::arg("scale") = py::none(),
-          py::arg("enable_gqa") = false, py::arg("need_weights") = false,
-          py::arg("causal") = py::none(), py::arg("dropout_mask") = py::none(),
-          py::arg("return_dropout_mask") = false, py::arg("generator") = py::none(),
-          py::arg("window_left") = py::none(), py::arg("window_right") = py::none(),
-          py::arg("alibi_slopes") = py::none(), py::arg("softcap") = py::none(),
-          py::arg("backend") = "auto", py::arg("function") = name);
+  m.def("scaled_dot_product_attention", &sdpa_entry<false>, py::arg("args"),
+        py::arg("need_weights"), py::arg("function"));
+  m.def("scaled_dot_product_attention_with_grad", &sdpa_entry<true>, py::arg("args"),
+        py::arg("need_weights"), py::arg("function"));
 
   py::class_<SdpaBackward>(m, "SdpaBackward")
       .def("__call__", &SdpaBackward::operator(), py::arg("grad_output"))
