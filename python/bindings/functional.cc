@@ -9,6 +9,7 @@
 
 #include "bindings.h"
 #include "convert.h"
+#include "module_common.h"
 #include "options.h"
 #include "qkv/attention.h"
 #include "qkv/linear.h"
@@ -237,19 +238,17 @@ void bind_functional(py::module_& m) {
 
   m.def(
       "simple_attention",
-      [](py::handle query, py::handle keys, py::handle values) {
-        const char* fn = "simple_attention";
-        const Tensor q = to_tensor(query, fn, "query", Accept::kFloat);
-        const Tensor k = to_tensor(keys, fn, "keys", Accept::kFloat);
-        const Tensor v = to_tensor(values, fn, "values", Accept::kFloat);
-        AttentionResult r;
-        {
-          py::gil_scoped_release release;
-          r = simple_attention(q, k, v);
-        }
+      [](py::handle args) {
+        Options a(args, "simple_attention");
+        const Tensor q = a.tensor("query", Accept::kFloat);
+        const Tensor k = a.tensor("keys", Accept::kFloat);
+        const Tensor v = a.tensor("values", Accept::kFloat);
+        a.done();
+        const AttentionResult r =
+            without_gil_unless(false, [&] { return simple_attention(q, k, v); });
         return py::make_tuple(to_numpy(r.output), to_numpy(r.weights));
       },
-      py::arg("query"), py::arg("keys"), py::arg("values"));
+      py::arg("args"));
 
   // Parameters are copied in, so later changes to the caller's arrays do not leak in.
   py::class_<ScoreFunction>(m, "ScoreFunction")
@@ -292,51 +291,46 @@ void bind_functional(py::module_& m) {
 
   m.def(
       "attention",
-      [](py::handle q, py::handle k, py::handle v, const ScoreFunction& score, py::handle mask) {
-        const char* fn = "attention";
-        const Tensor qt = to_tensor(q, fn, "q", Accept::kFloat);
-        const Tensor kt = to_tensor(k, fn, "k", Accept::kFloat);
-        const Tensor vt = to_tensor(v, fn, "v", Accept::kFloat);
-        const Tensor mt = to_optional_tensor(mask, fn, "mask", Accept::kFloatOrBool);
-        AttentionResult r;
-        {
-          py::gil_scoped_release release;
-          r = attention(qt, kt, vt, score, mt);
-        }
+      [](py::handle args) {
+        Options a(args, "attention");
+        const Tensor q = a.tensor("q", Accept::kFloat);
+        const Tensor k = a.tensor("k", Accept::kFloat);
+        const Tensor v = a.tensor("v", Accept::kFloat);
+        const py::handle score = a.next("score");
+        if (!py::isinstance<ScoreFunction>(score))
+          throw py::type_error("attention(): argument 'score' must be a qkv.ScoreFunction, got " +
+                               std::string(py::str(py::type::of(score).attr("__name__"))));
+        const Tensor mask = a.optional_tensor("mask", Accept::kFloatOrBool);
+        a.done();
+        const ScoreFunction& s = score.cast<const ScoreFunction&>();
+        const AttentionResult r =
+            without_gil_unless(false, [&] { return attention(q, k, v, s, mask); });
         return py::make_tuple(to_numpy(r.output), to_numpy(r.weights));
       },
-      py::arg("q"), py::arg("k"), py::arg("v"), py::arg("score"), py::arg("mask") = py::none());
+      py::arg("args"));
 
   m.def(
       "linear",
-      [](py::handle input, py::handle weight, py::handle bias) {
-        const char* fn = "linear";
-        const Tensor x = to_tensor(input, fn, "input", Accept::kFloat);
-        const Tensor w = to_tensor(weight, fn, "weight", Accept::kFloat);
-        const Tensor b = to_optional_tensor(bias, fn, "bias", Accept::kFloat);
-        Tensor y;
-        {
-          py::gil_scoped_release release;
-          y = linear(x, w, b);
-        }
-        return to_numpy(y);
+      [](py::handle args) {
+        Options a(args, "linear");
+        const Tensor x = a.tensor("input", Accept::kFloat);
+        const Tensor w = a.tensor("weight", Accept::kFloat);
+        const Tensor b = a.optional_tensor("bias", Accept::kFloat);
+        a.done();
+        return to_numpy(without_gil_unless(false, [&] { return linear(x, w, b); }));
       },
-      py::arg("input"), py::arg("weight"), py::arg("bias") = py::none());
+      py::arg("args"));
 
   m.def(
       "matmul",
-      [](py::handle input, py::handle other) {
-        const char* fn = "matmul";
-        const Tensor a = to_tensor(input, fn, "input", Accept::kFloat);
-        const Tensor b = to_tensor(other, fn, "other", Accept::kFloat);
-        Tensor y;
-        {
-          py::gil_scoped_release release;
-          y = matmul(a, b);
-        }
-        return to_numpy(y);
+      [](py::handle args) {
+        Options a(args, "matmul");
+        const Tensor x = a.tensor("input", Accept::kFloat);
+        const Tensor y = a.tensor("other", Accept::kFloat);
+        a.done();
+        return to_numpy(without_gil_unless(false, [&] { return matmul(x, y); }));
       },
-      py::arg("input"), py::arg("other"));
+      py::arg("args"));
 }
 
 }  // namespace qkv::python

@@ -217,4 +217,4 @@ def linear(input, weight, bias=None):
 
     input: [..., in]  weight: [out, in]  bias: [out] or None  ->  [..., out]
     """
-    return _core.linear(input, weight, bias)
+    return _core.linear((input, weight, bias))
