@@ -13,7 +13,9 @@
 
 #include "bindings.h"
 #include "convert.h"
+#include "module_calls.h"
 #include "module_common.h"
+#include "options.h"
 #include "qkv/nn/multihead_attention.h"
 #include "qkv/nn/transformer.h"
 
@@ -66,10 +68,6 @@ void def_grads(PyClass& cls) {
       .def("_parameter_list", [](Module& self) { return ModuleParameters{self.parameters()}; });
 }
 
-Tensor mask_arg(py::handle obj, const char* function, const char* name) {
-  return to_optional_tensor(obj, function, name, Accept::kFloatOrBool);
-}
-
 // Dropout draws from a generator shared with Python only in training mode with p > 0.
 template <class Module>
 bool draws_random(Module& m, double p) {
@@ -89,29 +87,18 @@ void bind_mha(py::module_& m) {
   auto cls = py::reinterpret_borrow<py::class_<MultiheadAttention>>(m.attr("MultiheadAttention"));
   cls.def(
       "forward_with_grad",
-      [](py::object self, py::handle query, py::handle key, py::handle value,
-         py::handle key_padding_mask, bool need_weights, py::handle attn_mask,
-         bool average_attn_weights, bool is_causal) {
+      [](py::object self, py::handle args) {
         MultiheadAttention& mha = self.cast<MultiheadAttention&>();
-        const Tensor q = to_tensor(query, kForward, "query", Accept::kFloat);
-        const Tensor k = to_tensor(key, kForward, "key", Accept::kFloat);
-        const Tensor v = to_tensor(value, kForward, "value", Accept::kFloat);
-        const nn::MultiheadAttentionForward args{
-            .key_padding_mask = mask_arg(key_padding_mask, kForward, "key_padding_mask"),
-            .need_weights = need_weights,
-            .attn_mask = mask_arg(attn_mask, kForward, "attn_mask"),
-            .average_attn_weights = average_attn_weights,
-            .is_causal = is_causal};
+        Options a(args, kForward);
+        const MultiheadAttentionCall c = read_mha_call(a);
         MhaBackward backward{self, &mha, {}, "MultiheadAttention.backward"};
-        const nn::MultiheadAttentionOutput out =
-            without_gil_unless(draws_random(mha, mha.options().dropout),
-                               [&] { return mha.forward(q, k, v, args, &backward.record); });
+        const nn::MultiheadAttentionOutput out = without_gil_unless(
+            draws_random(mha, mha.options().dropout),
+            [&] { return mha.forward(c.query, c.key, c.value, c.args, &backward.record); });
         return py::make_tuple(to_numpy(out.output), to_numpy_or_none(out.weights),
                               std::move(backward));
       },
-      py::arg("query"), py::arg("key"), py::arg("value"), py::arg("key_padding_mask") = py::none(),
-      py::arg("need_weights") = false, py::arg("attn_mask") = py::none(),
-      py::arg("average_attn_weights") = true, py::arg("is_causal") = false);
+      py::arg("args"));
   def_grads<MultiheadAttention>(cls);
 }
 
@@ -128,23 +115,17 @@ void bind_encoder_layer(py::module_& m) {
       m.attr("TransformerEncoderLayer"));
   cls.def(
       "forward_with_grad",
-      [](py::object self, py::handle src, py::handle src_mask, py::handle src_key_padding_mask,
-         bool is_causal) {
+      [](py::object self, py::handle args) {
         TransformerEncoderLayer& layer = self.cast<TransformerEncoderLayer&>();
-        const Tensor x = to_tensor(src, kForward, "src", Accept::kFloat);
-        const nn::TransformerEncoderLayerForward args{
-            .src_mask = mask_arg(src_mask, kForward, "src_mask"),
-            .src_key_padding_mask =
-                mask_arg(src_key_padding_mask, kForward, "src_key_padding_mask"),
-            .is_causal = is_causal};
+        Options a(args, kForward);
+        const EncoderLayerCall c = read_encoder_layer_call(a);
         EncoderLayerBackward backward{self, &layer, {}, "TransformerEncoderLayer.backward"};
         const Tensor out = without_gil_unless(draws_random(layer, layer.options().dropout), [&] {
-          return layer.forward(x, args, &backward.record);
+          return layer.forward(c.src, c.args, &backward.record);
         });
         return py::make_tuple(to_numpy(out), std::move(backward));
       },
-      py::arg("src"), py::arg("src_mask") = py::none(),
-      py::arg("src_key_padding_mask") = py::none(), py::arg("is_causal") = false);
+      py::arg("args"));
   def_grads<TransformerEncoderLayer>(cls);
 }
 
@@ -162,31 +143,17 @@ void bind_decoder_layer(py::module_& m) {
       m.attr("TransformerDecoderLayer"));
   cls.def(
       "forward_with_grad",
-      [](py::object self, py::handle tgt, py::handle memory, py::handle tgt_mask,
-         py::handle memory_mask, py::handle tgt_key_padding_mask,
-         py::handle memory_key_padding_mask, bool tgt_is_causal, bool memory_is_causal) {
+      [](py::object self, py::handle args) {
         TransformerDecoderLayer& layer = self.cast<TransformerDecoderLayer&>();
-        const Tensor x = to_tensor(tgt, kForward, "tgt", Accept::kFloat);
-        const Tensor mem = to_tensor(memory, kForward, "memory", Accept::kFloat);
-        const nn::TransformerDecoderLayerForward args{
-            .tgt_mask = mask_arg(tgt_mask, kForward, "tgt_mask"),
-            .memory_mask = mask_arg(memory_mask, kForward, "memory_mask"),
-            .tgt_key_padding_mask =
-                mask_arg(tgt_key_padding_mask, kForward, "tgt_key_padding_mask"),
-            .memory_key_padding_mask =
-                mask_arg(memory_key_padding_mask, kForward, "memory_key_padding_mask"),
-            .tgt_is_causal = tgt_is_causal,
-            .memory_is_causal = memory_is_causal};
+        Options a(args, kForward);
+        const DecoderLayerCall c = read_decoder_call<nn::TransformerDecoderLayerForward>(a);
         DecoderLayerBackward backward{self, &layer, {}, "TransformerDecoderLayer.backward"};
         const Tensor out = without_gil_unless(draws_random(layer, layer.options().dropout), [&] {
-          return layer.forward(x, mem, args, &backward.record);
+          return layer.forward(c.tgt, c.memory, c.args, &backward.record);
         });
         return py::make_tuple(to_numpy(out), std::move(backward));
       },
-      py::arg("tgt"), py::arg("memory"), py::arg("tgt_mask") = py::none(),
-      py::arg("memory_mask") = py::none(), py::arg("tgt_key_padding_mask") = py::none(),
-      py::arg("memory_key_padding_mask") = py::none(), py::arg("tgt_is_causal") = false,
-      py::arg("memory_is_causal") = false);
+      py::arg("args"));
   def_grads<TransformerDecoderLayer>(cls);
 }
 
@@ -202,23 +169,17 @@ void bind_encoder(py::module_& m) {
   auto cls = py::reinterpret_borrow<py::class_<TransformerEncoder>>(m.attr("TransformerEncoder"));
   cls.def(
       "forward_with_grad",
-      [](py::object self, py::handle src, py::handle mask, py::handle src_key_padding_mask,
-         std::optional<bool> is_causal) {
+      [](py::object self, py::handle args) {
         TransformerEncoder& enc = self.cast<TransformerEncoder&>();
-        const Tensor x = to_tensor(src, kForward, "src", Accept::kFloat);
-        const nn::TransformerEncoderForward args{
-            .mask = mask_arg(mask, kForward, "mask"),
-            .src_key_padding_mask =
-                mask_arg(src_key_padding_mask, kForward, "src_key_padding_mask"),
-            .is_causal = is_causal};
+        Options a(args, kForward);
+        const EncoderCall c = read_encoder_call(a);
         EncoderBackward backward{self, &enc, {}, "TransformerEncoder.backward"};
         const Tensor out =
             without_gil_unless(draws_random(enc, enc.layers().front().options().dropout),
-                               [&] { return enc.forward(x, args, &backward.record); });
+                               [&] { return enc.forward(c.src, c.args, &backward.record); });
         return py::make_tuple(to_numpy(out), std::move(backward));
       },
-      py::arg("src"), py::arg("mask") = py::none(), py::arg("src_key_padding_mask") = py::none(),
-      py::arg("is_causal") = py::none());
+      py::arg("args"));
   def_grads<TransformerEncoder>(cls);
 }
 

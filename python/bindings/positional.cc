@@ -7,6 +7,7 @@
 #include "bindings.h"
 #include "convert.h"
 #include "module_common.h"
+#include "options.h"
 #include "qkv/nn/positional_encoding.h"
 
 namespace qkv::python {
@@ -33,6 +34,19 @@ py::array_t<double> doubles(const std::vector<double>& values) {
   py::array_t<double> out(static_cast<py::ssize_t>(values.size()));
   std::copy(values.begin(), values.end(), out.mutable_data());
   return out;
+}
+
+// The options of both absolute encodings, in the order of the Python
+// classes' signatures: (d_model, max_len, dropout, batch_first, dtype).
+template <class EncodingOptions>
+EncodingOptions absolute_options(Options& a) {
+  EncodingOptions o;
+  o.d_model = a.integer("d_model");
+  o.max_len = a.integer("max_len");
+  o.dropout = a.number("dropout");
+  o.batch_first = a.flag("batch_first");
+  o.dtype = a.dtype("dtype");
+  return o;
 }
 
 // forward(x, offset) and the train/eval/state_dict methods of the two
@@ -69,47 +83,43 @@ void bind_absolute(py::module_& m) {
       py::arg("length"), py::arg("d_model"), py::arg("offset") = 0, py::arg("dtype") = py::none());
 
   py::class_<SinusoidalPositionalEncoding> sin(m, "SinusoidalPositionalEncoding");
-  sin.def(py::init([](int64_t d_model, int64_t max_len, double dropout, bool batch_first,
-                      py::handle dtype) {
-            return SinusoidalPositionalEncoding(
-                {.d_model = d_model,
-                 .max_len = max_len,
-                 .dropout = dropout,
-                 .batch_first = batch_first,
-                 .dtype = parse_float_dtype(dtype, "SinusoidalPositionalEncoding", "dtype")});
+  sin.def(py::init([](py::handle args) {
+            Options a(args, "SinusoidalPositionalEncoding");
+            const auto o = absolute_options<nn::SinusoidalPositionalEncodingOptions>(a);
+            a.done();
+            return SinusoidalPositionalEncoding(o);
           }),
-          py::arg("d_model"), py::arg("max_len") = 5000, py::arg("dropout") = 0.0,
-          py::arg("batch_first") = false, py::arg("dtype") = py::none())
+          py::arg("args"))
       .def_property_readonly("table", [](const SinusoidalPositionalEncoding& s) {
         return to_numpy(s.table().clone());
       });
   def_absolute_encoding<SinusoidalPositionalEncoding>(sin, "SinusoidalPositionalEncoding");
 
   py::class_<LearnedPositionalEncoding> learned(m, "LearnedPositionalEncoding");
-  learned.def(py::init([](int64_t d_model, int64_t max_len, double dropout, bool batch_first,
-                          py::handle dtype, Generator* generator) {
-                return LearnedPositionalEncoding(
-                    {.max_len = max_len,
-                     .d_model = d_model,
-                     .dropout = dropout,
-                     .batch_first = batch_first,
-                     .dtype = parse_float_dtype(dtype, "LearnedPositionalEncoding", "dtype")},
-                    generator);
+  learned.def(py::init([](py::handle args) {
+                Options a(args, "LearnedPositionalEncoding");
+                const auto o = absolute_options<nn::LearnedPositionalEncodingOptions>(a);
+                Generator* generator = a.generator("generator");
+                a.done();
+                return LearnedPositionalEncoding(o, generator);
               }),
-              py::arg("d_model"), py::arg("max_len") = 512, py::arg("dropout") = 0.0,
-              py::arg("batch_first") = false, py::arg("dtype") = py::none(),
-              py::arg("generator") = py::none());
+              py::arg("args"));
   def_absolute_encoding<LearnedPositionalEncoding>(learned, "LearnedPositionalEncoding");
 }
 
 void bind_rotary(py::module_& m) {
   constexpr const char* kForward = "RotaryEmbedding.forward";
   py::class_<RotaryEmbedding>(m, "RotaryEmbedding")
-      .def(py::init([](int64_t head_dim, double base, const std::string& style) {
-             return RotaryEmbedding(
-                 {.head_dim = head_dim, .base = base, .style = parse_style(style)});
+      .def(py::init([](py::handle args) {
+             Options a(args, "RotaryEmbedding");
+             nn::RotaryEmbeddingOptions o;
+             o.head_dim = a.integer("head_dim");
+             o.base = a.number("base");
+             o.style = parse_style(a.string("style"));
+             a.done();
+             return RotaryEmbedding(o);
            }),
-           py::arg("head_dim"), py::arg("base") = 10000.0, py::arg("style") = "half_split")
+           py::arg("args"))
       .def(
           "forward",
           [](const RotaryEmbedding& self, py::handle input, int64_t offset) {
@@ -145,12 +155,16 @@ void bind_score_biases(py::module_& m) {
       py::arg("num_heads"));
 
   py::class_<Alibi>(m, "Alibi")
-      .def(py::init([](int64_t num_heads, bool causal, py::handle dtype) {
-             return Alibi({.num_heads = num_heads,
-                           .causal = causal,
-                           .dtype = parse_float_dtype(dtype, "Alibi", "dtype")});
+      .def(py::init([](py::handle args) {
+             Options a(args, "Alibi");
+             nn::AlibiOptions o;
+             o.num_heads = a.integer("num_heads");
+             o.causal = a.flag("causal");
+             o.dtype = a.dtype("dtype");
+             a.done();
+             return Alibi(o);
            }),
-           py::arg("num_heads"), py::arg("causal") = true, py::arg("dtype") = py::none())
+           py::arg("args"))
       .def(
           "forward",
           [](const Alibi& self, int64_t L, int64_t S) { return to_numpy(self.forward(L, S)); },
@@ -176,19 +190,19 @@ void bind_score_biases(py::module_& m) {
       py::arg("max_distance") = 128);
 
   py::class_<RelativePositionBias> bias(m, "RelativePositionBias");
-  bias.def(py::init([](int64_t num_heads, int64_t num_buckets, int64_t max_distance,
-                       bool bidirectional, py::handle dtype, Generator* generator) {
-             return RelativePositionBias(
-                 {.num_heads = num_heads,
-                  .num_buckets = num_buckets,
-                  .max_distance = max_distance,
-                  .bidirectional = bidirectional,
-                  .dtype = parse_float_dtype(dtype, "RelativePositionBias", "dtype")},
-                 generator);
+  bias.def(py::init([](py::handle args) {
+             Options a(args, "RelativePositionBias");
+             nn::RelativePositionBiasOptions o;
+             o.num_heads = a.integer("num_heads");
+             o.num_buckets = a.integer("num_buckets");
+             o.max_distance = a.integer("max_distance");
+             o.bidirectional = a.flag("bidirectional");
+             o.dtype = a.dtype("dtype");
+             Generator* generator = a.generator("generator");
+             a.done();
+             return RelativePositionBias(o, generator);
            }),
-           py::arg("num_heads"), py::arg("num_buckets") = 32, py::arg("max_distance") = 128,
-           py::arg("bidirectional") = true, py::arg("dtype") = py::none(),
-           py::arg("generator") = py::none())
+           py::arg("args"))
       .def(
           "forward",
           [](const RelativePositionBias& self, int64_t L, int64_t S) {

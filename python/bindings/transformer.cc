@@ -8,7 +8,9 @@
 
 #include "bindings.h"
 #include "convert.h"
+#include "module_calls.h"
 #include "module_common.h"
+#include "options.h"
 
 namespace qkv::python {
 
@@ -23,29 +25,34 @@ using nn::TransformerEncoder;
 using nn::TransformerEncoderLayer;
 using nn::TransformerLayerOptions;
 
-Tensor mask_arg(py::handle obj, const char* function, const char* name) {
-  return to_optional_tensor(obj, function, name, Accept::kFloatOrBool);
+// The layer options in the order of the Python classes' signatures: d_model,
+// nhead, dim_feedforward, dropout, activation, layer_norm_eps, batch_first,
+// norm_first, bias, dtype. (Transformer reads its layer counts in between.)
+TransformerLayerOptions layer_options(Options& a) {
+  TransformerLayerOptions o;
+  o.d_model = a.integer("d_model");
+  o.nhead = a.integer("nhead");
+  o.dim_feedforward = a.integer("dim_feedforward");
+  o.dropout = a.number("dropout");
+  o.activation = activation_from_string(a.string("activation"));
+  o.layer_norm_eps = a.number("layer_norm_eps");
+  o.batch_first = a.flag("batch_first");
+  o.norm_first = a.flag("norm_first");
+  o.bias = a.flag("bias");
+  o.dtype = a.dtype("dtype");
+  return o;
 }
 
-Tensor sequence_arg(py::handle obj, const char* function, const char* name) {
-  return to_tensor(obj, function, name, Accept::kFloat);
-}
-
-TransformerLayerOptions layer_options(const char* module, int64_t d_model, int64_t nhead,
-                                      int64_t dim_feedforward, double dropout,
-                                      const std::string& activation, double layer_norm_eps,
-                                      bool batch_first, bool norm_first, bool bias,
-                                      py::handle dtype) {
-  return {.d_model = d_model,
-          .nhead = nhead,
-          .dim_feedforward = dim_feedforward,
-          .dropout = dropout,
-          .activation = activation_from_string(activation),
-          .layer_norm_eps = layer_norm_eps,
-          .batch_first = batch_first,
-          .norm_first = norm_first,
-          .bias = bias,
-          .dtype = parse_float_dtype(dtype, module, "dtype")};
+// Layer((layer options..., generator)).
+template <class Layer>
+auto layer_init(const char* module) {
+  return [module](py::handle args) {
+    Options a(args, module);
+    const TransformerLayerOptions o = layer_options(a);
+    Generator* generator = a.generator("generator");
+    a.done();
+    return Layer(o, generator);
+  };
 }
 
 // Read-only views of the constructor arguments, shared by both layer kinds.
@@ -77,34 +84,16 @@ bool draws_random(bool training, const TransformerLayerOptions& o) {
 void bind_encoder_layer(py::module_& m) {
   constexpr const char* kForward = "TransformerEncoderLayer.forward";
   py::class_<TransformerEncoderLayer> cls(m, "TransformerEncoderLayer");
-  cls.def(py::init([](int64_t d_model, int64_t nhead, int64_t dim_feedforward, double dropout,
-                      const std::string& activation, double layer_norm_eps, bool batch_first,
-                      bool norm_first, bool bias, py::handle dtype, Generator* generator) {
-            return TransformerEncoderLayer(
-                layer_options("TransformerEncoderLayer", d_model, nhead, dim_feedforward, dropout,
-                              activation, layer_norm_eps, batch_first, norm_first, bias, dtype),
-                generator);
-          }),
-          py::arg("d_model"), py::arg("nhead"), py::arg("dim_feedforward") = 2048,
-          py::arg("dropout") = 0.1, py::arg("activation") = "relu",
-          py::arg("layer_norm_eps") = 1e-5, py::arg("batch_first") = false,
-          py::arg("norm_first") = false, py::arg("bias") = true, py::arg("dtype") = py::none(),
-          py::arg("generator") = py::none())
+  cls.def(py::init(layer_init<TransformerEncoderLayer>("TransformerEncoderLayer")), py::arg("args"))
       .def(
           "forward",
-          [](TransformerEncoderLayer& self, py::handle src, py::handle src_mask,
-             py::handle src_key_padding_mask, bool is_causal) {
-            const Tensor x = sequence_arg(src, kForward, "src");
-            const nn::TransformerEncoderLayerForward args{
-                .src_mask = mask_arg(src_mask, kForward, "src_mask"),
-                .src_key_padding_mask =
-                    mask_arg(src_key_padding_mask, kForward, "src_key_padding_mask"),
-                .is_causal = is_causal};
+          [](TransformerEncoderLayer& self, py::handle args) {
+            Options a(args, kForward);
+            const EncoderLayerCall c = read_encoder_layer_call(a);
             return to_numpy(without_gil_unless(draws_random(self.is_training(), self.options()),
-                                               [&] { return self.forward(x, args); }));
+                                               [&] { return self.forward(c.src, c.args); }));
           },
-          py::arg("src"), py::arg("src_mask") = py::none(),
-          py::arg("src_key_padding_mask") = py::none(), py::arg("is_causal") = false)
+          py::arg("args"))
       .def_property_readonly("self_attn", [](TransformerEncoderLayer& s) -> MultiheadAttention& {
         return s.self_attn();
       });
@@ -116,42 +105,17 @@ void bind_encoder_layer(py::module_& m) {
 void bind_decoder_layer(py::module_& m) {
   constexpr const char* kForward = "TransformerDecoderLayer.forward";
   py::class_<TransformerDecoderLayer> cls(m, "TransformerDecoderLayer");
-  cls.def(py::init([](int64_t d_model, int64_t nhead, int64_t dim_feedforward, double dropout,
-                      const std::string& activation, double layer_norm_eps, bool batch_first,
-                      bool norm_first, bool bias, py::handle dtype, Generator* generator) {
-            return TransformerDecoderLayer(
-                layer_options("TransformerDecoderLayer", d_model, nhead, dim_feedforward, dropout,
-                              activation, layer_norm_eps, batch_first, norm_first, bias, dtype),
-                generator);
-          }),
-          py::arg("d_model"), py::arg("nhead"), py::arg("dim_feedforward") = 2048,
-          py::arg("dropout") = 0.1, py::arg("activation") = "relu",
-          py::arg("layer_norm_eps") = 1e-5, py::arg("batch_first") = false,
-          py::arg("norm_first") = false, py::arg("bias") = true, py::arg("dtype") = py::none(),
-          py::arg("generator") = py::none())
+  cls.def(py::init(layer_init<TransformerDecoderLayer>("TransformerDecoderLayer")), py::arg("args"))
       .def(
           "forward",
-          [](TransformerDecoderLayer& self, py::handle tgt, py::handle memory, py::handle tgt_mask,
-             py::handle memory_mask, py::handle tgt_key_padding_mask,
-             py::handle memory_key_padding_mask, bool tgt_is_causal, bool memory_is_causal) {
-            const Tensor x = sequence_arg(tgt, kForward, "tgt");
-            const Tensor mem = sequence_arg(memory, kForward, "memory");
-            const nn::TransformerDecoderLayerForward args{
-                .tgt_mask = mask_arg(tgt_mask, kForward, "tgt_mask"),
-                .memory_mask = mask_arg(memory_mask, kForward, "memory_mask"),
-                .tgt_key_padding_mask =
-                    mask_arg(tgt_key_padding_mask, kForward, "tgt_key_padding_mask"),
-                .memory_key_padding_mask =
-                    mask_arg(memory_key_padding_mask, kForward, "memory_key_padding_mask"),
-                .tgt_is_causal = tgt_is_causal,
-                .memory_is_causal = memory_is_causal};
-            return to_numpy(without_gil_unless(draws_random(self.is_training(), self.options()),
-                                               [&] { return self.forward(x, mem, args); }));
+          [](TransformerDecoderLayer& self, py::handle args) {
+            Options a(args, kForward);
+            const DecoderLayerCall c = read_decoder_call<nn::TransformerDecoderLayerForward>(a);
+            return to_numpy(
+                without_gil_unless(draws_random(self.is_training(), self.options()),
+                                   [&] { return self.forward(c.tgt, c.memory, c.args); }));
           },
-          py::arg("tgt"), py::arg("memory"), py::arg("tgt_mask") = py::none(),
-          py::arg("memory_mask") = py::none(), py::arg("tgt_key_padding_mask") = py::none(),
-          py::arg("memory_key_padding_mask") = py::none(), py::arg("tgt_is_causal") = false,
-          py::arg("memory_is_causal") = false)
+          py::arg("args"))
       .def_property_readonly(
           "self_attn",
           [](TransformerDecoderLayer& s) -> MultiheadAttention& { return s.self_attn(); })
@@ -194,19 +158,14 @@ void bind_encoder(py::module_& m) {
           py::arg("encoder_layer"), py::arg("num_layers"), py::arg("norm") = py::none())
       .def(
           "forward",
-          [](TransformerEncoder& self, py::handle src, py::handle mask,
-             py::handle src_key_padding_mask, std::optional<bool> is_causal) {
-            const Tensor x = sequence_arg(src, kForward, "src");
-            const nn::TransformerEncoderForward args{
-                .mask = mask_arg(mask, kForward, "mask"),
-                .src_key_padding_mask =
-                    mask_arg(src_key_padding_mask, kForward, "src_key_padding_mask"),
-                .is_causal = is_causal};
+          [](TransformerEncoder& self, py::handle args) {
+            Options a(args, kForward);
+            const EncoderCall c = read_encoder_call(a);
             const bool random = draws_random(self.is_training(), self.layers().front().options());
-            return to_numpy(without_gil_unless(random, [&] { return self.forward(x, args); }));
+            return to_numpy(
+                without_gil_unless(random, [&] { return self.forward(c.src, c.args); }));
           },
-          py::arg("src"), py::arg("mask") = py::none(),
-          py::arg("src_key_padding_mask") = py::none(), py::arg("is_causal") = py::none());
+          py::arg("args"));
   def_stack_parts<TransformerEncoder>(cls, "TransformerEncoder");
   def_train_eval<TransformerEncoder>(cls);
   def_state_dict<TransformerEncoder>(cls, "TransformerEncoder.load_state_dict");
@@ -223,28 +182,14 @@ void bind_decoder(py::module_& m) {
           py::arg("decoder_layer"), py::arg("num_layers"), py::arg("norm") = py::none())
       .def(
           "forward",
-          [](TransformerDecoder& self, py::handle tgt, py::handle memory, py::handle tgt_mask,
-             py::handle memory_mask, py::handle tgt_key_padding_mask,
-             py::handle memory_key_padding_mask, std::optional<bool> tgt_is_causal,
-             bool memory_is_causal) {
-            const Tensor x = sequence_arg(tgt, kForward, "tgt");
-            const Tensor mem = sequence_arg(memory, kForward, "memory");
-            const nn::TransformerDecoderForward args{
-                .tgt_mask = mask_arg(tgt_mask, kForward, "tgt_mask"),
-                .memory_mask = mask_arg(memory_mask, kForward, "memory_mask"),
-                .tgt_key_padding_mask =
-                    mask_arg(tgt_key_padding_mask, kForward, "tgt_key_padding_mask"),
-                .memory_key_padding_mask =
-                    mask_arg(memory_key_padding_mask, kForward, "memory_key_padding_mask"),
-                .tgt_is_causal = tgt_is_causal,
-                .memory_is_causal = memory_is_causal};
+          [](TransformerDecoder& self, py::handle args) {
+            Options a(args, kForward);
+            const DecoderStackCall c = read_decoder_call<nn::TransformerDecoderForward>(a);
             const bool random = draws_random(self.is_training(), self.layers().front().options());
-            return to_numpy(without_gil_unless(random, [&] { return self.forward(x, mem, args); }));
+            return to_numpy(
+                without_gil_unless(random, [&] { return self.forward(c.tgt, c.memory, c.args); }));
           },
-          py::arg("tgt"), py::arg("memory"), py::arg("tgt_mask") = py::none(),
-          py::arg("memory_mask") = py::none(), py::arg("tgt_key_padding_mask") = py::none(),
-          py::arg("memory_key_padding_mask") = py::none(), py::arg("tgt_is_causal") = py::none(),
-          py::arg("memory_is_causal") = false);
+          py::arg("args"));
   def_stack_parts<TransformerDecoder>(cls, "TransformerDecoder");
   def_train_eval<TransformerDecoder>(cls);
   def_state_dict<TransformerDecoder>(cls, "TransformerDecoder.load_state_dict");
@@ -253,61 +198,50 @@ void bind_decoder(py::module_& m) {
 void bind_transformer_model(py::module_& m) {
   constexpr const char* kForward = "Transformer.forward";
   py::class_<Transformer> cls(m, "Transformer");
-  cls.def(py::init([](int64_t d_model, int64_t nhead, int64_t num_encoder_layers,
-                      int64_t num_decoder_layers, int64_t dim_feedforward, double dropout,
-                      const std::string& activation, double layer_norm_eps, bool batch_first,
-                      bool norm_first, bool bias, py::handle dtype, Generator* generator) {
-            return Transformer({.d_model = d_model,
-                                .nhead = nhead,
-                                .num_encoder_layers = num_encoder_layers,
-                                .num_decoder_layers = num_decoder_layers,
-                                .dim_feedforward = dim_feedforward,
-                                .dropout = dropout,
-                                .activation = activation_from_string(activation),
-                                .layer_norm_eps = layer_norm_eps,
-                                .batch_first = batch_first,
-                                .norm_first = norm_first,
-                                .bias = bias,
-                                .dtype = parse_float_dtype(dtype, "Transformer", "dtype")},
-                               generator);
+  cls.def(py::init([](py::handle args) {
+            Options a(args, "Transformer");
+            nn::TransformerOptions o;
+            o.d_model = a.integer("d_model");
+            o.nhead = a.integer("nhead");
+            o.num_encoder_layers = a.integer("num_encoder_layers");
+            o.num_decoder_layers = a.integer("num_decoder_layers");
+            o.dim_feedforward = a.integer("dim_feedforward");
+            o.dropout = a.number("dropout");
+            o.activation = activation_from_string(a.string("activation"));
+            o.layer_norm_eps = a.number("layer_norm_eps");
+            o.batch_first = a.flag("batch_first");
+            o.norm_first = a.flag("norm_first");
+            o.bias = a.flag("bias");
+            o.dtype = a.dtype("dtype");
+            Generator* generator = a.generator("generator");
+            a.done();
+            return Transformer(o, generator);
           }),
-          py::arg("d_model") = 512, py::arg("nhead") = 8, py::arg("num_encoder_layers") = 6,
-          py::arg("num_decoder_layers") = 6, py::arg("dim_feedforward") = 2048,
-          py::arg("dropout") = 0.1, py::arg("activation") = "relu",
-          py::arg("layer_norm_eps") = 1e-5, py::arg("batch_first") = false,
-          py::arg("norm_first") = false, py::arg("bias") = true, py::arg("dtype") = py::none(),
-          py::arg("generator") = py::none())
+          py::arg("args"))
+      // (src, tgt, src_mask, tgt_mask, memory_mask, src_key_padding_mask,
+      //  tgt_key_padding_mask, memory_key_padding_mask, src_is_causal,
+      //  tgt_is_causal, memory_is_causal)
       .def(
           "forward",
-          [](Transformer& self, py::handle src, py::handle tgt, py::handle src_mask,
-             py::handle tgt_mask, py::handle memory_mask, py::handle src_key_padding_mask,
-             py::handle tgt_key_padding_mask, py::handle memory_key_padding_mask,
-             std::optional<bool> src_is_causal, std::optional<bool> tgt_is_causal,
-             bool memory_is_causal) {
-            const Tensor s = sequence_arg(src, kForward, "src");
-            const Tensor t = sequence_arg(tgt, kForward, "tgt");
-            const nn::TransformerForward args{
-                .src_mask = mask_arg(src_mask, kForward, "src_mask"),
-                .tgt_mask = mask_arg(tgt_mask, kForward, "tgt_mask"),
-                .memory_mask = mask_arg(memory_mask, kForward, "memory_mask"),
-                .src_key_padding_mask =
-                    mask_arg(src_key_padding_mask, kForward, "src_key_padding_mask"),
-                .tgt_key_padding_mask =
-                    mask_arg(tgt_key_padding_mask, kForward, "tgt_key_padding_mask"),
-                .memory_key_padding_mask =
-                    mask_arg(memory_key_padding_mask, kForward, "memory_key_padding_mask"),
-                .src_is_causal = src_is_causal,
-                .tgt_is_causal = tgt_is_causal,
-                .memory_is_causal = memory_is_causal};
+          [](Transformer& self, py::handle args) {
+            Options a(args, kForward);
+            const Tensor s = sequence_field(a, "src");
+            const Tensor t = sequence_field(a, "tgt");
+            nn::TransformerForward f;
+            f.src_mask = mask_field(a, "src_mask");
+            f.tgt_mask = mask_field(a, "tgt_mask");
+            f.memory_mask = mask_field(a, "memory_mask");
+            f.src_key_padding_mask = mask_field(a, "src_key_padding_mask");
+            f.tgt_key_padding_mask = mask_field(a, "tgt_key_padding_mask");
+            f.memory_key_padding_mask = mask_field(a, "memory_key_padding_mask");
+            f.src_is_causal = a.optional_flag("src_is_causal");
+            f.tgt_is_causal = a.optional_flag("tgt_is_causal");
+            f.memory_is_causal = a.flag("memory_is_causal");
+            a.done();
             const bool random = self.is_training() && self.options().dropout > 0.0;
-            return to_numpy(without_gil_unless(random, [&] { return self.forward(s, t, args); }));
+            return to_numpy(without_gil_unless(random, [&] { return self.forward(s, t, f); }));
           },
-          py::arg("src"), py::arg("tgt"), py::arg("src_mask") = py::none(),
-          py::arg("tgt_mask") = py::none(), py::arg("memory_mask") = py::none(),
-          py::arg("src_key_padding_mask") = py::none(),
-          py::arg("tgt_key_padding_mask") = py::none(),
-          py::arg("memory_key_padding_mask") = py::none(), py::arg("src_is_causal") = py::none(),
-          py::arg("tgt_is_causal") = py::none(), py::arg("memory_is_causal") = false)
+          py::arg("args"))
       .def_static(
           "generate_square_subsequent_mask",
           [](int64_t sz, py::handle dtype) {
