@@ -19,12 +19,11 @@ namespace {
 
 using qkv::nn::MultiheadAttention;
 
-constexpr const char* kForward = "MultiheadAttention.forward";
-
 }  // namespace
 
 void bind_multihead_attention(py::module_& m) {
-  py::class_<MultiheadAttention>(m, "MultiheadAttention")
+  py::class_<MultiheadAttention> cls(m, "MultiheadAttention");
+  cls
       // (embed_dim, num_heads, dropout, bias, add_bias_kv, add_zero_attn, kdim,
       //  vdim, batch_first, dtype, generator), as the Python class's signature.
       .def(py::init([](py::handle args) {
@@ -52,18 +51,6 @@ void bind_multihead_attention(py::module_& m) {
              return MultiheadAttention(o, generator);
            }),
            py::arg("args"))
-      .def(
-          "forward",
-          [](MultiheadAttention& self, py::handle args) {
-            Options a(args, kForward);
-            const MultiheadAttentionCall c = read_mha_call(a);
-            // Dropout may draw from the shared default generator: keep the GIL then.
-            const bool random = self.is_training() && self.options().dropout > 0.0;
-            const nn::MultiheadAttentionOutput out = without_gil_unless(
-                random, [&] { return self.forward(c.query, c.key, c.value, c.args); });
-            return py::make_tuple(to_numpy(out.output), to_numpy_or_none(out.weights));
-          },
-          py::arg("args"))
       .def("train", &MultiheadAttention::train, py::arg("mode") = true)
       .def("eval", &MultiheadAttention::eval)
       .def_property_readonly("training", &MultiheadAttention::is_training)
@@ -99,6 +86,7 @@ void bind_multihead_attention(py::module_& m) {
           "dtype",
           [](const MultiheadAttention& s) { return std::string(dtype_name(s.options().dtype)); })
       .def_property_readonly("packed_in_proj", &MultiheadAttention::packed_in_proj);
+  def_forward<MultiheadAttentionCall>(cls, "MultiheadAttention.forward");
 }
 
 }  // namespace qkv::python

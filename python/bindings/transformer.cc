@@ -75,64 +75,50 @@ void def_layer_options(PyClass& cls) {
           "dtype", [](const Layer& s) { return std::string(dtype_name(s.options().dtype)); });
 }
 
-// Dropout draws random numbers (from a generator shared with Python) only
-// in training mode with p > 0.
-bool draws_random(bool training, const TransformerLayerOptions& o) {
-  return training && o.dropout > 0.0;
+// A layer kind: its constructor, forward on the tuple `Call` reads, the
+// options read back, train/eval and state_dict. -> the class, for the rest.
+template <class Layer, class Call>
+py::class_<Layer> bind_layer(py::module_& m, const char* module, const char* forward) {
+  py::class_<Layer> cls(m, module);
+  cls.def(py::init(layer_init<Layer>(module)), py::arg("args"));
+  def_forward<Call>(cls, forward);
+  def_layer_options<Layer>(cls);
+  def_train_eval<Layer>(cls);
+  def_state_dict<Layer>(cls, std::string(module) + ".load_state_dict");
+  return cls;
 }
 
 void bind_encoder_layer(py::module_& m) {
-  constexpr const char* kForward = "TransformerEncoderLayer.forward";
-  py::class_<TransformerEncoderLayer> cls(m, "TransformerEncoderLayer");
-  cls.def(py::init(layer_init<TransformerEncoderLayer>("TransformerEncoderLayer")), py::arg("args"))
-      .def(
-          "forward",
-          [](TransformerEncoderLayer& self, py::handle args) {
-            Options a(args, kForward);
-            const EncoderLayerCall c = read_encoder_layer_call(a);
-            return to_numpy(without_gil_unless(draws_random(self.is_training(), self.options()),
-                                               [&] { return self.forward(c.src, c.args); }));
-          },
-          py::arg("args"))
+  bind_layer<TransformerEncoderLayer, EncoderCall<nn::TransformerEncoderLayerForward>>(
+      m, "TransformerEncoderLayer", "TransformerEncoderLayer.forward")
       .def_property_readonly("self_attn", [](TransformerEncoderLayer& s) -> MultiheadAttention& {
         return s.self_attn();
       });
-  def_layer_options<TransformerEncoderLayer>(cls);
-  def_train_eval<TransformerEncoderLayer>(cls);
-  def_state_dict<TransformerEncoderLayer>(cls, "TransformerEncoderLayer.load_state_dict");
 }
 
 void bind_decoder_layer(py::module_& m) {
-  constexpr const char* kForward = "TransformerDecoderLayer.forward";
-  py::class_<TransformerDecoderLayer> cls(m, "TransformerDecoderLayer");
-  cls.def(py::init(layer_init<TransformerDecoderLayer>("TransformerDecoderLayer")), py::arg("args"))
-      .def(
-          "forward",
-          [](TransformerDecoderLayer& self, py::handle args) {
-            Options a(args, kForward);
-            const DecoderLayerCall c = read_decoder_call<nn::TransformerDecoderLayerForward>(a);
-            return to_numpy(
-                without_gil_unless(draws_random(self.is_training(), self.options()),
-                                   [&] { return self.forward(c.tgt, c.memory, c.args); }));
-          },
-          py::arg("args"))
+  bind_layer<TransformerDecoderLayer, DecoderCall<nn::TransformerDecoderLayerForward>>(
+      m, "TransformerDecoderLayer", "TransformerDecoderLayer.forward")
       .def_property_readonly(
           "self_attn",
           [](TransformerDecoderLayer& s) -> MultiheadAttention& { return s.self_attn(); })
       .def_property_readonly(
           "multihead_attn",
           [](TransformerDecoderLayer& s) -> MultiheadAttention& { return s.multihead_attn(); });
-  def_layer_options<TransformerDecoderLayer>(cls);
-  def_train_eval<TransformerDecoderLayer>(cls);
-  def_state_dict<TransformerDecoderLayer>(cls, "TransformerDecoderLayer.load_state_dict");
 }
 
-// layers[i], len(layers) and the optional final norm of a stack; the returned
-// objects are views into the stack (they keep it alive).
-template <class Stack, class PyClass>
-void def_stack_parts(PyClass& cls, const char* module) {
-  cls.def_property_readonly("num_layers",
-                            [](Stack& s) { return static_cast<int64_t>(s.layers().size()); })
+// A stack of copies of a layer: Stack(layer, num_layers, norm or None),
+// forward on the tuple `Call` reads, layer(i), num_layers, the optional final
+// norm (views into the stack, which they keep alive), train/eval, state_dict.
+template <class Stack, class Layer, class Call>
+void bind_stack(py::module_& m, const char* module, const char* forward) {
+  py::class_<Stack> cls(m, module);
+  cls.def(py::init([](const Layer& layer, int64_t num_layers, const LayerNorm* norm) {
+            return Stack(layer, num_layers, norm ? std::optional<LayerNorm>(*norm) : std::nullopt);
+          }),
+          py::arg("layer"), py::arg("num_layers"), py::arg("norm"))
+      .def_property_readonly("num_layers",
+                             [](Stack& s) { return static_cast<int64_t>(s.layers().size()); })
       .def(
           "layer",
           [module](Stack & s, int64_t i) -> auto& {
@@ -145,58 +131,12 @@ void def_stack_parts(PyClass& cls, const char* module) {
           py::arg("index"), py::return_value_policy::reference_internal)
       .def_property_readonly(
           "norm", [](Stack& s) -> LayerNorm* { return s.norm() ? &*s.norm() : nullptr; });
-}
-
-void bind_encoder(py::module_& m) {
-  constexpr const char* kForward = "TransformerEncoder.forward";
-  py::class_<TransformerEncoder> cls(m, "TransformerEncoder");
-  cls.def(py::init(
-              [](const TransformerEncoderLayer& layer, int64_t num_layers, const LayerNorm* norm) {
-                return TransformerEncoder(layer, num_layers,
-                                          norm ? std::optional<LayerNorm>(*norm) : std::nullopt);
-              }),
-          py::arg("encoder_layer"), py::arg("num_layers"), py::arg("norm") = py::none())
-      .def(
-          "forward",
-          [](TransformerEncoder& self, py::handle args) {
-            Options a(args, kForward);
-            const EncoderCall c = read_encoder_call(a);
-            const bool random = draws_random(self.is_training(), self.layers().front().options());
-            return to_numpy(
-                without_gil_unless(random, [&] { return self.forward(c.src, c.args); }));
-          },
-          py::arg("args"));
-  def_stack_parts<TransformerEncoder>(cls, "TransformerEncoder");
-  def_train_eval<TransformerEncoder>(cls);
-  def_state_dict<TransformerEncoder>(cls, "TransformerEncoder.load_state_dict");
-}
-
-void bind_decoder(py::module_& m) {
-  constexpr const char* kForward = "TransformerDecoder.forward";
-  py::class_<TransformerDecoder> cls(m, "TransformerDecoder");
-  cls.def(py::init(
-              [](const TransformerDecoderLayer& layer, int64_t num_layers, const LayerNorm* norm) {
-                return TransformerDecoder(layer, num_layers,
-                                          norm ? std::optional<LayerNorm>(*norm) : std::nullopt);
-              }),
-          py::arg("decoder_layer"), py::arg("num_layers"), py::arg("norm") = py::none())
-      .def(
-          "forward",
-          [](TransformerDecoder& self, py::handle args) {
-            Options a(args, kForward);
-            const DecoderStackCall c = read_decoder_call<nn::TransformerDecoderForward>(a);
-            const bool random = draws_random(self.is_training(), self.layers().front().options());
-            return to_numpy(
-                without_gil_unless(random, [&] { return self.forward(c.tgt, c.memory, c.args); }));
-          },
-          py::arg("args"));
-  def_stack_parts<TransformerDecoder>(cls, "TransformerDecoder");
-  def_train_eval<TransformerDecoder>(cls);
-  def_state_dict<TransformerDecoder>(cls, "TransformerDecoder.load_state_dict");
+  def_forward<Call>(cls, forward);
+  def_train_eval<Stack>(cls);
+  def_state_dict<Stack>(cls, std::string(module) + ".load_state_dict");
 }
 
 void bind_transformer_model(py::module_& m) {
-  constexpr const char* kForward = "Transformer.forward";
   py::class_<Transformer> cls(m, "Transformer");
   cls.def(py::init([](py::handle args) {
             Options a(args, "Transformer");
@@ -218,30 +158,6 @@ void bind_transformer_model(py::module_& m) {
             return Transformer(o, generator);
           }),
           py::arg("args"))
-      // (src, tgt, src_mask, tgt_mask, memory_mask, src_key_padding_mask,
-      //  tgt_key_padding_mask, memory_key_padding_mask, src_is_causal,
-      //  tgt_is_causal, memory_is_causal)
-      .def(
-          "forward",
-          [](Transformer& self, py::handle args) {
-            Options a(args, kForward);
-            const Tensor s = sequence_field(a, "src");
-            const Tensor t = sequence_field(a, "tgt");
-            nn::TransformerForward f;
-            f.src_mask = mask_field(a, "src_mask");
-            f.tgt_mask = mask_field(a, "tgt_mask");
-            f.memory_mask = mask_field(a, "memory_mask");
-            f.src_key_padding_mask = mask_field(a, "src_key_padding_mask");
-            f.tgt_key_padding_mask = mask_field(a, "tgt_key_padding_mask");
-            f.memory_key_padding_mask = mask_field(a, "memory_key_padding_mask");
-            f.src_is_causal = a.optional_flag("src_is_causal");
-            f.tgt_is_causal = a.optional_flag("tgt_is_causal");
-            f.memory_is_causal = a.flag("memory_is_causal");
-            a.done();
-            const bool random = self.is_training() && self.options().dropout > 0.0;
-            return to_numpy(without_gil_unless(random, [&] { return self.forward(s, t, f); }));
-          },
-          py::arg("args"))
       .def_static(
           "generate_square_subsequent_mask",
           [](int64_t sz, py::handle dtype) {
@@ -260,6 +176,7 @@ void bind_transformer_model(py::module_& m) {
                              [](const Transformer& s) { return s.options().batch_first; })
       .def_property_readonly(
           "dtype", [](const Transformer& s) { return std::string(dtype_name(s.options().dtype)); });
+  def_forward<TransformerCall>(cls, "Transformer.forward");
   def_train_eval<Transformer>(cls);
   def_state_dict<Transformer>(cls, "Transformer.load_state_dict");
 }
@@ -269,8 +186,12 @@ void bind_transformer_model(py::module_& m) {
 void bind_transformer(py::module_& m) {
   bind_encoder_layer(m);
   bind_decoder_layer(m);
-  bind_encoder(m);
-  bind_decoder(m);
+  bind_stack<TransformerEncoder, TransformerEncoderLayer,
+             EncoderCall<nn::TransformerEncoderForward>>(m, "TransformerEncoder",
+                                                         "TransformerEncoder.forward");
+  bind_stack<TransformerDecoder, TransformerDecoderLayer,
+             DecoderCall<nn::TransformerDecoderForward>>(m, "TransformerDecoder",
+                                                         "TransformerDecoder.forward");
   bind_transformer_model(m);
 }
 
