@@ -221,6 +221,28 @@ const char* kind_name(ScoreFunction::Kind kind) {
   return "";
 }
 
+// A computation's result for Python: numpy arrays.
+py::object computation_result(const Tensor& t) { return to_numpy(t); }
+py::object computation_result(const AttentionResult& r) {
+  return py::make_tuple(to_numpy(r.output), to_numpy(r.weights));
+}
+
+// The Python function `name`(args) of one tuple: `read(Options&)` reads its
+// fields and returns the computation, which runs without the GIL (it draws
+// nothing).
+template <class Read>
+void def_computation(py::module_& m, const char* name, Read read) {
+  m.def(
+      name,
+      [name, read](py::handle args) {
+        Options a(args, name);
+        const auto compute = read(a);
+        a.done();
+        return computation_result(without_gil_unless(false, compute));
+      },
+      py::arg("args"));
+}
+
 }  // namespace
 
 void bind_functional(py::module_& m) {
@@ -236,19 +258,12 @@ void bind_functional(py::module_& m) {
         return read_only(to_numpy(b.forward.logsumexp));
       });
 
-  m.def(
-      "simple_attention",
-      [](py::handle args) {
-        Options a(args, "simple_attention");
-        const Tensor q = a.tensor("query", Accept::kFloat);
-        const Tensor k = a.tensor("keys", Accept::kFloat);
-        const Tensor v = a.tensor("values", Accept::kFloat);
-        a.done();
-        const AttentionResult r =
-            without_gil_unless(false, [&] { return simple_attention(q, k, v); });
-        return py::make_tuple(to_numpy(r.output), to_numpy(r.weights));
-      },
-      py::arg("args"));
+  def_computation(m, "simple_attention", [](Options& a) {
+    const Tensor q = a.tensor("query", Accept::kFloat);
+    const Tensor k = a.tensor("keys", Accept::kFloat);
+    const Tensor v = a.tensor("values", Accept::kFloat);
+    return [q, k, v] { return simple_attention(q, k, v); };
+  });
 
   // Parameters are copied in, so later changes to the caller's arrays do not leak in.
   py::class_<ScoreFunction>(m, "ScoreFunction")
@@ -289,48 +304,32 @@ void bind_functional(py::module_& m) {
         return std::string("qkv.ScoreFunction.") + kind_name(s.kind()) + "(...)";
       });
 
-  m.def(
-      "attention",
-      [](py::handle args) {
-        Options a(args, "attention");
-        const Tensor q = a.tensor("q", Accept::kFloat);
-        const Tensor k = a.tensor("k", Accept::kFloat);
-        const Tensor v = a.tensor("v", Accept::kFloat);
-        const py::handle score = a.next("score");
-        if (!py::isinstance<ScoreFunction>(score))
-          throw py::type_error("attention(): argument 'score' must be a qkv.ScoreFunction, got " +
-                               std::string(py::str(py::type::of(score).attr("__name__"))));
-        const Tensor mask = a.optional_tensor("mask", Accept::kFloatOrBool);
-        a.done();
-        const ScoreFunction& s = score.cast<const ScoreFunction&>();
-        const AttentionResult r =
-            without_gil_unless(false, [&] { return attention(q, k, v, s, mask); });
-        return py::make_tuple(to_numpy(r.output), to_numpy(r.weights));
-      },
-      py::arg("args"));
+  def_computation(m, "attention", [](Options& a) {
+    const Tensor q = a.tensor("q", Accept::kFloat);
+    const Tensor k = a.tensor("k", Accept::kFloat);
+    const Tensor v = a.tensor("v", Accept::kFloat);
+    const py::handle score = a.next("score");
+    if (!py::isinstance<ScoreFunction>(score))
+      throw py::type_error("attention(): argument 'score' must be a qkv.ScoreFunction, got " +
+                           std::string(py::str(py::type::of(score).attr("__name__"))));
+    const Tensor mask = a.optional_tensor("mask", Accept::kFloatOrBool);
+    return [q, k, v, &s = score.cast<const ScoreFunction&>(), mask] {
+      return attention(q, k, v, s, mask);
+    };
+  });
 
-  m.def(
-      "linear",
-      [](py::handle args) {
-        Options a(args, "linear");
-        const Tensor x = a.tensor("input", Accept::kFloat);
-        const Tensor w = a.tensor("weight", Accept::kFloat);
-        const Tensor b = a.optional_tensor("bias", Accept::kFloat);
-        a.done();
-        return to_numpy(without_gil_unless(false, [&] { return linear(x, w, b); }));
-      },
-      py::arg("args"));
+  def_computation(m, "linear", [](Options& a) {
+    const Tensor input = a.tensor("input", Accept::kFloat);
+    const Tensor weight = a.tensor("weight", Accept::kFloat);
+    const Tensor bias = a.optional_tensor("bias", Accept::kFloat);
+    return [input, weight, bias] { return linear(input, weight, bias); };
+  });
 
-  m.def(
-      "matmul",
-      [](py::handle args) {
-        Options a(args, "matmul");
-        const Tensor x = a.tensor("input", Accept::kFloat);
-        const Tensor y = a.tensor("other", Accept::kFloat);
-        a.done();
-        return to_numpy(without_gil_unless(false, [&] { return matmul(x, y); }));
-      },
-      py::arg("args"));
+  def_computation(m, "matmul", [](Options& a) {
+    const Tensor input = a.tensor("input", Accept::kFloat);
+    const Tensor other = a.tensor("other", Accept::kFloat);
+    return [input, other] { return matmul(input, other); };
+  });
 }
 
 }  // namespace qkv::python

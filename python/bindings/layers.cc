@@ -55,16 +55,14 @@ void def_norm(PyClass& cls, const char* module) {
 // Python class's signature (python/qkv/nn/layers.py owns names and defaults).
 void bind_linear(py::module_& m) {
   py::class_<Linear> cls(m, "Linear");
-  cls.def(py::init([](py::handle args) {
-            Options a(args, "Linear");
-            const nn::LinearOptions o{.in_features = a.integer("in_features"),
-                                      .out_features = a.integer("out_features"),
-                                      .bias = a.flag("bias"),
-                                      .dtype = a.dtype("dtype")};
-            Generator* generator = a.generator("generator");
-            a.done();
-            return Linear(o, generator);
-          }),
+  cls.def(init_from_tuple("Linear",
+                          [](Options& a) {
+                            const nn::LinearOptions o{.in_features = a.integer("in_features"),
+                                                      .out_features = a.integer("out_features"),
+                                                      .bias = a.flag("bias"),
+                                                      .dtype = a.dtype("dtype")};
+                            return Linear(o, a.generator("generator"));
+                          }),
           py::arg("args"))
       .def(
           "forward",
@@ -87,16 +85,14 @@ Shape shape_field(Options& a) {
 
 void bind_layer_norm(py::module_& m) {
   py::class_<LayerNorm> cls(m, "LayerNorm");
-  cls.def(py::init([](py::handle args) {
-            Options a(args, "LayerNorm");
-            const nn::LayerNormOptions o{.normalized_shape = shape_field(a),
-                                         .eps = a.number("eps"),
-                                         .elementwise_affine = a.flag("elementwise_affine"),
-                                         .bias = a.flag("bias"),
-                                         .dtype = a.dtype("dtype")};
-            a.done();
-            return LayerNorm(o);
-          }),
+  cls.def(init_from_tuple("LayerNorm",
+                          [](Options& a) {
+                            return LayerNorm({.normalized_shape = shape_field(a),
+                                              .eps = a.number("eps"),
+                                              .elementwise_affine = a.flag("elementwise_affine"),
+                                              .bias = a.flag("bias"),
+                                              .dtype = a.dtype("dtype")});
+                          }),
           py::arg("args"))
       .def_property_readonly("has_bias", [](const LayerNorm& s) { return s.options().bias; });
   def_norm<LayerNorm>(cls, "LayerNorm");
@@ -104,31 +100,28 @@ void bind_layer_norm(py::module_& m) {
 
 void bind_rms_norm(py::module_& m) {
   py::class_<RMSNorm> cls(m, "RMSNorm");
-  cls.def(py::init([](py::handle args) {
-            Options a(args, "RMSNorm");
-            const nn::RMSNormOptions o{.normalized_shape = shape_field(a),
-                                       .eps = a.optional_number("eps"),
-                                       .elementwise_affine = a.flag("elementwise_affine"),
-                                       .dtype = a.dtype("dtype")};
-            a.done();
-            return RMSNorm(o);
-          }),
+  cls.def(init_from_tuple("RMSNorm",
+                          [](Options& a) {
+                            return RMSNorm({.normalized_shape = shape_field(a),
+                                            .eps = a.optional_number("eps"),
+                                            .elementwise_affine = a.flag("elementwise_affine"),
+                                            .dtype = a.dtype("dtype")});
+                          }),
           py::arg("args"));
   def_norm<RMSNorm>(cls, "RMSNorm");
 }
 
 void bind_embedding(py::module_& m) {
   py::class_<Embedding> cls(m, "Embedding");
-  cls.def(py::init([](py::handle args) {
-            Options a(args, "Embedding");
-            const nn::EmbeddingOptions o{.num_embeddings = a.integer("num_embeddings"),
-                                         .embedding_dim = a.integer("embedding_dim"),
-                                         .padding_idx = a.optional_integer("padding_idx"),
-                                         .dtype = a.dtype("dtype")};
-            Generator* generator = a.generator("generator");
-            a.done();
-            return Embedding(o, generator);
-          }),
+  cls.def(init_from_tuple("Embedding",
+                          [](Options& a) {
+                            const nn::EmbeddingOptions o{
+                                .num_embeddings = a.integer("num_embeddings"),
+                                .embedding_dim = a.integer("embedding_dim"),
+                                .padding_idx = a.optional_integer("padding_idx"),
+                                .dtype = a.dtype("dtype")};
+                            return Embedding(o, a.generator("generator"));
+                          }),
           py::arg("args"))
       // The Python class checks that `ids` holds integers; here they arrive as int64.
       .def(

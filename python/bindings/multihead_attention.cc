@@ -19,38 +19,36 @@ namespace {
 
 using qkv::nn::MultiheadAttention;
 
+// (embed_dim, num_heads, dropout, bias, add_bias_kv, add_zero_attn, kdim,
+//  vdim, batch_first, dtype, generator), as the Python class's signature.
+MultiheadAttention mha_init(Options& a) {
+  nn::MultiheadAttentionOptions o;
+  o.embed_dim = a.integer("embed_dim");
+  o.num_heads = a.integer("num_heads");
+  o.dropout = a.number("dropout");
+  o.bias = a.flag("bias");
+  o.add_bias_kv = a.flag("add_bias_kv");
+  o.add_zero_attn = a.flag("add_zero_attn");
+  // torch treats kdim/vdim None as embed_dim; qkv's options use 0 for that.
+  const auto dim = [&a](const char* name) -> int64_t {
+    const std::optional<int64_t> value = a.optional_integer(name);
+    if (value && *value <= 0)
+      throw py::value_error(std::string("MultiheadAttention(): ") + name +
+                            " must be positive, got " + std::to_string(*value));
+    return value.value_or(0);
+  };
+  o.kdim = dim("kdim");
+  o.vdim = dim("vdim");
+  o.batch_first = a.flag("batch_first");
+  o.dtype = a.dtype("dtype");
+  return MultiheadAttention(o, a.generator("generator"));
+}
+
 }  // namespace
 
 void bind_multihead_attention(py::module_& m) {
   py::class_<MultiheadAttention> cls(m, "MultiheadAttention");
-  cls
-      // (embed_dim, num_heads, dropout, bias, add_bias_kv, add_zero_attn, kdim,
-      //  vdim, batch_first, dtype, generator), as the Python class's signature.
-      .def(py::init([](py::handle args) {
-             Options a(args, "MultiheadAttention");
-             nn::MultiheadAttentionOptions o;
-             o.embed_dim = a.integer("embed_dim");
-             o.num_heads = a.integer("num_heads");
-             o.dropout = a.number("dropout");
-             o.bias = a.flag("bias");
-             o.add_bias_kv = a.flag("add_bias_kv");
-             o.add_zero_attn = a.flag("add_zero_attn");
-             // torch treats kdim/vdim None as embed_dim; qkv's options use 0 for that.
-             const std::optional<int64_t> kdim = a.optional_integer("kdim");
-             const std::optional<int64_t> vdim = a.optional_integer("vdim");
-             for (const auto& [name, dim] : {std::pair{"kdim", kdim}, std::pair{"vdim", vdim}})
-               if (dim && *dim <= 0)
-                 throw py::value_error(std::string("MultiheadAttention(): ") + name +
-                                       " must be positive, got " + std::to_string(*dim));
-             o.kdim = kdim.value_or(0);
-             o.vdim = vdim.value_or(0);
-             o.batch_first = a.flag("batch_first");
-             o.dtype = a.dtype("dtype");
-             Generator* generator = a.generator("generator");
-             a.done();
-             return MultiheadAttention(o, generator);
-           }),
-           py::arg("args"))
+  cls.def(init_from_tuple("MultiheadAttention", mha_init), py::arg("args"))
       .def("train", &MultiheadAttention::train, py::arg("mode") = true)
       .def("eval", &MultiheadAttention::eval)
       .def_property_readonly("training", &MultiheadAttention::is_training)

@@ -50,4 +50,16 @@ class Options {
   size_t index_ = 0;
 };
 
+// py::init from the one tuple: `read(Options&)` reads its fields, in order,
+// and returns the object; `class_name` names the call in errors.
+template <class Read>
+auto init_from_tuple(const char* class_name, Read read) {
+  return py::init([class_name, read](py::handle args) {
+    Options a(args, class_name);
+    auto made = read(a);
+    a.done();
+    return made;
+  });
+}
+
 }  // namespace qkv::python

@@ -83,12 +83,11 @@ void bind_absolute(py::module_& m) {
       py::arg("length"), py::arg("d_model"), py::arg("offset") = 0, py::arg("dtype") = py::none());
 
   py::class_<SinusoidalPositionalEncoding> sin(m, "SinusoidalPositionalEncoding");
-  sin.def(py::init([](py::handle args) {
-            Options a(args, "SinusoidalPositionalEncoding");
-            const auto o = absolute_options<nn::SinusoidalPositionalEncodingOptions>(a);
-            a.done();
-            return SinusoidalPositionalEncoding(o);
-          }),
+  sin.def(init_from_tuple("SinusoidalPositionalEncoding",
+                          [](Options& a) {
+                            return SinusoidalPositionalEncoding(
+                                absolute_options<nn::SinusoidalPositionalEncodingOptions>(a));
+                          }),
           py::arg("args"))
       .def_property_readonly("table", [](const SinusoidalPositionalEncoding& s) {
         return to_numpy(s.table().clone());
@@ -96,13 +95,12 @@ void bind_absolute(py::module_& m) {
   def_absolute_encoding<SinusoidalPositionalEncoding>(sin, "SinusoidalPositionalEncoding");
 
   py::class_<LearnedPositionalEncoding> learned(m, "LearnedPositionalEncoding");
-  learned.def(py::init([](py::handle args) {
-                Options a(args, "LearnedPositionalEncoding");
-                const auto o = absolute_options<nn::LearnedPositionalEncodingOptions>(a);
-                Generator* generator = a.generator("generator");
-                a.done();
-                return LearnedPositionalEncoding(o, generator);
-              }),
+  learned.def(init_from_tuple("LearnedPositionalEncoding",
+                              [](Options& a) {
+                                const auto o =
+                                    absolute_options<nn::LearnedPositionalEncodingOptions>(a);
+                                return LearnedPositionalEncoding(o, a.generator("generator"));
+                              }),
               py::arg("args"));
   def_absolute_encoding<LearnedPositionalEncoding>(learned, "LearnedPositionalEncoding");
 }
@@ -110,15 +108,12 @@ void bind_absolute(py::module_& m) {
 void bind_rotary(py::module_& m) {
   constexpr const char* kForward = "RotaryEmbedding.forward";
   py::class_<RotaryEmbedding>(m, "RotaryEmbedding")
-      .def(py::init([](py::handle args) {
-             Options a(args, "RotaryEmbedding");
-             nn::RotaryEmbeddingOptions o;
-             o.head_dim = a.integer("head_dim");
-             o.base = a.number("base");
-             o.style = parse_style(a.string("style"));
-             a.done();
-             return RotaryEmbedding(o);
-           }),
+      .def(init_from_tuple("RotaryEmbedding",
+                           [](Options& a) {
+                             return RotaryEmbedding({.head_dim = a.integer("head_dim"),
+                                                     .base = a.number("base"),
+                                                     .style = parse_style(a.string("style"))});
+                           }),
            py::arg("args"))
       .def(
           "forward",
@@ -155,15 +150,12 @@ void bind_score_biases(py::module_& m) {
       py::arg("num_heads"));
 
   py::class_<Alibi>(m, "Alibi")
-      .def(py::init([](py::handle args) {
-             Options a(args, "Alibi");
-             nn::AlibiOptions o;
-             o.num_heads = a.integer("num_heads");
-             o.causal = a.flag("causal");
-             o.dtype = a.dtype("dtype");
-             a.done();
-             return Alibi(o);
-           }),
+      .def(init_from_tuple("Alibi",
+                           [](Options& a) {
+                             return Alibi({.num_heads = a.integer("num_heads"),
+                                           .causal = a.flag("causal"),
+                                           .dtype = a.dtype("dtype")});
+                           }),
            py::arg("args"))
       .def(
           "forward",
@@ -190,18 +182,16 @@ void bind_score_biases(py::module_& m) {
       py::arg("max_distance") = 128);
 
   py::class_<RelativePositionBias> bias(m, "RelativePositionBias");
-  bias.def(py::init([](py::handle args) {
-             Options a(args, "RelativePositionBias");
-             nn::RelativePositionBiasOptions o;
-             o.num_heads = a.integer("num_heads");
-             o.num_buckets = a.integer("num_buckets");
-             o.max_distance = a.integer("max_distance");
-             o.bidirectional = a.flag("bidirectional");
-             o.dtype = a.dtype("dtype");
-             Generator* generator = a.generator("generator");
-             a.done();
-             return RelativePositionBias(o, generator);
-           }),
+  bias.def(init_from_tuple("RelativePositionBias",
+                           [](Options& a) {
+                             const nn::RelativePositionBiasOptions o{
+                                 .num_heads = a.integer("num_heads"),
+                                 .num_buckets = a.integer("num_buckets"),
+                                 .max_distance = a.integer("max_distance"),
+                                 .bidirectional = a.flag("bidirectional"),
+                                 .dtype = a.dtype("dtype")};
+                             return RelativePositionBias(o, a.generator("generator"));
+                           }),
            py::arg("args"))
       .def(
           "forward",

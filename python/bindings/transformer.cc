@@ -25,13 +25,20 @@ using nn::TransformerEncoder;
 using nn::TransformerEncoderLayer;
 using nn::TransformerLayerOptions;
 
-// The layer options in the order of the Python classes' signatures: d_model,
-// nhead, dim_feedforward, dropout, activation, layer_norm_eps, batch_first,
-// norm_first, bias, dtype. (Transformer reads its layer counts in between.)
-TransformerLayerOptions layer_options(Options& a) {
-  TransformerLayerOptions o;
+// A layer's options (TransformerLayerOptions) or nn.Transformer's
+// (TransformerOptions, which adds the layer counts after nhead), in the order
+// of the Python classes' signatures: d_model, nhead, [num_encoder_layers,
+// num_decoder_layers,] dim_feedforward, dropout, activation, layer_norm_eps,
+// batch_first, norm_first, bias, dtype.
+template <class LayerOptions>
+LayerOptions layer_options(Options& a) {
+  LayerOptions o;
   o.d_model = a.integer("d_model");
   o.nhead = a.integer("nhead");
+  if constexpr (requires { o.num_encoder_layers; }) {
+    o.num_encoder_layers = a.integer("num_encoder_layers");
+    o.num_decoder_layers = a.integer("num_decoder_layers");
+  }
   o.dim_feedforward = a.integer("dim_feedforward");
   o.dropout = a.number("dropout");
   o.activation = activation_from_string(a.string("activation"));
@@ -43,16 +50,13 @@ TransformerLayerOptions layer_options(Options& a) {
   return o;
 }
 
-// Layer((layer options..., generator)).
-template <class Layer>
-auto layer_init(const char* module) {
-  return [module](py::handle args) {
-    Options a(args, module);
-    const TransformerLayerOptions o = layer_options(a);
-    Generator* generator = a.generator("generator");
-    a.done();
-    return Layer(o, generator);
-  };
+// Module((its options..., generator)): a layer kind or nn.Transformer.
+template <class Module, class ModuleOptions>
+auto module_init(const char* module) {
+  return init_from_tuple(module, [](Options& a) {
+    const auto o = layer_options<ModuleOptions>(a);
+    return Module(o, a.generator("generator"));
+  });
 }
 
 // Read-only views of the constructor arguments, shared by both layer kinds.
@@ -80,7 +84,7 @@ void def_layer_options(PyClass& cls) {
 template <class Layer, class Call>
 py::class_<Layer> bind_layer(py::module_& m, const char* module, const char* forward) {
   py::class_<Layer> cls(m, module);
-  cls.def(py::init(layer_init<Layer>(module)), py::arg("args"));
+  cls.def(module_init<Layer, TransformerLayerOptions>(module), py::arg("args"));
   def_forward<Call>(cls, forward);
   def_layer_options<Layer>(cls);
   def_train_eval<Layer>(cls);
@@ -138,26 +142,7 @@ void bind_stack(py::module_& m, const char* module, const char* forward) {
 
 void bind_transformer_model(py::module_& m) {
   py::class_<Transformer> cls(m, "Transformer");
-  cls.def(py::init([](py::handle args) {
-            Options a(args, "Transformer");
-            nn::TransformerOptions o;
-            o.d_model = a.integer("d_model");
-            o.nhead = a.integer("nhead");
-            o.num_encoder_layers = a.integer("num_encoder_layers");
-            o.num_decoder_layers = a.integer("num_decoder_layers");
-            o.dim_feedforward = a.integer("dim_feedforward");
-            o.dropout = a.number("dropout");
-            o.activation = activation_from_string(a.string("activation"));
-            o.layer_norm_eps = a.number("layer_norm_eps");
-            o.batch_first = a.flag("batch_first");
-            o.norm_first = a.flag("norm_first");
-            o.bias = a.flag("bias");
-            o.dtype = a.dtype("dtype");
-            Generator* generator = a.generator("generator");
-            a.done();
-            return Transformer(o, generator);
-          }),
-          py::arg("args"))
+  cls.def(module_init<Transformer, nn::TransformerOptions>("Transformer"), py::arg("args"))
       .def_static(
           "generate_square_subsequent_mask",
           [](int64_t sz, py::handle dtype) {
