@@ -69,7 +69,7 @@ void bind_decoder_model(py::module_& m) {
       .def(py::init([](const std::string& config_json, Generator* generator) {
              return DecoderModel(nn::config_from_json(config_json), generator);
            }),
-           py::arg("config_json"), py::arg("generator") = py::none())
+           py::arg("config_json"), py::arg("generator"))
       .def("config_json",
            [](const DecoderModel& self) { return nn::config_to_json(self.config()); })
       .def(
@@ -96,7 +96,7 @@ void bind_decoder_model(py::module_& m) {
           "save",
           [](const DecoderModel& self, const std::string& path,
              const std::map<std::string, std::string>& metadata) { self.save(path, metadata); },
-          py::arg("path"), py::arg("metadata") = std::map<std::string, std::string>{})
+          py::arg("path"), py::arg("metadata"))
       .def_static(
           "load",
           [](const std::string& path) {

@@ -61,7 +61,7 @@ void def_absolute_encoding(PyClass& cls, const char* module) {
            const bool random = self.is_training() && self.options().dropout > 0.0;
            return to_numpy(without_gil_unless(random, [&] { return self.forward(x, offset); }));
          },
-         py::arg("input"), py::arg("offset") = 0)
+         py::arg("input"), py::arg("offset"))
       .def_property_readonly("d_model", [](const Encoding& s) { return s.options().d_model; })
       .def_property_readonly("max_len", [](const Encoding& s) { return s.options().max_len; })
       .def_property_readonly("dropout", [](const Encoding& s) { return s.options().dropout; })
@@ -80,7 +80,7 @@ void bind_absolute(py::module_& m) {
         return to_numpy(nn::sinusoidal_encoding(
             length, d_model, offset, parse_float_dtype(dtype, "sinusoidal_encoding", "dtype")));
       },
-      py::arg("length"), py::arg("d_model"), py::arg("offset") = 0, py::arg("dtype") = py::none());
+      py::arg("length"), py::arg("d_model"), py::arg("offset"), py::arg("dtype"));
 
   py::class_<SinusoidalPositionalEncoding> sin(m, "SinusoidalPositionalEncoding");
   sin.def(init_from_tuple("SinusoidalPositionalEncoding",
@@ -121,7 +121,7 @@ void bind_rotary(py::module_& m) {
             const Tensor x = to_tensor(input, kForward, "input", Accept::kFloat);
             return to_numpy(without_gil_unless(false, [&] { return self.forward(x, offset); }));
           },
-          py::arg("input"), py::arg("offset") = 0)
+          py::arg("input"), py::arg("offset"))
       .def(
           "forward_qk",
           [](const RotaryEmbedding& self, py::handle query, py::handle key, int64_t offset) {
@@ -132,7 +132,7 @@ void bind_rotary(py::module_& m) {
                 without_gil_unless(false, [&] { return self.forward(q, k, offset); });
             return py::make_tuple(to_numpy(q2), to_numpy(k2));
           },
-          py::arg("query"), py::arg("key"), py::arg("offset") = 0)
+          py::arg("query"), py::arg("key"), py::arg("offset"))
       .def("inverse_frequencies",
            [](const RotaryEmbedding& self) { return doubles(self.inverse_frequencies()); })
       .def_property_readonly("head_dim",
@@ -178,8 +178,8 @@ void bind_score_biases(py::module_& m) {
           dst[i] = nn::relative_position_bucket(in[i], bidirectional, num_buckets, max_distance);
         return out;
       },
-      py::arg("relative_position"), py::arg("bidirectional") = true, py::arg("num_buckets") = 32,
-      py::arg("max_distance") = 128);
+      py::arg("relative_position"), py::arg("bidirectional"), py::arg("num_buckets"),
+      py::arg("max_distance"));
 
   py::class_<RelativePositionBias> bias(m, "RelativePositionBias");
   bias.def(init_from_tuple("RelativePositionBias",

@@ -150,7 +150,7 @@ void bind_transformer_model(py::module_& m) {
                 sz,
                 parse_float_dtype(dtype, "Transformer.generate_square_subsequent_mask", "dtype")));
           },
-          py::arg("sz"), py::arg("dtype") = py::none())
+          py::arg("sz"), py::arg("dtype"))
       .def_property_readonly("encoder",
                              [](Transformer& s) -> TransformerEncoder& { return s.encoder(); })
       .def_property_readonly("decoder",
