@@ -180,8 +180,9 @@ struct SdpaBackward {
 // the tuple of all the Python function's arguments (see parse_call);
 // `function` names it in errors.
 template <bool kWithGrad>
-py::tuple sdpa_entry(py::handle args, bool need_weights, const std::string& function) {
-  Options options(args, function.c_str());
+py::tuple sdpa_entry(py::handle args, bool need_weights, py::str function) {
+  // The name stays alive in the caller's frame; PyUnicode_AsUTF8 does not copy.
+  Options options(args, PyUnicode_AsUTF8(function.ptr()));
   SdpaCall call = parse_call(options, need_weights);
   if constexpr (!kWithGrad) {
     const SdpaResult result = run_forward(call);
