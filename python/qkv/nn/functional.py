@@ -68,6 +68,7 @@ def _sdpa_signature(core, need_weights=False):
             return finish(output, weights, keep, kernel, return_dropout_mask)
 
         sdpa.__name__ = sdpa.__qualname__ = name
+        sdpa.__code__ = sdpa.__code__.replace(co_name=name)  # as tracebacks name it
         sdpa.__doc__ = finish.__doc__
         sdpa.__module__ = finish.__module__
         return sdpa
@@ -75,6 +76,8 @@ def _sdpa_signature(core, need_weights=False):
     return decorate
 
 
+# The three SDPA functions: each has the signature _sdpa_signature writes;
+# the bodies below only shape what _core returned.
 @_sdpa_signature(_core.scaled_dot_product_attention)
 def scaled_dot_product_attention(output, weights, keep, kernel, return_dropout_mask):
     """softmax(query @ keyᵀ · scale + mask) @ value, as torch.nn.functional's.
