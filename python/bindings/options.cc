@@ -55,7 +55,12 @@ bool Options::flag(const char* name) {
   if (x.ptr() == Py_True) return true;
   if (x.ptr() == Py_False || x.is_none()) return false;
   const int truth = PyObject_IsTrue(x.ptr());
-  if (truth < 0) throw py::error_already_set();
+  if (truth < 0) {  // e.g. an array of several elements
+    PyErr_Clear();
+    throw py::type_error(std::string(function_) + "(): argument '" + name +
+                         "' must be a bool, got " +
+                         std::string(py::str(py::type::of(x).attr("__name__"))));
+  }
   return truth != 0;
 }
 

@@ -59,6 +59,13 @@ def test_sdpa_errors_name_the_argument(function, name, value):
         function(q, q, q, **{name: value})
 
 
+@pytest.mark.parametrize("name", ["is_causal", "enable_gqa", "return_dropout_mask"])
+def test_sdpa_flag_without_a_truth_value_names_the_argument(name):
+    q = _x(1, 1, 4, 8)
+    with pytest.raises(TypeError, match=f"argument '{name}' must be a bool, got ndarray"):
+        F.scaled_dot_product_attention(q, q, q, **{name: np.array([True, False])})
+
+
 @pytest.mark.parametrize("name", ["query", "key", "value"])
 def test_sdpa_tensor_errors_name_the_argument(name):
     args = {"query": _x(1, 1, 4, 8), "key": _x(1, 1, 4, 8), "value": _x(1, 1, 4, 8)}
