@@ -4,6 +4,10 @@
 // order of the Python signature. The bindings read that tuple here, field by
 // field and in the same order, each read naming its argument, so that an
 // error still says "f(): argument 'name' must be ..., got ...".
+//
+// Reads happen in the order they are written only across statements or
+// within one braced list ({.a = r.integer("a"), .b = r.flag("b")}); two
+// reads as arguments of one call may run in either order.
 #pragma once
 
 #include <cstddef>
