@@ -12,6 +12,7 @@
 #include "bindings.h"
 #include "convert.h"
 #include "module_common.h"
+#include "options.h"
 #include "qkv/models/decoder_model_file.h"
 #include "qkv/nn/decoder_session.h"
 #include "qkv/sampling.h"
@@ -40,14 +41,18 @@ std::pair<std::vector<int64_t>, int64_t> token_ids(py::handle obj, const char* f
   return {std::vector<int64_t>(ints.data(), ints.data() + ints.size()), batch};
 }
 
-nn::GenerationOptions generation_options(int64_t max_new_tokens, double temperature, int64_t top_k,
-                                         double top_p, uint64_t seed,
-                                         std::optional<int64_t> stop_token) {
+// (max_new_tokens, temperature, top_k, top_p, seed, stop_token or None), as
+// python/qkv/models.py's _generation_args passes them (range-checked there).
+nn::GenerationOptions generation_options(py::handle args, const char* function) {
+  Options a(args, function);
   nn::GenerationOptions o;
-  o.max_new_tokens = max_new_tokens;
-  o.sampling = {.temperature = temperature, .top_k = top_k, .top_p = top_p};
-  o.seed = seed;
-  o.stop_token = stop_token;
+  o.max_new_tokens = a.integer("max_new_tokens");
+  o.sampling.temperature = a.number("temperature");
+  o.sampling.top_k = a.integer("top_k");
+  o.sampling.top_p = a.number("top_p");
+  o.seed = a.next("seed").cast<uint64_t>();
+  o.stop_token = a.optional_integer("stop_token");
+  a.done();
   check_sampling_options(o.sampling);
   return o;
 }
@@ -65,7 +70,7 @@ void bind_decoder_model(py::module_& m) {
       .def(py::init([](const std::string& config_json, Generator* generator) {
              return DecoderModel(models::decoder_config_from_json(config_json), generator);
            }),
-           py::arg("config_json"), py::arg("generator") = py::none())
+           py::arg("config_json"), py::arg("generator"))
       .def("config_json",
            [](const DecoderModel& self) { return models::decoder_config_to_json(self.config()); })
       .def(
@@ -94,7 +99,7 @@ void bind_decoder_model(py::module_& m) {
              const std::map<std::string, std::string>& metadata) {
             models::save_decoder_model(self, path, metadata);
           },
-          py::arg("path"), py::arg("metadata") = std::map<std::string, std::string>{})
+          py::arg("path"), py::arg("metadata"))
       .def_static(
           "load",
           [](const std::string& path) {
@@ -106,18 +111,15 @@ void bind_decoder_model(py::module_& m) {
       .def("num_parameters", &DecoderModel::num_parameters)
       .def(
           "generate",
-          [](DecoderModel& self, py::handle prompt, int64_t max_new_tokens, double temperature,
-             int64_t top_k, double top_p, uint64_t seed, std::optional<int64_t> stop_token) {
+          [](DecoderModel& self, py::handle prompt, py::handle options) {
             const auto [ids, batch] = token_ids(prompt, "DecoderModel.generate");
             if (batch != 1)
               throw py::value_error("DecoderModel.generate: the prompt must be one sequence [T]");
-            const nn::GenerationOptions o =
-                generation_options(max_new_tokens, temperature, top_k, top_p, seed, stop_token);
+            const nn::GenerationOptions o = generation_options(options, "DecoderModel.generate");
             py::gil_scoped_release release;
             return nn::generate(self, ids, o);
           },
-          py::arg("prompt"), py::arg("max_new_tokens"), py::arg("temperature"), py::arg("top_k"),
-          py::arg("top_p"), py::arg("seed"), py::arg("stop_token"));
+          py::arg("prompt"), py::arg("options"));
 
   py::class_<DecoderSession>(m, "DecoderSession")
       .def(py::init<DecoderModel&, int64_t, int64_t>(), py::arg("model"), py::arg("batch_size"),
@@ -149,15 +151,12 @@ void bind_decoder_model(py::module_& m) {
           py::arg("tokens"))
       .def(
           "decode",
-          [](DecoderSession& self, int64_t max_new_tokens, double temperature, int64_t top_k,
-             double top_p, uint64_t seed, std::optional<int64_t> stop_token) {
-            const nn::GenerationOptions o =
-                generation_options(max_new_tokens, temperature, top_k, top_p, seed, stop_token);
+          [](DecoderSession& self, py::handle options) {
+            const nn::GenerationOptions o = generation_options(options, "DecoderSession.decode");
             py::gil_scoped_release release;
             return self.decode(o);
           },
-          py::arg("max_new_tokens"), py::arg("temperature"), py::arg("top_k"), py::arg("top_p"),
-          py::arg("seed"), py::arg("stop_token"))
+          py::arg("options"))
       .def("reset", &DecoderSession::reset)
       .def_property_readonly("length", &DecoderSession::length)
       .def_property_readonly("max_len", &DecoderSession::max_len)

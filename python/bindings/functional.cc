@@ -9,6 +9,8 @@
 
 #include "bindings.h"
 #include "convert.h"
+#include "module_common.h"
+#include "options.h"
 #include "qkv/attention.h"
 #include "qkv/linear.h"
 
@@ -87,53 +89,42 @@ SdpaBackend parse_backend(const std::string& backend, const char* function) {
                         backend + "'");
 }
 
-// None or a qkv.Generator. Taken as a handle: pybind11 would first try None
-// as a Generator* without conversion and look for a foreign type through an
-// AttributeError raised and cleared, ~15 % of a small call.
-Generator* optional_generator(py::handle generator, const char* fn) {
-  if (generator.is_none()) return nullptr;
-  if (!py::isinstance<Generator>(generator))
-    throw py::type_error(std::string(fn) +
-                         "(): argument 'generator' must be a qkv.Generator or None, got " +
-                         std::string(py::str(py::type::of(generator).attr("__name__"))));
-  return generator.cast<Generator*>();
-}
-
 // The inputs and options of one SDPA call, converted from Python.
 struct SdpaCall {
   Tensor q, k, v;
   SdpaOptions options;
 };
 
-SdpaCall parse_call(py::handle query, py::handle key, py::handle value, py::handle attn_mask,
-                    py::handle dropout_p, bool is_causal, py::handle scale, bool enable_gqa,
-                    bool need_weights, py::handle causal, py::handle dropout_mask,
-                    bool return_dropout_mask, py::handle generator, py::handle window_left,
-                    py::handle window_right, py::handle alibi_slopes, py::handle softcap,
-                    py::handle backend, const char* fn) {
+// Reads scaled_dot_product_attention's arguments from the tuple that
+// python/qkv/nn/functional.py passes, in the order of its signature.
+SdpaCall parse_call(Options& args, bool need_weights) {
+  const char* fn = args.function();
   SdpaCall call;
-  call.q = to_tensor(query, fn, "query", Accept::kFloat);
-  call.k = to_tensor(key, fn, "key", Accept::kFloat);
-  call.v = to_tensor(value, fn, "value", Accept::kFloat);
   SdpaOptions& options = call.options;
-  options.dropout_p = number_argument(dropout_p, fn, "dropout_p");
-  options.causal = parse_causal(is_causal, causal, fn);
+  call.q = args.tensor("query", Accept::kFloat);
+  call.k = args.tensor("key", Accept::kFloat);
+  call.v = args.tensor("value", Accept::kFloat);
+  const py::handle attn_mask = args.next("attn_mask");
+  options.dropout_p = args.number("dropout_p");
+  const bool is_causal = args.flag("is_causal");
+  options.scale = args.optional_number("scale");
+  options.enable_gqa = args.flag("enable_gqa");
+  options.causal = parse_causal(is_causal, args.next("causal"), fn);
   if (is_causal_bias(attn_mask)) {
     options.causal = causal_from_bias(attn_mask, options.causal, call.q, call.k, fn);
   } else {
     options.attn_mask = to_optional_tensor(attn_mask, fn, "attn_mask", Accept::kFloatOrBool);
   }
-  options.scale = optional_number_argument(scale, fn, "scale");
-  options.enable_gqa = enable_gqa;
+  options.dropout_mask = args.optional_tensor("dropout_mask", Accept::kBool);
+  options.return_dropout_mask = args.flag("return_dropout_mask");
+  options.generator = args.generator("generator");
+  options.window_left = args.optional_integer("window_left").value_or(-1);
+  options.window_right = args.optional_integer("window_right").value_or(-1);
+  options.alibi_slopes = parse_alibi_slopes(args.next("alibi_slopes"), fn);
+  options.softcap = args.optional_number("softcap").value_or(0.0);
+  options.backend = parse_backend(args.string("backend"), fn);
+  args.done();
   options.need_weights = need_weights;
-  options.return_dropout_mask = return_dropout_mask;
-  options.dropout_mask = to_optional_tensor(dropout_mask, fn, "dropout_mask", Accept::kBool);
-  options.generator = optional_generator(generator, fn);
-  options.window_left = optional_integer_argument(window_left, fn, "window_left").value_or(-1);
-  options.window_right = optional_integer_argument(window_right, fn, "window_right").value_or(-1);
-  options.alibi_slopes = parse_alibi_slopes(alibi_slopes, fn);
-  options.softcap = optional_number_argument(softcap, fn, "softcap").value_or(0.0);
-  options.backend = parse_backend(string_argument(backend, fn, "backend"), fn);
   return call;
 }
 
@@ -185,21 +176,14 @@ struct SdpaBackward {
 
 // scaled_dot_product_attention (kWithGrad false) returns (output, weights or
 // None, dropout_mask or None, kernel name); its _with_grad twin returns
-// (output, weights or None, dropout_mask or None, SdpaBackward). The Python
-// layer passes its arguments through unchanged (positionally: pybind11
-// matches keywords by name, which costs microseconds on small shapes), so
-// the defaults (None) are read here.
+// (output, weights or None, dropout_mask or None, SdpaBackward). `args` is
+// the tuple of all the Python function's arguments (see parse_call);
+// `function` names it in errors.
 template <bool kWithGrad>
-py::tuple sdpa_entry(py::handle query, py::handle key, py::handle value, py::handle attn_mask,
-                     py::handle dropout_p, bool is_causal, py::handle scale, bool enable_gqa,
-                     bool need_weights, py::handle causal, py::handle dropout_mask,
-                     bool return_dropout_mask, py::handle generator, py::handle window_left,
-                     py::handle window_right, py::handle alibi_slopes, py::handle softcap,
-                     py::handle backend, const std::string& function) {
-  SdpaCall call =
-      parse_call(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa,
-                 need_weights, causal, dropout_mask, return_dropout_mask, generator, window_left,
-                 window_right, alibi_slopes, softcap, backend, function.c_str());
+py::tuple sdpa_entry(py::handle args, bool need_weights, py::str function) {
+  // The name stays alive in the caller's frame; PyUnicode_AsUTF8 does not copy.
+  Options options(args, PyUnicode_AsUTF8(function.ptr()));
+  SdpaCall call = parse_call(options, need_weights);
   if constexpr (!kWithGrad) {
     const SdpaResult result = run_forward(call);
     return py::make_tuple(to_python_or_none(result.output), to_python_or_none(result.weights),
@@ -238,23 +222,35 @@ const char* kind_name(ScoreFunction::Kind kind) {
   return "";
 }
 
+// A computation's result for Python: numpy arrays.
+py::object computation_result(const Tensor& t) { return to_numpy(t); }
+py::object computation_result(const AttentionResult& r) {
+  return py::make_tuple(to_numpy(r.output), to_numpy(r.weights));
+}
+
+// The Python function `name`(args) of one tuple: `read(Options&)` reads its
+// fields and returns the computation, which runs without the GIL (it draws
+// nothing).
+template <class Read>
+void def_computation(py::module_& m, const char* name, Read read) {
+  m.def(
+      name,
+      [name, read](py::handle args) {
+        Options a(args, name);
+        const auto compute = read(a);
+        a.done();
+        return computation_result(without_gil_unless(false, compute));
+      },
+      py::arg("args"));
+}
+
 }  // namespace
 
 void bind_functional(py::module_& m) {
-  // Both entry points take the same arguments.
-  const std::pair<const char*, decltype(&sdpa_entry<false>)> entries[] = {
-      {"scaled_dot_product_attention", &sdpa_entry<false>},
-      {"scaled_dot_product_attention_with_grad", &sdpa_entry<true>}};
-  for (const auto& [name, function] : entries)
-    m.def(name, function, py::arg("query"), py::arg("key"), py::arg("value"),
-          py::arg("attn_mask") = py::none(), py::arg("dropout_p") = 0.0,
-          py::arg("is_causal") = false, py::arg("scale") = py::none(),
-          py::arg("enable_gqa") = false, py::arg("need_weights") = false,
-          py::arg("causal") = py::none(), py::arg("dropout_mask") = py::none(),
-          py::arg("return_dropout_mask") = false, py::arg("generator") = py::none(),
-          py::arg("window_left") = py::none(), py::arg("window_right") = py::none(),
-          py::arg("alibi_slopes") = py::none(), py::arg("softcap") = py::none(),
-          py::arg("backend") = "auto", py::arg("function") = name);
+  m.def("scaled_dot_product_attention", &sdpa_entry<false>, py::arg("args"),
+        py::arg("need_weights"), py::arg("function"));
+  m.def("scaled_dot_product_attention_with_grad", &sdpa_entry<true>, py::arg("args"),
+        py::arg("need_weights"), py::arg("function"));
 
   py::class_<SdpaBackward>(m, "SdpaBackward")
       .def("__call__", &SdpaBackward::operator(), py::arg("grad_output"))
@@ -263,21 +259,12 @@ void bind_functional(py::module_& m) {
         return read_only(to_numpy(b.forward.logsumexp));
       });
 
-  m.def(
-      "simple_attention",
-      [](py::handle query, py::handle keys, py::handle values) {
-        const char* fn = "simple_attention";
-        const Tensor q = to_tensor(query, fn, "query", Accept::kFloat);
-        const Tensor k = to_tensor(keys, fn, "keys", Accept::kFloat);
-        const Tensor v = to_tensor(values, fn, "values", Accept::kFloat);
-        AttentionResult r;
-        {
-          py::gil_scoped_release release;
-          r = simple_attention(q, k, v);
-        }
-        return py::make_tuple(to_numpy(r.output), to_numpy(r.weights));
-      },
-      py::arg("query"), py::arg("keys"), py::arg("values"));
+  def_computation(m, "simple_attention", [](Options& a) {
+    const Tensor q = a.tensor("query", Accept::kFloat);
+    const Tensor k = a.tensor("keys", Accept::kFloat);
+    const Tensor v = a.tensor("values", Accept::kFloat);
+    return [q, k, v] { return simple_attention(q, k, v); };
+  });
 
   // Parameters are copied in, so later changes to the caller's arrays do not leak in.
   py::class_<ScoreFunction>(m, "ScoreFunction")
@@ -318,53 +305,32 @@ void bind_functional(py::module_& m) {
         return std::string("qkv.ScoreFunction.") + kind_name(s.kind()) + "(...)";
       });
 
-  m.def(
-      "attention",
-      [](py::handle q, py::handle k, py::handle v, const ScoreFunction& score, py::handle mask) {
-        const char* fn = "attention";
-        const Tensor qt = to_tensor(q, fn, "q", Accept::kFloat);
-        const Tensor kt = to_tensor(k, fn, "k", Accept::kFloat);
-        const Tensor vt = to_tensor(v, fn, "v", Accept::kFloat);
-        const Tensor mt = to_optional_tensor(mask, fn, "mask", Accept::kFloatOrBool);
-        AttentionResult r;
-        {
-          py::gil_scoped_release release;
-          r = attention(qt, kt, vt, score, mt);
-        }
-        return py::make_tuple(to_numpy(r.output), to_numpy(r.weights));
-      },
-      py::arg("q"), py::arg("k"), py::arg("v"), py::arg("score"), py::arg("mask") = py::none());
+  def_computation(m, "attention", [](Options& a) {
+    const Tensor q = a.tensor("q", Accept::kFloat);
+    const Tensor k = a.tensor("k", Accept::kFloat);
+    const Tensor v = a.tensor("v", Accept::kFloat);
+    const py::handle score = a.next("score");
+    if (!py::isinstance<ScoreFunction>(score))
+      throw py::type_error("attention(): argument 'score' must be a qkv.ScoreFunction, got " +
+                           std::string(py::str(py::type::of(score).attr("__name__"))));
+    const Tensor mask = a.optional_tensor("mask", Accept::kFloatOrBool);
+    return [q, k, v, &s = score.cast<const ScoreFunction&>(), mask] {
+      return attention(q, k, v, s, mask);
+    };
+  });
 
-  m.def(
-      "linear",
-      [](py::handle input, py::handle weight, py::handle bias) {
-        const char* fn = "linear";
-        const Tensor x = to_tensor(input, fn, "input", Accept::kFloat);
-        const Tensor w = to_tensor(weight, fn, "weight", Accept::kFloat);
-        const Tensor b = to_optional_tensor(bias, fn, "bias", Accept::kFloat);
-        Tensor y;
-        {
-          py::gil_scoped_release release;
-          y = linear(x, w, b);
-        }
-        return to_numpy(y);
-      },
-      py::arg("input"), py::arg("weight"), py::arg("bias") = py::none());
+  def_computation(m, "linear", [](Options& a) {
+    const Tensor input = a.tensor("input", Accept::kFloat);
+    const Tensor weight = a.tensor("weight", Accept::kFloat);
+    const Tensor bias = a.optional_tensor("bias", Accept::kFloat);
+    return [input, weight, bias] { return linear(input, weight, bias); };
+  });
 
-  m.def(
-      "matmul",
-      [](py::handle input, py::handle other) {
-        const char* fn = "matmul";
-        const Tensor a = to_tensor(input, fn, "input", Accept::kFloat);
-        const Tensor b = to_tensor(other, fn, "other", Accept::kFloat);
-        Tensor y;
-        {
-          py::gil_scoped_release release;
-          y = matmul(a, b);
-        }
-        return to_numpy(y);
-      },
-      py::arg("input"), py::arg("other"));
+  def_computation(m, "matmul", [](Options& a) {
+    const Tensor input = a.tensor("input", Accept::kFloat);
+    const Tensor other = a.tensor("other", Accept::kFloat);
+    return [input, other] { return matmul(input, other); };
+  });
 }
 
 }  // namespace qkv::python

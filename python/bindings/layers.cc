@@ -7,6 +7,7 @@
 #include "bindings.h"
 #include "convert.h"
 #include "module_common.h"
+#include "options.h"
 #include "qkv/nn/embedding.h"
 #include "qkv/nn/layer_norm.h"
 #include "qkv/nn/linear.h"
@@ -30,18 +31,39 @@ py::array forward_float(const Module& self, py::handle input, const char* functi
 
 std::string dtype_of(DType dtype) { return dtype_name(dtype); }
 
+// The read-only views and state_dict methods LayerNorm and RMSNorm share.
+template <class Norm, class PyClass>
+void def_norm(PyClass& cls, const char* module) {
+  const std::string forward = std::string(module) + ".forward";
+  cls.def(
+         "forward",
+         [forward](const Norm& self, py::handle input) {
+           return forward_float(self, input, forward.c_str());
+         },
+         py::arg("input"))
+      .def_property_readonly(
+          "normalized_shape",
+          [](const Norm& s) { return std::vector<int64_t>(s.options().normalized_shape); })
+      .def_property_readonly("eps", [](const Norm& s) { return s.options().eps; })
+      .def_property_readonly("elementwise_affine",
+                             [](const Norm& s) { return s.options().elementwise_affine; })
+      .def_property_readonly("dtype", [](const Norm& s) { return dtype_of(s.options().dtype); });
+  def_state_dict<Norm>(cls, std::string(module) + ".load_state_dict");
+}
+
+// Each constructor takes one tuple of its arguments, in the order of the
+// Python class's signature (python/qkv/nn/layers.py owns names and defaults).
 void bind_linear(py::module_& m) {
   py::class_<Linear> cls(m, "Linear");
-  cls.def(py::init([](int64_t in_features, int64_t out_features, bool bias, py::handle dtype,
-                      Generator* generator) {
-            return Linear({.in_features = in_features,
-                           .out_features = out_features,
-                           .bias = bias,
-                           .dtype = parse_float_dtype(dtype, "Linear", "dtype")},
-                          generator);
-          }),
-          py::arg("in_features"), py::arg("out_features"), py::arg("bias") = true,
-          py::arg("dtype") = py::none(), py::arg("generator") = py::none())
+  cls.def(init_from_tuple("Linear",
+                          [](Options& a) {
+                            const nn::LinearOptions o{.in_features = a.integer("in_features"),
+                                                      .out_features = a.integer("out_features"),
+                                                      .bias = a.flag("bias"),
+                                                      .dtype = a.dtype("dtype")};
+                            return Linear(o, a.generator("generator"));
+                          }),
+          py::arg("args"))
       .def(
           "forward",
           [](const Linear& self, py::handle input) {
@@ -56,75 +78,51 @@ void bind_linear(py::module_& m) {
   def_state_dict<Linear>(cls, "Linear.load_state_dict");
 }
 
+// normalized_shape: a list of ints (the Python class turns an int into one).
+Shape shape_field(Options& a) {
+  return Shape(a.next("normalized_shape").cast<std::vector<int64_t>>());
+}
+
 void bind_layer_norm(py::module_& m) {
   py::class_<LayerNorm> cls(m, "LayerNorm");
-  cls.def(py::init([](const std::vector<int64_t>& normalized_shape, double eps,
-                      bool elementwise_affine, bool bias, py::handle dtype) {
-            return LayerNorm({.normalized_shape = Shape(normalized_shape),
-                              .eps = eps,
-                              .elementwise_affine = elementwise_affine,
-                              .bias = bias,
-                              .dtype = parse_float_dtype(dtype, "LayerNorm", "dtype")});
-          }),
-          py::arg("normalized_shape"), py::arg("eps") = 1e-5, py::arg("elementwise_affine") = true,
-          py::arg("bias") = true, py::arg("dtype") = py::none())
-      .def(
-          "forward",
-          [](const LayerNorm& self, py::handle input) {
-            return forward_float(self, input, "LayerNorm.forward");
-          },
-          py::arg("input"))
-      .def_property_readonly(
-          "normalized_shape",
-          [](const LayerNorm& s) { return std::vector<int64_t>(s.options().normalized_shape); })
-      .def_property_readonly("eps", [](const LayerNorm& s) { return s.options().eps; })
-      .def_property_readonly("elementwise_affine",
-                             [](const LayerNorm& s) { return s.options().elementwise_affine; })
-      .def_property_readonly("has_bias", [](const LayerNorm& s) { return s.options().bias; })
-      .def_property_readonly("dtype",
-                             [](const LayerNorm& s) { return dtype_of(s.options().dtype); });
-  def_state_dict<LayerNorm>(cls, "LayerNorm.load_state_dict");
+  cls.def(init_from_tuple("LayerNorm",
+                          [](Options& a) {
+                            return LayerNorm({.normalized_shape = shape_field(a),
+                                              .eps = a.number("eps"),
+                                              .elementwise_affine = a.flag("elementwise_affine"),
+                                              .bias = a.flag("bias"),
+                                              .dtype = a.dtype("dtype")});
+                          }),
+          py::arg("args"))
+      .def_property_readonly("has_bias", [](const LayerNorm& s) { return s.options().bias; });
+  def_norm<LayerNorm>(cls, "LayerNorm");
 }
 
 void bind_rms_norm(py::module_& m) {
   py::class_<RMSNorm> cls(m, "RMSNorm");
-  cls.def(py::init([](const std::vector<int64_t>& normalized_shape, std::optional<double> eps,
-                      bool elementwise_affine, py::handle dtype) {
-            return RMSNorm({.normalized_shape = Shape(normalized_shape),
-                            .eps = eps,
-                            .elementwise_affine = elementwise_affine,
-                            .dtype = parse_float_dtype(dtype, "RMSNorm", "dtype")});
-          }),
-          py::arg("normalized_shape"), py::arg("eps") = py::none(),
-          py::arg("elementwise_affine") = true, py::arg("dtype") = py::none())
-      .def(
-          "forward",
-          [](const RMSNorm& self, py::handle input) {
-            return forward_float(self, input, "RMSNorm.forward");
-          },
-          py::arg("input"))
-      .def_property_readonly(
-          "normalized_shape",
-          [](const RMSNorm& s) { return std::vector<int64_t>(s.options().normalized_shape); })
-      .def_property_readonly("eps", [](const RMSNorm& s) { return s.options().eps; })
-      .def_property_readonly("elementwise_affine",
-                             [](const RMSNorm& s) { return s.options().elementwise_affine; })
-      .def_property_readonly("dtype", [](const RMSNorm& s) { return dtype_of(s.options().dtype); });
-  def_state_dict<RMSNorm>(cls, "RMSNorm.load_state_dict");
+  cls.def(init_from_tuple("RMSNorm",
+                          [](Options& a) {
+                            return RMSNorm({.normalized_shape = shape_field(a),
+                                            .eps = a.optional_number("eps"),
+                                            .elementwise_affine = a.flag("elementwise_affine"),
+                                            .dtype = a.dtype("dtype")});
+                          }),
+          py::arg("args"));
+  def_norm<RMSNorm>(cls, "RMSNorm");
 }
 
 void bind_embedding(py::module_& m) {
   py::class_<Embedding> cls(m, "Embedding");
-  cls.def(py::init([](int64_t num_embeddings, int64_t embedding_dim,
-                      std::optional<int64_t> padding_idx, py::handle dtype, Generator* generator) {
-            return Embedding({.num_embeddings = num_embeddings,
-                              .embedding_dim = embedding_dim,
-                              .padding_idx = padding_idx,
-                              .dtype = parse_float_dtype(dtype, "Embedding", "dtype")},
-                             generator);
-          }),
-          py::arg("num_embeddings"), py::arg("embedding_dim"), py::arg("padding_idx") = py::none(),
-          py::arg("dtype") = py::none(), py::arg("generator") = py::none())
+  cls.def(init_from_tuple("Embedding",
+                          [](Options& a) {
+                            const nn::EmbeddingOptions o{
+                                .num_embeddings = a.integer("num_embeddings"),
+                                .embedding_dim = a.integer("embedding_dim"),
+                                .padding_idx = a.optional_integer("padding_idx"),
+                                .dtype = a.dtype("dtype")};
+                            return Embedding(o, a.generator("generator"));
+                          }),
+          py::arg("args"))
       // The Python class checks that `ids` holds integers; here they arrive as int64.
       .def(
           "forward",

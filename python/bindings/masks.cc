@@ -44,7 +44,7 @@ void bind_masks(py::module_& m) {
       [](int64_t L, int64_t S, const std::string& alignment) {
         return to_numpy(causal_mask(L, S, parse_alignment(alignment)));
       },
-      py::arg("L"), py::arg("S"), py::arg("alignment") = "top_left");
+      py::arg("L"), py::arg("S"), py::arg("alignment"));
   m.def(
       "key_mask_for_heads",
       [](py::handle mask) {
@@ -66,7 +66,7 @@ void bind_masks(py::module_& m) {
         const Tensor t = to_tensor(keep_mask, fn, "keep_mask", Accept::kBool);
         return fresh(keep_mask_to_additive(t, parse_float_dtype(dtype, fn, "dtype")), t);
       },
-      py::arg("keep_mask"), py::arg("dtype") = py::none());
+      py::arg("keep_mask"), py::arg("dtype"));
 }
 
 }  // namespace qkv::python

@@ -68,7 +68,7 @@ void bind_models(py::module_& m) {
   bert.def(py::init([](const std::string& config_json, Generator* generator) {
              return BertModel(BertConfig::from_json(config_json, "config"), generator);
            }),
-           py::arg("config_json"), py::arg("generator") = py::none())
+           py::arg("config_json"), py::arg("generator"))
       .def_static(
           "from_pretrained",
           [](const std::string& model_dir) {
@@ -101,8 +101,7 @@ void bind_models(py::module_& m) {
             }
             return to_numpy(hidden);
           },
-          py::arg("input_ids"), py::arg("attention_mask") = py::none(),
-          py::arg("token_type_ids") = py::none())
+          py::arg("input_ids"), py::arg("attention_mask"), py::arg("token_type_ids"))
       .def("num_parameters", &BertModel::num_parameters);
   def_state_dict<BertModel>(bert, "BertModel.load_state_dict");
 
@@ -123,7 +122,7 @@ void bind_models(py::module_& m) {
             }
             return to_numpy(out);
           },
-          py::arg("texts"), py::arg("batch_size") = 32)
+          py::arg("texts"), py::arg("batch_size"))
       .def("token_ids", &SentenceEncoder::token_ids, py::arg("text"))
       .def_property_readonly("dimension", &SentenceEncoder::dimension)
       .def_property_readonly("max_seq_length", &SentenceEncoder::max_seq_length)

@@ -7,6 +7,7 @@
 #include "bindings.h"
 #include "convert.h"
 #include "module_common.h"
+#include "options.h"
 #include "qkv/nn/positional_encoding.h"
 
 namespace qkv::python {
@@ -35,6 +36,19 @@ py::array_t<double> doubles(const std::vector<double>& values) {
   return out;
 }
 
+// The options of both absolute encodings, in the order of the Python
+// classes' signatures: (d_model, max_len, dropout, batch_first, dtype).
+template <class EncodingOptions>
+EncodingOptions absolute_options(Options& a) {
+  EncodingOptions o;
+  o.d_model = a.integer("d_model");
+  o.max_len = a.integer("max_len");
+  o.dropout = a.number("dropout");
+  o.batch_first = a.flag("batch_first");
+  o.dtype = a.dtype("dtype");
+  return o;
+}
+
 // forward(x, offset) and the train/eval/state_dict methods of the two
 // absolute encodings, which share their interface.
 template <class Encoding, class PyClass>
@@ -47,7 +61,7 @@ void def_absolute_encoding(PyClass& cls, const char* module) {
            const bool random = self.is_training() && self.options().dropout > 0.0;
            return to_numpy(without_gil_unless(random, [&] { return self.forward(x, offset); }));
          },
-         py::arg("input"), py::arg("offset") = 0)
+         py::arg("input"), py::arg("offset"))
       .def_property_readonly("d_model", [](const Encoding& s) { return s.options().d_model; })
       .def_property_readonly("max_len", [](const Encoding& s) { return s.options().max_len; })
       .def_property_readonly("dropout", [](const Encoding& s) { return s.options().dropout; })
@@ -66,57 +80,48 @@ void bind_absolute(py::module_& m) {
         return to_numpy(nn::sinusoidal_encoding(
             length, d_model, offset, parse_float_dtype(dtype, "sinusoidal_encoding", "dtype")));
       },
-      py::arg("length"), py::arg("d_model"), py::arg("offset") = 0, py::arg("dtype") = py::none());
+      py::arg("length"), py::arg("d_model"), py::arg("offset"), py::arg("dtype"));
 
   py::class_<SinusoidalPositionalEncoding> sin(m, "SinusoidalPositionalEncoding");
-  sin.def(py::init([](int64_t d_model, int64_t max_len, double dropout, bool batch_first,
-                      py::handle dtype) {
-            return SinusoidalPositionalEncoding(
-                {.d_model = d_model,
-                 .max_len = max_len,
-                 .dropout = dropout,
-                 .batch_first = batch_first,
-                 .dtype = parse_float_dtype(dtype, "SinusoidalPositionalEncoding", "dtype")});
-          }),
-          py::arg("d_model"), py::arg("max_len") = 5000, py::arg("dropout") = 0.0,
-          py::arg("batch_first") = false, py::arg("dtype") = py::none())
+  sin.def(init_from_tuple("SinusoidalPositionalEncoding",
+                          [](Options& a) {
+                            return SinusoidalPositionalEncoding(
+                                absolute_options<nn::SinusoidalPositionalEncodingOptions>(a));
+                          }),
+          py::arg("args"))
       .def_property_readonly("table", [](const SinusoidalPositionalEncoding& s) {
         return to_numpy(s.table().clone());
       });
   def_absolute_encoding<SinusoidalPositionalEncoding>(sin, "SinusoidalPositionalEncoding");
 
   py::class_<LearnedPositionalEncoding> learned(m, "LearnedPositionalEncoding");
-  learned.def(py::init([](int64_t d_model, int64_t max_len, double dropout, bool batch_first,
-                          py::handle dtype, Generator* generator) {
-                return LearnedPositionalEncoding(
-                    {.max_len = max_len,
-                     .d_model = d_model,
-                     .dropout = dropout,
-                     .batch_first = batch_first,
-                     .dtype = parse_float_dtype(dtype, "LearnedPositionalEncoding", "dtype")},
-                    generator);
-              }),
-              py::arg("d_model"), py::arg("max_len") = 512, py::arg("dropout") = 0.0,
-              py::arg("batch_first") = false, py::arg("dtype") = py::none(),
-              py::arg("generator") = py::none());
+  learned.def(init_from_tuple("LearnedPositionalEncoding",
+                              [](Options& a) {
+                                const auto o =
+                                    absolute_options<nn::LearnedPositionalEncodingOptions>(a);
+                                return LearnedPositionalEncoding(o, a.generator("generator"));
+                              }),
+              py::arg("args"));
   def_absolute_encoding<LearnedPositionalEncoding>(learned, "LearnedPositionalEncoding");
 }
 
 void bind_rotary(py::module_& m) {
   constexpr const char* kForward = "RotaryEmbedding.forward";
   py::class_<RotaryEmbedding>(m, "RotaryEmbedding")
-      .def(py::init([](int64_t head_dim, double base, const std::string& style) {
-             return RotaryEmbedding(
-                 {.head_dim = head_dim, .base = base, .style = parse_style(style)});
-           }),
-           py::arg("head_dim"), py::arg("base") = 10000.0, py::arg("style") = "half_split")
+      .def(init_from_tuple("RotaryEmbedding",
+                           [](Options& a) {
+                             return RotaryEmbedding({.head_dim = a.integer("head_dim"),
+                                                     .base = a.number("base"),
+                                                     .style = parse_style(a.string("style"))});
+                           }),
+           py::arg("args"))
       .def(
           "forward",
           [](const RotaryEmbedding& self, py::handle input, int64_t offset) {
             const Tensor x = to_tensor(input, kForward, "input", Accept::kFloat);
             return to_numpy(without_gil_unless(false, [&] { return self.forward(x, offset); }));
           },
-          py::arg("input"), py::arg("offset") = 0)
+          py::arg("input"), py::arg("offset"))
       .def(
           "forward_qk",
           [](const RotaryEmbedding& self, py::handle query, py::handle key, int64_t offset) {
@@ -127,7 +132,7 @@ void bind_rotary(py::module_& m) {
                 without_gil_unless(false, [&] { return self.forward(q, k, offset); });
             return py::make_tuple(to_numpy(q2), to_numpy(k2));
           },
-          py::arg("query"), py::arg("key"), py::arg("offset") = 0)
+          py::arg("query"), py::arg("key"), py::arg("offset"))
       .def("inverse_frequencies",
            [](const RotaryEmbedding& self) { return doubles(self.inverse_frequencies()); })
       .def_property_readonly("head_dim",
@@ -145,12 +150,13 @@ void bind_score_biases(py::module_& m) {
       py::arg("num_heads"));
 
   py::class_<Alibi>(m, "Alibi")
-      .def(py::init([](int64_t num_heads, bool causal, py::handle dtype) {
-             return Alibi({.num_heads = num_heads,
-                           .causal = causal,
-                           .dtype = parse_float_dtype(dtype, "Alibi", "dtype")});
-           }),
-           py::arg("num_heads"), py::arg("causal") = true, py::arg("dtype") = py::none())
+      .def(init_from_tuple("Alibi",
+                           [](Options& a) {
+                             return Alibi({.num_heads = a.integer("num_heads"),
+                                           .causal = a.flag("causal"),
+                                           .dtype = a.dtype("dtype")});
+                           }),
+           py::arg("args"))
       .def(
           "forward",
           [](const Alibi& self, int64_t L, int64_t S) { return to_numpy(self.forward(L, S)); },
@@ -172,23 +178,21 @@ void bind_score_biases(py::module_& m) {
           dst[i] = nn::relative_position_bucket(in[i], bidirectional, num_buckets, max_distance);
         return out;
       },
-      py::arg("relative_position"), py::arg("bidirectional") = true, py::arg("num_buckets") = 32,
-      py::arg("max_distance") = 128);
+      py::arg("relative_position"), py::arg("bidirectional"), py::arg("num_buckets"),
+      py::arg("max_distance"));
 
   py::class_<RelativePositionBias> bias(m, "RelativePositionBias");
-  bias.def(py::init([](int64_t num_heads, int64_t num_buckets, int64_t max_distance,
-                       bool bidirectional, py::handle dtype, Generator* generator) {
-             return RelativePositionBias(
-                 {.num_heads = num_heads,
-                  .num_buckets = num_buckets,
-                  .max_distance = max_distance,
-                  .bidirectional = bidirectional,
-                  .dtype = parse_float_dtype(dtype, "RelativePositionBias", "dtype")},
-                 generator);
-           }),
-           py::arg("num_heads"), py::arg("num_buckets") = 32, py::arg("max_distance") = 128,
-           py::arg("bidirectional") = true, py::arg("dtype") = py::none(),
-           py::arg("generator") = py::none())
+  bias.def(init_from_tuple("RelativePositionBias",
+                           [](Options& a) {
+                             const nn::RelativePositionBiasOptions o{
+                                 .num_heads = a.integer("num_heads"),
+                                 .num_buckets = a.integer("num_buckets"),
+                                 .max_distance = a.integer("max_distance"),
+                                 .bidirectional = a.flag("bidirectional"),
+                                 .dtype = a.dtype("dtype")};
+                             return RelativePositionBias(o, a.generator("generator"));
+                           }),
+           py::arg("args"))
       .def(
           "forward",
           [](const RelativePositionBias& self, int64_t L, int64_t S) {

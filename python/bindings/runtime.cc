@@ -47,7 +47,7 @@ void bind_runtime(py::module_& m) {
   m.def("supported_isas", &supported_isas);
   m.def("blas_core_name", &blas_core_name);
   // Runs for `seconds` on every thread: let other Python threads go on.
-  m.def("measure_fp32_peak_gflops", &measure_fp32_peak_gflops, py::arg("seconds") = 0.2,
+  m.def("measure_fp32_peak_gflops", &measure_fp32_peak_gflops, py::arg("seconds"),
         py::call_guard<py::gil_scoped_release>());
   m.def("set_buffer_cache_limit", &set_buffer_cache_limit, py::arg("bytes"));
   m.def("buffer_cache_limit", &buffer_cache_limit);

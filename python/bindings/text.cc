@@ -77,7 +77,7 @@ void bind_text(py::module_& m) {
           py::arg("texts"))
       .def("set_max_length", &WordPieceTokenizer::set_max_length, py::arg("max_length"))
       .def("set_padding", &WordPieceTokenizer::set_padding, py::arg("pad_to_length"),
-           py::arg("pad_to_multiple_of") = 0)
+           py::arg("pad_to_multiple_of"))
       .def("token_to_id", &WordPieceTokenizer::token_to_id, py::arg("token"))
       .def("id_to_token", &WordPieceTokenizer::id_to_token, py::arg("id"))
       .def("vocab_size", &WordPieceTokenizer::vocab_size)

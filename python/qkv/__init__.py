@@ -80,7 +80,7 @@ def simple_attention(query, keys, values):
 
     weights = softmax(keys @ query); output = weights @ values.
     """
-    return _core.simple_attention(query, keys, values)
+    return _core.simple_attention((query, keys, values))
 
 
 def attention(q, k, v, score, mask=None):
@@ -93,7 +93,7 @@ def attention(q, k, v, score, mask=None):
     .additive(w_q, w_k, v) or .bilinear(w). `mask` broadcasts to [..., L, S]:
     bool (True = the key takes part) or floating (added to the scores).
     """
-    return _core.attention(q, k, v, score, mask)
+    return _core.attention((q, k, v, score, mask))
 
 
 def matmul(input, other):
@@ -101,4 +101,4 @@ def matmul(input, other):
 
     input: [..., n, k]  other: [..., k, m]  ->  [..., n, m]
     """
-    return _core.matmul(input, other)
+    return _core.matmul((input, other))

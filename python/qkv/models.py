@@ -64,11 +64,12 @@ class DecoderModelConfig:
         return cls(**json.loads(text))
 
 
-def _sampling_args(temperature, top_k, top_p, seed, stop_token):
+def _generation_args(max_new_tokens, temperature, top_k, top_p, seed, stop_token):
+    """The one tuple _core's generate and decode take."""
     seed = int(seed)
     if not 0 <= seed < 1 << 64:
         raise ValueError(f"seed must be in [0, 2**64), got {seed}")
-    return (float(temperature), int(top_k), float(top_p), seed,
+    return (int(max_new_tokens), float(temperature), int(top_k), float(top_p), seed,
             None if stop_token is None else int(stop_token))
 
 
@@ -136,8 +137,8 @@ class DecoderModel:
         seed gives the same ids. Decodes with a KV cache: one pass over the
         prompt, then one cached step per new token.
         """
-        return self._model.generate(prompt_ids, int(max_new_tokens),
-                                    *_sampling_args(temperature, top_k, top_p, seed, stop_token))
+        return self._model.generate(prompt_ids, _generation_args(
+            max_new_tokens, temperature, top_k, top_p, seed, stop_token))
 
     def session(self, batch_size=1, max_len=None):
         """A DecoderSession (KV cache + step buffers) of max_len positions
@@ -171,20 +172,12 @@ class DecoderSession:
                stop_token=None):
         """Batch 1: samples up to max_new_tokens ids continuing what the session
         holds, feeding each back -> list of ids."""
-        return self._session.decode(int(max_new_tokens),
-                                    *_sampling_args(temperature, top_k, top_p, seed, stop_token))
+        return self._session.decode(_generation_args(max_new_tokens, temperature, top_k, top_p,
+                                                     seed, stop_token))
 
     def reset(self):
         self._session.reset()
 
-    @property
-    def length(self):
-        return self._session.length
-
-    @property
-    def max_len(self):
-        return self._session.max_len
-
-    @property
-    def batch_size(self):
-        return self._session.batch_size
+    length = property(lambda self: self._session.length)
+    max_len = property(lambda self: self._session.max_len)
+    batch_size = property(lambda self: self._session.batch_size)

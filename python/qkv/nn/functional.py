@@ -44,11 +44,42 @@ __all__ = [
 _last_call = threading.local()
 
 
-def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0,
-                                 is_causal=False, scale=None, enable_gqa=False, *,
-                                 causal=None, dropout_mask=None, return_dropout_mask=False,
-                                 generator=None, window_left=None, window_right=None,
-                                 alibi_slopes=None, softcap=None, backend="auto"):
+def _sdpa_signature(core, need_weights=False):
+    """Gives the function it decorates scaled_dot_product_attention's signature.
+
+    That signature is written once, here. The returned function passes all its
+    arguments to `core` (_core's entry) as one tuple, in signature order (the
+    bindings read them in that order), and hands the result (output, weights or
+    None, keep mask or None, kernel or backward) and return_dropout_mask to the
+    decorated function, which shapes what the caller gets.
+    """
+
+    def decorate(finish):
+        name = finish.__name__
+
+        def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+                 enable_gqa=False, *, causal=None, dropout_mask=None, return_dropout_mask=False,
+                 generator=None, window_left=None, window_right=None, alibi_slopes=None,
+                 softcap=None, backend="auto"):
+            output, weights, keep, kernel = core(
+                (query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, causal,
+                 dropout_mask, return_dropout_mask, generator, window_left, window_right,
+                 alibi_slopes, softcap, backend), need_weights, name)
+            return finish(output, weights, keep, kernel, return_dropout_mask)
+
+        sdpa.__name__ = sdpa.__qualname__ = name
+        sdpa.__code__ = sdpa.__code__.replace(co_name=name)  # as tracebacks name it
+        sdpa.__doc__ = finish.__doc__
+        sdpa.__module__ = finish.__module__
+        return sdpa
+
+    return decorate
+
+
+# The three SDPA functions: each has the signature _sdpa_signature writes;
+# the bodies below only shape what _core returned.
+@_sdpa_signature(_core.scaled_dot_product_attention)
+def scaled_dot_product_attention(output, weights, keep, kernel, return_dropout_mask):
     """softmax(query @ keyᵀ · scale + mask) @ value, as torch.nn.functional's.
 
     query: [..., H, L, E]  key: [..., Hkv, S, E]  value: [..., Hkv, S, Ev]  ->  [..., H, L, Ev]
@@ -88,24 +119,14 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
 
     A query row whose keys are all masked gives 0 (as torch 2.13's SDPA).
     """
-    # Positional and unconverted: _core reads the defaults and checks every
-    # argument (pybind11 matches keywords by name, microseconds on small shapes).
-    output, _, keep, kernel = _core.scaled_dot_product_attention(
-        query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, False, causal,
-        dropout_mask, return_dropout_mask, generator, window_left, window_right, alibi_slopes,
-        softcap, backend, "scaled_dot_product_attention")
     _last_call.kernel = kernel
     if return_dropout_mask:
         return output, keep
     return output
 
 
-def scaled_dot_product_attention_with_weights(query, key, value, attn_mask=None, dropout_p=0.0,
-                                              is_causal=False, scale=None, enable_gqa=False, *,
-                                              causal=None, dropout_mask=None,
-                                              return_dropout_mask=False, generator=None,
-                                              window_left=None, window_right=None,
-                                              alibi_slopes=None, softcap=None, backend="auto"):
+@_sdpa_signature(_core.scaled_dot_product_attention, need_weights=True)
+def scaled_dot_product_attention_with_weights(output, weights, keep, kernel, return_dropout_mask):
     """scaled_dot_product_attention that also returns the attention weights.
 
     -> (output [..., H, L, Ev], weights [..., H, L, S]), and the bool keep mask
@@ -116,10 +137,6 @@ def scaled_dot_product_attention_with_weights(query, key, value, attn_mask=None,
     fully masked row), after dropout and its 1/(1-p) scaling. The arguments are
     those of scaled_dot_product_attention.
     """
-    output, weights, keep, kernel = _core.scaled_dot_product_attention(
-        query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, True, causal,
-        dropout_mask, return_dropout_mask, generator, window_left, window_right, alibi_slopes,
-        softcap, backend, "scaled_dot_product_attention_with_weights")
     _last_call.kernel = kernel
     if return_dropout_mask:
         return output, weights, keep
@@ -179,12 +196,8 @@ class SdpaBackward:
         return f"<qkv SdpaBackward kernel={self.kernel!r}>"
 
 
-def scaled_dot_product_attention_with_grad(query, key, value, attn_mask=None, dropout_p=0.0,
-                                           is_causal=False, scale=None, enable_gqa=False, *,
-                                           causal=None, dropout_mask=None,
-                                           return_dropout_mask=False, generator=None,
-                                           window_left=None, window_right=None,
-                                           alibi_slopes=None, softcap=None, backend="auto"):
+@_sdpa_signature(_core.scaled_dot_product_attention_with_grad)
+def scaled_dot_product_attention_with_grad(output, weights, keep, impl, return_dropout_mask):
     """scaled_dot_product_attention, and a handle that runs its backward pass.
 
     -> (output [..., H, L, Ev], grad_fn)
@@ -198,10 +211,6 @@ def scaled_dot_product_attention_with_grad(query, key, value, attn_mask=None, dr
     return_dropout_mask=True the keep mask is grad_fn.dropout_mask. The output
     is a read-only array (the backward reads it again). See SdpaBackward.
     """
-    output, _, keep, impl = _core.scaled_dot_product_attention_with_grad(
-        query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, False, causal,
-        dropout_mask, return_dropout_mask, generator, window_left, window_right, alibi_slopes,
-        softcap, backend, "scaled_dot_product_attention_with_grad")
     _last_call.kernel = impl.kernel
     return output, SdpaBackward(impl, keep)
 
@@ -211,4 +220,4 @@ def linear(input, weight, bias=None):
 
     input: [..., in]  weight: [out, in]  bias: [out] or None  ->  [..., out]
     """
-    return _core.linear(input, weight, bias)
+    return _core.linear((input, weight, bias))

@@ -40,8 +40,8 @@ class Linear(Module):
                  generator=None):
         check_device(device, "Linear")
         check_generator(generator, "Linear")
-        self._impl = _core.Linear(int(in_features), int(out_features), bool(bias), dtype,
-                                  generator)
+        self._impl = _core.Linear((int(in_features), int(out_features), bool(bias), dtype,
+                                   generator))
 
     def forward(self, input):
         return self._impl.forward(input)
@@ -56,7 +56,23 @@ class Linear(Module):
                 f"bias={self._impl.has_bias})")
 
 
-class LayerNorm(Module):
+class _Norm(Module):
+    """What LayerNorm and RMSNorm share: forward and the arguments read back."""
+
+    def forward(self, input):
+        return self._impl.forward(input)
+
+    normalized_shape = property(lambda self: tuple(self._impl.normalized_shape))
+    eps = property(lambda self: self._impl.eps)
+    elementwise_affine = property(lambda self: self._impl.elementwise_affine)
+    weight = property(lambda self: self._impl.state_dict().get("weight"), doc="a copy, or None")
+
+    def __repr__(self):
+        return (f"{type(self).__name__}({self.normalized_shape}, eps={self.eps}, "
+                f"elementwise_affine={self.elementwise_affine})")
+
+
+class LayerNorm(_Norm):
     """(x − mean) / √(var + eps) · weight + bias over the trailing
     `normalized_shape` dims, as torch.nn.LayerNorm (biased variance).
 
@@ -71,24 +87,13 @@ class LayerNorm(Module):
                  device=None, dtype=None):
         check_device(device, "LayerNorm")
         shape = _shape_tuple(normalized_shape, "LayerNorm")
-        self._impl = _core.LayerNorm(list(shape), float(eps), bool(elementwise_affine),
-                                     bool(bias), dtype)
+        self._impl = _core.LayerNorm((list(shape), float(eps), bool(elementwise_affine),
+                                      bool(bias), dtype))
 
-    def forward(self, input):
-        return self._impl.forward(input)
-
-    normalized_shape = property(lambda self: tuple(self._impl.normalized_shape))
-    eps = property(lambda self: self._impl.eps)
-    elementwise_affine = property(lambda self: self._impl.elementwise_affine)
-    weight = property(lambda self: self._impl.state_dict().get("weight"), doc="a copy, or None")
     bias = property(lambda self: self._impl.state_dict().get("bias"), doc="a copy, or None")
 
-    def __repr__(self):
-        return (f"LayerNorm({self.normalized_shape}, eps={self.eps}, "
-                f"elementwise_affine={self.elementwise_affine})")
 
-
-class RMSNorm(Module):
+class RMSNorm(_Norm):
     """x / √(mean(x²) + eps) · weight over the trailing `normalized_shape` dims,
     as torch.nn.RMSNorm; eps=None means the machine epsilon of the input's dtype.
 
@@ -102,20 +107,8 @@ class RMSNorm(Module):
                  dtype=None):
         check_device(device, "RMSNorm")
         shape = _shape_tuple(normalized_shape, "RMSNorm")
-        self._impl = _core.RMSNorm(list(shape), None if eps is None else float(eps),
-                                   bool(elementwise_affine), dtype)
-
-    def forward(self, input):
-        return self._impl.forward(input)
-
-    normalized_shape = property(lambda self: tuple(self._impl.normalized_shape))
-    eps = property(lambda self: self._impl.eps)
-    elementwise_affine = property(lambda self: self._impl.elementwise_affine)
-    weight = property(lambda self: self._impl.state_dict().get("weight"), doc="a copy, or None")
-
-    def __repr__(self):
-        return (f"RMSNorm({self.normalized_shape}, eps={self.eps}, "
-                f"elementwise_affine={self.elementwise_affine})")
+        self._impl = _core.RMSNorm((list(shape), None if eps is None else float(eps),
+                                    bool(elementwise_affine), dtype))
 
 
 class Embedding(Module):
@@ -141,9 +134,9 @@ class Embedding(Module):
         check_generator(generator, "Embedding")
         if max_norm is not None:
             raise NotImplementedError("Embedding(): max_norm is not supported by qkv")
-        self._impl = _core.Embedding(int(num_embeddings), int(embedding_dim),
-                                     None if padding_idx is None else int(padding_idx), dtype,
-                                     generator)
+        self._impl = _core.Embedding((int(num_embeddings), int(embedding_dim),
+                                      None if padding_idx is None else int(padding_idx), dtype,
+                                      generator))
         if _weight is not None:
             self._impl.load_state_dict({"weight": _weight})
 

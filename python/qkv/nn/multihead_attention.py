@@ -59,10 +59,10 @@ class MultiheadAttention(GradMixin):
                  dtype=None, *, generator=None):
         _check_device(device)
         _check_generator(generator, "MultiheadAttention")
-        self._impl = _core.MultiheadAttention(
+        self._impl = _core.MultiheadAttention((
             int(embed_dim), int(num_heads), float(dropout), bool(bias), bool(add_bias_kv),
             bool(add_zero_attn), None if kdim is None else int(kdim),
-            None if vdim is None else int(vdim), bool(batch_first), dtype, generator)
+            None if vdim is None else int(vdim), bool(batch_first), dtype, generator))
 
     def forward(self, query, key, value, key_padding_mask=None, need_weights=True,
                 attn_mask=None, average_attn_weights=True, is_causal=False):
@@ -78,8 +78,8 @@ class MultiheadAttention(GradMixin):
             if average_attn_weights, else per head ([B, H, L, S]); after dropout.
         is_causal: a hint that attn_mask is causal; needs attn_mask, as in torch.
         """
-        return self._impl.forward(query, key, value, key_padding_mask, bool(need_weights),
-                                  attn_mask, bool(average_attn_weights), bool(is_causal))
+        return self._impl.forward((query, key, value, key_padding_mask, bool(need_weights),
+                                   attn_mask, bool(average_attn_weights), bool(is_causal)))
 
     def __call__(self, *args, **kwargs):
         return self.forward(*args, **kwargs)
@@ -96,9 +96,9 @@ class MultiheadAttention(GradMixin):
         replayed; masks get no gradient. The inputs are held, not copied: do not
         change them in place before calling grad_fn.
         """
-        return self._impl.forward_with_grad(query, key, value, key_padding_mask,
-                                            bool(need_weights), attn_mask,
-                                            bool(average_attn_weights), bool(is_causal))
+        return self._impl.forward_with_grad((query, key, value, key_padding_mask,
+                                             bool(need_weights), attn_mask,
+                                             bool(average_attn_weights), bool(is_causal)))
 
     # --- Mode ------------------------------------------------------------------
     def train(self, mode=True):

@@ -68,8 +68,9 @@ class SinusoidalPositionalEncoding(Module):
     """
 
     def __init__(self, d_model, max_len=5000, dropout=0.0, batch_first=False, dtype=None):
-        self._impl = _core.SinusoidalPositionalEncoding(int(d_model), int(max_len),
-                                                        float(dropout), bool(batch_first), dtype)
+        self._impl = _core.SinusoidalPositionalEncoding((int(d_model), int(max_len),
+                                                         float(dropout), bool(batch_first),
+                                                         dtype))
 
     def forward(self, input, offset=0):
         return self._impl.forward(input, int(offset))
@@ -95,8 +96,9 @@ class LearnedPositionalEncoding(Module):
     def __init__(self, d_model, max_len=512, dropout=0.0, batch_first=False, dtype=None, *,
                  generator=None):
         check_generator(generator, "LearnedPositionalEncoding")
-        self._impl = _core.LearnedPositionalEncoding(int(d_model), int(max_len), float(dropout),
-                                                     bool(batch_first), dtype, generator)
+        self._impl = _core.LearnedPositionalEncoding((int(d_model), int(max_len),
+                                                      float(dropout), bool(batch_first), dtype,
+                                                      generator))
 
     def forward(self, input, offset=0):
         return self._impl.forward(input, int(offset))
@@ -123,7 +125,7 @@ class RotaryEmbedding(Module):
     """
 
     def __init__(self, head_dim, base=10000.0, style="half_split"):
-        self._impl = _core.RotaryEmbedding(int(head_dim), float(base), str(style))
+        self._impl = _core.RotaryEmbedding((int(head_dim), float(base), str(style)))
 
     def forward(self, input, offset=0):
         """input: [..., L, E] (float32/64)  ->  like input; row l is at position offset + l."""
@@ -176,7 +178,7 @@ class Alibi(Module):
     """
 
     def __init__(self, num_heads, causal=True, dtype=None):
-        self._impl = _core.Alibi(int(num_heads), bool(causal), dtype)
+        self._impl = _core.Alibi((int(num_heads), bool(causal), dtype))
 
     def forward(self, L, S):
         return self._impl.forward(int(L), int(S))
@@ -222,9 +224,9 @@ class RelativePositionBias(Module):
     def __init__(self, num_heads, num_buckets=32, max_distance=128, bidirectional=True,
                  dtype=None, *, generator=None):
         check_generator(generator, "RelativePositionBias")
-        self._impl = _core.RelativePositionBias(int(num_heads), int(num_buckets),
-                                                int(max_distance), bool(bidirectional), dtype,
-                                                generator)
+        self._impl = _core.RelativePositionBias((int(num_heads), int(num_buckets),
+                                                 int(max_distance), bool(bidirectional), dtype,
+                                                 generator))
 
     def forward(self, L, S):
         return self._impl.forward(int(L), int(S))

@@ -76,8 +76,21 @@ def _wrap_attention(impl, owner, name):
     return attention
 
 
-class _LayerOptions:
-    """The constructor arguments of both layer kinds, read back."""
+class _Layer:
+    """The constructor of both layer kinds and its arguments, read back."""
+
+    _core_class = None  # _core's class of the layer
+
+    def __init__(self, d_model, nhead, dim_feedforward=2048, dropout=0.1, activation="relu",
+                 layer_norm_eps=1e-5, batch_first=False, norm_first=False, bias=True,
+                 device=None, dtype=None, *, generator=None):
+        module = type(self).__name__
+        check_device(device, module)
+        check_generator(generator, module)
+        self._impl = self._core_class((
+            int(d_model), int(nhead), int(dim_feedforward), float(dropout),
+            _activation_name(activation, module), float(layer_norm_eps), bool(batch_first),
+            bool(norm_first), bool(bias), dtype, generator))
 
     d_model = property(lambda self: self._impl.d_model)
     nhead = property(lambda self: self._impl.nhead)
@@ -97,7 +110,7 @@ class _LayerOptions:
                 f"bias={impl.bias}, dtype={impl.dtype!r})")
 
 
-class TransformerEncoderLayer(_LayerOptions, GradMixin, Module):
+class TransformerEncoderLayer(_Layer, GradMixin, Module):
     """Self-attention and a feed-forward network with residual connections and
     LayerNorm, as torch.nn.TransformerEncoderLayer.
 
@@ -115,15 +128,7 @@ class TransformerEncoderLayer(_LayerOptions, GradMixin, Module):
     parameters.
     """
 
-    def __init__(self, d_model, nhead, dim_feedforward=2048, dropout=0.1, activation="relu",
-                 layer_norm_eps=1e-5, batch_first=False, norm_first=False, bias=True,
-                 device=None, dtype=None, *, generator=None):
-        check_device(device, "TransformerEncoderLayer")
-        check_generator(generator, "TransformerEncoderLayer")
-        self._impl = _core.TransformerEncoderLayer(
-            int(d_model), int(nhead), int(dim_feedforward), float(dropout),
-            _activation_name(activation, "TransformerEncoderLayer"), float(layer_norm_eps),
-            bool(batch_first), bool(norm_first), bool(bias), dtype, generator)
+    _core_class = _core.TransformerEncoderLayer
 
     def forward(self, src, src_mask=None, src_key_padding_mask=None, is_causal=False):
         """-> like src
@@ -133,7 +138,7 @@ class TransformerEncoderLayer(_LayerOptions, GradMixin, Module):
         src_key_padding_mask: [B, L] ([L] unbatched); bool True = padding, or float added.
         is_causal: a hint that src_mask is the causal mask (it needs src_mask).
         """
-        return self._impl.forward(src, src_mask, src_key_padding_mask, bool(is_causal))
+        return self._impl.forward((src, src_mask, src_key_padding_mask, bool(is_causal)))
 
     def forward_with_grad(self, src, src_mask=None, src_key_padding_mask=None, is_causal=False):
         """-> (output, grad_fn): forward() that keeps what its backward needs.
@@ -141,8 +146,8 @@ class TransformerEncoderLayer(_LayerOptions, GradMixin, Module):
         grad_fn(grad_output) -> grad_src, and adds the parameter gradients
         into named_grads() (zero_grad() clears them). Dropout is replayed.
         """
-        return self._impl.forward_with_grad(src, src_mask, src_key_padding_mask,
-                                            bool(is_causal))
+        return self._impl.forward_with_grad((src, src_mask, src_key_padding_mask,
+                                             bool(is_causal)))
 
     @property
     def self_attn(self):
@@ -150,7 +155,7 @@ class TransformerEncoderLayer(_LayerOptions, GradMixin, Module):
         return _wrap_attention(self._impl.self_attn, self, "self_attn")
 
 
-class TransformerDecoderLayer(_LayerOptions, GradMixin, Module):
+class TransformerDecoderLayer(_Layer, GradMixin, Module):
     """Self-attention, cross-attention to the encoder's output ("memory") and a
     feed-forward network, as torch.nn.TransformerDecoderLayer.
 
@@ -162,15 +167,7 @@ class TransformerDecoderLayer(_LayerOptions, GradMixin, Module):
     cross-attention) and norm3.*.
     """
 
-    def __init__(self, d_model, nhead, dim_feedforward=2048, dropout=0.1, activation="relu",
-                 layer_norm_eps=1e-5, batch_first=False, norm_first=False, bias=True,
-                 device=None, dtype=None, *, generator=None):
-        check_device(device, "TransformerDecoderLayer")
-        check_generator(generator, "TransformerDecoderLayer")
-        self._impl = _core.TransformerDecoderLayer(
-            int(d_model), int(nhead), int(dim_feedforward), float(dropout),
-            _activation_name(activation, "TransformerDecoderLayer"), float(layer_norm_eps),
-            bool(batch_first), bool(norm_first), bool(bias), dtype, generator)
+    _core_class = _core.TransformerDecoderLayer
 
     def forward(self, tgt, memory, tgt_mask=None, memory_mask=None, tgt_key_padding_mask=None,
                 memory_key_padding_mask=None, tgt_is_causal=False, memory_is_causal=False):
@@ -183,9 +180,9 @@ class TransformerDecoderLayer(_LayerOptions, GradMixin, Module):
         bool True = masked out, or float added. tgt_is_causal / memory_is_causal:
         hints that tgt_mask / memory_mask are causal.
         """
-        return self._impl.forward(tgt, memory, tgt_mask, memory_mask, tgt_key_padding_mask,
-                                  memory_key_padding_mask, bool(tgt_is_causal),
-                                  bool(memory_is_causal))
+        return self._impl.forward((tgt, memory, tgt_mask, memory_mask, tgt_key_padding_mask,
+                                   memory_key_padding_mask, bool(tgt_is_causal),
+                                   bool(memory_is_causal)))
 
     def forward_with_grad(self, tgt, memory, tgt_mask=None, memory_mask=None,
                           tgt_key_padding_mask=None, memory_key_padding_mask=None,
@@ -195,9 +192,9 @@ class TransformerDecoderLayer(_LayerOptions, GradMixin, Module):
         grad_fn(grad_output) -> (grad_tgt, grad_memory), and adds the
         parameter gradients into named_grads() (zero_grad() clears them).
         """
-        return self._impl.forward_with_grad(tgt, memory, tgt_mask, memory_mask,
-                                            tgt_key_padding_mask, memory_key_padding_mask,
-                                            bool(tgt_is_causal), bool(memory_is_causal))
+        return self._impl.forward_with_grad((tgt, memory, tgt_mask, memory_mask,
+                                             tgt_key_padding_mask, memory_key_padding_mask,
+                                             bool(tgt_is_causal), bool(memory_is_causal)))
 
     @property
     def self_attn(self):
@@ -289,7 +286,7 @@ class TransformerEncoder(GradMixin, _Stack):
         is_causal: None (torch's default) detects whether mask is the causal
         mask; True/False is a hint passed to every layer.
         """
-        return self._impl.forward(src, mask, src_key_padding_mask, _optional_bool(is_causal))
+        return self._impl.forward((src, mask, src_key_padding_mask, _optional_bool(is_causal)))
 
     def forward_with_grad(self, src, mask=None, src_key_padding_mask=None, is_causal=None):
         """-> (output, grad_fn): forward() that keeps what its backward needs.
@@ -297,8 +294,8 @@ class TransformerEncoder(GradMixin, _Stack):
         grad_fn(grad_output) -> grad_src, and adds the parameter gradients
         into named_grads() (zero_grad() clears them).
         """
-        return self._impl.forward_with_grad(src, mask, src_key_padding_mask,
-                                            _optional_bool(is_causal))
+        return self._impl.forward_with_grad((src, mask, src_key_padding_mask,
+                                             _optional_bool(is_causal)))
 
 
 class TransformerDecoder(_Stack):
@@ -322,9 +319,9 @@ class TransformerDecoder(_Stack):
                 memory_key_padding_mask=None, tgt_is_causal=None, memory_is_causal=False):
         """-> like tgt; arguments as TransformerDecoderLayer.forward, except that
         tgt_is_causal=None (the default) detects whether tgt_mask is causal."""
-        return self._impl.forward(tgt, memory, tgt_mask, memory_mask, tgt_key_padding_mask,
-                                  memory_key_padding_mask, _optional_bool(tgt_is_causal),
-                                  bool(memory_is_causal))
+        return self._impl.forward((tgt, memory, tgt_mask, memory_mask, tgt_key_padding_mask,
+                                   memory_key_padding_mask, _optional_bool(tgt_is_causal),
+                                   bool(memory_is_causal)))
 
 
 class Transformer(Module):
@@ -349,11 +346,11 @@ class Transformer(Module):
         if custom_encoder is not None or custom_decoder is not None:
             raise NotImplementedError("Transformer(): custom_encoder and custom_decoder are not "
                                       "supported by qkv")
-        self._impl = _core.Transformer(
+        self._impl = _core.Transformer((
             int(d_model), int(nhead), int(num_encoder_layers), int(num_decoder_layers),
             int(dim_feedforward), float(dropout), _activation_name(activation, "Transformer"),
             float(layer_norm_eps), bool(batch_first), bool(norm_first), bool(bias), dtype,
-            generator)
+            generator))
 
     def forward(self, src, tgt, src_mask=None, tgt_mask=None, memory_mask=None,
                 src_key_padding_mask=None, tgt_key_padding_mask=None,
@@ -369,10 +366,10 @@ class Transformer(Module):
         bool True = masked out, or float added. src_is_causal / tgt_is_causal:
         None detects a causal mask; memory_is_causal: a hint for memory_mask.
         """
-        return self._impl.forward(src, tgt, src_mask, tgt_mask, memory_mask,
-                                  src_key_padding_mask, tgt_key_padding_mask,
-                                  memory_key_padding_mask, _optional_bool(src_is_causal),
-                                  _optional_bool(tgt_is_causal), bool(memory_is_causal))
+        return self._impl.forward((src, tgt, src_mask, tgt_mask, memory_mask,
+                                   src_key_padding_mask, tgt_key_padding_mask,
+                                   memory_key_padding_mask, _optional_bool(src_is_causal),
+                                   _optional_bool(tgt_is_causal), bool(memory_is_causal)))
 
     @staticmethod
     def generate_square_subsequent_mask(sz, device=None, dtype=None):
