@@ -16,9 +16,11 @@
 
 namespace qkv::python {
 
-// name -> numpy array. Copies, so that changing a returned array never
-// changes the module behind its back.
-inline py::dict state_dict_to_python(const std::map<std::string, Tensor>& state) {
+// name -> numpy array, in the order of `state` (an nn::StateDict: torch's).
+// Copies, so that changing a returned array never changes the module behind
+// its back.
+template <class State>
+py::dict state_dict_to_python(const State& state) {
   py::dict out;
   for (const auto& [name, t] : state) out[name.c_str()] = to_numpy(t.clone());
   return out;

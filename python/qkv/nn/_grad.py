@@ -9,8 +9,6 @@ backward of a forward_with_grad call adds into them:
     layer.zero_grad()
 """
 
-from ._module import torch_order
-
 
 class GradMixin:
     """named_grads() and zero_grad() over self._impl."""
@@ -18,8 +16,7 @@ class GradMixin:
     def named_grads(self):
         """name -> gradient (a numpy copy), with torch's parameter names and order;
         zeros for parameters no backward has reached yet."""
-        grads = self._impl.named_grads()
-        return {name: grads[name] for name in torch_order(grads)}
+        return self._impl.named_grads()
 
     def zero_grad(self):
         """Sets every parameter gradient to 0."""

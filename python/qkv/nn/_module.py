@@ -14,33 +14,6 @@ from .. import _core
 # As torch's load_state_dict result.
 IncompatibleKeys = namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])
 
-# torch lists a module's parameters in registration order, then its children's
-# (each in registration order). qkv's compiled modules list names
-# alphabetically; sorting by these ranks restores torch's order.
-_REGISTRATION_ORDER = (
-    # nn.Transformer, then the stacks' layers before their final norm
-    "encoder", "decoder", "layers", "norm",
-    # nn.MultiheadAttention: own parameters, then out_proj
-    "in_proj_weight", "q_proj_weight", "k_proj_weight", "v_proj_weight", "in_proj_bias",
-    "bias_k", "bias_v", "out_proj",
-    # the Transformer layers
-    "self_attn", "multihead_attn", "linear1", "linear2", "norm1", "norm2", "norm3",
-    # leaves
-    "weight", "bias",
-)
-_RANK = {name: rank for rank, name in enumerate(_REGISTRATION_ORDER)}
-
-
-def _order_key(name):
-    # layers.<i>: by number; names qkv does not know keep their relative order.
-    return tuple((0, int(part)) if part.isdigit() else (1, _RANK.get(part, len(_RANK)))
-                 for part in name.split("."))
-
-
-def torch_order(names):
-    """Parameter names in torch's state_dict order."""
-    return sorted(names, key=_order_key)
-
 
 def check_device(device, module):
     if device is not None and str(device) not in ("cpu", "cpu:0"):
@@ -162,8 +135,7 @@ class Module:
     # --- Parameters ------------------------------------------------------------
     def state_dict(self):
         """name -> numpy array (a copy), with torch's names and order."""
-        state = self._own_state()
-        return {name: state[name] for name in torch_order(state)}
+        return self._own_state()
 
     def _own_state(self):
         # Modules without parameters (RoPE, ALiBi) have no compiled state_dict.
@@ -182,7 +154,7 @@ class Module:
         del assign  # qkv copies in every case: the module owns its memory
         given = dict(state_dict)
         expected = self._own_state()
-        missing = [name for name in torch_order(expected) if name not in given]
+        missing = [name for name in expected if name not in given]
         unexpected = [name for name in given if name not in expected]
         if not hasattr(self._impl, "load_state_dict"):
             if strict and unexpected:
