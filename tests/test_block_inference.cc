@@ -5,6 +5,7 @@
 #include <cmath>
 #include <tuple>
 
+#include "qkv/nn/decoder_block.h"
 #include "qkv/nn/feed_forward.h"
 #include "qkv/nn/positional_encoding.h"
 #include "qkv/nn/transformer.h"
@@ -108,6 +109,36 @@ TEST(FeedForwardInference, ForwardIntoMatchesForward) {
     EXPECT_LE(max_abs_diff(out, swiglu.forward(x)), tolerance(dtype));
     ffn.forward_into(out, x, hidden);
     EXPECT_LE(max_abs_diff(out, ffn.forward(x)), tolerance(dtype));
+  }
+}
+
+// A decoding step of the block equals its cached forward of the same token:
+// the same keys and values go into the cache, the same output comes out.
+TEST(DecoderBlockInference, StepIntoMatchesTheCachedForward) {
+  for (FeedForwardKind ffn : {FeedForwardKind::kSwiGLU, FeedForwardKind::kGelu}) {
+    const DecoderBlockOptions o{
+        .d_model = kD,
+        .num_heads = 4,
+        .num_kv_heads = 2,
+        .ffn_hidden = kF,
+        .norm = ffn == FeedForwardKind::kGelu ? NormKind::kLayerNorm : NormKind::kRMSNorm,
+        .ffn = ffn};
+    Generator gen(25);
+    DecoderBlock block(o, &gen);
+    const KVCacheOptions cache_options{
+        .num_layers = 1, .batch_size = kB, .num_kv_heads = 2, .max_len = 8, .head_dim = 2};
+    KVCache by_forward(cache_options), by_step(cache_options);
+    const Tensor prompt = Tensor::randn({kB, 3, kD}, gen);
+    block.forward(prompt, 0, &by_forward, 0);
+    block.forward(prompt, 0, &by_step, 0);
+    const Tensor token = Tensor::randn({kB, kD}, gen);
+    const Tensor expected = block.forward(token.view({kB, 1, kD}), 3, &by_forward, 0);
+    DecoderStepBuffers buffers(o, kB);
+    Tensor x = token.clone();
+    block.step_into(x, 3, by_step, 0, buffers);
+    EXPECT_LE(max_abs_diff(x, expected.view({kB, kD})), 2e-5);
+    EXPECT_EQ(by_step.length(), 4);
+    EXPECT_LE(max_abs_diff(by_step.keys(0), by_forward.keys(0)), 2e-6);
   }
 }
 

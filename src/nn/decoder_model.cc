@@ -4,65 +4,27 @@
 
 #include <string>
 
+#include "nn/decoder_variants.h"
 #include "nn/module_util.h"
 #include "qkv/functional.h"
 #include "qkv/linear.h"
 
 namespace qkv::nn {
 
-namespace {
-
-using Norm = std::variant<RMSNorm, LayerNorm>;
-using FeedForwardNet = std::variant<SwiGLUFeedForward, FeedForward>;
-
-Norm make_norm(const DecoderModelConfig& c) {
-  if (c.norm == NormKind::kLayerNorm)
-    return LayerNorm(
-        {.normalized_shape = {c.d_model}, .eps = c.norm_eps, .bias = c.bias, .dtype = c.dtype});
-  return RMSNorm({.normalized_shape = {c.d_model}, .eps = c.norm_eps, .dtype = c.dtype});
+DecoderBlockOptions block_options(const DecoderModelConfig& c) {
+  return {.d_model = c.d_model,
+          .num_heads = c.num_heads,
+          .num_kv_heads = c.num_kv_heads,
+          .ffn_hidden = c.ffn_hidden,
+          .norm = c.norm,
+          .norm_eps = c.norm_eps,
+          .ffn = c.ffn,
+          .rope = c.positions == PositionKind::kRope,
+          .rope_base = c.rope_base,
+          .rope_style = c.rope_style,
+          .bias = c.bias,
+          .dtype = c.dtype};
 }
-
-FeedForwardNet make_feed_forward(const DecoderModelConfig& c, Generator* gen) {
-  if (c.ffn == FeedForwardKind::kGelu)
-    return FeedForward({.d_model = c.d_model,
-                        .dim_feedforward = c.ffn_hidden,
-                        .activation = Activation::kGelu,
-                        .bias = c.bias,
-                        .dtype = c.dtype},
-                       gen);
-  return SwiGLUFeedForward(
-      {.d_model = c.d_model, .hidden_dim = c.ffn_hidden, .bias = c.bias, .dtype = c.dtype}, gen);
-}
-
-DecoderModel::Block make_block(const DecoderModelConfig& c, Generator* gen) {
-  GroupedQueryAttention attention({.embed_dim = c.d_model,
-                                   .num_heads = c.num_heads,
-                                   .num_kv_heads = c.num_kv_heads,
-                                   .bias = c.bias,
-                                   .rope = c.positions == PositionKind::kRope,
-                                   .rope_base = c.rope_base,
-                                   .rope_style = c.rope_style,
-                                   .dtype = c.dtype},
-                                  gen);
-  FeedForwardNet ffn = make_feed_forward(c, gen);
-  return DecoderModel::Block{make_norm(c), std::move(attention), make_norm(c), std::move(ffn)};
-}
-
-Tensor run_norm(const Norm& norm, const Tensor& x) {
-  return std::visit([&](const auto& n) { return n.forward(x); }, norm);
-}
-
-Tensor run_ffn(const FeedForwardNet& ffn, const Tensor& x) {
-  return std::visit([&](const auto& f) { return f.forward(x); }, ffn);
-}
-
-// The module a variant holds.
-template <class... Modules>
-Module& module_of(std::variant<Modules...>& v) {
-  return std::visit([](auto& m) -> Module& { return m; }, v);
-}
-
-}  // namespace
 
 DecoderModelConfig resolved_config(const DecoderModelConfig& config) {
   DecoderModelConfig c = config;
@@ -105,7 +67,8 @@ DecoderModel::DecoderModel(const DecoderModelConfig& config, Generator* gen)
                        .padding_idx = std::nullopt,
                        .dtype = config_.dtype},
                       gen),
-      norm_(make_norm(config_)) {
+      norm_(detail::make_norm(config_.norm, config_.d_model, config_.norm_eps, config_.bias,
+                              config_.dtype)) {
   const DecoderModelConfig& c = config_;
   if (c.positions == PositionKind::kLearned)
     learned_positions_.emplace(
@@ -116,7 +79,7 @@ DecoderModel::DecoderModel(const DecoderModelConfig& config, Generator* gen)
     sinusoidal_positions_.emplace(SinusoidalPositionalEncodingOptions{
         .d_model = c.d_model, .max_len = c.max_seq_len, .batch_first = true, .dtype = c.dtype});
   blocks_.reserve(static_cast<size_t>(c.num_layers));
-  for (int64_t i = 0; i < c.num_layers; ++i) blocks_.push_back(make_block(c, gen));
+  for (int64_t i = 0; i < c.num_layers; ++i) blocks_.emplace_back(block_options(c), gen);
   if (!c.tie_embeddings) {
     Generator& g = gen ? *gen : default_generator();
     output_ = detail::uniform_fan_in({c.vocab_size, c.d_model}, c.d_model, g, c.dtype);
@@ -186,39 +149,16 @@ Tensor DecoderModel::forward_impl(std::span<const int64_t> ids, int64_t batch_si
                                      {batch_size, T});  // [B, T, D]
   if (learned_positions_) x = learned_positions_->forward(x, offset);
   if (sinusoidal_positions_) x = sinusoidal_positions_->forward(x, offset);
-  for (size_t i = 0; i < blocks_.size(); ++i) {
-    Block& block = blocks_[i];
-    const ProjectedQkv p = block.attention.project(run_norm(block.attention_norm, x), offset);
-    Tensor attended;
-    GroupedQueryAttentionForward args;
-    if (cache) {
-      // New queries are the last T of the cached positions: bottom-right causal.
-      args.causal = CausalMask::kBottomRight;
-      cache->append(static_cast<int64_t>(i), p.k, p.v);
-      attended = block.attention.attend(p.q, cache->keys(static_cast<int64_t>(i)),
-                                        cache->values(static_cast<int64_t>(i)), args);
-    } else {
-      args.causal = CausalMask::kTopLeft;
-      attended = block.attention.attend(p.q, p.k, p.v, args);
-    }
-    x = add(x, attended);
-    x = add(x, run_ffn(block.feed_forward, run_norm(block.ffn_norm, x)));
-  }
-  return linear(run_norm(norm_, x), output_weight());  // [B, T, vocab]
+  for (size_t i = 0; i < blocks_.size(); ++i)
+    x = blocks_[i].forward(x, offset, cache, static_cast<int64_t>(i));
+  return linear(detail::run(norm_, x), output_weight());  // [B, T, vocab]
 }
 
 void DecoderModel::list_members(MemberList& m) {
   m.module("tok_embeddings", tok_embeddings_);
   if (learned_positions_) m.module("pos_embeddings", *learned_positions_);
-  for (size_t i = 0; i < blocks_.size(); ++i) {
-    Block& b = blocks_[i];
-    const std::string prefix = "layers." + std::to_string(i);
-    m.module(prefix + ".attention_norm", module_of(b.attention_norm));
-    m.module(prefix + ".attention", b.attention);
-    m.module(prefix + ".ffn_norm", module_of(b.ffn_norm));
-    m.module(prefix + ".feed_forward", module_of(b.feed_forward));
-  }
-  m.module("norm", module_of(norm_));
+  for (size_t i = 0; i < blocks_.size(); ++i) m.module("layers." + std::to_string(i), blocks_[i]);
+  m.module("norm", detail::module_of(norm_));
   m.parameter("output.weight", output_);
 }
 

@@ -3,6 +3,7 @@
 #include <string>
 #include <vector>
 
+#include "nn/decoder_variants.h"
 #include "nn/module_util.h"
 #include "qkv/functional.h"
 #include "qkv/gradients.h"
@@ -10,52 +11,6 @@
 #include "qkv/nn/decoder_model.h"
 
 namespace qkv::nn {
-
-namespace {
-
-using Norm = std::variant<RMSNorm, LayerNorm>;
-using FeedForwardNet = std::variant<SwiGLUFeedForward, FeedForward>;
-using FeedForwardRecordVariant = std::variant<SwiGLUFeedForwardRecord, FeedForwardRecord>;
-
-// Each module kind with the record kind it fills; the variants' alternatives
-// pair up in order, so a record always matches the module that made it.
-Tensor recorded(const RMSNorm& n, const Tensor& x, NormRecord& r) {
-  return n.forward(x, &r.emplace<RMSNormRecord>());
-}
-Tensor recorded(const LayerNorm& n, const Tensor& x, NormRecord& r) {
-  return n.forward(x, &r.emplace<LayerNormRecord>());
-}
-Tensor recorded(const SwiGLUFeedForward& f, const Tensor& x, FeedForwardRecordVariant& r) {
-  return f.forward(x, &r.emplace<SwiGLUFeedForwardRecord>());
-}
-Tensor recorded(const FeedForward& f, const Tensor& x, FeedForwardRecordVariant& r) {
-  return f.forward(x, &r.emplace<FeedForwardRecord>());
-}
-
-Tensor back(RMSNorm& n, const Tensor& g, const NormRecord& r) {
-  return n.backward(g, std::get<RMSNormRecord>(r));
-}
-Tensor back(LayerNorm& n, const Tensor& g, const NormRecord& r) {
-  return n.backward(g, std::get<LayerNormRecord>(r));
-}
-Tensor back(SwiGLUFeedForward& f, const Tensor& g, const FeedForwardRecordVariant& r) {
-  return f.backward(g, std::get<SwiGLUFeedForwardRecord>(r));
-}
-Tensor back(FeedForward& f, const Tensor& g, const FeedForwardRecordVariant& r) {
-  return f.backward(g, std::get<FeedForwardRecord>(r));
-}
-
-template <class Variant, class Record>
-Tensor forward_recorded(const Variant& module, const Tensor& x, Record& record) {
-  return std::visit([&](const auto& m) { return recorded(m, x, record); }, module);
-}
-
-template <class Variant, class Record>
-Tensor backward_recorded(Variant& module, const Tensor& grad, const Record& record) {
-  return std::visit([&](auto& m) { return back(m, grad, record); }, module);
-}
-
-}  // namespace
 
 Tensor DecoderModel::forward(std::span<const int64_t> ids, int64_t batch_size,
                              DecoderModelRecord* record) {
@@ -79,15 +34,8 @@ Tensor DecoderModel::forward(std::span<const int64_t> ids, int64_t batch_size,
                                      &r.tok_embeddings);  // [B, T, D]
   if (learned_positions_) x = learned_positions_->forward(x, 0);
   if (sinusoidal_positions_) x = sinusoidal_positions_->forward(x, 0);
-  for (size_t i = 0; i < blocks_.size(); ++i) {
-    Block& block = blocks_[i];
-    DecoderBlockRecord& br = r.blocks[i];
-    const Tensor normed = forward_recorded(block.attention_norm, x, br.attention_norm);
-    x = add(x, block.attention.forward(normed, {.causal = CausalMask::kTopLeft}, &br.attention));
-    const Tensor ffn_in = forward_recorded(block.ffn_norm, x, br.ffn_norm);
-    x = add(x, forward_recorded(block.feed_forward, ffn_in, br.feed_forward));
-  }
-  r.head_input = forward_recorded(norm_, x, r.norm);
+  for (size_t i = 0; i < blocks_.size(); ++i) x = blocks_[i].forward(x, &r.blocks[i]);
+  r.head_input = detail::run(norm_, x, r.norm);
   return linear(r.head_input, output_weight());  // [B, T, vocab]
 }
 
@@ -110,18 +58,9 @@ void DecoderModel::backward(const Tensor& grad_logits, const DecoderModelRecord&
   Tensor grad_head_input = Tensor::zeros(r.head_input.shape(), c.dtype);
   linear_backward(grad_logits, r.head_input, output_weight(), Tensor(),
                   {.input = grad_head_input, .weight = grad_head_weight});
-  Tensor grad_x = backward_recorded(norm_, grad_head_input, r.norm);
+  Tensor grad_x = detail::run_backward(norm_, grad_head_input, r.norm);
 
-  for (size_t i = blocks_.size(); i-- > 0;) {
-    Block& block = blocks_[i];
-    const DecoderBlockRecord& br = r.blocks[i];
-    // x = x + feed_forward(ffn_norm(x))
-    const Tensor grad_ffn_in = backward_recorded(block.feed_forward, grad_x, br.feed_forward);
-    grad_x = add(grad_x, backward_recorded(block.ffn_norm, grad_ffn_in, br.ffn_norm));
-    // x = x + attention(attention_norm(x))
-    const Tensor grad_normed = block.attention.backward(grad_x, br.attention);
-    grad_x = add(grad_x, backward_recorded(block.attention_norm, grad_normed, br.attention_norm));
-  }
+  for (size_t i = blocks_.size(); i-- > 0;) grad_x = blocks_[i].backward(grad_x, r.blocks[i]);
 
   // x = x + pos_embeddings.weight[0 : T] (broadcast over the batch); the
   // sinusoidal table is fixed.

@@ -6,47 +6,26 @@
 #include <cmath>
 #include <variant>
 
+#include "nn/decoder_variants.h"
 #include "qkv/functional.h"
 #include "qkv/linear.h"
 
 namespace qkv::nn {
 
-namespace {
-
-// A norm of the model (RMSNorm or LayerNorm) into a preallocated buffer.
-void norm_into(Tensor& out, const Tensor& x, const std::variant<RMSNorm, LayerNorm>& norm) {
-  std::visit([&](const auto& n) { n.forward_into(out, x); }, norm);
-}
-
-}  // namespace
-
 DecoderSession::DecoderSession(DecoderModel& model, int64_t batch_size, int64_t max_len)
     : model_(model),
       config_(model.config()),
       batch_size_(batch_size),
-      cache_(model.make_cache(batch_size, max_len)) {
+      cache_(model.make_cache(batch_size, max_len)),
+      buffers_(block_options(config_), batch_size) {
   const DecoderModelConfig& c = config_;
   QKV_CHECK(c.positions == PositionKind::kRope || cache_.max_len() <= c.max_seq_len,
             "DecoderSession: max_len (", cache_.max_len(),
             ") exceeds the model's position table (max_seq_len = ", c.max_seq_len, ")");
-  const int64_t B = batch_size, D = c.d_model, H = c.num_heads, Hkv = c.num_kv_heads;
-  const int64_t E = D / H, F = c.ffn_hidden;
-
   position_table_ = model.position_table();
-
   const DType dt = c.dtype;
-  x_ = Tensor::zeros({B, D}, dt);
-  h_ = Tensor::zeros({B, D}, dt);
-  q_ = Tensor::zeros({B, H * E}, dt);
-  k_ = Tensor::zeros({B, Hkv * E}, dt);
-  v_ = Tensor::zeros({B, Hkv * E}, dt);
-  q4_ = q_.view({B, H, 1, E});
-  k4_ = k_.view({B, Hkv, 1, E});
-  v4_ = v_.view({B, Hkv, 1, E});
-  attn_ = Tensor::zeros({B, H, 1, E}, dt);
-  attn2d_ = attn_.view({B, H * E});
-  hidden_ = Tensor::zeros({B, F}, dt);
-  if (c.ffn == FeedForwardKind::kSwiGLU) gate_ = Tensor::zeros({B, F}, dt);
+  const int64_t B = batch_size;
+  x_ = Tensor::zeros({B, c.d_model}, dt);
   logits_ = Tensor::zeros({B, c.vocab_size}, dt);
   if (dt == DType::kFloat64) logits_f32_.resize(static_cast<size_t>(c.vocab_size));
 }
@@ -80,29 +59,10 @@ const Tensor& DecoderSession::step(std::span<const int64_t> tokens) {
       add_into(xb, xb, row);
     }
   }
-  SdpaOptions attention;
-  attention.enable_gqa = c.num_kv_heads != c.num_heads;
-  attention.causal = CausalMask::kBottomRight;  // the new query sees every cached key
-  for (int64_t i = 0; i < c.num_layers; ++i) {
-    const DecoderModel::Block& block = model_.blocks()[i];
-    // x = x + attention(attention_norm(x)) against the cache, which takes k and v first
-    norm_into(h_, x_, block.attention_norm);
-    block.attention.project_into(q_, k_, v_, h_, pos);
-    cache_.append(i, k4_, v4_);
-    scaled_dot_product_attention_into(attn_, q4_, cache_.keys(i), cache_.values(i), attention,
-                                      workspace_);
-    block.attention.output_into(h_, attn2d_);
-    add_into(x_, x_, h_);
-    // x = x + feed_forward(ffn_norm(x))
-    norm_into(h_, x_, block.ffn_norm);
-    if (const auto* swiglu = std::get_if<SwiGLUFeedForward>(&block.feed_forward))
-      swiglu->forward_into(h_, h_, hidden_, gate_);
-    else
-      std::get<FeedForward>(block.feed_forward).forward_into(h_, h_, hidden_);
-    add_into(x_, x_, h_);
-  }
-  norm_into(h_, x_, model_.norm());
-  linear_into(logits_, h_, model_.output_weight());
+  for (int64_t i = 0; i < c.num_layers; ++i)
+    model_.blocks()[i].step_into(x_, pos, cache_, i, buffers_);
+  detail::norm_into(buffers_.h, x_, model_.norm());
+  linear_into(logits_, buffers_.h, model_.output_weight());
   return logits_;
 }
 

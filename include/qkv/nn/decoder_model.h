@@ -4,7 +4,7 @@
 //
 //   x = tok_embeddings(ids) (+ positions, unless RoPE)
 //   for each block:  x = x + attention(norm(x))      causal, GQA, RoPE on q and k
-//                    x = x + feed_forward(norm(x))   SwiGLU or GELU
+//                    x = x + feed_forward(norm(x))   SwiGLU or GELU (nn::DecoderBlock)
 //   logits = output(norm(x))                         output tied to tok_embeddings or its own
 //
 //   nn::DecoderModel model({.vocab_size = 256, .d_model = 384, .num_layers = 6, .num_heads = 6});
@@ -45,6 +45,7 @@
 #include <vector>
 
 #include "qkv/generator.h"
+#include "qkv/nn/decoder_block.h"
 #include "qkv/nn/embedding.h"
 #include "qkv/nn/feed_forward.h"
 #include "qkv/nn/grouped_query_attention.h"
@@ -60,9 +61,6 @@ namespace qkv::nn {
 // Where position information enters: rotating q and k (RoPE), or added to the
 // token embeddings (learned table, or §3.4's sinusoids).
 enum class PositionKind { kRope, kLearned, kSinusoidal };
-enum class NormKind { kRMSNorm, kLayerNorm };
-// SwiGLU: w2(silu(w1 x) ⊙ w3 x); GELU: linear2(gelu(linear1 x)).
-enum class FeedForwardKind { kSwiGLU, kGelu };
 
 struct DecoderModelConfig {
   int64_t vocab_size = 256;  // 256: one token per byte
@@ -90,15 +88,10 @@ struct DecoderModelConfig {
 // an Error names the first bad field.
 DecoderModelConfig resolved_config(const DecoderModelConfig& config);
 
-// What DecoderModel::forward saves for its backward, per block and for the
-// whole model. The variants hold the record of the kind the config chose.
-using NormRecord = std::variant<RMSNormRecord, LayerNormRecord>;
-struct DecoderBlockRecord {
-  NormRecord attention_norm;
-  GroupedQueryAttentionRecord attention;
-  NormRecord ffn_norm;
-  std::variant<SwiGLUFeedForwardRecord, FeedForwardRecord> feed_forward;
-};
+// The options of the config's blocks.
+DecoderBlockOptions block_options(const DecoderModelConfig& config);
+
+// What DecoderModel::forward saves for its backward: each block's record and the model's.
 struct DecoderModelRecord {
   int64_t batch_size = 0;  // B
   int64_t length = 0;      // T
@@ -143,15 +136,9 @@ class DecoderModel : public ModuleBase<DecoderModel> {
   int64_t num_parameters() const;
 
   // The pieces, for nn::DecoderSession and for inspection.
-  struct Block {
-    std::variant<RMSNorm, LayerNorm> attention_norm;
-    GroupedQueryAttention attention;
-    std::variant<RMSNorm, LayerNorm> ffn_norm;
-    std::variant<SwiGLUFeedForward, FeedForward> feed_forward;
-  };
   const Embedding& tok_embeddings() const { return tok_embeddings_; }
-  std::vector<Block>& blocks() { return blocks_; }
-  const std::vector<Block>& blocks() const { return blocks_; }
+  std::vector<DecoderBlock>& blocks() { return blocks_; }
+  const std::vector<DecoderBlock>& blocks() const { return blocks_; }
   const std::variant<RMSNorm, LayerNorm>& norm() const { return norm_; }
   // [vocab, D]: tok_embeddings.weight when tied.
   const Tensor& output_weight() const;
@@ -169,7 +156,7 @@ class DecoderModel : public ModuleBase<DecoderModel> {
   Embedding tok_embeddings_;
   std::optional<LearnedPositionalEncoding> learned_positions_;
   std::optional<SinusoidalPositionalEncoding> sinusoidal_positions_;
-  std::vector<Block> blocks_;
+  std::vector<DecoderBlock> blocks_;
   std::variant<RMSNorm, LayerNorm> norm_;
   Tensor output_;  // [vocab, D] when untied
 };

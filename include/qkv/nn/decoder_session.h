@@ -84,11 +84,10 @@ class DecoderSession {
   const DecoderModelConfig config_;
   int64_t batch_size_;
   KVCache cache_;
-  Tensor position_table_;  // learned or sinusoidal positions; undefined with RoPE
-  SdpaWorkspace workspace_;
-  // Step buffers: x [B, D], h [B, D], q [B, H·E], k/v [B, Hkv·E],
-  // attn [B, H, 1, E], hidden/gate [B, F], logits [B, vocab].
-  Tensor x_, h_, q_, k_, v_, q4_, k4_, v4_, attn_, attn2d_, hidden_, gate_, logits_;
+  Tensor position_table_;                  // learned or sinusoidal positions; undefined with RoPE
+  DecoderStepBuffers buffers_;             // shared by the blocks' steps
+  Tensor x_;                               // [B, D]: the residual stream of the step
+  Tensor logits_;                          // [B, vocab]
   mutable std::vector<float> logits_f32_;  // logits_row() of float64 models
 };
 

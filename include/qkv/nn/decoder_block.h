@@ -1,0 +1,109 @@
+// nn::DecoderBlock — one pre-norm block of a decoder-only model (LLaMA, GPT;
+// tutorial §8.1–8.3), the only place that block is written:
+//
+//   x = x + attention(attention_norm(x))    causal, GQA, RoPE on q and k
+//   x = x + feed_forward(ffn_norm(x))       SwiGLU or GELU
+//
+// It runs three ways: over whole sequences (training, with a record), over
+// new tokens after the keys and values a KV cache holds (a prompt), and as an
+// allocation-free step of one token per sequence (decoding).
+#pragma once
+
+#include <variant>
+
+#include "qkv/attention.h"
+#include "qkv/generator.h"
+#include "qkv/nn/feed_forward.h"
+#include "qkv/nn/grouped_query_attention.h"
+#include "qkv/nn/kv_cache.h"
+#include "qkv/nn/layer_norm.h"
+#include "qkv/nn/module.h"
+#include "qkv/nn/rms_norm.h"
+#include "qkv/tensor.h"
+
+namespace qkv::nn {
+
+enum class NormKind { kRMSNorm, kLayerNorm };
+// SwiGLU: w2(silu(w1 x) ⊙ w3 x); GELU: linear2(gelu(linear1 x)).
+enum class FeedForwardKind { kSwiGLU, kGelu };
+
+struct DecoderBlockOptions {
+  int64_t d_model = 0;       // D
+  int64_t num_heads = 0;     // H
+  int64_t num_kv_heads = 0;  // Hkv, divides H
+  int64_t ffn_hidden = 0;    // the feed-forward network's hidden width
+  NormKind norm = NormKind::kRMSNorm;
+  double norm_eps = 1e-5;
+  FeedForwardKind ffn = FeedForwardKind::kSwiGLU;
+  bool rope = true;  // rotate q and k; false: positions enter elsewhere
+  double rope_base = 10000.0;
+  RopeStyle rope_style = RopeStyle::kHalfSplit;
+  bool bias = false;  // in every linear layer (and LayerNorm)
+  DType dtype = DType::kFloat32;
+};
+
+// What DecoderBlock::forward saves for its backward. The variants hold the
+// record of the kind the options chose.
+using NormRecord = std::variant<RMSNormRecord, LayerNormRecord>;
+struct DecoderBlockRecord {
+  NormRecord attention_norm;
+  GroupedQueryAttentionRecord attention;
+  NormRecord ffn_norm;
+  std::variant<SwiGLUFeedForwardRecord, FeedForwardRecord> feed_forward;
+};
+
+// The buffers of a decoding step of B tokens, preallocated once (by
+// DecoderSession) and shared by every block.
+struct DecoderStepBuffers {
+  DecoderStepBuffers(const DecoderBlockOptions& options, int64_t batch_size);
+
+  Tensor h;             // [B, D]: a norm's output, then a sub-layer's
+  Tensor q, k, v;       // [B, H·E], [B, Hkv·E], [B, Hkv·E]
+  Tensor q4, k4, v4;    // the same as [B, heads, 1, E]
+  Tensor attention;     // [B, H, 1, E]
+  Tensor attention_2d;  // the same as [B, H·E]
+  Tensor hidden, gate;  // [B, ffn_hidden] (gate: SwiGLU only)
+  SdpaWorkspace workspace;
+};
+
+class DecoderBlock : public ModuleBase<DecoderBlock> {
+ public:
+  // The attention and the feed-forward network are initialised as the torch
+  // modules they mirror, in that order; the norms to 1 (and 0).
+  DecoderBlock(const DecoderBlockOptions& options, Generator* gen);
+
+  // Whole sequences at positions offset, offset + 1, …: causal self-attention
+  // over them. With `cache`, their keys and values are appended to its layer
+  // `layer` first and the queries attend to every cached position.
+  // x: [B, T, D]  ->  like x
+  Tensor forward(const Tensor& x, int64_t offset = 0, KVCache* cache = nullptr, int64_t layer = 0);
+
+  // Training: forward(x) that also saves what backward() needs.
+  // x: [B, T, D]  ->  like x
+  Tensor forward(const Tensor& x, DecoderBlockRecord* record);
+
+  // Adds the parameter gradients to the buffers, returns ∂loss/∂x.
+  // grad_output: [B, T, D]  ->  like grad_output
+  Tensor backward(const Tensor& grad_output, const DecoderBlockRecord& record);
+
+  // One decoding step, allocating nothing: B tokens at `position`, their keys
+  // and values appended to the cache's layer `layer`; x is updated in place.
+  // x: [B, D]
+  void step_into(Tensor& x, int64_t position, KVCache& cache, int64_t layer,
+                 DecoderStepBuffers& buffers) const;
+
+  const DecoderBlockOptions& options() const { return options_; }
+
+ protected:
+  // attention_norm.*, attention.{q,k,v,o}_proj.*, ffn_norm.*, feed_forward.*
+  void list_members(MemberList& m) override;
+
+ private:
+  DecoderBlockOptions options_;
+  std::variant<RMSNorm, LayerNorm> attention_norm_;
+  GroupedQueryAttention attention_;
+  std::variant<RMSNorm, LayerNorm> ffn_norm_;
+  std::variant<SwiGLUFeedForward, FeedForward> feed_forward_;
+};
+
+}  // namespace qkv::nn

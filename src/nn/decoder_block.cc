@@ -1,0 +1,122 @@
+// nn::DecoderBlock: the pre-norm decoder block over whole sequences (with or
+// without a KV cache, with or without a record), its backward, and the
+// allocation-free decoding step.
+#include "qkv/nn/decoder_block.h"
+
+#include "nn/decoder_variants.h"
+#include "qkv/functional.h"
+
+namespace qkv::nn {
+
+namespace {
+
+detail::FeedForwardNet make_feed_forward(const DecoderBlockOptions& o, Generator* gen) {
+  if (o.ffn == FeedForwardKind::kGelu)
+    return FeedForward({.d_model = o.d_model,
+                        .dim_feedforward = o.ffn_hidden,
+                        .activation = Activation::kGelu,
+                        .bias = o.bias,
+                        .dtype = o.dtype},
+                       gen);
+  return SwiGLUFeedForward(
+      {.d_model = o.d_model, .hidden_dim = o.ffn_hidden, .bias = o.bias, .dtype = o.dtype}, gen);
+}
+
+}  // namespace
+
+DecoderStepBuffers::DecoderStepBuffers(const DecoderBlockOptions& o, int64_t B) {
+  const int64_t H = o.num_heads, Hkv = o.num_kv_heads, E = o.d_model / o.num_heads;
+  h = Tensor::zeros({B, o.d_model}, o.dtype);
+  q = Tensor::zeros({B, H * E}, o.dtype);
+  k = Tensor::zeros({B, Hkv * E}, o.dtype);
+  v = Tensor::zeros({B, Hkv * E}, o.dtype);
+  q4 = q.view({B, H, 1, E});
+  k4 = k.view({B, Hkv, 1, E});
+  v4 = v.view({B, Hkv, 1, E});
+  attention = Tensor::zeros({B, H, 1, E}, o.dtype);
+  attention_2d = attention.view({B, H * E});
+  hidden = Tensor::zeros({B, o.ffn_hidden}, o.dtype);
+  if (o.ffn == FeedForwardKind::kSwiGLU) gate = Tensor::zeros({B, o.ffn_hidden}, o.dtype);
+}
+
+DecoderBlock::DecoderBlock(const DecoderBlockOptions& options, Generator* gen)
+    : ModuleBase("DecoderBlock"),
+      options_(options),
+      attention_norm_(detail::make_norm(options.norm, options.d_model, options.norm_eps,
+                                        options.bias, options.dtype)),
+      attention_({.embed_dim = options.d_model,
+                  .num_heads = options.num_heads,
+                  .num_kv_heads = options.num_kv_heads,
+                  .bias = options.bias,
+                  .rope = options.rope,
+                  .rope_base = options.rope_base,
+                  .rope_style = options.rope_style,
+                  .dtype = options.dtype},
+                 gen),
+      ffn_norm_(detail::make_norm(options.norm, options.d_model, options.norm_eps, options.bias,
+                                  options.dtype)),
+      feed_forward_(make_feed_forward(options, gen)) {}
+
+Tensor DecoderBlock::forward(const Tensor& x, int64_t offset, KVCache* cache, int64_t layer) {
+  const ProjectedQkv p = attention_.project(detail::run(attention_norm_, x), offset);
+  Tensor attended;
+  if (cache) {
+    // The new queries are the last T of the cached positions: bottom-right causal.
+    cache->append(layer, p.k, p.v);
+    attended = attention_.attend(p.q, cache->keys(layer), cache->values(layer),
+                                 {.causal = CausalMask::kBottomRight});
+  } else {
+    attended = attention_.attend(p.q, p.k, p.v, {.causal = CausalMask::kTopLeft});
+  }
+  const Tensor h = add(x, attended);
+  return add(h, detail::run(feed_forward_, detail::run(ffn_norm_, h)));
+}
+
+Tensor DecoderBlock::forward(const Tensor& x, DecoderBlockRecord* record) {
+  if (record == nullptr) return forward(x);
+  DecoderBlockRecord& r = *record;
+  const Tensor normed = detail::run(attention_norm_, x, r.attention_norm);
+  const Tensor h =
+      add(x, attention_.forward(normed, {.causal = CausalMask::kTopLeft}, &r.attention));
+  const Tensor ffn_in = detail::run(ffn_norm_, h, r.ffn_norm);
+  return add(h, detail::run(feed_forward_, ffn_in, r.feed_forward));
+}
+
+Tensor DecoderBlock::backward(const Tensor& grad_output, const DecoderBlockRecord& r) {
+  // h = x + attention(attention_norm(x)); out = h + feed_forward(ffn_norm(h))
+  const Tensor grad_ffn_in = detail::run_backward(feed_forward_, grad_output, r.feed_forward);
+  const Tensor grad_h = add(grad_output, detail::run_backward(ffn_norm_, grad_ffn_in, r.ffn_norm));
+  const Tensor grad_normed = attention_.backward(grad_h, r.attention);
+  return add(grad_h, detail::run_backward(attention_norm_, grad_normed, r.attention_norm));
+}
+
+void DecoderBlock::step_into(Tensor& x, int64_t position, KVCache& cache, int64_t layer,
+                             DecoderStepBuffers& b) const {
+  // x = x + attention(attention_norm(x)) against the cache, which takes k and v first.
+  detail::norm_into(b.h, x, attention_norm_);
+  attention_.project_into(b.q, b.k, b.v, b.h, position);
+  cache.append(layer, b.k4, b.v4);
+  SdpaOptions sdpa;
+  sdpa.enable_gqa = options_.num_kv_heads != options_.num_heads;
+  sdpa.causal = CausalMask::kBottomRight;  // the new query sees every cached key
+  scaled_dot_product_attention_into(b.attention, b.q4, cache.keys(layer), cache.values(layer), sdpa,
+                                    b.workspace);
+  attention_.output_into(b.h, b.attention_2d);
+  add_into(x, x, b.h);
+  // x = x + feed_forward(ffn_norm(x))
+  detail::norm_into(b.h, x, ffn_norm_);
+  if (const auto* swiglu = std::get_if<SwiGLUFeedForward>(&feed_forward_))
+    swiglu->forward_into(b.h, b.h, b.hidden, b.gate);
+  else
+    std::get<FeedForward>(feed_forward_).forward_into(b.h, b.h, b.hidden);
+  add_into(x, x, b.h);
+}
+
+void DecoderBlock::list_members(MemberList& m) {
+  m.module("attention_norm", detail::module_of(attention_norm_));
+  m.module("attention", attention_);
+  m.module("ffn_norm", detail::module_of(ffn_norm_));
+  m.module("feed_forward", detail::module_of(feed_forward_));
+}
+
+}  // namespace qkv::nn
