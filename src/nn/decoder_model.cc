@@ -116,14 +116,32 @@ Tensor DecoderModel::forward(std::span<const int64_t> ids, int64_t batch_size, K
   return forward_impl(ids, batch_size, &cache);
 }
 
+int64_t DecoderModel::sequence_length(std::span<const int64_t> ids, int64_t batch_size) const {
+  const int64_t n = static_cast<int64_t>(ids.size());
+  QKV_CHECK(batch_size > 0 && n > 0 && n % batch_size == 0, "DecoderModel::forward: ", n,
+            " ids do not form batch_size = ", batch_size, " non-empty sequences");
+  return n / batch_size;
+}
+
+Tensor DecoderModel::embed(std::span<const int64_t> ids, int64_t batch_size, int64_t offset,
+                           EmbeddingRecord* record) const {
+  const DecoderModelConfig& c = config_;
+  const int64_t T = sequence_length(ids, batch_size);
+  QKV_CHECK(c.positions == PositionKind::kRope || offset + T <= c.max_seq_len,
+            "DecoderModel::forward: positions ", offset, " to ", offset + T - 1,
+            " exceed the position table (max_seq_len = ", c.max_seq_len, ")");
+  Tensor x = tok_embeddings_.forward(std::vector<int64_t>(ids.begin(), ids.end()), {batch_size, T},
+                                     record);  // [B, T, D]
+  if (learned_positions_) x = learned_positions_->forward(x, offset);
+  if (sinusoidal_positions_) x = sinusoidal_positions_->forward(x, offset);
+  return x;
+}
+
 Tensor DecoderModel::forward_impl(std::span<const int64_t> ids, int64_t batch_size,
                                   KVCache* cache) {
   const DecoderModelConfig& c = config_;
   const char* m = "DecoderModel::forward";
-  const int64_t n = static_cast<int64_t>(ids.size());
-  QKV_CHECK(batch_size > 0 && n > 0 && n % batch_size == 0, m, ": ", n,
-            " ids do not form batch_size = ", batch_size, " non-empty sequences");
-  const int64_t T = n / batch_size;
+  const int64_t T = sequence_length(ids, batch_size);
   int64_t offset = 0;
   if (cache) {
     const KVCacheOptions& o = cache->options();
@@ -141,14 +159,7 @@ Tensor DecoderModel::forward_impl(std::span<const int64_t> ids, int64_t batch_si
     QKV_CHECK(T <= cache->remaining(), m, ": ", T, " new positions do not fit in the cache (",
               offset, " of ", cache->max_len(), " used)");
   }
-  QKV_CHECK(c.positions == PositionKind::kRope || offset + T <= c.max_seq_len, m, ": positions ",
-            offset, " to ", offset + T - 1,
-            " exceed the position table (max_seq_len = ", c.max_seq_len, ")");
-
-  Tensor x = tok_embeddings_.forward(std::vector<int64_t>(ids.begin(), ids.end()),
-                                     {batch_size, T});  // [B, T, D]
-  if (learned_positions_) x = learned_positions_->forward(x, offset);
-  if (sinusoidal_positions_) x = sinusoidal_positions_->forward(x, offset);
+  Tensor x = embed(ids, batch_size, offset, nullptr);
   for (size_t i = 0; i < blocks_.size(); ++i)
     x = blocks_[i].forward(x, offset, cache, static_cast<int64_t>(i));
   return linear(detail::run(norm_, x), output_weight());  // [B, T, vocab]

@@ -15,25 +15,14 @@ namespace qkv::nn {
 Tensor DecoderModel::forward(std::span<const int64_t> ids, int64_t batch_size,
                              DecoderModelRecord* record) {
   if (record == nullptr) return forward(ids, batch_size);
-  const DecoderModelConfig& c = config_;
-  const char* m = "DecoderModel::forward";
-  const int64_t n = static_cast<int64_t>(ids.size());
-  QKV_CHECK(batch_size > 0 && n > 0 && n % batch_size == 0, m, ": ", n,
-            " ids do not form batch_size = ", batch_size, " non-empty sequences");
-  const int64_t T = n / batch_size;
-  QKV_CHECK(c.positions == PositionKind::kRope || T <= c.max_seq_len, m, ": positions 0 to ", T - 1,
-            " exceed the position table (max_seq_len = ", c.max_seq_len, ")");
   DecoderModelRecord& r = *record;
   r = {};
   r.batch_size = batch_size;
-  r.length = T;
+  r.length = sequence_length(ids, batch_size);
   r.blocks.resize(blocks_.size());
 
   // As forward(ids, batch_size), each step with its record.
-  Tensor x = tok_embeddings_.forward(std::vector<int64_t>(ids.begin(), ids.end()), {batch_size, T},
-                                     &r.tok_embeddings);  // [B, T, D]
-  if (learned_positions_) x = learned_positions_->forward(x, 0);
-  if (sinusoidal_positions_) x = sinusoidal_positions_->forward(x, 0);
+  Tensor x = embed(ids, batch_size, 0, &r.tok_embeddings);  // [B, T, D]
   for (size_t i = 0; i < blocks_.size(); ++i) x = blocks_[i].forward(x, &r.blocks[i]);
   r.head_input = detail::run(norm_, x, r.norm);
   return linear(r.head_input, output_weight());  // [B, T, vocab]

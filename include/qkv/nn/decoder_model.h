@@ -151,6 +151,13 @@ class DecoderModel : public ModuleBase<DecoderModel> {
 
  private:
   Tensor forward_impl(std::span<const int64_t> ids, int64_t batch_size, KVCache* cache);
+  // T of B·T ids, checked.
+  int64_t sequence_length(std::span<const int64_t> ids, int64_t batch_size) const;
+  // Token embeddings plus positions offset … offset + T - 1 (checked against
+  // the position table).
+  // ids: B·T ids  ->  [B, T, D]
+  Tensor embed(std::span<const int64_t> ids, int64_t batch_size, int64_t offset,
+               EmbeddingRecord* record) const;
 
   DecoderModelConfig config_;
   Embedding tok_embeddings_;
