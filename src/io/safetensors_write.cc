@@ -8,24 +8,20 @@
 
 #include "qkv/io/atomic_file.h"
 #include "qkv/io/safetensors.h"
+#include "tensor/enum_names.h"
 
 namespace qkv::io {
 
 static_assert(std::endian::native == std::endian::little,
               "safetensors data is little-endian; qkv writes it with memcpy");
 
+constexpr ::qkv::detail::EnumName<DType> kSafetensorsDtypes[] = {{DType::kFloat32, "F32"},
+                                                                 {DType::kFloat64, "F64"},
+                                                                 {DType::kBool, "BOOL"},
+                                                                 {DType::kBFloat16, "BF16"}};
+
 const char* safetensors_dtype_name(DType dtype) {
-  switch (dtype) {
-    case DType::kFloat32:
-      return "F32";
-    case DType::kFloat64:
-      return "F64";
-    case DType::kBool:
-      return "BOOL";
-    case DType::kBFloat16:
-      return "BF16";
-  }
-  return "?";
+  return ::qkv::detail::name_of(kSafetensorsDtypes, dtype);
 }
 
 namespace {

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "io/json_document.h"
+#include "tensor/enum_names.h"
 
 namespace qkv::models {
 
@@ -27,10 +28,8 @@ constexpr int64_t kMaxSize = int64_t{1} << 24;
 
 // Enum <-> name tables, so that the JSON stays readable and stable.
 template <class Enum>
-struct Names {
-  Enum value;
-  const char* name;
-};
+using Names = ::qkv::detail::EnumName<Enum>;
+using ::qkv::detail::name_of;
 constexpr Names<PositionKind> kPositions[] = {{PositionKind::kRope, "rope"},
                                               {PositionKind::kLearned, "learned"},
                                               {PositionKind::kSinusoidal, "sinusoidal"}};
@@ -41,13 +40,6 @@ constexpr Names<FeedForwardKind> kFfns[] = {{FeedForwardKind::kSwiGLU, "swiglu"}
 constexpr Names<RopeStyle> kRopeStyles[] = {{RopeStyle::kHalfSplit, "half_split"},
                                             {RopeStyle::kInterleaved, "interleaved"}};
 constexpr Names<DType> kDtypes[] = {{DType::kFloat32, "float32"}, {DType::kFloat64, "float64"}};
-
-template <class Enum, size_t N>
-const char* name_of(const Names<Enum> (&table)[N], Enum value) {
-  for (const auto& entry : table)
-    if (entry.value == value) return entry.name;
-  return "?";
-}
 
 template <class Enum, size_t N>
 Enum value_of(const Names<Enum> (&table)[N], const Json& j, const char* field) {

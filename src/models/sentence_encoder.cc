@@ -10,6 +10,7 @@
 #include "io/json_document.h"
 #include "kernels/interrupt.h"
 #include "qkv/error.h"
+#include "tensor/enum_names.h"
 
 namespace qkv::models {
 
@@ -133,17 +134,12 @@ Pooling read_pooling(const std::filesystem::path& dir, int64_t hidden_size) {
 }  // namespace
 
 const char* pooling_name(Pooling pooling) {
-  switch (pooling) {
-    case Pooling::kMean:
-      return "mean";
-    case Pooling::kCls:
-      return "cls";
-    case Pooling::kMax:
-      return "max";
-    case Pooling::kMeanSqrtLen:
-      return "mean_sqrt_len_tokens";
-  }
-  return "?";
+  constexpr ::qkv::detail::EnumName<Pooling> kNames[] = {
+      {Pooling::kMean, "mean"},
+      {Pooling::kCls, "cls"},
+      {Pooling::kMax, "max"},
+      {Pooling::kMeanSqrtLen, "mean_sqrt_len_tokens"}};
+  return ::qkv::detail::name_of(kNames, pooling);
 }
 
 SentenceEncoder::SentenceEncoder(const std::filesystem::path& model_dir)

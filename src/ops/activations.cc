@@ -16,6 +16,7 @@
 #include "ops/checks.h"
 #include "ops/into_checks.h"
 #include "qkv/functional.h"
+#include "tensor/enum_names.h"
 #include "tensor/parallel_threshold.h"
 
 namespace qkv {
@@ -131,17 +132,11 @@ Activation activation_from_string(const std::string& name) {
 }
 
 const char* activation_name(Activation activation) {
-  switch (activation) {
-    case Activation::kGelu:
-      return "gelu";
-    case Activation::kGeluTanh:
-      return "gelu_tanh";
-    case Activation::kSilu:
-      return "silu";
-    case Activation::kRelu:
-      break;
-  }
-  return "relu";
+  constexpr detail::EnumName<Activation> kNames[] = {{Activation::kRelu, "relu"},
+                                                     {Activation::kGelu, "gelu"},
+                                                     {Activation::kGeluTanh, "gelu_tanh"},
+                                                     {Activation::kSilu, "silu"}};
+  return detail::name_of(kNames, activation);
 }
 
 Tensor activate(const Tensor& x, Activation activation) {

@@ -11,6 +11,7 @@
 #include "qkv/generator.h"
 #include "tensor/buffer_cache.h"
 #include "tensor/checked_size.h"
+#include "tensor/enum_names.h"
 #include "tensor/parallel_threshold.h"
 
 namespace qkv {
@@ -30,17 +31,11 @@ size_t dtype_size(DType dtype) {
 }
 
 const char* dtype_name(DType dtype) {
-  switch (dtype) {
-    case DType::kFloat32:
-      return "float32";
-    case DType::kFloat64:
-      return "float64";
-    case DType::kBool:
-      return "bool";
-    case DType::kBFloat16:
-      return "bfloat16";
-  }
-  return "?";
+  constexpr detail::EnumName<DType> kNames[] = {{DType::kFloat32, "float32"},
+                                                {DType::kFloat64, "float64"},
+                                                {DType::kBool, "bool"},
+                                                {DType::kBFloat16, "bfloat16"}};
+  return detail::name_of(kNames, dtype);
 }
 
 bool is_floating(DType dtype) { return dtype == DType::kFloat32 || dtype == DType::kFloat64; }
