@@ -40,8 +40,7 @@ DecoderStepBuffers::DecoderStepBuffers(const DecoderBlockOptions& o, int64_t B) 
 }
 
 DecoderBlock::DecoderBlock(const DecoderBlockOptions& options, Generator* gen)
-    : ModuleBase("DecoderBlock"),
-      options_(options),
+    : ModuleBase("DecoderBlock", options),
       attention_norm_(detail::make_norm(options.norm, options.d_model, options.norm_eps,
                                         options.bias, options.dtype)),
       attention_({.embed_dim = options.d_model,

@@ -7,7 +7,7 @@
 namespace qkv::nn {
 
 Embedding::Embedding(const EmbeddingOptions& options, Generator* gen)
-    : ModuleBase("Embedding"), options_(options) {
+    : ModuleBase("Embedding", options) {
   EmbeddingOptions& o = options_;
   QKV_CHECK_TYPE(is_floating(o.dtype), "Embedding: dtype must be float32 or float64, got ",
                  dtype_name(o.dtype));

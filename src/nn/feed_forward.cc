@@ -41,8 +41,7 @@ LinearOptions layer(int64_t in, int64_t out, bool bias, DType dtype) {
 }  // namespace
 
 FeedForward::FeedForward(const FeedForwardOptions& options, Generator* gen)
-    : ModuleBase("FeedForward"),
-      options_(checked(options)),
+    : ModuleBase("FeedForward", checked(options)),
       linear1_(layer(options.d_model, options.dim_feedforward, options.bias, options.dtype), gen),
       linear2_(layer(options.dim_feedforward, options.d_model, options.bias, options.dtype), gen) {}
 
@@ -75,8 +74,7 @@ void FeedForward::list_members(MemberList& m) {
 }
 
 SwiGLUFeedForward::SwiGLUFeedForward(const SwiGLUFeedForwardOptions& options, Generator* gen)
-    : ModuleBase("SwiGLUFeedForward"),
-      options_(checked(options)),
+    : ModuleBase("SwiGLUFeedForward", checked(options)),
       w1_(layer(options.d_model, options.hidden_dim, options.bias, options.dtype), gen),
       w2_(layer(options.hidden_dim, options.d_model, options.bias, options.dtype), gen),
       w3_(layer(options.d_model, options.hidden_dim, options.bias, options.dtype), gen) {}

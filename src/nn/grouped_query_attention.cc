@@ -41,8 +41,7 @@ LinearOptions projection(int64_t in, int64_t out, const GroupedQueryAttentionOpt
 
 GroupedQueryAttention::GroupedQueryAttention(const GroupedQueryAttentionOptions& options,
                                              Generator* gen)
-    : ModuleBase("GroupedQueryAttention"),
-      options_(resolved(options)),
+    : ModuleBase("GroupedQueryAttention", resolved(options)),
       q_proj_(projection(options_.embed_dim, options_.num_heads * options_.head_dim, options_),
               gen),
       k_proj_(projection(options_.embed_dim, options_.num_kv_heads * options_.head_dim, options_),

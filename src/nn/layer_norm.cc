@@ -27,7 +27,7 @@ void check_input(const char* module, const Tensor& x, DType dtype) {
 }
 }  // namespace
 
-LayerNorm::LayerNorm(const LayerNormOptions& options) : ModuleBase("LayerNorm"), options_(options) {
+LayerNorm::LayerNorm(const LayerNormOptions& options) : ModuleBase("LayerNorm", options) {
   check_norm_options("LayerNorm", options_.normalized_shape, options_.dtype);
   QKV_CHECK(options_.eps >= 0.0 && std::isfinite(options_.eps),
             "LayerNorm: eps must be finite and >= 0, got ", options_.eps);

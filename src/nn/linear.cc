@@ -6,8 +6,7 @@
 
 namespace qkv::nn {
 
-Linear::Linear(const LinearOptions& options, Generator* gen)
-    : ModuleBase("Linear"), options_(options) {
+Linear::Linear(const LinearOptions& options, Generator* gen) : ModuleBase("Linear", options) {
   const LinearOptions& o = options_;
   QKV_CHECK_TYPE(is_floating(o.dtype), "Linear: dtype must be float32 or float64, got ",
                  dtype_name(o.dtype));

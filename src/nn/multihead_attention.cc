@@ -81,7 +81,7 @@ Tensor mean_over_heads(const Tensor& weights) { return mean(weights, 1); }
 }  // namespace
 
 MultiheadAttention::MultiheadAttention(const MultiheadAttentionOptions& options, Generator* gen)
-    : ModuleBase("MultiheadAttention"), options_(options) {
+    : ModuleBase("MultiheadAttention", options) {
   MultiheadAttentionOptions& o = options_;
   QKV_CHECK_TYPE(is_floating(o.dtype), "MultiheadAttention: dtype must be float32 or float64, got ",
                  dtype_name(o.dtype));

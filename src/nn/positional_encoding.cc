@@ -53,7 +53,7 @@ Tensor sinusoidal_encoding(int64_t length, int64_t d_model, int64_t offset, DTyp
 
 SinusoidalPositionalEncoding::SinusoidalPositionalEncoding(
     const SinusoidalPositionalEncodingOptions& options)
-    : ModuleBase("SinusoidalPositionalEncoding"), options_(options) {
+    : ModuleBase("SinusoidalPositionalEncoding", options) {
   const auto& o = options_;
   QKV_CHECK(o.d_model > 0 && o.max_len > 0,
             "SinusoidalPositionalEncoding: d_model and max_len must be > 0, got d_model=",
@@ -72,7 +72,7 @@ Tensor SinusoidalPositionalEncoding::forward(const Tensor& x, int64_t offset) co
 
 LearnedPositionalEncoding::LearnedPositionalEncoding(
     const LearnedPositionalEncodingOptions& options, Generator* gen)
-    : ModuleBase("LearnedPositionalEncoding"), options_(options) {
+    : ModuleBase("LearnedPositionalEncoding", options) {
   const auto& o = options_;
   QKV_CHECK(o.d_model > 0 && o.max_len > 0,
             "LearnedPositionalEncoding: d_model and max_len must be > 0, got d_model=", o.d_model,

@@ -41,7 +41,7 @@ std::vector<double> alibi_slopes(int64_t num_heads) {
   return slopes;
 }
 
-Alibi::Alibi(const AlibiOptions& options) : ModuleBase("Alibi"), options_(options) {
+Alibi::Alibi(const AlibiOptions& options) : ModuleBase("Alibi", options) {
   QKV_CHECK(options_.num_heads > 0, "Alibi: num_heads must be > 0, got ", options_.num_heads);
   QKV_CHECK_TYPE(is_floating(options_.dtype), "Alibi: dtype must be floating, got ",
                  dtype_name(options_.dtype));
@@ -100,7 +100,7 @@ int64_t relative_position_bucket(int64_t relative_position, bool bidirectional, 
 
 RelativePositionBias::RelativePositionBias(const RelativePositionBiasOptions& options,
                                            Generator* gen)
-    : ModuleBase("RelativePositionBias"), options_(options) {
+    : ModuleBase("RelativePositionBias", options) {
   const auto& o = options_;
   QKV_CHECK(o.num_heads > 0, "RelativePositionBias: num_heads must be > 0, got ", o.num_heads);
   QKV_CHECK_TYPE(is_floating(o.dtype), "RelativePositionBias: dtype must be floating, got ",

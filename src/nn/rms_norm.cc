@@ -7,7 +7,7 @@
 
 namespace qkv::nn {
 
-RMSNorm::RMSNorm(const RMSNormOptions& options) : ModuleBase("RMSNorm"), options_(options) {
+RMSNorm::RMSNorm(const RMSNormOptions& options) : ModuleBase("RMSNorm", options) {
   const RMSNormOptions& o = options_;
   QKV_CHECK_TYPE(is_floating(o.dtype), "RMSNorm: dtype must be float32 or float64, got ",
                  dtype_name(o.dtype));

@@ -34,7 +34,7 @@ void rotate(T* y, int64_t batches, int64_t L, int64_t E, RopeStyle style,
 }  // namespace
 
 RotaryEmbedding::RotaryEmbedding(const RotaryEmbeddingOptions& options)
-    : ModuleBase("RotaryEmbedding"), options_(options) {
+    : ModuleBase("RotaryEmbedding", options) {
   QKV_CHECK(options_.head_dim > 0 && options_.head_dim % 2 == 0,
             "RotaryEmbedding: head_dim must be positive and even (coordinates are rotated in "
             "pairs), got ",

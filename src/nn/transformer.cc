@@ -34,8 +34,7 @@ const TransformerOptions& checked(const TransformerOptions& o) {
 }  // namespace
 
 Transformer::Transformer(const TransformerOptions& options, Generator* gen)
-    : ModuleBase("Transformer"),
-      options_(checked(options)),
+    : ModuleBase("Transformer", checked(options)),
       encoder_(
           {.layer = layer_options(options), .num_layers = options.num_encoder_layers, .norm = true},
           gen),

@@ -27,8 +27,8 @@ void check_memory(const char* module, const Tensor& tgt, const Tensor& memory,
 
 TransformerDecoderLayer::TransformerDecoderLayer(const TransformerLayerOptions& options,
                                                  Generator* gen)
-    : ModuleBase("TransformerDecoderLayer"),
-      options_(detail::checked_layer_options("TransformerDecoderLayer", options)),
+    : ModuleBase("TransformerDecoderLayer",
+                 detail::checked_layer_options("TransformerDecoderLayer", options)),
       self_attn_(detail::attention_options(options), gen),
       multihead_attn_(detail::attention_options(options), gen),
       ff_(detail::feed_forward_options(options), gen),

@@ -10,8 +10,8 @@ namespace qkv::nn {
 
 TransformerEncoderLayer::TransformerEncoderLayer(const TransformerLayerOptions& options,
                                                  Generator* gen)
-    : ModuleBase("TransformerEncoderLayer"),
-      options_(detail::checked_layer_options("TransformerEncoderLayer", options)),
+    : ModuleBase("TransformerEncoderLayer",
+                 detail::checked_layer_options("TransformerEncoderLayer", options)),
       self_attn_(detail::attention_options(options), gen),
       ff_(detail::feed_forward_options(options), gen),
       norm1_(detail::layer_norm_options(options)),

@@ -66,7 +66,7 @@ struct DecoderStepBuffers {
   SdpaWorkspace workspace;
 };
 
-class DecoderBlock : public ModuleBase<DecoderBlock> {
+class DecoderBlock : public ModuleBase<DecoderBlock, DecoderBlockOptions> {
  public:
   // The attention and the feed-forward network are initialised as the torch
   // modules they mirror, in that order; the norms to 1 (and 0).
@@ -92,14 +92,10 @@ class DecoderBlock : public ModuleBase<DecoderBlock> {
   void step_into(Tensor& x, int64_t position, KVCache& cache, int64_t layer,
                  DecoderStepBuffers& buffers) const;
 
-  const DecoderBlockOptions& options() const { return options_; }
-
- protected:
+ private:
   // attention_norm.*, attention.{q,k,v,o}_proj.*, ffn_norm.*, feed_forward.*
   void list_members(MemberList& m) override;
 
- private:
-  DecoderBlockOptions options_;
   std::variant<RMSNorm, LayerNorm> attention_norm_;
   GroupedQueryAttention attention_;
   std::variant<RMSNorm, LayerNorm> ffn_norm_;

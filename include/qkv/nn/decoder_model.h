@@ -145,11 +145,10 @@ class DecoderModel : public ModuleBase<DecoderModel> {
   // [max_seq_len, D] added to the embeddings; undefined with RoPE.
   Tensor position_table() const;
 
- protected:
+ private:
   // The names listed at the top of this file, in that order.
   void list_members(MemberList& m) override;
 
- private:
   Tensor forward_impl(std::span<const int64_t> ids, int64_t batch_size, KVCache* cache);
   // T of B·T ids, checked.
   int64_t sequence_length(std::span<const int64_t> ids, int64_t batch_size) const;

@@ -30,7 +30,7 @@ struct EmbeddingRecord {
   Shape shape;
 };
 
-class Embedding : public ModuleBase<Embedding> {
+class Embedding : public ModuleBase<Embedding, EmbeddingOptions> {
  public:
   // torch's initialisation: weight ~ N(0, 1), the padding row 0.
   explicit Embedding(const EmbeddingOptions& options, Generator* gen = nullptr);
@@ -45,15 +45,12 @@ class Embedding : public ModuleBase<Embedding> {
   // grad_output: [*record.shape, embedding_dim]
   void backward(const Tensor& grad_output, const EmbeddingRecord& record);
 
-  const EmbeddingOptions& options() const { return options_; }
   const Tensor& weight() const { return weight_; }
 
- protected:
+ private:
   // "weight" [num_embeddings, embedding_dim].
   void list_members(MemberList& m) override;
 
- private:
-  EmbeddingOptions options_;
   Tensor weight_;
 };
 

@@ -36,7 +36,7 @@ struct FeedForwardRecord {
   LinearRecord linear2;  // dropout(activation(hidden))
 };
 
-class FeedForward : public ModuleBase<FeedForward> {
+class FeedForward : public ModuleBase<FeedForward, FeedForwardOptions> {
  public:
   // linear1 is initialised before linear2 (torch's order), both as nn.Linear.
   explicit FeedForward(const FeedForwardOptions& options, Generator* gen = nullptr);
@@ -56,16 +56,13 @@ class FeedForward : public ModuleBase<FeedForward> {
   // grad_output: [..., d_model]  ->  like x
   Tensor backward(const Tensor& grad_output, const FeedForwardRecord& record);
 
-  const FeedForwardOptions& options() const { return options_; }
   Linear& linear1() { return linear1_; }
   Linear& linear2() { return linear2_; }
 
- protected:
+ private:
   // linear1.*, linear2.*
   void list_members(MemberList& m) override;
 
- private:
-  FeedForwardOptions options_;
   Linear linear1_;  // d_model -> dim_feedforward
   Linear linear2_;  // dim_feedforward -> d_model
 };
@@ -88,7 +85,7 @@ struct SwiGLUFeedForwardRecord {
   double dropout_p = 0;  // the probability in effect
 };
 
-class SwiGLUFeedForward : public ModuleBase<SwiGLUFeedForward> {
+class SwiGLUFeedForward : public ModuleBase<SwiGLUFeedForward, SwiGLUFeedForwardOptions> {
  public:
   // w1, w2, w3 each as nn.Linear (in that order).
   explicit SwiGLUFeedForward(const SwiGLUFeedForwardOptions& options, Generator* gen = nullptr);
@@ -104,15 +101,11 @@ class SwiGLUFeedForward : public ModuleBase<SwiGLUFeedForward> {
   // grad_output: [..., d_model]  ->  like x (parameter gradients added to the buffers)
   Tensor backward(const Tensor& grad_output, const SwiGLUFeedForwardRecord& record);
 
-  const SwiGLUFeedForwardOptions& options() const { return options_; }
-
- protected:
+ private:
   // "w1.weight" [hidden, d_model], "w2.weight" [d_model, hidden],
   // "w3.weight" [hidden, d_model] (and ".bias" when bias).
   void list_members(MemberList& m) override;
 
- private:
-  SwiGLUFeedForwardOptions options_;
   Linear w1_;  // gate: d_model -> hidden
   Linear w2_;  // down: hidden -> d_model
   Linear w3_;  // up:   d_model -> hidden

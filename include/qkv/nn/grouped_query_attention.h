@@ -77,7 +77,8 @@ struct GroupedQueryAttentionRecord {
   LinearRecord o_proj;                  // the heads merged: [B, L, H·E]
 };
 
-class GroupedQueryAttention : public ModuleBase<GroupedQueryAttention> {
+class GroupedQueryAttention
+    : public ModuleBase<GroupedQueryAttention, GroupedQueryAttentionOptions> {
  public:
   // q_proj, k_proj, v_proj, o_proj initialised as nn.Linear, in that order.
   explicit GroupedQueryAttention(const GroupedQueryAttentionOptions& options,
@@ -112,14 +113,11 @@ class GroupedQueryAttention : public ModuleBase<GroupedQueryAttention> {
   Tensor attend(const Tensor& q, const Tensor& k, const Tensor& v,
                 const GroupedQueryAttentionForward& args = {});
 
-  const GroupedQueryAttentionOptions& options() const { return options_; }
-
- protected:
+ private:
   // "q_proj.weight" [H·E, D], "k_proj.weight" [Hkv·E, D], "v_proj.weight"
   // [Hkv·E, D], "o_proj.weight" [D, H·E] (and ".bias" when bias): LLaMA's names.
   void list_members(MemberList& m) override;
 
- private:
   // project(), also keeping the projections' inputs in `record` (when given).
   ProjectedQkv project(const Tensor& x, int64_t position_offset,
                        GroupedQueryAttentionRecord* record) const;
@@ -128,7 +126,6 @@ class GroupedQueryAttention : public ModuleBase<GroupedQueryAttention> {
   // the causal mask folded into args.attn_mask when both are given.
   SdpaOptions sdpa_options(const GroupedQueryAttentionForward& args, int64_t L, int64_t S) const;
 
-  GroupedQueryAttentionOptions options_;
   Linear q_proj_;
   Linear k_proj_;
   Linear v_proj_;

@@ -26,7 +26,7 @@ struct LayerNormRecord {
   Tensor input;  // x (held, not copied)
 };
 
-class LayerNorm : public ModuleBase<LayerNorm> {
+class LayerNorm : public ModuleBase<LayerNorm, LayerNormOptions> {
  public:
   // weight = 1, bias = 0, as torch.
   explicit LayerNorm(const LayerNormOptions& options);
@@ -48,14 +48,10 @@ class LayerNorm : public ModuleBase<LayerNorm> {
   // grad_output: like record.input  ->  like record.input
   Tensor backward(const Tensor& grad_output, const LayerNormRecord& record);
 
-  const LayerNormOptions& options() const { return options_; }
-
- protected:
+ private:
   // "weight" and "bias" (those that exist), each of normalized_shape.
   void list_members(MemberList& m) override;
 
- private:
-  LayerNormOptions options_;
   Tensor weight_;
   Tensor bias_;
 };

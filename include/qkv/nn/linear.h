@@ -31,7 +31,7 @@ struct LinearRecord {
   Tensor input;  // x (held, not copied: do not change it in place before the backward)
 };
 
-class Linear : public ModuleBase<Linear> {
+class Linear : public ModuleBase<Linear, LinearOptions> {
  public:
   // torch's initialisation: weight and bias U(-1/√in, 1/√in), drawn from
   // `gen` (default_generator() when null).
@@ -49,16 +49,13 @@ class Linear : public ModuleBase<Linear> {
   // grad_output: [..., out_features]  ->  like record.input
   Tensor backward(const Tensor& grad_output, const LinearRecord& record);
 
-  const LinearOptions& options() const { return options_; }
   const Tensor& weight() const { return weight_; }
   const Tensor& bias() const { return bias_; }
 
- protected:
+ private:
   // "weight" [out, in], "bias" [out] (if bias).
   void list_members(MemberList& m) override;
 
- private:
-  LinearOptions options_;
   Tensor weight_;  // [out, in]
   Tensor bias_;    // [out] or undefined
 };

@@ -6,9 +6,8 @@
 //   class Scale : public nn::ModuleBase<Scale> {
 //    public:
 //     Scale() : ModuleBase("Scale"), weight_(Tensor::ones({4})) {}
-//    protected:
-//     void list_members(MemberList& m) override { m.parameter("weight", weight_); }
 //    private:
+//     void list_members(MemberList& m) override { m.parameter("weight", weight_); }
 //     Tensor weight_;
 //   };
 //
@@ -22,6 +21,7 @@
 
 #include <map>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "qkv/generator.h"
@@ -104,10 +104,16 @@ class Module {
   std::map<std::string, Tensor> grads_;
 };
 
-// The base of a concrete module: adds clone(), typed.
-template <class Derived>
+// A module without options (a stack of layers takes its layers' options).
+struct NoOptions {};
+
+// The base of a concrete module: its options (as the module completed them:
+// defaults filled in) and a typed clone().
+template <class Derived, class Options = NoOptions>
 class ModuleBase : public Module {
  public:
+  const Options& options() const requires(!std::is_same_v<Options, NoOptions>) { return options_; }
+
   // A deep copy: its own parameters, fresh gradients, the same mode and generator.
   Derived clone() const {
     Derived copy(static_cast<const Derived&>(*this));
@@ -116,7 +122,10 @@ class ModuleBase : public Module {
   }
 
  protected:
-  using Module::Module;
+  explicit ModuleBase(const char* type_name, const Options& options = {})
+      : Module(type_name), options_(options) {}
+
+  Options options_;
 };
 
 }  // namespace qkv::nn

@@ -75,7 +75,7 @@ struct MultiheadAttentionInputGradients {
   Tensor value;
 };
 
-class MultiheadAttention : public ModuleBase<MultiheadAttention> {
+class MultiheadAttention : public ModuleBase<MultiheadAttention, MultiheadAttentionOptions> {
  public:
   // Parameters get torch's default initialisation, drawn from `gen`
   // (default_generator() when null).
@@ -111,23 +111,20 @@ class MultiheadAttention : public ModuleBase<MultiheadAttention> {
   // grad_output: like x  ->  like x
   Tensor self_attention_backward(const Tensor& grad_output, const MultiheadAttentionRecord& record);
 
-  const MultiheadAttentionOptions& options() const { return options_; }
   int64_t head_dim() const { return options_.embed_dim / options_.num_heads; }
   // True when q, k and v share one packed in_proj_weight (kdim == vdim == embed_dim).
   bool packed_in_proj() const { return packed_; }
 
- protected:
+ private:
   // torch's names and order: in_proj_weight (or q_proj_weight, k_proj_weight,
   // v_proj_weight), in_proj_bias, bias_k, bias_v, out_proj.weight,
   // out_proj.bias (those that exist for the options).
   void list_members(MemberList& m) override;
 
- private:
   // backward's first half: out_proj's and bias_k/bias_v's gradients (added to
   // the buffers) and the attention's gradients of the heads q, k, v.
   SdpaGradients head_gradients(const Tensor& grad_output, const MultiheadAttentionRecord& record);
 
-  MultiheadAttentionOptions options_;
   bool packed_ = true;
   Tensor in_proj_weight_;   // [3D, D] when packed
   Tensor q_proj_weight_;    // [D, D]    when not packed

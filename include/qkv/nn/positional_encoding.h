@@ -44,7 +44,8 @@ struct SinusoidalPositionalEncodingOptions {
 };
 
 // dropout(x + PE[offset : offset + L]); the table is fixed, not a parameter.
-class SinusoidalPositionalEncoding : public ModuleBase<SinusoidalPositionalEncoding> {
+class SinusoidalPositionalEncoding
+    : public ModuleBase<SinusoidalPositionalEncoding, SinusoidalPositionalEncodingOptions> {
  public:
   explicit SinusoidalPositionalEncoding(const SinusoidalPositionalEncodingOptions& options);
 
@@ -53,14 +54,11 @@ class SinusoidalPositionalEncoding : public ModuleBase<SinusoidalPositionalEncod
 
   // [max_len, d_model]
   const Tensor& table() const { return table_; }
-  const SinusoidalPositionalEncodingOptions& options() const { return options_; }
 
- protected:
+ private:
   // No parameters (the table is recomputed, not stored).
   void list_members(MemberList& m) override;
 
- private:
-  SinusoidalPositionalEncodingOptions options_;
   Tensor table_;
 };
 
@@ -75,7 +73,8 @@ struct LearnedPositionalEncodingOptions {
 };
 
 // dropout(x + weight[offset : offset + L]), weight ~ N(0, 1) as nn.Embedding.
-class LearnedPositionalEncoding : public ModuleBase<LearnedPositionalEncoding> {
+class LearnedPositionalEncoding
+    : public ModuleBase<LearnedPositionalEncoding, LearnedPositionalEncodingOptions> {
  public:
   explicit LearnedPositionalEncoding(const LearnedPositionalEncodingOptions& options,
                                      Generator* gen = nullptr);
@@ -83,14 +82,10 @@ class LearnedPositionalEncoding : public ModuleBase<LearnedPositionalEncoding> {
   // x: [L, B, D] ([B, L, D] if batch_first; unbatched [L, D])  ->  like x
   Tensor forward(const Tensor& x, int64_t offset = 0) const;
 
-  const LearnedPositionalEncodingOptions& options() const { return options_; }
-
- protected:
+ private:
   // "weight" [max_len, d_model].
   void list_members(MemberList& m) override;
 
- private:
-  LearnedPositionalEncodingOptions options_;
   Tensor weight_;
 };
 
@@ -114,7 +109,7 @@ struct RotaryEmbeddingOptions {
 // θ_i = base^(-2i/E), i in [0, E/2):  a' = a cos − b sin,  b' = b cos + a sin.
 // Then q'·k' depends on the positions only through their difference.
 // Angles, cos and sin are computed in float64.
-class RotaryEmbedding : public ModuleBase<RotaryEmbedding> {
+class RotaryEmbedding : public ModuleBase<RotaryEmbedding, RotaryEmbeddingOptions> {
  public:
   explicit RotaryEmbedding(const RotaryEmbeddingOptions& options);
 
@@ -142,18 +137,14 @@ class RotaryEmbedding : public ModuleBase<RotaryEmbedding> {
   // rows: [..., E] contiguous, at position `position`
   void rotate_in_place(Tensor& rows, int64_t position) const;
 
-  const RotaryEmbeddingOptions& options() const { return options_; }
-
- protected:
+ private:
   // No parameters.
   void list_members(MemberList& m) override;
 
- private:
   // x rotated by direction · pos · θ_i (+1: forward, −1: backward); `fn` names
   // the call in errors.
   Tensor rotated(const Tensor& x, int64_t offset, double direction, const char* fn) const;
 
-  RotaryEmbeddingOptions options_;
   std::vector<double> theta_;  // inverse_frequencies()
 };
 
@@ -173,7 +164,7 @@ struct AlibiOptions {
   DType dtype = DType::kFloat32;
 };
 
-class Alibi : public ModuleBase<Alibi> {
+class Alibi : public ModuleBase<Alibi, AlibiOptions> {
  public:
   explicit Alibi(const AlibiOptions& options);
 
@@ -182,14 +173,11 @@ class Alibi : public ModuleBase<Alibi> {
   Tensor forward(int64_t L, int64_t S) const;
 
   const std::vector<double>& slopes() const { return slopes_; }
-  const AlibiOptions& options() const { return options_; }
 
- protected:
+ private:
   // No parameters.
   void list_members(MemberList& m) override;
 
- private:
-  AlibiOptions options_;
   std::vector<double> slopes_;
 };
 
@@ -216,7 +204,7 @@ struct RelativePositionBiasOptions {
 
 // A learned table [num_buckets, H]; the bias of query i and key j for head h
 // is table[bucket(j − pos_i), h].
-class RelativePositionBias : public ModuleBase<RelativePositionBias> {
+class RelativePositionBias : public ModuleBase<RelativePositionBias, RelativePositionBiasOptions> {
  public:
   // The table ~ N(0, 1), as nn.Embedding.
   explicit RelativePositionBias(const RelativePositionBiasOptions& options,
@@ -226,14 +214,10 @@ class RelativePositionBias : public ModuleBase<RelativePositionBias> {
   // -> [H, L, S]
   Tensor forward(int64_t L, int64_t S) const;
 
-  const RelativePositionBiasOptions& options() const { return options_; }
-
- protected:
+ private:
   // "relative_attention_bias.weight" [num_buckets, H] (the name in T5 checkpoints).
   void list_members(MemberList& m) override;
 
- private:
-  RelativePositionBiasOptions options_;
   Tensor weight_;  // [num_buckets, H]
 };
 

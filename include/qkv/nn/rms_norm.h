@@ -27,7 +27,7 @@ struct RMSNormRecord {
   Tensor input;  // x (held, not copied)
 };
 
-class RMSNorm : public ModuleBase<RMSNorm> {
+class RMSNorm : public ModuleBase<RMSNorm, RMSNormOptions> {
  public:
   // weight = 1, as torch.
   explicit RMSNorm(const RMSNormOptions& options);
@@ -44,14 +44,10 @@ class RMSNorm : public ModuleBase<RMSNorm> {
   // grad_output: like record.input  ->  like record.input
   Tensor backward(const Tensor& grad_output, const RMSNormRecord& record);
 
-  const RMSNormOptions& options() const { return options_; }
-
- protected:
+ private:
   // "weight" (when elementwise_affine).
   void list_members(MemberList& m) override;
 
- private:
-  RMSNormOptions options_;
   Tensor weight_;
 };
 

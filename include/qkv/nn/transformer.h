@@ -82,7 +82,8 @@ struct TransformerEncoderLayerRecord {
   double dropout_p = 0;  // the probability in effect
 };
 
-class TransformerEncoderLayer : public ModuleBase<TransformerEncoderLayer> {
+class TransformerEncoderLayer
+    : public ModuleBase<TransformerEncoderLayer, TransformerLayerOptions> {
  public:
   // Initialised as torch: self_attn, then linear1, linear2 (nn.Linear), norms 1/0.
   explicit TransformerEncoderLayer(const TransformerLayerOptions& options,
@@ -103,19 +104,16 @@ class TransformerEncoderLayer : public ModuleBase<TransformerEncoderLayer> {
   // x: [B, L, D] batch-first, contiguous  keep: bool [B, 1, 1, L] (True = take part) or undefined
   void forward_into(Tensor& x, const Tensor& keep, bool causal, Workspace& workspace) const;
 
-  const TransformerLayerOptions& options() const { return options_; }
   MultiheadAttention& self_attn() { return self_attn_; }
 
- protected:
+ private:
   // torch's names and order: self_attn.*, linear1.*, linear2.*, norm1.*, norm2.*.
   void list_members(MemberList& m) override;
 
- private:
   Tensor sa_block(const Tensor& x, const TransformerEncoderLayerForward& args,
                   TransformerEncoderLayerRecord* record);
   Tensor ff_block(const Tensor& x, TransformerEncoderLayerRecord* record);
 
-  TransformerLayerOptions options_;
   MultiheadAttention self_attn_;
   FeedForward ff_;  // linear1, dropout, linear2
   LayerNorm norm1_;
@@ -149,7 +147,8 @@ struct TransformerDecoderInputGradients {
   Tensor memory;  // like memory
 };
 
-class TransformerDecoderLayer : public ModuleBase<TransformerDecoderLayer> {
+class TransformerDecoderLayer
+    : public ModuleBase<TransformerDecoderLayer, TransformerLayerOptions> {
  public:
   // Initialised as torch: self_attn, multihead_attn, linear1, linear2, norms.
   explicit TransformerDecoderLayer(const TransformerLayerOptions& options,
@@ -167,17 +166,14 @@ class TransformerDecoderLayer : public ModuleBase<TransformerDecoderLayer> {
   TransformerDecoderInputGradients backward(const Tensor& grad_output,
                                             const TransformerDecoderLayerRecord& record);
 
-  const TransformerLayerOptions& options() const { return options_; }
   MultiheadAttention& self_attn() { return self_attn_; }
   MultiheadAttention& multihead_attn() { return multihead_attn_; }
 
- protected:
+ private:
   // As the encoder layer, plus multihead_attn.* (the cross-attention) after
   // self_attn.*, and norm3.*.
   void list_members(MemberList& m) override;
 
- private:
-  TransformerLayerOptions options_;
   MultiheadAttention self_attn_;
   MultiheadAttention multihead_attn_;
   FeedForward ff_;
@@ -229,11 +225,10 @@ class TransformerEncoder : public ModuleBase<TransformerEncoder> {
   std::vector<TransformerEncoderLayer>& layers() { return layers_; }
   std::optional<LayerNorm>& norm() { return norm_; }
 
- protected:
+ private:
   // layers.<i>.*, then norm.* (when there is a final norm).
   void list_members(MemberList& m) override;
 
- private:
   std::vector<TransformerEncoderLayer> layers_;
   std::optional<LayerNorm> norm_;
 };
@@ -279,11 +274,10 @@ class TransformerDecoder : public ModuleBase<TransformerDecoder> {
   std::vector<TransformerDecoderLayer>& layers() { return layers_; }
   std::optional<LayerNorm>& norm() { return norm_; }
 
- protected:
+ private:
   // layers.<i>.*, then norm.* (when there is a final norm).
   void list_members(MemberList& m) override;
 
- private:
   std::vector<TransformerDecoderLayer> layers_;
   std::optional<LayerNorm> norm_;
 };
@@ -330,7 +324,7 @@ struct TransformerInputGradients {
   Tensor tgt;
 };
 
-class Transformer : public ModuleBase<Transformer> {
+class Transformer : public ModuleBase<Transformer, TransformerOptions> {
  public:
   // As torch: encoder and decoder of cloned layers, each with a final
   // LayerNorm, then xavier_uniform_ on every parameter with more than one dim.
@@ -351,16 +345,13 @@ class Transformer : public ModuleBase<Transformer> {
   // -> [sz, sz]
   static Tensor generate_square_subsequent_mask(int64_t sz, DType dtype = DType::kFloat32);
 
-  const TransformerOptions& options() const { return options_; }
   TransformerEncoder& encoder() { return encoder_; }
   TransformerDecoder& decoder() { return decoder_; }
 
- protected:
+ private:
   // encoder.*, decoder.*.
   void list_members(MemberList& m) override;
 
- private:
-  TransformerOptions options_;
   TransformerEncoder encoder_;
   TransformerDecoder decoder_;
 };
