@@ -1,7 +1,9 @@
 // nn::Parameter — a trainable tensor and the buffer its gradient accumulates in.
 //
-// Modules own their tensors and expose them through state_dict() as shared
-// views, so parameters are made from a module's state dict without copying:
+// A module gives its own with parameters() (nn::Module: the module's
+// gradient buffers, which its backward() fills). make_parameters() makes
+// them for tensors a caller trains through the functional API, for example
+// from a module's state dict (shared views, no copies) with fresh gradients:
 //
 //   nn::Linear proj({.in_features = 8, .out_features = 4});
 //   std::vector<nn::Parameter> params = nn::make_parameters(proj.state_dict(), "proj");
