@@ -102,12 +102,7 @@ Tensor TransformerDecoderLayer::forward(const Tensor& tgt, const Tensor& memory,
 
 TransformerDecoder::TransformerDecoder(const TransformerDecoderLayer& decoder_layer,
                                        int64_t num_layers, const std::optional<LayerNorm>& norm)
-    : ModuleBase("TransformerDecoder") {
-  QKV_CHECK(num_layers > 0, "TransformerDecoder: num_layers must be > 0, got ", num_layers);
-  for (int64_t i = 0; i < num_layers; ++i) layers_.push_back(decoder_layer.clone());
-  if (norm) norm_ = norm->clone();
-  train(decoder_layer.is_training());
-}
+    : LayerStack("TransformerDecoder", decoder_layer, num_layers, norm) {}
 
 TransformerDecoder::TransformerDecoder(const TransformerDecoderOptions& options, Generator* gen)
     : TransformerDecoder(TransformerDecoderLayer(options.layer, gen), options.num_layers,
@@ -143,11 +138,6 @@ void TransformerDecoderLayer::list_members(MemberList& m) {
   m.module("norm1", norm1_);
   m.module("norm2", norm2_);
   m.module("norm3", norm3_);
-}
-
-void TransformerDecoder::list_members(MemberList& m) {
-  for (size_t i = 0; i < layers_.size(); ++i) m.module("layers." + std::to_string(i), layers_[i]);
-  if (norm_) m.module("norm", *norm_);
 }
 
 }  // namespace qkv::nn

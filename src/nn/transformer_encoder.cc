@@ -101,12 +101,7 @@ void TransformerEncoderLayer::forward_into(Tensor& x, const Tensor& keep, bool c
 
 TransformerEncoder::TransformerEncoder(const TransformerEncoderLayer& encoder_layer,
                                        int64_t num_layers, const std::optional<LayerNorm>& norm)
-    : ModuleBase("TransformerEncoder") {
-  QKV_CHECK(num_layers > 0, "TransformerEncoder: num_layers must be > 0, got ", num_layers);
-  for (int64_t i = 0; i < num_layers; ++i) layers_.push_back(encoder_layer.clone());
-  if (norm) norm_ = norm->clone();
-  train(encoder_layer.is_training());
-}
+    : LayerStack("TransformerEncoder", encoder_layer, num_layers, norm) {}
 
 TransformerEncoder::TransformerEncoder(const TransformerEncoderOptions& options, Generator* gen)
     : TransformerEncoder(TransformerEncoderLayer(options.layer, gen), options.num_layers,
@@ -136,11 +131,6 @@ void TransformerEncoderLayer::list_members(MemberList& m) {
   m.module("", ff_);  // linear1.*, linear2.*
   m.module("norm1", norm1_);
   m.module("norm2", norm2_);
-}
-
-void TransformerEncoder::list_members(MemberList& m) {
-  for (size_t i = 0; i < layers_.size(); ++i) m.module("layers." + std::to_string(i), layers_[i]);
-  if (norm_) m.module("norm", *norm_);
 }
 
 }  // namespace qkv::nn

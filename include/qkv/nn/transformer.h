@@ -184,11 +184,49 @@ class TransformerDecoderLayer
 
 // --- Stacks ----------------------------------------------------------------------
 
-struct TransformerEncoderOptions {
+// What TransformerEncoder and TransformerDecoder share, as torch's: deep
+// copies of one layer (identical weights) and an optional final LayerNorm,
+// named layers.<i>.* and norm.*; the mode of the layer given.
+template <class Derived, class Layer>
+class LayerStack : public ModuleBase<Derived> {
+ public:
+  std::vector<Layer>& layers() { return layers_; }
+  std::optional<LayerNorm>& norm() { return norm_; }
+
+ protected:
+  LayerStack(const char* type_name, const Layer& layer, int64_t num_layers,
+             const std::optional<LayerNorm>& norm)
+      : ModuleBase<Derived>(type_name) {
+    QKV_CHECK(num_layers > 0, type_name, ": num_layers must be > 0, got ", num_layers);
+    for (int64_t i = 0; i < num_layers; ++i) layers_.push_back(layer.clone());
+    if (norm) norm_ = norm->clone();
+    this->train(layer.is_training());
+  }
+
+  void list_members(Module::MemberList& m) override {
+    for (size_t i = 0; i < layers_.size(); ++i) m.module("layers." + std::to_string(i), layers_[i]);
+    if (norm_) m.module("norm", *norm_);
+  }
+
+  std::vector<Layer> layers_;
+  std::optional<LayerNorm> norm_;
+};
+
+// A stack built from options: one layer from `layer`, copied num_layers times.
+struct TransformerStackOptions {
   TransformerLayerOptions layer;
   int64_t num_layers = 6;
   // A final LayerNorm(d_model, layer_norm_eps, bias) after the last layer.
   bool norm = false;
+};
+using TransformerEncoderOptions = TransformerStackOptions;
+using TransformerDecoderOptions = TransformerStackOptions;
+
+// What a stack's forward saves for its backward: each layer's record, the final norm's.
+template <class LayerRecord>
+struct TransformerStackRecord {
+  std::vector<LayerRecord> layers;
+  LayerNormRecord norm;
 };
 
 struct TransformerEncoderForward {
@@ -199,13 +237,9 @@ struct TransformerEncoderForward {
   std::optional<bool> is_causal;
 };
 
-// What TransformerEncoder::forward saves for its backward.
-struct TransformerEncoderRecord {
-  std::vector<TransformerEncoderLayerRecord> layers;
-  LayerNormRecord norm;
-};
+using TransformerEncoderRecord = TransformerStackRecord<TransformerEncoderLayerRecord>;
 
-class TransformerEncoder : public ModuleBase<TransformerEncoder> {
+class TransformerEncoder : public LayerStack<TransformerEncoder, TransformerEncoderLayer> {
  public:
   // As torch: num_layers deep copies of `encoder_layer` (identical weights)
   // and an optional final norm (copied).
@@ -221,22 +255,6 @@ class TransformerEncoder : public ModuleBase<TransformerEncoder> {
 
   // grad_output: like src  ->  like src (parameter gradients added to the buffers)
   Tensor backward(const Tensor& grad_output, const TransformerEncoderRecord& record);
-
-  std::vector<TransformerEncoderLayer>& layers() { return layers_; }
-  std::optional<LayerNorm>& norm() { return norm_; }
-
- private:
-  // layers.<i>.*, then norm.* (when there is a final norm).
-  void list_members(MemberList& m) override;
-
-  std::vector<TransformerEncoderLayer> layers_;
-  std::optional<LayerNorm> norm_;
-};
-
-struct TransformerDecoderOptions {
-  TransformerLayerOptions layer;
-  int64_t num_layers = 6;
-  bool norm = false;  // final LayerNorm
 };
 
 struct TransformerDecoderForward {
@@ -249,13 +267,9 @@ struct TransformerDecoderForward {
   bool memory_is_causal = false;
 };
 
-// What TransformerDecoder::forward saves for its backward.
-struct TransformerDecoderRecord {
-  std::vector<TransformerDecoderLayerRecord> layers;
-  LayerNormRecord norm;
-};
+using TransformerDecoderRecord = TransformerStackRecord<TransformerDecoderLayerRecord>;
 
-class TransformerDecoder : public ModuleBase<TransformerDecoder> {
+class TransformerDecoder : public LayerStack<TransformerDecoder, TransformerDecoderLayer> {
  public:
   TransformerDecoder(const TransformerDecoderLayer& decoder_layer, int64_t num_layers,
                      const std::optional<LayerNorm>& norm = std::nullopt);
@@ -270,16 +284,6 @@ class TransformerDecoder : public ModuleBase<TransformerDecoder> {
   // grad_output: like tgt  ->  like tgt, like memory (summed over the layers)
   TransformerDecoderInputGradients backward(const Tensor& grad_output,
                                             const TransformerDecoderRecord& record);
-
-  std::vector<TransformerDecoderLayer>& layers() { return layers_; }
-  std::optional<LayerNorm>& norm() { return norm_; }
-
- private:
-  // layers.<i>.*, then norm.* (when there is a final norm).
-  void list_members(MemberList& m) override;
-
-  std::vector<TransformerDecoderLayer> layers_;
-  std::optional<LayerNorm> norm_;
 };
 
 // --- nn.Transformer ----------------------------------------------------------------
