@@ -9,6 +9,7 @@ namespace qkv::python {
 namespace py = pybind11;
 
 void bind_generator(py::module_& m);            // generator.cc
+void bind_module_core(py::module_& m);          // module_core.cc (before the modules)
 void bind_functional(py::module_& m);           // functional.cc
 void bind_masks(py::module_& m);                // masks.cc
 void bind_multihead_attention(py::module_& m);  // multihead_attention.cc

@@ -66,7 +66,7 @@ void bind_decoder_model(py::module_& m) {
   // The C++ reader's checks of a config (JSON depth, numbers, fields, sizes).
   m.def("check_decoder_config_json",
         [](const std::string& config_json) { models::decoder_config_from_json(config_json); });
-  py::class_<DecoderModel>(m, "DecoderModel")
+  py::class_<DecoderModel, nn::Module>(m, "DecoderModel")
       .def(py::init([](const std::string& config_json, Generator* generator) {
              return DecoderModel(models::decoder_config_from_json(config_json), generator);
            }),
@@ -85,14 +85,6 @@ void bind_decoder_model(py::module_& m) {
             return to_numpy(logits);
           },
           py::arg("ids"))
-      .def("state_dict",
-           [](const DecoderModel& self) { return state_dict_to_python(self.state_dict()); })
-      .def(
-          "load_state_dict",
-          [](DecoderModel& self, const py::dict& state) {
-            self.load_state_dict(state_dict_from_python(state, "DecoderModel.load_state_dict"));
-          },
-          py::arg("state_dict"))
       .def(
           "save",
           [](const DecoderModel& self, const std::string& path,

@@ -48,13 +48,12 @@ void def_norm(PyClass& cls, const char* module) {
       .def_property_readonly("elementwise_affine",
                              [](const Norm& s) { return s.options().elementwise_affine; })
       .def_property_readonly("dtype", [](const Norm& s) { return dtype_of(s.options().dtype); });
-  def_state_dict<Norm>(cls, std::string(module) + ".load_state_dict");
 }
 
 // Each constructor takes one tuple of its arguments, in the order of the
 // Python class's signature (python/qkv/nn/layers.py owns names and defaults).
 void bind_linear(py::module_& m) {
-  py::class_<Linear> cls(m, "Linear");
+  py::class_<Linear, nn::Module> cls(m, "Linear");
   cls.def(init_from_tuple("Linear",
                           [](Options& a) {
                             const nn::LinearOptions o{.in_features = a.integer("in_features"),
@@ -75,7 +74,6 @@ void bind_linear(py::module_& m) {
                              [](const Linear& s) { return s.options().out_features; })
       .def_property_readonly("has_bias", [](const Linear& s) { return s.options().bias; })
       .def_property_readonly("dtype", [](const Linear& s) { return dtype_of(s.options().dtype); });
-  def_state_dict<Linear>(cls, "Linear.load_state_dict");
 }
 
 // normalized_shape: a list of ints (the Python class turns an int into one).
@@ -84,7 +82,7 @@ Shape shape_field(Options& a) {
 }
 
 void bind_layer_norm(py::module_& m) {
-  py::class_<LayerNorm> cls(m, "LayerNorm");
+  py::class_<LayerNorm, nn::Module> cls(m, "LayerNorm");
   cls.def(init_from_tuple("LayerNorm",
                           [](Options& a) {
                             return LayerNorm({.normalized_shape = shape_field(a),
@@ -99,7 +97,7 @@ void bind_layer_norm(py::module_& m) {
 }
 
 void bind_rms_norm(py::module_& m) {
-  py::class_<RMSNorm> cls(m, "RMSNorm");
+  py::class_<RMSNorm, nn::Module> cls(m, "RMSNorm");
   cls.def(init_from_tuple("RMSNorm",
                           [](Options& a) {
                             return RMSNorm({.normalized_shape = shape_field(a),
@@ -112,7 +110,7 @@ void bind_rms_norm(py::module_& m) {
 }
 
 void bind_embedding(py::module_& m) {
-  py::class_<Embedding> cls(m, "Embedding");
+  py::class_<Embedding, nn::Module> cls(m, "Embedding");
   cls.def(init_from_tuple("Embedding",
                           [](Options& a) {
                             const nn::EmbeddingOptions o{
@@ -141,7 +139,6 @@ void bind_embedding(py::module_& m) {
                              [](const Embedding& s) { return s.options().padding_idx; })
       .def_property_readonly("dtype",
                              [](const Embedding& s) { return dtype_of(s.options().dtype); });
-  def_state_dict<Embedding>(cls, "Embedding.load_state_dict");
 }
 
 }  // namespace

@@ -49,6 +49,7 @@ PYBIND11_MODULE(_core, m) {
   });
 
   qkv::python::bind_generator(m);
+  qkv::python::bind_module_core(m);
   qkv::python::bind_functional(m);
   qkv::python::bind_masks(m);
   qkv::python::bind_multihead_attention(m);

@@ -11,6 +11,7 @@
 #include "bindings.h"
 #include "convert.h"
 #include "qkv/generator.h"
+#include "qkv/nn/module.h"
 #include "qkv/nn/parameter.h"
 #include "qkv/tensor.h"
 
@@ -39,27 +40,26 @@ inline std::map<std::string, Tensor> state_dict_from_python(const py::dict& stat
   return tensors;
 }
 
-// state_dict() and load_state_dict(dict) for any module with those C++ methods.
-template <class Module, class PyClass>
+// state_dict() and load_state_dict(dict) for a model that is not an
+// nn::Module (BertModel); the modules get theirs from qkv._core.Module.
+template <class Model, class PyClass>
 void def_state_dict(PyClass& cls, std::string load_name) {
-  cls.def("state_dict", [](const Module& self) { return state_dict_to_python(self.state_dict()); })
+  cls.def("state_dict", [](const Model& self) { return state_dict_to_python(self.state_dict()); })
       .def(
           "load_state_dict",
-          [load_name](Module& self, const py::dict& state) {
+          [load_name](Model& self, const py::dict& state) {
             self.load_state_dict(state_dict_from_python(state, load_name.c_str()));
           },
           py::arg("state_dict"));
 }
 
-// train(mode), eval(), training and set_generator(gen) for modules with dropout.
-template <class Module, class PyClass>
-void def_train_eval(PyClass& cls) {
+// set_generator(gen), for the modules that draw dropout.
+template <class PyClass>
+void def_set_generator(PyClass& cls) {
+  // The module keeps a raw pointer: keep the Generator alive as long as the module.
   cls.def(
-         "train", [](Module& self, bool mode) { self.train(mode); }, py::arg("mode") = true)
-      .def("eval", [](Module& self) { self.eval(); })
-      .def_property_readonly("training", &Module::is_training)
-      // The module keeps a raw pointer: keep the Generator alive as long as the module.
-      .def("set_generator", &Module::set_generator, py::arg("generator"), py::keep_alive<1, 2>());
+      "set_generator", [](nn::Module& self, Generator* gen) { self.set_generator(gen); },
+      py::arg("generator"), py::keep_alive<1, 2>());
 }
 
 // Runs `forward` with the GIL released unless dropout may draw from the shared

@@ -47,23 +47,8 @@ MultiheadAttention mha_init(Options& a) {
 }  // namespace
 
 void bind_multihead_attention(py::module_& m) {
-  py::class_<MultiheadAttention> cls(m, "MultiheadAttention");
+  py::class_<MultiheadAttention, nn::Module> cls(m, "MultiheadAttention");
   cls.def(init_from_tuple("MultiheadAttention", mha_init), py::arg("args"))
-      .def("train", &MultiheadAttention::train, py::arg("mode") = true)
-      .def("eval", &MultiheadAttention::eval)
-      .def_property_readonly("training", &MultiheadAttention::is_training)
-      // Copies, so that changing a returned array never changes the module behind its back.
-      .def("state_dict",
-           [](const MultiheadAttention& self) { return state_dict_to_python(self.state_dict()); })
-      .def(
-          "load_state_dict",
-          [](MultiheadAttention& self, const py::dict& state) {
-            self.load_state_dict(
-                state_dict_from_python(state, "MultiheadAttention.load_state_dict"));
-          },
-          py::arg("state_dict"))
-      .def("set_generator", &MultiheadAttention::set_generator, py::arg("generator"),
-           py::keep_alive<1, 2>())
       .def_property_readonly("embed_dim",
                              [](const MultiheadAttention& s) { return s.options().embed_dim; })
       .def_property_readonly("num_heads",
@@ -84,6 +69,7 @@ void bind_multihead_attention(py::module_& m) {
           "dtype",
           [](const MultiheadAttention& s) { return std::string(dtype_name(s.options().dtype)); })
       .def_property_readonly("packed_in_proj", &MultiheadAttention::packed_in_proj);
+  def_set_generator(cls);
   def_forward<MultiheadAttentionCall>(cls, "MultiheadAttention.forward");
 }
 

@@ -84,8 +84,9 @@ class PyOptimizer {
       return;
     }
     if (over_module_)
-      throw py::value_error(fn + "(): this optimizer updates a module from the gradients its "
-                                 "backward accumulated; call step() without gradients");
+      throw py::value_error(fn +
+                            "(): this optimizer updates a module from the gradients its "
+                            "backward accumulated; call step() without gradients");
     if (grads.size() != params.size())
       throw py::value_error(fn + "(): expected " + std::to_string(params.size()) +
                             " gradients (one per parameter), got " + std::to_string(grads.size()));

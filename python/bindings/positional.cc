@@ -69,8 +69,7 @@ void def_absolute_encoding(PyClass& cls, const char* module) {
                              [](const Encoding& s) { return s.options().batch_first; })
       .def_property_readonly(
           "dtype", [](const Encoding& s) { return std::string(dtype_name(s.options().dtype)); });
-  def_train_eval<Encoding>(cls);
-  def_state_dict<Encoding>(cls, (std::string(module) + ".load_state_dict").c_str());
+  def_set_generator(cls);
 }
 
 void bind_absolute(py::module_& m) {
@@ -82,7 +81,7 @@ void bind_absolute(py::module_& m) {
       },
       py::arg("length"), py::arg("d_model"), py::arg("offset"), py::arg("dtype"));
 
-  py::class_<SinusoidalPositionalEncoding> sin(m, "SinusoidalPositionalEncoding");
+  py::class_<SinusoidalPositionalEncoding, nn::Module> sin(m, "SinusoidalPositionalEncoding");
   sin.def(init_from_tuple("SinusoidalPositionalEncoding",
                           [](Options& a) {
                             return SinusoidalPositionalEncoding(
@@ -94,7 +93,7 @@ void bind_absolute(py::module_& m) {
       });
   def_absolute_encoding<SinusoidalPositionalEncoding>(sin, "SinusoidalPositionalEncoding");
 
-  py::class_<LearnedPositionalEncoding> learned(m, "LearnedPositionalEncoding");
+  py::class_<LearnedPositionalEncoding, nn::Module> learned(m, "LearnedPositionalEncoding");
   learned.def(init_from_tuple("LearnedPositionalEncoding",
                               [](Options& a) {
                                 const auto o =
@@ -107,7 +106,7 @@ void bind_absolute(py::module_& m) {
 
 void bind_rotary(py::module_& m) {
   constexpr const char* kForward = "RotaryEmbedding.forward";
-  py::class_<RotaryEmbedding>(m, "RotaryEmbedding")
+  py::class_<RotaryEmbedding, nn::Module>(m, "RotaryEmbedding")
       .def(init_from_tuple("RotaryEmbedding",
                            [](Options& a) {
                              return RotaryEmbedding({.head_dim = a.integer("head_dim"),
@@ -149,7 +148,7 @@ void bind_score_biases(py::module_& m) {
       "alibi_slopes", [](int64_t num_heads) { return doubles(nn::alibi_slopes(num_heads)); },
       py::arg("num_heads"));
 
-  py::class_<Alibi>(m, "Alibi")
+  py::class_<Alibi, nn::Module>(m, "Alibi")
       .def(init_from_tuple("Alibi",
                            [](Options& a) {
                              return Alibi({.num_heads = a.integer("num_heads"),
@@ -181,7 +180,7 @@ void bind_score_biases(py::module_& m) {
       py::arg("relative_position"), py::arg("bidirectional"), py::arg("num_buckets"),
       py::arg("max_distance"));
 
-  py::class_<RelativePositionBias> bias(m, "RelativePositionBias");
+  py::class_<RelativePositionBias, nn::Module> bias(m, "RelativePositionBias");
   bias.def(init_from_tuple("RelativePositionBias",
                            [](Options& a) {
                              const nn::RelativePositionBiasOptions o{
@@ -207,7 +206,6 @@ void bind_score_biases(py::module_& m) {
                              [](const RelativePositionBias& s) { return s.options().max_distance; })
       .def_property_readonly(
           "bidirectional", [](const RelativePositionBias& s) { return s.options().bidirectional; });
-  def_state_dict<RelativePositionBias>(bias, "RelativePositionBias.load_state_dict");
 }
 
 }  // namespace

@@ -82,13 +82,12 @@ void def_layer_options(PyClass& cls) {
 // A layer kind: its constructor, forward on the tuple `Call` reads, the
 // options read back, train/eval and state_dict. -> the class, for the rest.
 template <class Layer, class Call>
-py::class_<Layer> bind_layer(py::module_& m, const char* module, const char* forward) {
-  py::class_<Layer> cls(m, module);
+py::class_<Layer, nn::Module> bind_layer(py::module_& m, const char* module, const char* forward) {
+  py::class_<Layer, nn::Module> cls(m, module);
   cls.def(module_init<Layer, TransformerLayerOptions>(module), py::arg("args"));
   def_forward<Call>(cls, forward);
   def_layer_options<Layer>(cls);
-  def_train_eval<Layer>(cls);
-  def_state_dict<Layer>(cls, std::string(module) + ".load_state_dict");
+  def_set_generator(cls);
   return cls;
 }
 
@@ -116,7 +115,7 @@ void bind_decoder_layer(py::module_& m) {
 // norm (views into the stack, which they keep alive), train/eval, state_dict.
 template <class Stack, class Layer, class Call>
 void bind_stack(py::module_& m, const char* module, const char* forward) {
-  py::class_<Stack> cls(m, module);
+  py::class_<Stack, nn::Module> cls(m, module);
   cls.def(py::init([](const Layer& layer, int64_t num_layers, const LayerNorm* norm) {
             return Stack(layer, num_layers, norm ? std::optional<LayerNorm>(*norm) : std::nullopt);
           }),
@@ -136,12 +135,11 @@ void bind_stack(py::module_& m, const char* module, const char* forward) {
       .def_property_readonly(
           "norm", [](Stack& s) -> LayerNorm* { return s.norm() ? &*s.norm() : nullptr; });
   def_forward<Call>(cls, forward);
-  def_train_eval<Stack>(cls);
-  def_state_dict<Stack>(cls, std::string(module) + ".load_state_dict");
+  def_set_generator(cls);
 }
 
 void bind_transformer_model(py::module_& m) {
-  py::class_<Transformer> cls(m, "Transformer");
+  py::class_<Transformer, nn::Module> cls(m, "Transformer");
   cls.def(module_init<Transformer, nn::TransformerOptions>("Transformer"), py::arg("args"))
       .def_static(
           "generate_square_subsequent_mask",
@@ -162,8 +160,7 @@ void bind_transformer_model(py::module_& m) {
       .def_property_readonly(
           "dtype", [](const Transformer& s) { return std::string(dtype_name(s.options().dtype)); });
   def_forward<TransformerCall>(cls, "Transformer.forward");
-  def_train_eval<Transformer>(cls);
-  def_state_dict<Transformer>(cls, "Transformer.load_state_dict");
+  def_set_generator(cls);
 }
 
 }  // namespace

@@ -103,10 +103,7 @@ class Module:
         """Training mode (dropout active) when mode is True; returns self."""
         if not isinstance(mode, bool):
             raise ValueError("training mode is expected to be boolean")
-        if hasattr(self._impl, "train"):
-            self._impl.train(mode)
-        else:  # no dropout: the flag is kept only to answer `training`
-            self._training = mode
+        self._impl.train(mode)
         return self
 
     def eval(self):
@@ -115,9 +112,7 @@ class Module:
 
     @property
     def training(self):
-        if hasattr(self._impl, "training"):
-            return self._impl.training
-        return getattr(self, "_training", True)
+        return self._impl.training
 
     @training.setter
     def training(self, mode):
@@ -135,11 +130,7 @@ class Module:
     # --- Parameters ------------------------------------------------------------
     def state_dict(self):
         """name -> numpy array (a copy), with torch's names and order."""
-        return self._own_state()
-
-    def _own_state(self):
-        # Modules without parameters (RoPE, ALiBi) have no compiled state_dict.
-        return self._impl.state_dict() if hasattr(self._impl, "state_dict") else {}
+        return self._impl.state_dict()
 
     def load_state_dict(self, state_dict, strict=True, assign=False):
         """Copies parameters in from a mapping name -> numpy array or CPU torch
@@ -153,14 +144,10 @@ class Module:
         """
         del assign  # qkv copies in every case: the module owns its memory
         given = dict(state_dict)
-        expected = self._own_state()
+        expected = self._impl.state_dict()
         missing = [name for name in expected if name not in given]
         unexpected = [name for name in given if name not in expected]
-        if not hasattr(self._impl, "load_state_dict"):
-            if strict and unexpected:
-                raise ValueError(f"{type(self).__name__}.load_state_dict: the module has no "
-                                 f"parameters, got unexpected key(s) {unexpected}")
-        elif strict:
+        if strict:
             self._impl.load_state_dict(given)
         else:
             merged = dict(expected)

@@ -1,41 +1,13 @@
 """qkv.nn.MultiheadAttention: torch.nn.MultiheadAttention on qkv's C++ module."""
 
-from collections import namedtuple
-
 from .. import _core
 from ._grad import GradMixin
+from ._module import Module, check_device, check_generator
 
 __all__ = ["MultiheadAttention"]
 
-# As torch's load_state_dict result.
-IncompatibleKeys = namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])
 
-# torch's state_dict order: own parameters in registration order, then out_proj's.
-_STATE_ORDER = (
-    "in_proj_weight",
-    "q_proj_weight",
-    "k_proj_weight",
-    "v_proj_weight",
-    "in_proj_bias",
-    "bias_k",
-    "bias_v",
-    "out_proj.weight",
-    "out_proj.bias",
-)
-
-
-def _check_generator(generator, function):
-    if generator is not None and not isinstance(generator, _core.Generator):
-        raise TypeError(f"{function}(): argument 'generator' must be a qkv.Generator or None, "
-                        f"got {type(generator).__name__}")
-
-
-def _check_device(device):
-    if device is not None and str(device) not in ("cpu", "cpu:0"):
-        raise ValueError(f"MultiheadAttention(): qkv runs on the CPU only, got device={device!r}")
-
-
-class MultiheadAttention(GradMixin):
+class MultiheadAttention(GradMixin, Module):
     """Multi-head attention with torch.nn.MultiheadAttention's arguments, defaults,
     parameter names and initialisation, so that torch state_dicts load unchanged.
 
@@ -57,8 +29,8 @@ class MultiheadAttention(GradMixin):
     def __init__(self, embed_dim, num_heads, dropout=0.0, bias=True, add_bias_kv=False,
                  add_zero_attn=False, kdim=None, vdim=None, batch_first=False, device=None,
                  dtype=None, *, generator=None):
-        _check_device(device)
-        _check_generator(generator, "MultiheadAttention")
+        check_device(device, "MultiheadAttention")
+        check_generator(generator, "MultiheadAttention")
         self._impl = _core.MultiheadAttention((
             int(embed_dim), int(num_heads), float(dropout), bool(bias), bool(add_bias_kv),
             bool(add_zero_attn), None if kdim is None else int(kdim),
@@ -99,58 +71,6 @@ class MultiheadAttention(GradMixin):
         return self._impl.forward_with_grad((query, key, value, key_padding_mask,
                                              bool(need_weights), attn_mask,
                                              bool(average_attn_weights), bool(is_causal)))
-
-    # --- Mode ------------------------------------------------------------------
-    def train(self, mode=True):
-        """Training mode (dropout active) when mode is True; returns self."""
-        if not isinstance(mode, bool):
-            raise ValueError("training mode is expected to be boolean")
-        self._impl.train(mode)
-        return self
-
-    def eval(self):
-        """Inference mode (no dropout); returns self."""
-        return self.train(False)
-
-    @property
-    def training(self):
-        return self._impl.training
-
-    @training.setter
-    def training(self, mode):
-        self.train(bool(mode))
-
-    # --- Parameters ------------------------------------------------------------
-    def state_dict(self):
-        """name -> numpy array (a copy), with torch's names and order."""
-        state = self._impl.state_dict()
-        return {name: state[name] for name in _STATE_ORDER if name in state}
-
-    def load_state_dict(self, state_dict, strict=True):
-        """Copies parameters in from a mapping name -> array or torch tensor
-        (e.g. torch's MultiheadAttention.state_dict()).
-
-        strict=True (the default, as torch): every expected name must be
-        present with its exact shape and no other name, else ValueError and
-        nothing changes. strict=False loads the names that match and ignores
-        the rest. Returns (missing_keys, unexpected_keys) as torch does.
-        """
-        given = dict(state_dict)
-        expected = self._impl.state_dict()
-        missing = [name for name in _STATE_ORDER if name in expected and name not in given]
-        unexpected = [name for name in given if name not in expected]
-        if strict:
-            self._impl.load_state_dict(given)
-        else:
-            merged = dict(expected)
-            merged.update({name: value for name, value in given.items() if name in expected})
-            self._impl.load_state_dict(merged)
-        return IncompatibleKeys(missing, unexpected)
-
-    def set_generator(self, generator):
-        """Draw dropout from `generator` (a qkv.Generator; None = the default one)."""
-        _check_generator(generator, "MultiheadAttention.set_generator")
-        self._impl.set_generator(generator)
 
     # --- Configuration -----------------------------------------------------------
     embed_dim = property(lambda self: self._impl.embed_dim)

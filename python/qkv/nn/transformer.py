@@ -25,8 +25,7 @@ different numerics (torch's eval-mode fast path and nested tensors).
 
 from .. import _core
 from ._grad import GradMixin
-from ._module import (Module, attach_view, check_device, check_generator, keep_generator,
-                      kept_generators)
+from ._module import Module, check_device, check_generator, kept_generators
 from .layers import LayerNorm
 from .multihead_attention import MultiheadAttention
 
@@ -56,24 +55,6 @@ def _activation_name(activation, module):
     raise TypeError(f"{module}(): activation must be 'relu' or 'gelu' (or torch's F.relu, F.gelu, "
                     f"nn.ReLU(), nn.GELU()); qkv does not run arbitrary callables, got "
                     f"{activation!r}")
-
-
-class _AttentionView(MultiheadAttention):
-    """A layer's attention: a MultiheadAttention sharing the layer's parameters."""
-
-    _owner = None
-    _path = ""
-
-    def set_generator(self, generator):
-        super().set_generator(generator)
-        keep_generator(self, generator)
-
-
-def _wrap_attention(impl, owner, name):
-    attention = _AttentionView.__new__(_AttentionView)
-    attention._impl = impl
-    attach_view(attention, owner, name)
-    return attention
 
 
 class _Layer:
@@ -152,7 +133,7 @@ class TransformerEncoderLayer(_Layer, GradMixin, Module):
     @property
     def self_attn(self):
         """The self-attention (a view: it shares this layer's parameters)."""
-        return _wrap_attention(self._impl.self_attn, self, "self_attn")
+        return MultiheadAttention._wrap(self._impl.self_attn, self, "self_attn")
 
 
 class TransformerDecoderLayer(_Layer, GradMixin, Module):
@@ -199,12 +180,12 @@ class TransformerDecoderLayer(_Layer, GradMixin, Module):
     @property
     def self_attn(self):
         """The self-attention (a view: it shares this layer's parameters)."""
-        return _wrap_attention(self._impl.self_attn, self, "self_attn")
+        return MultiheadAttention._wrap(self._impl.self_attn, self, "self_attn")
 
     @property
     def multihead_attn(self):
         """The cross-attention (a view: it shares this layer's parameters)."""
-        return _wrap_attention(self._impl.multihead_attn, self, "multihead_attn")
+        return MultiheadAttention._wrap(self._impl.multihead_attn, self, "multihead_attn")
 
 
 def _optional_bool(value):

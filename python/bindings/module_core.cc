@@ -1,0 +1,27 @@
+// qkv._core.Module: what every compiled nn module has (nn::Module's state
+// dict and mode), bound once; the module classes derive from it.
+#include "bindings.h"
+#include "convert.h"
+#include "module_common.h"
+#include "qkv/nn/module.h"
+
+namespace qkv::python {
+
+void bind_module_core(py::module_& m) {
+  py::class_<nn::Module>(m, "Module")
+      .def("state_dict",
+           [](const nn::Module& self) { return state_dict_to_python(self.state_dict()); })
+      .def(
+          "load_state_dict",
+          [](nn::Module& self, const py::dict& state) {
+            const std::string function = std::string(self.type_name()) + ".load_state_dict";
+            self.load_state_dict(state_dict_from_python(state, function.c_str()));
+          },
+          py::arg("state_dict"))
+      .def(
+          "train", [](nn::Module& self, bool mode) { self.train(mode); }, py::arg("mode") = true)
+      .def("eval", [](nn::Module& self) { self.eval(); })
+      .def_property_readonly("training", &nn::Module::is_training);
+}
+
+}  // namespace qkv::python
