@@ -3,7 +3,6 @@
 // the fused attention kernel.
 #include "qkv/models/bert.h"
 
-#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <nlohmann/json.hpp>
@@ -129,22 +128,9 @@ std::vector<std::pair<std::string, Shape>> parameter_shapes(const BertConfig& c)
   return shapes;
 }
 
-// Calls op(parts) on the same block of rows of each tensor (viewed as
-// [rows, size(-1)]), the blocks spread over the threads: the residual add and
-// LayerNorm are single-threaded ops (GELU threads itself).
-template <class Op>
-void for_row_blocks(const std::vector<Tensor*>& tensors, Op op) {
-  // Not tuned: any block of a few rows makes the ops' per-call checks negligible.
-  constexpr int64_t kBlock = 32;
-  const int64_t rows = tensors.front()->numel() / tensors.front()->size(-1);
-  const int64_t blocks = (rows + kBlock - 1) / kBlock;
-#pragma omp parallel for schedule(static)
-  for (int64_t b = 0; b < blocks; ++b) {
-    const int64_t begin = b * kBlock, end = std::min(rows, begin + kBlock);
-    std::vector<Tensor> parts;
-    for (Tensor* t : tensors) parts.push_back(t->view({rows, t->size(-1)}).slice(0, begin, end));
-    op(parts);
-  }
+BertConfig validated(const BertConfig& config) {
+  config.validate();
+  return config;
 }
 
 Activation feed_forward_activation(BertActivation activation) {
@@ -238,15 +224,14 @@ void BertConfig::validate(const std::string& source) const {
 BertModel::BertModel(const BertConfig& config, Generator* gen)
     : BertModel(config, gen ? gen : &default_generator(), true) {}
 
-BertModel::BertModel(const BertConfig& config, Generator* gen, bool random) : config_(config) {
-  config_.validate();
+BertModel::BertModel(const BertConfig& config, Generator* gen, bool random)
+    : config_(validated(config)),
+      embeddings_norm_({.normalized_shape = {config_.hidden_size}, .eps = config_.layer_norm_eps}) {
   const BertConfig& c = config_;
   const int64_t D = c.hidden_size;
   word_embeddings_ = Tensor::zeros({c.vocab_size, D});
   position_embeddings_ = Tensor::zeros({c.max_position_embeddings, D});
   token_type_embeddings_ = Tensor::zeros({c.type_vocab_size, D});
-  embed_norm_weight_ = Tensor::ones({D});
-  embed_norm_bias_ = Tensor::zeros({D});
   // The layers draw torch's initialisation from a scratch generator: every
   // value is set below (or by a file), so `gen` sees transformers' draws only.
   Generator scratch(0);
@@ -280,11 +265,12 @@ BertModel::BertModel(const BertConfig& config, Generator* gen, bool random) : co
 
 nn::StateDict BertModel::state_dict() const {
   const int64_t D = config_.hidden_size;
-  nn::StateDict state = {{"embeddings.word_embeddings.weight", word_embeddings_},
-                         {"embeddings.position_embeddings.weight", position_embeddings_},
-                         {"embeddings.token_type_embeddings.weight", token_type_embeddings_},
-                         {"embeddings.LayerNorm.weight", embed_norm_weight_},
-                         {"embeddings.LayerNorm.bias", embed_norm_bias_}};
+  nn::StateDict state = {
+      {"embeddings.word_embeddings.weight", word_embeddings_},
+      {"embeddings.position_embeddings.weight", position_embeddings_},
+      {"embeddings.token_type_embeddings.weight", token_type_embeddings_},
+      {"embeddings.LayerNorm.weight", embeddings_norm_.state_dict().at("weight")},
+      {"embeddings.LayerNorm.bias", embeddings_norm_.state_dict().at("bias")}};
   for (size_t i = 0; i < layers_.size(); ++i) {
     const nn::StateDict layer = layers_[i].state_dict();
     const std::string p = "encoder.layer." + std::to_string(i) + ".";
@@ -416,9 +402,7 @@ Tensor BertModel::forward(std::span<const int64_t> ids, std::span<const int64_t>
       for (int64_t d = 0; d < D; ++d) o[d] = (w[d] + t[d]) + p[d];
     }
   }
-  for_row_blocks({&x}, [&](std::vector<Tensor>& t) {
-    layer_norm_into(t[0], t[0], {D}, embed_norm_weight_, embed_norm_bias_, c.layer_norm_eps);
-  });
+  embeddings_norm_.norm_in_place(x);
 
   // Padding keys take no part: a keep mask [B, 1, 1, S] broadcast over heads and
   // queries. Without padding there is no mask at all (the kernel's fast case).

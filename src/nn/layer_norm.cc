@@ -47,17 +47,18 @@ void LayerNorm::forward_into(Tensor& out, const Tensor& x) const {
   layer_norm_into(out, x, options_.normalized_shape, weight_, bias_, options_.eps);
 }
 
-void LayerNorm::add_and_norm_in_place(Tensor& x, const Tensor& residual) const {
+void LayerNorm::norm_in_place(Tensor& x, const Tensor& residual) const {
   // Not tuned: any block of a few rows makes the ops' per-call checks negligible.
   constexpr int64_t kBlock = 32;
   const int64_t width = x.size(-1), rows = x.numel() / width;
-  const Tensor all_x = x.view({rows, width}), all_r = residual.view({rows, width});
+  const Tensor all_x = x.view({rows, width});
+  const Tensor all_r = residual.defined() ? residual.view({rows, width}) : Tensor();
   const int64_t blocks = (rows + kBlock - 1) / kBlock;
 #pragma omp parallel for schedule(static)
   for (int64_t b = 0; b < blocks; ++b) {
     const int64_t begin = b * kBlock, end = std::min(rows, begin + kBlock);
     Tensor xb = all_x.slice(0, begin, end);
-    add_into(xb, xb, all_r.slice(0, begin, end));
+    if (all_r.defined()) add_into(xb, xb, all_r.slice(0, begin, end));
     forward_into(xb, xb);
   }
 }

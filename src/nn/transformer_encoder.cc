@@ -90,9 +90,9 @@ void TransformerEncoderLayer::forward_into(Tensor& x, const Tensor& keep, bool c
     // x = norm1(x + sa(x)); x = norm2(x + ff(x)). `out` is written after x's last read,
     // so x may be the previous layer's `out`.
     self_attn_.self_attention_into(attended, x, keep, causal, ws);
-    norm1_.add_and_norm_in_place(attended, x);
+    norm1_.norm_in_place(attended, x);
     ff_.forward_into(out, attended, hidden);
-    norm2_.add_and_norm_in_place(out, attended);
+    norm2_.norm_in_place(out, attended);
   }
   x = out;
 }

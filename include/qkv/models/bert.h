@@ -108,10 +108,10 @@ class BertModel {
   BertModel(const BertConfig& config, Generator* gen, bool random);
 
   BertConfig config_;
-  Tensor word_embeddings_;                      // [vocab_size, D]
-  Tensor position_embeddings_;                  // [max_position_embeddings, D]
-  Tensor token_type_embeddings_;                // [type_vocab_size, D]
-  Tensor embed_norm_weight_, embed_norm_bias_;  // [D]
+  Tensor word_embeddings_;         // [vocab_size, D]
+  Tensor position_embeddings_;     // [max_position_embeddings, D]
+  Tensor token_type_embeddings_;   // [type_vocab_size, D]
+  nn::LayerNorm embeddings_norm_;  // embeddings.LayerNorm [D]
   // torch's post-norm encoder layer is BERT's: attention.self.{query,key,value}
   // are the rows of self_attn's packed in_proj, attention.output.dense its
   // out_proj, intermediate.dense and output.dense linear1 and linear2, the two

@@ -39,10 +39,10 @@ class LayerNorm : public ModuleBase<LayerNorm, LayerNormOptions> {
   // x: [..., *normalized_shape] contiguous  out: like x
   void forward_into(Tensor& out, const Tensor& x) const;
 
-  // x <- norm(x + residual), in place, in blocks of rows spread over the
-  // threads (a post-norm layer's residual step).
-  // x: [..., *normalized_shape] contiguous  residual: like x
-  void add_and_norm_in_place(Tensor& x, const Tensor& residual) const;
+  // x <- norm(x + residual) (norm(x) without a residual), in place, in
+  // blocks of rows spread over the threads: a post-norm layer's residual step.
+  // x: [..., *normalized_shape] contiguous  residual: like x, or undefined
+  void norm_in_place(Tensor& x, const Tensor& residual = {}) const;
 
   // Adds the weight (and bias) gradients to the module's buffers, returns ∂loss/∂x.
   // grad_output: like record.input  ->  like record.input
