@@ -1,7 +1,6 @@
 // RoPE: rotate coordinate pairs of q and k by position-dependent angles;
 // the backward rotates the gradient back.
 #include <cmath>
-#include <type_traits>
 #include <vector>
 
 #include "qkv/nn/positional_encoding.h"
@@ -10,24 +9,27 @@ namespace qkv::nn {
 
 namespace {
 
+// Rotates pair i of a row of E values by the angle of cosine c and sine s:
+// the coordinates (2i, 2i+1) or (i, i + E/2), in float64, one rounding each.
+template <class T>
+void rotate_pair(T* row, int64_t i, int64_t E, RopeStyle style, double c, double s) {
+  const int64_t ia = style == RopeStyle::kInterleaved ? 2 * i : i;
+  const int64_t ib = style == RopeStyle::kInterleaved ? 2 * i + 1 : i + E / 2;
+  const double a = row[ia], b = row[ib];
+  row[ia] = static_cast<T>(a * c - b * s);
+  row[ib] = static_cast<T>(b * c + a * s);
+}
+
 // Rotates rows of E values in place of `y` (a contiguous copy of the input).
 // cos_sin holds, for each of the L positions, E/2 (cos, sin) pairs.
 template <class T>
 void rotate(T* y, int64_t batches, int64_t L, int64_t E, RopeStyle style,
             const std::vector<double>& cos_sin) {
-  const int64_t half = E / 2;
   for (int64_t b = 0; b < batches; ++b)
     for (int64_t l = 0; l < L; ++l) {
-      T* row = y + (b * L + l) * E;
       const double* cs = cos_sin.data() + l * E;
-      for (int64_t i = 0; i < half; ++i) {
-        // The pair rotated together: (2i, 2i+1) or (i, i + E/2).
-        const int64_t ia = style == RopeStyle::kInterleaved ? 2 * i : i;
-        const int64_t ib = style == RopeStyle::kInterleaved ? 2 * i + 1 : i + half;
-        const double a = row[ia], bb = row[ib], c = cs[2 * i], s = cs[2 * i + 1];
-        row[ia] = static_cast<T>(a * c - bb * s);
-        row[ib] = static_cast<T>(bb * c + a * s);
-      }
+      for (int64_t i = 0; i < E / 2; ++i)
+        rotate_pair(y + (b * L + l) * E, i, E, style, cs[2 * i], cs[2 * i + 1]);
     }
 }
 
@@ -82,24 +84,17 @@ Tensor RotaryEmbedding::rotated(const Tensor& x, int64_t offset, double directio
 }
 
 void RotaryEmbedding::rotate_in_place(Tensor& rows, int64_t position) const {
-  const int64_t E = options_.head_dim, half = E / 2;
+  const int64_t E = options_.head_dim;
   QKV_CHECK(rows.defined() && rows.is_contiguous() && rows.dim() >= 1 && rows.size(-1) % E == 0,
             "RotaryEmbedding::rotate_in_place: rows must be contiguous [..., ", E, "], got ",
             rows.defined() ? shape_str(rows.shape()) : "undefined");
   const int64_t count = rows.numel() / E;
-  for (int64_t i = 0; i < half; ++i) {
-    // As rotated(): the angle in float64, one rounding per coordinate.
+  for (int64_t i = 0; i < E / 2; ++i) {
+    // The angle as rotated() computes it.
     const double angle = static_cast<double>(position) * theta_[i];
     const double c = std::cos(angle), s = std::sin(angle);
-    const int64_t ia = options_.style == RopeStyle::kInterleaved ? 2 * i : i;
-    const int64_t ib = options_.style == RopeStyle::kInterleaved ? 2 * i + 1 : i + half;
     auto apply = [&](auto* data) {
-      for (int64_t r = 0; r < count; ++r) {
-        auto* row = data + r * E;
-        const double a = row[ia], b = row[ib];
-        row[ia] = static_cast<std::remove_reference_t<decltype(row[ia])>>(a * c - b * s);
-        row[ib] = static_cast<std::remove_reference_t<decltype(row[ib])>>(b * c + a * s);
-      }
+      for (int64_t r = 0; r < count; ++r) rotate_pair(data + r * E, i, E, options_.style, c, s);
     };
     if (rows.dtype() == DType::kFloat64)
       apply(rows.data<double>());
