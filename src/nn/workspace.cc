@@ -3,8 +3,7 @@
 namespace qkv::nn {
 
 Tensor Workspace::buffer(Slot slot, const Shape& shape, DType dtype) {
-  int64_t n = 1;
-  for (int64_t s : shape) n *= s;
+  const int64_t n = shape_numel(shape);
   Tensor& memory = slots_[slot];
   if (!memory.defined() || memory.dtype() != dtype || memory.numel() < n)
     memory = Tensor::empty({n}, dtype);
