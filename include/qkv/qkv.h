@@ -22,6 +22,7 @@
 #include "qkv/nn/multihead_attention.h"     // nn::MultiheadAttention
 #include "qkv/nn/positional_encoding.h"     // sinusoidal, learned, RoPE, ALiBi, T5 (§3.4)
 #include "qkv/nn/rms_norm.h"                // nn::RMSNorm
+#include "qkv/precision.h"                  // float32, bfloat16 or int8 arithmetic
 #include "qkv/nn/transformer.h"             // encoder/decoder layers, nn::Transformer (§8.1)
 #include "qkv/nn/transformer_decoding.h"    // incremental decoding of nn::Transformer
 #include "qkv/runtime.h"                    // threads, instruction sets, peak
