@@ -16,11 +16,15 @@
 
 #include <cstdint>
 #include <memory>
+#include <new>
 #include <vector>
 
 #include "qkv/precision.h"
 
 namespace qkv::kernels {
+
+// Output channels per packed column panel: two 16-lane vectors of float32 sums.
+constexpr int64_t kLowpPanel = 32;
 
 // W[n, k] of one linear layer in bfloat16 or int8, packed.
 class PackedWeights {
@@ -36,13 +40,45 @@ class PackedWeights {
   // Bytes held (for reports of model size).
   int64_t bytes() const;
 
-  // The layout (read by the kernels in low_precision_gemm.cc and kernels/simd).
+  // The packed arrays as plain pointers, for the kernels (an out-of-line
+  // function: the per-ISA translation units then instantiate no std::vector code).
+  struct View {
+    int64_t n, k;
+    int64_t panels;           // ceil(n / kLowpPanel) column panels
+    int64_t steps;            // k pairs (bfloat16) or k quads (int8): ceil(k / 2) or ceil(k / 4)
+    const uint16_t* bf16;     // [panels][steps][kLowpPanel][2]
+    const int8_t* int8;       // [panels][steps][kLowpPanel][4]
+    const float* scales;      // [panels · kLowpPanel], zero past n
+    const int32_t* col_sums;  // [panels · kLowpPanel], zero past n
+  };
+  View view() const;
+
+ private:
+  // 64-byte aligned, so that a panel row is one cache line (or two).
+  template <class T>
+  struct AlignedAllocator {
+    using value_type = T;
+    AlignedAllocator() = default;
+    template <class U>
+    AlignedAllocator(const AlignedAllocator<U>&) {}
+    T* allocate(size_t count) {
+      return static_cast<T*>(::operator new(count * sizeof(T), std::align_val_t(64)));
+    }
+    void deallocate(T* p, size_t) { ::operator delete(p, std::align_val_t(64)); }
+    bool operator==(const AlignedAllocator&) const { return true; }
+  };
+  template <class T>
+  using Array = std::vector<T, AlignedAllocator<T>>;
+
   Precision precision_ = Precision::kFloat32;
   int64_t n_ = 0, k_ = 0;
-  std::vector<uint16_t> bf16;     // kBFloat16: the packed bfloat16 weights
-  std::vector<int8_t> int8;       // kInt8: the packed int8 weights
-  std::vector<float> scales;      // kInt8: scale per output channel [n]
-  std::vector<int32_t> col_sums;  // kInt8: Σ_k W8[j, k] per output channel [n] (u8 offset)
+  // Column panels of kLowpPanel output channels (zero-padded past n); within
+  // a panel, k-major in steps of 2 (bfloat16) or 4 (int8) consecutive k per
+  // channel, the groups that vdpbf16ps and vpdpbusd multiply-add into one lane.
+  Array<uint16_t> bf16_;     // kBFloat16: [panels][k pairs][kLowpPanel][2]
+  Array<int8_t> int8_;       // kInt8: [panels][k quads][kLowpPanel][4]
+  Array<float> scales_;      // kInt8: scale per output channel
+  Array<int32_t> col_sums_;  // kInt8: Σ_k W8[j, k] per output channel (the u8 offset of x)
 };
 
 // One instruction set's low-precision kernels.
@@ -68,5 +104,9 @@ void override_low_precision_kernels(const LowPrecisionKernels* table);
 // x: row stride ldx ≥ k; y: row stride ldy ≥ n; bias: [n] or null.
 void low_precision_gemm(const float* x, int64_t ldx, int64_t m, const PackedWeights& w,
                         const float* bias, float* y, int64_t ldy);
+
+// For the kernels: this thread's work memory of at least `bytes` bytes,
+// 64-byte aligned, kept from call to call (a warm call allocates nothing).
+void* lowp_scratch(int64_t bytes);
 
 }  // namespace qkv::kernels

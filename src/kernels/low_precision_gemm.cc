@@ -1,0 +1,207 @@
+// Packing of the low-precision weights, the choice of kernel table and the
+// threaded driver of low_precision_gemm (low_precision_gemm.h). The
+// micro-kernels are in kernels/simd/low_precision_tiles.h, compiled per ISA
+// in lowp_*.cc.
+#include "kernels/low_precision_gemm.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <atomic>
+#include <string>
+
+#include "kernels/simd/low_precision_tiles.h"
+#include "qkv/error.h"
+
+namespace qkv::kernels {
+
+extern const LowPrecisionKernels kLowpBf16Avx512Bf16;
+extern const LowPrecisionKernels kLowpBf16Avx512;
+extern const LowPrecisionKernels kLowpBf16Avx2;
+extern const LowPrecisionKernels kLowpBf16Portable;
+extern const LowPrecisionKernels kLowpInt8Avx512Vnni;
+extern const LowPrecisionKernels kLowpInt8Avx2;
+extern const LowPrecisionKernels kLowpInt8Portable;
+
+// W[n, k] → panels of kLowpPanel channels, k in steps of 2 (bfloat16) or 4
+// (int8); channels past n and k past k are zero.
+PackedWeights::PackedWeights(const float* w, int64_t n, int64_t k, Precision precision)
+    : precision_(precision), n_(n), k_(k) {
+  if (n < 0 || k < 0)
+    throw Error(ErrorKind::kValue, "PackedWeights: n and k must be >= 0, got n = " +
+                                       std::to_string(n) + ", k = " + std::to_string(k));
+  if (precision != Precision::kBFloat16 && precision != Precision::kInt8)
+    throw Error(ErrorKind::kValue, std::string("PackedWeights: precision must be bfloat16 or "
+                                               "int8, got ") +
+                                       precision_name(precision));
+  const int64_t panels = (n + kLowpPanel - 1) / kLowpPanel;
+  const int64_t cols = panels * kLowpPanel;
+  if (precision == Precision::kBFloat16) {
+    const int64_t steps = (k + 1) / 2;
+    bf16_.assign(panels * steps * kLowpPanel * 2, 0);
+    for (int64_t j = 0; j < n; ++j) {
+      uint16_t* dst =
+          bf16_.data() + (j / kLowpPanel) * steps * kLowpPanel * 2 + (j % kLowpPanel) * 2;
+      for (int64_t p = 0; p < k; ++p)
+        dst[(p / 2) * kLowpPanel * 2 + p % 2] = static_cast<uint16_t>(lowp::bf16_of(w[j * k + p]));
+    }
+    return;
+  }
+  const int64_t steps = (k + 3) / 4;
+  int8_.assign(panels * steps * kLowpPanel * 4, 0);
+  scales_.assign(cols, 0.0f);
+  col_sums_.assign(cols, 0);
+  for (int64_t j = 0; j < n; ++j) {
+    const float* row = w + j * k;
+    const lowp::RowScale rs = lowp::row_scale(lowp::max_abs_bits(row, k));
+    scales_[j] = rs.scale;
+    if (rs.inv == 0.0f) continue;  // zeros (a NaN scale makes the channel NaN)
+    int8_t* dst = int8_.data() + (j / kLowpPanel) * steps * kLowpPanel * 4 + (j % kLowpPanel) * 4;
+    int32_t sum = 0;
+    for (int64_t p = 0; p < k; ++p) {
+      const int32_t q = lowp::quantize(row[p], rs.inv);
+      dst[(p / 4) * kLowpPanel * 4 + p % 4] = static_cast<int8_t>(q);
+      sum += q;
+    }
+    col_sums_[j] = sum;
+  }
+}
+
+int64_t PackedWeights::bytes() const {
+  return static_cast<int64_t>(bf16_.size() * sizeof(uint16_t) + int8_.size() +
+                              scales_.size() * sizeof(float) + col_sums_.size() * sizeof(int32_t));
+}
+
+PackedWeights::View PackedWeights::view() const {
+  const int64_t step = precision_ == Precision::kInt8 ? 4 : 2;
+  return {n_,
+          k_,
+          (n_ + kLowpPanel - 1) / kLowpPanel,
+          (k_ + step - 1) / step,
+          bf16_.data(),
+          int8_.data(),
+          scales_.data(),
+          col_sums_.data()};
+}
+
+void* lowp_scratch(int64_t bytes) {
+  struct Buffer {
+    void* data = nullptr;
+    int64_t size = 0;
+    ~Buffer() { ::operator delete(data, std::align_val_t(64)); }
+  };
+  thread_local Buffer buffer;
+  if (buffer.size < bytes) {
+    ::operator delete(buffer.data, std::align_val_t(64));
+    buffer.data = nullptr;  // (if the allocation throws)
+    buffer.size = 0;
+    buffer.data = ::operator new(bytes, std::align_val_t(64));
+    buffer.size = bytes;
+  }
+  return buffer.data;
+}
+
+std::vector<const LowPrecisionKernels*> supported_low_precision_kernels(Precision precision) {
+  std::vector<const LowPrecisionKernels*> tables;
+  __builtin_cpu_init();
+  const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  if (precision == Precision::kBFloat16) {
+    if (avx512 && __builtin_cpu_supports("avx512bf16")) tables.push_back(&kLowpBf16Avx512Bf16);
+    if (avx512) tables.push_back(&kLowpBf16Avx512);
+    if (avx2) tables.push_back(&kLowpBf16Avx2);
+    tables.push_back(&kLowpBf16Portable);
+  } else if (precision == Precision::kInt8) {
+    if (avx512 && __builtin_cpu_supports("avx512vnni")) tables.push_back(&kLowpInt8Avx512Vnni);
+    if (avx2) tables.push_back(&kLowpInt8Avx2);
+    tables.push_back(&kLowpInt8Portable);
+  }
+  return tables;
+}
+
+namespace {
+
+std::atomic<const LowPrecisionKernels*> g_override[3] = {nullptr, nullptr, nullptr};
+
+const LowPrecisionKernels* fastest(Precision precision) {
+  return supported_low_precision_kernels(precision).front();
+}
+
+void check_low_precision(Precision precision) {
+  if (precision != Precision::kBFloat16 && precision != Precision::kInt8)
+    throw Error(ErrorKind::kValue, std::string("low-precision kernels are bfloat16 or int8, not ") +
+                                       precision_name(precision));
+}
+
+}  // namespace
+
+const LowPrecisionKernels& active_low_precision_kernels(Precision precision) {
+  check_low_precision(precision);
+  static const LowPrecisionKernels* const bf16 = fastest(Precision::kBFloat16);
+  static const LowPrecisionKernels* const int8 = fastest(Precision::kInt8);
+  const LowPrecisionKernels* forced =
+      g_override[static_cast<int>(precision)].load(std::memory_order_relaxed);
+  if (forced != nullptr) return *forced;
+  return precision == Precision::kBFloat16 ? *bf16 : *int8;
+}
+
+void override_low_precision_kernels(const LowPrecisionKernels* table) {
+  if (table == nullptr) {
+    for (auto& slot : g_override) slot.store(nullptr, std::memory_order_relaxed);
+    return;
+  }
+  check_low_precision(table->precision);
+  g_override[static_cast<int>(table->precision)].store(table, std::memory_order_relaxed);
+}
+
+namespace {
+
+// Below this many multiply-adds a call runs on the calling thread: an OpenMP
+// fork/join (a few µs) would cost more than the second thread saves.
+constexpr double kParallelMinMacs = 1 << 18;
+// Rows of y per parallel work item when m is large: a multiple of every
+// flavour's row panel (12, 6, 4), small enough that 2 threads balance
+// (4096 rows: 86 items), large enough that each W panel is reused 4 times.
+constexpr int64_t kItemRows = 48;
+
+}  // namespace
+
+// Large m: items of kItemRows rows × all n, dynamically scheduled, so each
+// thread converts each row of x it owns once. Small m (fewer than 4 items a
+// thread): all rows × one slice of the column panels per thread.
+void low_precision_gemm(const float* x, int64_t ldx, int64_t m, const PackedWeights& w,
+                        const float* bias, float* y, int64_t ldy) {
+  const int64_t n = w.n(), k = w.k();
+  if (m <= 0 || n <= 0) return;
+  if (ldx < k || ldy < n)
+    throw Error(ErrorKind::kValue,
+                "low_precision_gemm: need ldx >= k and ldy >= n, got ldx = " + std::to_string(ldx) +
+                    ", k = " + std::to_string(k) + ", ldy = " + std::to_string(ldy) +
+                    ", n = " + std::to_string(n));
+  const LowPrecisionKernels& table = active_low_precision_kernels(w.precision());
+  const int threads = omp_get_max_threads();
+  const double macs = static_cast<double>(m) * n * std::max<int64_t>(k, 1);
+  if (threads == 1 || macs < kParallelMinMacs || omp_in_parallel()) {
+    table.gemm_block(x, ldx, w, bias, y, ldy, 0, m, 0, n);
+    return;
+  }
+  const int64_t row_items = (m + kItemRows - 1) / kItemRows;
+  if (row_items >= 4 * threads) {
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int64_t item = 0; item < row_items; ++item)
+      table.gemm_block(x, ldx, w, bias, y, ldy, item * kItemRows,
+                       std::min(m, (item + 1) * kItemRows), 0, n);
+    return;
+  }
+  const int64_t panels = (n + kLowpPanel - 1) / kLowpPanel;
+  const int64_t parts = std::min<int64_t>(threads, panels);
+#pragma omp parallel for schedule(static, 1) num_threads(static_cast <int>(parts))
+  for (int64_t part = 0; part < parts; ++part) {
+    const int64_t first = panels * part / parts, last = panels * (part + 1) / parts;
+    table.gemm_block(x, ldx, w, bias, y, ldy, 0, m, first * kLowpPanel,
+                     std::min(n, last * kLowpPanel));
+  }
+}
+
+}  // namespace qkv::kernels

@@ -1,0 +1,625 @@
+// The micro-kernels of the low-precision linear layers (low_precision_gemm.h),
+// one "flavour" per instruction set and precision, each compiled in its own
+// translation unit (lowp_*.cc) with that instruction set's flags:
+//
+//   Bf16Dot512     vdpbf16ps, 12 rows × 32 columns      (AVX512_BF16)
+//   Bf16Widen512   bfloat16 widened to float32 + FMA, 12 × 32   (AVX-512)
+//   Bf16Widen256   the same on 8 lanes, 4 × 16                  (AVX2)
+//   Int8Vnni512    vpdpbusd, 12 × 32                    (AVX512_VNNI)
+//   Int8Avx2       int8 widened to int16 + vpmaddwd, 6 × 8      (AVX2)
+//   Bf16Portable, Int8Portable   plain C++
+//
+// Each gemm_block call converts the rows of x it owns once, in blocks of
+// kBlockRows, into a thread-local buffer laid out as panels of kRows rows,
+// k-major ([step][kRows]), so that the micro-kernel reads one row's 2 (bf16)
+// or 4 (int8) values of a step as one 32-bit broadcast from one pointer. Then
+// for each packed column panel of W, each row panel's kRows × 32 block of y
+// is summed in registers over the whole of k.
+//
+// Everything here has internal linkage (see kernels/simd/vec.h): the same
+// names compile to different instructions in each translation unit.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+
+#include "kernels/low_precision_gemm.h"
+
+#if defined(__AVX2__) || defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
+namespace qkv::kernels::lowp {
+namespace {
+
+constexpr int kPanel = static_cast<int>(kLowpPanel);
+// Rows of x converted at a time by one gemm_block call (a multiple of every
+// flavour's kRows): the converted block (≤ 96 × k · 4 bytes) stays in L2
+// while every column panel of W passes over it.
+constexpr int64_t kBlockRows = 96;
+
+// ---- Scalar conversions, the definition every flavour follows -----------------
+
+inline uint32_t bits_of(float f) {
+  uint32_t b;
+  std::memcpy(&b, &f, sizeof b);
+  return b;
+}
+inline float float_of(uint32_t b) {
+  float f;
+  std::memcpy(&f, &b, sizeof f);
+  return f;
+}
+
+// The bfloat16 of f in the low 16 bits: round to nearest even, NaN stays a
+// quiet NaN (float_to_bfloat16 of qkv/tensor.h, not called here: an inline
+// function of external linkage compiled with AVX-512 flags could be the copy
+// the linker keeps for every caller).
+inline uint32_t bf16_of(float f) {
+  const uint32_t b = bits_of(f);
+  const uint32_t rounded = (b + 0x7fffu + ((b >> 16) & 1u)) >> 16;
+  return (b & 0x7fffffffu) > 0x7f800000u ? ((b >> 16) | 0x40u) : rounded;
+}
+
+// Pair s of a row of k floats as two bfloat16 (element 2s low, 2s + 1 high;
+// zero past k).
+inline uint32_t bf16_pair(const float* x, int64_t k, int64_t s) {
+  const uint32_t lo = 2 * s < k ? bf16_of(x[2 * s]) : 0;
+  const uint32_t hi = 2 * s + 1 < k ? bf16_of(x[2 * s + 1]) : 0;
+  return lo | (hi << 16);
+}
+
+// Rows (of x or of W) whose max |value| is below this quantise to zero: 127
+// divided by a smaller maximum could overflow float32. Their products are
+// below 2^-100 · Σ|w| in float32 too.
+constexpr float kTinyRow = 0x1p-100f;
+
+// The symmetric int8 scale of a row from the bits of its max |value| (the
+// integer maximum of the bits of |v| is the float maximum, and NaN's bits
+// are above Inf's). scale: max / 127; NaN when the row holds a NaN or an
+// Inf, so that everything computed from that row becomes NaN; 0 for an
+// all-zero (or tiny) row. inv: 127 / max, or 0 when no value is quantised.
+struct RowScale {
+  float scale, inv;
+};
+inline RowScale row_scale(uint32_t max_abs_bits) {
+  if (max_abs_bits >= 0x7f800000u) return {std::numeric_limits<float>::quiet_NaN(), 0.0f};
+  const float max = float_of(max_abs_bits);
+  if (!(max >= kTinyRow)) return {0.0f, 0.0f};
+  return {max / 127.0f, 127.0f / max};
+}
+inline uint32_t max_abs_bits(const float* v, int64_t n) {
+  uint32_t m = 0;
+  for (int64_t i = 0; i < n; ++i) m = std::max(m, bits_of(v[i]) & 0x7fffffffu);
+  return m;
+}
+// round(v · inv) to nearest even, in [-127, 127] (inv > 0 and v finite).
+inline int32_t quantize(float v, float inv) {
+  const float q = std::nearbyint(v * inv);
+  return static_cast<int32_t>(std::min(127.0f, std::max(-127.0f, q)));
+}
+
+// Quad s of a quantised row as 4 unsigned bytes: x_s8 + 128 (128 past k, and
+// everywhere when inv is 0).
+inline uint32_t u8_quad(const float* x, int64_t k, int64_t s, float inv) {
+  uint32_t quad = 0;
+  for (int t = 0; t < 4; ++t) {
+    const int64_t p = 4 * s + t;
+    const int32_t q = (p < k && inv != 0.0f) ? quantize(x[p], inv) : 0;
+    quad |= static_cast<uint32_t>(q + 128) << (8 * t);
+  }
+  return quad;
+}
+
+// ---- What a micro-kernel is given ----------------------------------------------
+
+// One kRows-row panel of x (converted) times one packed column panel of W
+// into rows × [lo, hi) of the panel's 32 columns of y. Passed by reference
+// (by value the ABI copies it through the stack on every call).
+struct TileArgs {
+  const void* a;           // converted x: [steps][kRows] of the flavour's XElem
+  const void* b;           // the W panel: [steps][32][2 or 4]
+  int64_t steps;           // k pairs or quads
+  const float* row_scale;  // int8: scale of each row of the panel
+  const float* col_scale;  // int8: the panel's 32 channel scales
+  const int32_t* col_sum;  // int8: the panel's 32 Σ_k W8
+  const float* bias;       // 32 values (zeros where there is no bias or column)
+  float* y;                // row 0, column 0 of the panel
+  int64_t ldy;
+  int lo, hi;  // columns of the panel to write
+};
+
+// The epilogue, in scalar form, that every flavour computes (in this order:
+// the vector ones with separate multiplies and adds, no FMA, so that int8
+// results are the same on every table).
+inline float int8_output(int32_t acc, int32_t col_sum, float row_scale, float col_scale,
+                         float bias) {
+  const float sum = static_cast<float>(acc - col_sum * 128);
+  return sum * (row_scale * col_scale) + bias;
+}
+
+// Writes rows × [lo, hi) of a 32-column tile of int32 sums (int8) ...
+template <int R>
+void store_int8_tile(const int32_t (&acc)[R][kPanel], const TileArgs& t) {
+  for (int r = 0; r < R; ++r)
+    for (int c = t.lo; c < t.hi; ++c)
+      t.y[r * t.ldy + c] =
+          int8_output(acc[r][c], t.col_sum[c], t.row_scale[r], t.col_scale[c], t.bias[c]);
+}
+// ... or of float32 sums (bfloat16).
+template <int R>
+void store_bf16_tile(const float (&acc)[R][kPanel], const TileArgs& t) {
+  for (int r = 0; r < R; ++r)
+    for (int c = t.lo; c < t.hi; ++c) t.y[r * t.ldy + c] = acc[r][c] + t.bias[c];
+}
+
+// ---- Converting rows of x: the scalar forms ------------------------------------
+
+// rows rows of x → out[s · kRows + r] = bfloat16 pair s of row r.
+template <int kRows>
+void pack_bf16_pairs_scalar(const float* x, int64_t ldx, int rows, int64_t k, int64_t steps,
+                            uint32_t* out) {
+  for (int r = 0; r < rows; ++r)
+    for (int64_t s = 0; s < steps; ++s) out[s * kRows + r] = bf16_pair(x + r * ldx, k, s);
+}
+
+// rows rows of x → out[s · kRows + r] = u8 quad s of row r; row_scale[r].
+template <int kRows>
+void pack_u8_quads_scalar(const float* x, int64_t ldx, int rows, int64_t k, int64_t steps,
+                          uint32_t* out, float* scales) {
+  for (int r = 0; r < rows; ++r) {
+    const RowScale rs = row_scale(max_abs_bits(x + r * ldx, k));
+    scales[r] = rs.scale;
+    for (int64_t s = 0; s < steps; ++s) out[s * kRows + r] = u8_quad(x + r * ldx, k, s, rs.inv);
+  }
+}
+
+// ---- The driver of one flavour over a block of y -------------------------------
+
+// A flavour F has kRows, XElem (one row's step of converted x), and
+//   pack(x, ldx, rows, k, steps, XElem* out, float* row_scale)   one row panel
+//   tile<R>(const TileArgs&)                                      R ≤ kRows rows
+template <class F, int R = F::kRows>
+void run_tile(int rows, const TileArgs& t) {
+  if constexpr (R > 1) {
+    if (rows < R) return run_tile<F, R - 1>(rows, t);
+  }
+  F::template tile<R>(t);
+}
+
+// y[r0:r1, c0:c1] = x[r0:r1] · Wᵀ + bias[c0:c1] (LowPrecisionKernels::gemm_block).
+template <class F>
+void gemm_block(const float* x, int64_t ldx, const PackedWeights& packed, const float* bias,
+                float* y, int64_t ldy, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
+  static_assert(kBlockRows % F::kRows == 0);
+  using XElem = typename F::XElem;
+  if (r0 >= r1 || c0 >= c1) return;
+  const PackedWeights::View w = packed.view();
+  const int64_t steps = w.steps;
+  const bool int8 = packed.precision() == Precision::kInt8;
+  const int64_t panel_elems = steps * kPanel * (int8 ? 4 : 2);  // bytes or uint16 per panel
+  const int64_t block = std::min(kBlockRows, (r1 - r0 + F::kRows - 1) / F::kRows * F::kRows);
+  const int64_t buffer_bytes = block * std::max<int64_t>(steps, 1) * sizeof(XElem);
+  XElem* buffer = static_cast<XElem*>(lowp_scratch(buffer_bytes + block * sizeof(float)));
+  float* row_scales = reinterpret_cast<float*>(reinterpret_cast<char*>(buffer) + buffer_bytes);
+  alignas(64) float bias_pad[kPanel];
+
+  for (int64_t i0 = r0; i0 < r1; i0 += block) {
+    const int64_t rows = std::min(block, r1 - i0);
+    for (int64_t ip = 0; ip < rows; ip += F::kRows)
+      F::pack(x + (i0 + ip) * ldx, ldx, static_cast<int>(std::min<int64_t>(F::kRows, rows - ip)),
+              w.k, steps, buffer + ip * steps, row_scales + ip);
+    for (int64_t panel = c0 / kPanel; panel * kPanel < c1; ++panel) {
+      const int64_t j0 = panel * kPanel;
+      const int lo = static_cast<int>(std::max<int64_t>(c0 - j0, 0));
+      const int hi = static_cast<int>(std::min<int64_t>(c1 - j0, kPanel));
+      const float* bias_panel = bias + j0;
+      if (bias == nullptr || j0 + kPanel > w.n) {
+        for (int c = 0; c < kPanel; ++c)
+          bias_pad[c] = (bias != nullptr && j0 + c < w.n) ? bias[j0 + c] : 0.0f;
+        bias_panel = bias_pad;
+      }
+      TileArgs t{};
+      t.b = int8 ? static_cast<const void*>(w.int8 + panel * panel_elems)
+                 : static_cast<const void*>(w.bf16 + panel * panel_elems);
+      t.steps = steps;
+      t.col_scale = w.scales + j0;
+      t.col_sum = w.col_sums + j0;
+      t.bias = bias_panel;
+      t.ldy = ldy;
+      t.lo = lo;
+      t.hi = hi;
+      for (int64_t ip = 0; ip < rows; ip += F::kRows) {
+        t.a = buffer + ip * steps;
+        t.row_scale = row_scales + ip;
+        t.y = y + (i0 + ip) * ldy + j0;
+        run_tile<F>(static_cast<int>(std::min<int64_t>(F::kRows, rows - ip)), t);
+      }
+    }
+  }
+}
+
+// ---- Portable --------------------------------------------------------------------
+
+struct Bf16Portable {
+  static constexpr int kRows = 4;
+  using XElem = uint32_t;
+  static void pack(const float* x, int64_t ldx, int rows, int64_t k, int64_t steps, XElem* out,
+                   float*) {
+    pack_bf16_pairs_scalar<kRows>(x, ldx, rows, k, steps, out);
+  }
+  template <int R>
+  static void tile(const TileArgs& t) {
+    float acc[R][kPanel] = {};
+    const uint32_t* a = static_cast<const uint32_t*>(t.a);
+    const uint16_t* b = static_cast<const uint16_t*>(t.b);
+    for (int64_t s = 0; s < t.steps; ++s, a += kRows, b += 2 * kPanel)
+      for (int r = 0; r < R; ++r) {
+        const float a0 = float_of(a[r] << 16), a1 = float_of(a[r] & 0xffff0000u);
+        for (int c = 0; c < kPanel; ++c)
+          acc[r][c] = acc[r][c] + a0 * float_of(static_cast<uint32_t>(b[2 * c]) << 16) +
+                      a1 * float_of(static_cast<uint32_t>(b[2 * c + 1]) << 16);
+      }
+    store_bf16_tile<R>(acc, t);
+  }
+};
+
+struct Int8Portable {
+  static constexpr int kRows = 4;
+  using XElem = uint32_t;
+  static void pack(const float* x, int64_t ldx, int rows, int64_t k, int64_t steps, XElem* out,
+                   float* scales) {
+    pack_u8_quads_scalar<kRows>(x, ldx, rows, k, steps, out, scales);
+  }
+  template <int R>
+  static void tile(const TileArgs& t) {
+    int32_t acc[R][kPanel] = {};
+    const uint32_t* a = static_cast<const uint32_t*>(t.a);
+    const int8_t* b = static_cast<const int8_t*>(t.b);
+    for (int64_t s = 0; s < t.steps; ++s, a += kRows, b += 4 * kPanel)
+      for (int r = 0; r < R; ++r)
+        for (int c = 0; c < kPanel; ++c)
+          for (int q = 0; q < 4; ++q)
+            acc[r][c] += static_cast<int32_t>((a[r] >> (8 * q)) & 0xffu) * b[4 * c + q];
+    store_int8_tile<R>(acc, t);
+  }
+};
+
+// ---- AVX2 ------------------------------------------------------------------------
+#if defined(__AVX2__) && defined(__FMA__)
+
+// bfloat16 widened to float32 (a shift: exact) and multiplied by FMA. The
+// converted x holds each pair as two float32 (XElem: float bits, 2k low),
+// so that a broadcast needs no shifting. The 32-column panel is done as two
+// halves of 16 columns: 4 rows × 2 ymm of sums, 4 widened W vectors.
+struct Bf16Widen256 {
+  static constexpr int kRows = 4;
+  using XElem = uint64_t;
+  static void pack(const float* x, int64_t ldx, int rows, int64_t k, int64_t steps, XElem* out,
+                   float*) {
+    for (int r = 0; r < rows; ++r)
+      for (int64_t s = 0; s < steps; ++s) {
+        const uint32_t pair = bf16_pair(x + r * ldx, k, s);
+        out[s * kRows + r] = (static_cast<uint64_t>(pair & 0xffff0000u) << 32) | (pair << 16);
+      }
+  }
+  template <int R>
+  static void tile(const TileArgs& t) {
+    alignas(32) float out[R][kPanel];
+    const __m256i high = _mm256_set1_epi32(static_cast<int>(0xffff0000u));
+    for (int half = 0; half < 2; ++half) {
+      if (t.hi <= 16 * half || t.lo >= 16 * (half + 1)) continue;
+      __m256 acc[R][2];
+      for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+      const float* a = static_cast<const float*>(t.a);
+      const uint16_t* b = static_cast<const uint16_t*>(t.b) + 32 * half;
+      for (int64_t s = 0; s < t.steps; ++s, a += 2 * kRows, b += 2 * kPanel) {
+        const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b));
+        const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 16));
+        const __m256 e0 = _mm256_castsi256_ps(_mm256_slli_epi32(w0, 16));
+        const __m256 o0 = _mm256_castsi256_ps(_mm256_and_si256(w0, high));
+        const __m256 e1 = _mm256_castsi256_ps(_mm256_slli_epi32(w1, 16));
+        const __m256 o1 = _mm256_castsi256_ps(_mm256_and_si256(w1, high));
+#pragma GCC unroll 8
+        for (int r = 0; r < R; ++r) {
+          const __m256 ae = _mm256_broadcast_ss(a + 2 * r);
+          const __m256 ao = _mm256_broadcast_ss(a + 2 * r + 1);
+          acc[r][0] = _mm256_fmadd_ps(ao, o0, _mm256_fmadd_ps(ae, e0, acc[r][0]));
+          acc[r][1] = _mm256_fmadd_ps(ao, o1, _mm256_fmadd_ps(ae, e1, acc[r][1]));
+        }
+      }
+      for (int r = 0; r < R; ++r) {
+        _mm256_store_ps(out[r] + 16 * half, acc[r][0]);
+        _mm256_store_ps(out[r] + 16 * half + 8, acc[r][1]);
+      }
+    }
+    store_bf16_tile<R>(out, t);
+  }
+};
+
+// int8 × u8 through int16: each W quad (one column's 4 k) is sign-extended to
+// 4 int16, each x quad is stored as 4 zero-extended int16 (XElem), and
+// vpmaddwd sums pairs of products into int32 (no saturation: |u8 · s8| · 2
+// < 2^31). Lanes hold (column, half of the quad), added at the end. The
+// 32-column panel is done as four quarters of 8 columns: 6 rows × 2 ymm.
+struct Int8Avx2 {
+  static constexpr int kRows = 6;
+  using XElem = uint64_t;
+  static void pack(const float* x, int64_t ldx, int rows, int64_t k, int64_t steps, XElem* out,
+                   float* scales) {
+    for (int r = 0; r < rows; ++r) {
+      const RowScale rs = row_scale(max_abs_bits(x + r * ldx, k));
+      scales[r] = rs.scale;
+      for (int64_t s = 0; s < steps; ++s) {
+        const uint32_t quad = u8_quad(x + r * ldx, k, s, rs.inv);
+        uint64_t wide = 0;
+        for (int q = 0; q < 4; ++q)
+          wide |= static_cast<uint64_t>((quad >> (8 * q)) & 0xffu) << (16 * q);
+        out[s * kRows + r] = wide;
+      }
+    }
+  }
+  template <int R>
+  static void tile(const TileArgs& t) {
+    alignas(32) int32_t out[R][kPanel];
+    for (int quarter = 0; quarter < 4; ++quarter) {
+      if (t.hi <= 8 * quarter || t.lo >= 8 * (quarter + 1)) continue;
+      __m256i acc[R][2];
+      for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_si256();
+      const int64_t* a = static_cast<const int64_t*>(t.a);
+      const int8_t* b = static_cast<const int8_t*>(t.b) + 32 * quarter;
+      for (int64_t s = 0; s < t.steps; ++s, a += kRows, b += 4 * kPanel) {
+        const __m256i w0 =
+            _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b)));
+        const __m256i w1 =
+            _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 16)));
+#pragma GCC unroll 8
+        for (int r = 0; r < R; ++r) {
+          const __m256i av = _mm256_set1_epi64x(a[r]);
+          acc[r][0] = _mm256_add_epi32(acc[r][0], _mm256_madd_epi16(av, w0));
+          acc[r][1] = _mm256_add_epi32(acc[r][1], _mm256_madd_epi16(av, w1));
+        }
+      }
+      for (int r = 0; r < R; ++r) {
+        // hadd: [c0 c1 c4 c5 | c2 c3 c6 c7]; the permute puts them in order.
+        const __m256i sums =
+            _mm256_permute4x64_epi64(_mm256_hadd_epi32(acc[r][0], acc[r][1]), 0xd8);
+        _mm256_store_si256(reinterpret_cast<__m256i*>(out[r] + 8 * quarter), sums);
+      }
+    }
+    store_int8_tile<R>(out, t);
+  }
+};
+
+#endif  // AVX2
+
+// ---- AVX-512 ---------------------------------------------------------------------
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+
+// Lanes [from, to) of 16 (clipped).
+inline __mmask16 lane_mask(int from, int to) {
+  from = std::max(from, 0);
+  to = std::min(to, 16);
+  if (to <= from) return 0;
+  return static_cast<__mmask16>(((1u << to) - 1) & ~((1u << from) - 1));
+}
+
+// Stores rows × [lo, hi) of a 32-column tile held as R × 2 vectors.
+template <int R>
+void store_tile512(const __m512 (&out)[R][2], const TileArgs& t) {
+  if (t.lo == 0 && t.hi == kPanel) {
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) {
+      _mm512_storeu_ps(t.y + r * t.ldy, out[r][0]);
+      _mm512_storeu_ps(t.y + r * t.ldy + 16, out[r][1]);
+    }
+    return;
+  }
+  const __mmask16 m0 = lane_mask(t.lo, t.hi), m1 = lane_mask(t.lo - 16, t.hi - 16);
+  for (int r = 0; r < R; ++r) {
+    _mm512_mask_storeu_ps(t.y + r * t.ldy, m0, out[r][0]);
+    _mm512_mask_storeu_ps(t.y + r * t.ldy + 16, m1, out[r][1]);
+  }
+}
+
+// The rounding of bf16_of on 16 floats, as 16 bfloat16 in the low halves.
+inline __m512i bf16_of16(__m512 v) {
+  const __m512i b = _mm512_castps_si512(v);
+  const __m512i shifted = _mm512_srli_epi32(b, 16);
+  const __m512i rounded =
+      _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(b, _mm512_set1_epi32(0x7fff)),
+                                         _mm512_and_si512(shifted, _mm512_set1_epi32(1))),
+                        16);
+  const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(b, _mm512_set1_epi32(0x7fffffff)),
+                                                _mm512_set1_epi32(0x7f800000));
+  return _mm512_mask_mov_epi32(rounded, nan, _mm512_or_si512(shifted, _mm512_set1_epi32(0x40)));
+}
+
+// rows rows of x → out[s · kRows + r] = bfloat16 pair s of row r: 16 floats
+// (8 pairs) at a time, then strided 32-bit stores into the panel.
+template <int kRows>
+void pack_bf16_pairs512(const float* x, int64_t ldx, int rows, int64_t k, int64_t steps,
+                        uint32_t* out) {
+  for (int r = 0; r < rows; ++r) {
+    const float* row = x + r * ldx;
+    int64_t s = 0;
+    alignas(32) uint32_t pairs[8];
+    for (; 2 * s + 16 <= k; s += 8) {
+      const __m256i words = _mm512_cvtepi32_epi16(bf16_of16(_mm512_loadu_ps(row + 2 * s)));
+      _mm256_store_si256(reinterpret_cast<__m256i*>(pairs), words);
+#pragma GCC unroll 8
+      for (int i = 0; i < 8; ++i) out[(s + i) * kRows + r] = pairs[i];
+    }
+    for (; s < steps; ++s) out[s * kRows + r] = bf16_pair(row, k, s);
+  }
+}
+
+// rows rows of x → out[s · kRows + r] = u8 quad s of row r, and the row
+// scales: 16 floats (4 quads) at a time.
+template <int kRows>
+void pack_u8_quads512(const float* x, int64_t ldx, int rows, int64_t k, int64_t steps,
+                      uint32_t* out, float* scales) {
+  for (int r = 0; r < rows; ++r) {
+    const float* row = x + r * ldx;
+    __m512i m = _mm512_setzero_si512();
+    int64_t p = 0;
+    for (; p + 16 <= k; p += 16)
+      m = _mm512_max_epu32(m, _mm512_and_si512(_mm512_castps_si512(_mm512_loadu_ps(row + p)),
+                                               _mm512_set1_epi32(0x7fffffff)));
+    const uint32_t tail = max_abs_bits(row + p, k - p);
+    const RowScale rs = row_scale(std::max<uint32_t>(_mm512_reduce_max_epu32(m), tail));
+    scales[r] = rs.scale;
+    int64_t s = 0;
+    if (rs.inv != 0.0f) {
+      const __m512 inv = _mm512_set1_ps(rs.inv);
+      alignas(16) uint32_t quads[4];
+      for (; 4 * s + 16 <= k; s += 4) {
+        __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(row + 4 * s), inv));
+        q = _mm512_min_epi32(_mm512_max_epi32(q, _mm512_set1_epi32(-127)), _mm512_set1_epi32(127));
+        q = _mm512_add_epi32(q, _mm512_set1_epi32(128));
+        _mm_store_si128(reinterpret_cast<__m128i*>(quads), _mm512_cvtepi32_epi8(q));
+#pragma GCC unroll 4
+        for (int i = 0; i < 4; ++i) out[(s + i) * kRows + r] = quads[i];
+      }
+    }
+    for (; s < steps; ++s) out[s * kRows + r] = u8_quad(row, k, s, rs.inv);
+  }
+}
+
+// bfloat16 widened to float32 and FMA, for AVX-512 CPUs without AVX512_BF16:
+// 12 rows × 32 columns, each W vector widened into its even-k and odd-k halves.
+struct Bf16Widen512 {
+  static constexpr int kRows = 12;
+  using XElem = uint64_t;
+  static void pack(const float* x, int64_t ldx, int rows, int64_t k, int64_t steps, XElem* out,
+                   float*) {
+    // The pairs, then each widened in place (from the end, as XElem is wider).
+    uint32_t* pairs = reinterpret_cast<uint32_t*>(out);
+    pack_bf16_pairs512<kRows>(x, ldx, rows, k, steps, pairs);
+    for (int64_t i = steps * kRows - 1; i >= 0; --i) {
+      const uint32_t pair = pairs[i];
+      out[i] = (static_cast<uint64_t>(pair & 0xffff0000u) << 32) | (pair << 16);
+    }
+  }
+  template <int R>
+  static void tile(const TileArgs& t) {
+    __m512 acc[R][2];
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+    const __m512i high = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
+    const float* a = static_cast<const float*>(t.a);
+    const uint16_t* b = static_cast<const uint16_t*>(t.b);
+    for (int64_t s = 0; s < t.steps; ++s, a += 2 * kRows, b += 2 * kPanel) {
+      const __m512i w0 = _mm512_loadu_si512(b), w1 = _mm512_loadu_si512(b + 32);
+      const __m512 e0 = _mm512_castsi512_ps(_mm512_slli_epi32(w0, 16));
+      const __m512 o0 = _mm512_castsi512_ps(_mm512_and_si512(w0, high));
+      const __m512 e1 = _mm512_castsi512_ps(_mm512_slli_epi32(w1, 16));
+      const __m512 o1 = _mm512_castsi512_ps(_mm512_and_si512(w1, high));
+#pragma GCC unroll 16
+      for (int r = 0; r < R; ++r) {
+        const __m512 ae = _mm512_set1_ps(a[2 * r]), ao = _mm512_set1_ps(a[2 * r + 1]);
+        acc[r][0] = _mm512_fmadd_ps(ao, o0, _mm512_fmadd_ps(ae, e0, acc[r][0]));
+        acc[r][1] = _mm512_fmadd_ps(ao, o1, _mm512_fmadd_ps(ae, e1, acc[r][1]));
+      }
+    }
+    const __m512 bias0 = _mm512_loadu_ps(t.bias), bias1 = _mm512_loadu_ps(t.bias + 16);
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) {
+      acc[r][0] = _mm512_add_ps(acc[r][0], bias0);
+      acc[r][1] = _mm512_add_ps(acc[r][1], bias1);
+    }
+    store_tile512<R>(acc, t);
+  }
+};
+
+#if defined(__AVX512BF16__)
+// vdpbf16ps: each lane adds the two products of a (k, k + 1) pair. 12 rows ×
+// 2 zmm of sums (24), 2 W vectors a step, x broadcast 32 bits at a time.
+struct Bf16Dot512 {
+  static constexpr int kRows = 12;
+  using XElem = uint32_t;
+  static void pack(const float* x, int64_t ldx, int rows, int64_t k, int64_t steps, XElem* out,
+                   float*) {
+    pack_bf16_pairs512<kRows>(x, ldx, rows, k, steps, out);
+  }
+  template <int R>
+  static void tile(const TileArgs& t) {
+    __m512 acc[R][2];
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+    const uint32_t* a = static_cast<const uint32_t*>(t.a);
+    const uint16_t* b = static_cast<const uint16_t*>(t.b);
+    for (int64_t s = 0; s < t.steps; ++s, a += kRows, b += 2 * kPanel) {
+      const __m512bh w0 = (__m512bh)_mm512_loadu_si512(b);
+      const __m512bh w1 = (__m512bh)_mm512_loadu_si512(b + 32);
+#pragma GCC unroll 16
+      for (int r = 0; r < R; ++r) {
+        const __m512bh av = (__m512bh)_mm512_set1_epi32(static_cast<int>(a[r]));
+        acc[r][0] = _mm512_dpbf16_ps(acc[r][0], av, w0);
+        acc[r][1] = _mm512_dpbf16_ps(acc[r][1], av, w1);
+      }
+    }
+    const __m512 bias0 = _mm512_loadu_ps(t.bias), bias1 = _mm512_loadu_ps(t.bias + 16);
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) {
+      acc[r][0] = _mm512_add_ps(acc[r][0], bias0);
+      acc[r][1] = _mm512_add_ps(acc[r][1], bias1);
+    }
+    store_tile512<R>(acc, t);
+  }
+};
+#endif  // AVX512_BF16
+
+#if defined(__AVX512VNNI__)
+// vpdpbusd: each int32 lane adds the four products of x's u8 quad and W's
+// s8 quad. 12 rows × 2 zmm of sums; then (Σ - 128 · Σ_k W8) · scales + bias.
+struct Int8Vnni512 {
+  static constexpr int kRows = 12;
+  using XElem = uint32_t;
+  static void pack(const float* x, int64_t ldx, int rows, int64_t k, int64_t steps, XElem* out,
+                   float* scales) {
+    pack_u8_quads512<kRows>(x, ldx, rows, k, steps, out, scales);
+  }
+  template <int R>
+  static void tile(const TileArgs& t) {
+    __m512i acc[R][2];
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_si512();
+    const uint32_t* a = static_cast<const uint32_t*>(t.a);
+    const int8_t* b = static_cast<const int8_t*>(t.b);
+    for (int64_t s = 0; s < t.steps; ++s, a += kRows, b += 4 * kPanel) {
+      const __m512i w0 = _mm512_loadu_si512(b), w1 = _mm512_loadu_si512(b + 64);
+#pragma GCC unroll 16
+      for (int r = 0; r < R; ++r) {
+        const __m512i av = _mm512_set1_epi32(static_cast<int>(a[r]));
+        acc[r][0] = _mm512_dpbusd_epi32(acc[r][0], av, w0);
+        acc[r][1] = _mm512_dpbusd_epi32(acc[r][1], av, w1);
+      }
+    }
+    const __m512i off0 = _mm512_slli_epi32(_mm512_loadu_si512(t.col_sum), 7);
+    const __m512i off1 = _mm512_slli_epi32(_mm512_loadu_si512(t.col_sum + 16), 7);
+    const __m512 cs0 = _mm512_loadu_ps(t.col_scale), cs1 = _mm512_loadu_ps(t.col_scale + 16);
+    const __m512 bias0 = _mm512_loadu_ps(t.bias), bias1 = _mm512_loadu_ps(t.bias + 16);
+    __m512 out[R][2];
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) {
+      const __m512 rs = _mm512_set1_ps(t.row_scale[r]);
+      out[r][0] = _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(acc[r][0], off0)),
+                                              _mm512_mul_ps(rs, cs0)),
+                                bias0);
+      out[r][1] = _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(acc[r][1], off1)),
+                                              _mm512_mul_ps(rs, cs1)),
+                                bias1);
+    }
+    store_tile512<R>(out, t);
+  }
+};
+#endif  // AVX512_VNNI
+
+#endif  // AVX-512
+
+}  // namespace
+}  // namespace qkv::kernels::lowp

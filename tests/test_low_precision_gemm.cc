@@ -1,0 +1,367 @@
+// The bfloat16 and int8 linear kernels (kernels/low_precision_gemm.h) of every
+// table this CPU supports, against float64 references computed here from the
+// same rounded (bf16) or quantised (int8) values: awkward shapes, strided x
+// and y, bias or none, zero rows, NaN and Inf in x, both threading paths,
+// sub-blocks through gemm_block, and the tables against each other.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/low_precision_gemm.h"
+#include "qkv/error.h"
+#include "qkv/runtime.h"
+#include "qkv/tensor.h"
+
+namespace {
+
+using qkv::Precision;
+using qkv::kernels::LowPrecisionKernels;
+using qkv::kernels::PackedWeights;
+
+constexpr float kSentinel = -12345.0f;
+constexpr double kU = 0x1p-24;  // float32's unit roundoff
+
+std::vector<const LowPrecisionKernels*> all_tables() {
+  std::vector<const LowPrecisionKernels*> all;
+  for (Precision p : {Precision::kBFloat16, Precision::kInt8})
+    for (const LowPrecisionKernels* t : qkv::kernels::supported_low_precision_kernels(p))
+      all.push_back(t);
+  return all;
+}
+
+// Rows of uniform values in [-1, 1], each row scaled by 2^e for e in [-3, 3]
+// (so that rows get different int8 scales).
+std::vector<float> random_rows(int64_t rows, int64_t cols, int64_t ld, std::mt19937& gen) {
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::uniform_int_distribution<int> e(-3, 3);
+  std::vector<float> v(std::max<int64_t>(rows * ld, 1), kSentinel);
+  for (int64_t i = 0; i < rows; ++i) {
+    const float scale = std::ldexp(1.0f, e(gen));
+    for (int64_t j = 0; j < cols; ++j) v[i * ld + j] = u(gen) * scale;
+  }
+  return v;
+}
+
+// The int8 quantisation the header documents: scale = max|v| / 127,
+// q = round_half_even(v · (127 / max)); zero (and below 2^-100) rows: scale 0.
+struct Quantized {
+  std::vector<int32_t> q;
+  float scale;
+};
+Quantized quantize_row(const float* v, int64_t k) {
+  float max = 0.0f;
+  for (int64_t p = 0; p < k; ++p) max = std::max(max, std::fabs(v[p]));
+  Quantized out{std::vector<int32_t>(k, 0), 0.0f};
+  if (max < 0x1p-100f) return out;
+  out.scale = max / 127.0f;
+  const float inv = 127.0f / max;
+  for (int64_t p = 0; p < k; ++p)
+    out.q[p] = static_cast<int32_t>(std::clamp(std::nearbyint(v[p] * inv), -127.0f, 127.0f));
+  return out;
+}
+
+double bf16_value(float f) { return qkv::bfloat16_to_float(qkv::float_to_bfloat16(f)); }
+
+struct Problem {
+  int64_t m, n, k, ldx, ldy;
+  std::vector<float> x, w, bias;  // bias empty: none
+};
+
+Problem make_problem(int64_t m, int64_t n, int64_t k, int64_t x_pad, int64_t y_pad, bool bias,
+                     std::mt19937& gen) {
+  Problem p{m, n, k, k + x_pad, n + y_pad, {}, {}, {}};
+  p.x = random_rows(m, k, p.ldx, gen);
+  p.w = random_rows(n, k, k, gen);
+  if (bias) p.bias = random_rows(1, n, n, gen);
+  return p;
+}
+
+// For y[i, j]: the float64 value of the product of the rounded or quantised
+// operands and the bound on float32's error in computing it.
+struct Expected {
+  double value, bound;
+};
+
+// Per-row and per-channel int8 quantisation, once per problem.
+struct Int8Operands {
+  std::vector<Quantized> x, w;
+};
+Int8Operands quantize(const Problem& p) {
+  Int8Operands q;
+  for (int64_t i = 0; i < p.m; ++i) q.x.push_back(quantize_row(&p.x[i * p.ldx], p.k));
+  for (int64_t j = 0; j < p.n; ++j) q.w.push_back(quantize_row(&p.w[j * p.k], p.k));
+  return q;
+}
+
+// bf16: Σ bf16(x)·bf16(w) in float64. A product of two bfloat16 is exact in
+// float32, so float32's only errors are the k additions (and the bias):
+// |error| ≤ (k + 1) · 2^-24 · (Σ|products| + |bias|) (recursive summation,
+// any order), plus 2^-100 for vdpbf16ps flushing denormals.
+Expected expected_bf16(const Problem& p, int64_t i, int64_t j) {
+  double sum = 0.0, abs_sum = 0.0;
+  for (int64_t t = 0; t < p.k; ++t) {
+    const double prod = bf16_value(p.x[i * p.ldx + t]) * bf16_value(p.w[j * p.k + t]);
+    sum += prod;
+    abs_sum += std::fabs(prod);
+  }
+  const double b = p.bias.empty() ? 0.0 : p.bias[j];
+  return {sum + b, (p.k + 1) * kU * (abs_sum + std::fabs(b)) * 1.001 + 0x1p-100};
+}
+
+// int8: the int32 sum is exact; float32 then rounds the sum, scale_x·scale_w,
+// their product and the bias addition: 4 roundings of at most 2^-24 each.
+Expected expected_int8(const Problem& p, const Int8Operands& q, int64_t i, int64_t j) {
+  int64_t acc = 0;
+  for (int64_t t = 0; t < p.k; ++t) acc += q.x[i].q[t] * q.w[j].q[t];
+  const double scaled = static_cast<double>(acc) * q.x[i].scale * q.w[j].scale;
+  const double b = p.bias.empty() ? 0.0 : p.bias[j];
+  return {scaled + b, 4 * kU * (std::fabs(scaled) + std::fabs(b)) + 1e-30};
+}
+
+// The loose check of int8 against the float32 operands: with x = sx·qx + ex,
+// |ex| ≤ sx/2 and w = sw·qw + ew, |ew| ≤ sw/2,
+// |x·w − sx·qx·sw·qw| ≤ |x|·sw/2 + sx/2·(|w| + sw/2) for each k.
+Expected expected_int8_vs_float(const Problem& p, const Int8Operands& q, int64_t i, int64_t j) {
+  double sum = 0.0, bound = 0.0;
+  const double sx = q.x[i].scale, sw = q.w[j].scale;
+  for (int64_t t = 0; t < p.k; ++t) {
+    const double x = p.x[i * p.ldx + t], w = p.w[j * p.k + t];
+    sum += x * w;
+    bound += std::fabs(x) * sw / 2 + sx / 2 * (std::fabs(w) + sw / 2);
+  }
+  const double b = p.bias.empty() ? 0.0 : p.bias[j];
+  return {sum + b, bound * 1.001 + 8 * kU * (std::fabs(sum) + std::fabs(b)) + 1e-30};
+}
+
+std::string describe(const Problem& p) {
+  return "m=" + std::to_string(p.m) + " n=" + std::to_string(p.n) + " k=" + std::to_string(p.k) +
+         " ldx=" + std::to_string(p.ldx) + " ldy=" + std::to_string(p.ldy) +
+         (p.bias.empty() ? "" : " +bias");
+}
+
+// y through low_precision_gemm with the active table; padding stays kSentinel.
+std::vector<float> run(const Problem& p, const PackedWeights& w) {
+  std::vector<float> y(std::max<int64_t>(p.m * p.ldy, 1), kSentinel);
+  qkv::kernels::low_precision_gemm(p.x.data(), p.ldx, p.m, w,
+                                   p.bias.empty() ? nullptr : p.bias.data(), y.data(), p.ldy);
+  return y;
+}
+
+// Every y[i, j] within its bound; the padding of y untouched.
+void check(const Problem& p, const PackedWeights& w, const std::vector<float>& y) {
+  const Int8Operands q = w.precision() == Precision::kInt8 ? quantize(p) : Int8Operands{};
+  int failures = 0;
+  for (int64_t i = 0; i < p.m; ++i) {
+    for (int64_t j = 0; j < p.n && failures < 5; ++j) {
+      const Expected e =
+          w.precision() == Precision::kInt8 ? expected_int8(p, q, i, j) : expected_bf16(p, i, j);
+      const double got = y[i * p.ldy + j];
+      if (!(std::fabs(got - e.value) <= e.bound)) {
+        ++failures;
+        ADD_FAILURE() << describe(p) << ": y[" << i << ", " << j << "] = " << got << ", expected "
+                      << e.value << " ± " << e.bound;
+      }
+      if (w.precision() == Precision::kInt8) {
+        const Expected loose = expected_int8_vs_float(p, q, i, j);
+        if (!(std::fabs(got - loose.value) <= loose.bound)) {
+          ++failures;
+          ADD_FAILURE() << describe(p) << ": y[" << i << ", " << j << "] = " << got
+                        << ", float32 product " << loose.value << " ± " << loose.bound;
+        }
+      }
+    }
+    for (int64_t j = p.n; j < p.ldy && i * p.ldy + j < static_cast<int64_t>(y.size()); ++j)
+      if (y[i * p.ldy + j] != kSentinel && failures++ < 5)
+        ADD_FAILURE() << describe(p) << ": wrote the padding y[" << i << ", " << j << "]";
+  }
+}
+
+class LowPrecisionGemm : public ::testing::TestWithParam<const LowPrecisionKernels*> {
+ protected:
+  void SetUp() override { qkv::kernels::override_low_precision_kernels(GetParam()); }
+  void TearDown() override {
+    qkv::kernels::override_low_precision_kernels(nullptr);
+    qkv::set_num_threads(threads_);
+  }
+  Precision precision() const { return GetParam()->precision; }
+  const int threads_ = qkv::num_threads();
+};
+
+TEST_P(LowPrecisionGemm, IsTheActiveTable) {
+  EXPECT_EQ(&qkv::kernels::active_low_precision_kernels(precision()), GetParam());
+}
+
+TEST_P(LowPrecisionGemm, AwkwardShapesAgainstFloat64) {
+  std::mt19937 gen(7);
+  qkv::set_num_threads(1);
+  for (int64_t m : {1, 3, 17, 80, 129})
+    for (int64_t n : {1, 5, 33, 64, 100})
+      for (int64_t k : {1, 2, 3, 7, 64, 385}) {
+        const bool bias = (m + n + k) % 2 == 0;
+        const int64_t x_pad = m % 2 == 0 ? 3 : 0, y_pad = n % 2 == 1 ? 5 : 0;
+        const Problem p = make_problem(m, n, k, x_pad, y_pad, bias, gen);
+        const PackedWeights w(p.w.data(), n, k, precision());
+        check(p, w, run(p, w));
+        if (HasFailure()) return;
+      }
+}
+
+TEST_P(LowPrecisionGemm, BothThreadingPathsAgainstFloat64) {
+  std::mt19937 gen(11);
+  qkv::set_num_threads(2);
+  // 500 rows: items of rows; 17 rows: the columns split between threads.
+  for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{500, 100, 64},
+                         {17, 100, 385},
+                         {4096, 40, 7},
+                         {128, 384, 96}})
+    for (bool bias : {false, true}) {
+      const Problem p = make_problem(m, n, k, 1, 2, bias, gen);
+      const PackedWeights w(p.w.data(), n, k, precision());
+      check(p, w, run(p, w));
+    }
+}
+
+// gemm_block on a sub-rectangle writes exactly that rectangle.
+TEST_P(LowPrecisionGemm, GemmBlockWritesOnlyItsBlock) {
+  std::mt19937 gen(5);
+  const Problem p = make_problem(40, 100, 37, 0, 0, true, gen);
+  const PackedWeights w(p.w.data(), p.n, p.k, precision());
+  const std::vector<float> full = run(p, w);
+  const int64_t r0 = 3, r1 = 29, c0 = 7, c1 = 71;
+  std::vector<float> y(p.m * p.ldy, kSentinel);
+  GetParam()->gemm_block(p.x.data(), p.ldx, w, p.bias.data(), y.data(), p.ldy, r0, r1, c0, c1);
+  for (int64_t i = 0; i < p.m; ++i)
+    for (int64_t j = 0; j < p.n; ++j) {
+      const bool inside = i >= r0 && i < r1 && j >= c0 && j < c1;
+      ASSERT_EQ(y[i * p.ldy + j], inside ? full[i * p.ldy + j] : kSentinel)
+          << "y[" << i << ", " << j << "]";
+    }
+}
+
+// A zero row of x gives y = bias exactly; a zero row of W (an output channel)
+// gives bias there exactly; other rows and channels are as usual.
+TEST_P(LowPrecisionGemm, ZeroRowsGiveTheBias) {
+  std::mt19937 gen(3);
+  Problem p = make_problem(30, 45, 70, 2, 1, true, gen);
+  for (int64_t i : {0, 13, 29}) std::fill_n(&p.x[i * p.ldx], p.k, 0.0f);
+  for (int64_t j : {4, 44}) std::fill_n(&p.w[j * p.k], p.k, 0.0f);
+  const PackedWeights w(p.w.data(), p.n, p.k, precision());
+  const std::vector<float> y = run(p, w);
+  check(p, w, y);
+  for (int64_t i = 0; i < p.m; ++i)
+    for (int64_t j = 0; j < p.n; ++j)
+      if (i == 0 || i == 13 || i == 29 || j == 4 || j == 44) {
+        EXPECT_EQ(y[i * p.ldy + j], p.bias[j]) << "y[" << i << ", " << j << "]";
+      }
+  // All of x zero, no bias: all of y zero (and no NaN from 0 / 0 scales).
+  p.bias.clear();
+  std::fill(p.x.begin(), p.x.end(), 0.0f);
+  const std::vector<float> zeros = run(p, w);
+  for (int64_t i = 0; i < p.m; ++i)
+    for (int64_t j = 0; j < p.n; ++j) ASSERT_EQ(zeros[i * p.ldy + j], 0.0f);
+}
+
+// A NaN or an Inf in a row of x makes that row of y NaN (int8: the whole
+// row, by the row's scale; bf16: NaN propagates through every product, and
+// Inf gives ±Inf or NaN), never finite numbers; the other rows are unharmed.
+TEST_P(LowPrecisionGemm, NonFiniteRowsOfXAreNotFinite) {
+  std::mt19937 gen(9);
+  Problem p = make_problem(26, 70, 50, 0, 0, true, gen);
+  p.x[5 * p.ldx + 17] = std::numeric_limits<float>::quiet_NaN();
+  p.x[20 * p.ldx + 49] = std::numeric_limits<float>::infinity();
+  const PackedWeights w(p.w.data(), p.n, p.k, precision());
+  const std::vector<float> y = run(p, w);
+  for (int64_t j = 0; j < p.n; ++j) {
+    EXPECT_TRUE(std::isnan(y[5 * p.ldy + j])) << "y[5, " << j << "] = " << y[5 * p.ldy + j];
+    EXPECT_FALSE(std::isfinite(y[20 * p.ldy + j])) << "y[20, " << j << "] = " << y[20 * p.ldy + j];
+    if (precision() == Precision::kInt8) {
+      EXPECT_TRUE(std::isnan(y[20 * p.ldy + j]));
+    }
+  }
+  // The other rows: as without the bad values.
+  Problem clean = p;
+  clean.x[5 * p.ldx + 17] = clean.x[20 * p.ldx + 49] = 0.0f;
+  const std::vector<float> y_clean = run(clean, w);
+  for (int64_t i = 0; i < p.m; ++i)
+    for (int64_t j = 0; j < p.n; ++j)
+      if (i != 5 && i != 20) {
+        ASSERT_EQ(y[i * p.ldy + j], y_clean[i * p.ldy + j]);
+      }
+}
+
+TEST_P(LowPrecisionGemm, KZeroGivesTheBias) {
+  std::mt19937 gen(1);
+  const Problem p = make_problem(5, 9, 0, 1, 0, true, gen);
+  const PackedWeights w(nullptr, p.n, 0, precision());
+  const std::vector<float> y = run(p, w);
+  for (int64_t i = 0; i < p.m; ++i)
+    for (int64_t j = 0; j < p.n; ++j) EXPECT_EQ(y[i * p.ldy + j], p.bias[j]);
+}
+
+std::string table_name(const ::testing::TestParamInfo<const LowPrecisionKernels*>& info) {
+  return std::string(qkv::precision_name(info.param->precision)) + "_" + info.param->name;
+}
+
+INSTANTIATE_TEST_SUITE_P(EveryIsa, LowPrecisionGemm, ::testing::ValuesIn(all_tables()), table_name);
+
+// Every table of a precision against the first (the fastest): int8 to the
+// bit (exact int32 sums, the same float32 epilogue), bf16 within twice the
+// float32 summation bound (only the order of the additions differs).
+TEST(LowPrecisionGemmTables, AgreeWithEachOther) {
+  struct ResetOverride {  // also when an ASSERT returns early
+    ~ResetOverride() { qkv::kernels::override_low_precision_kernels(nullptr); }
+  } reset;
+  std::mt19937 gen(13);
+  for (Precision precision : {Precision::kBFloat16, Precision::kInt8}) {
+    const auto tables = qkv::kernels::supported_low_precision_kernels(precision);
+    ASSERT_FALSE(tables.empty());
+    EXPECT_STREQ(tables.back()->name, "portable");
+    for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{37, 67, 385}, {129, 33, 64}}) {
+      const Problem p = make_problem(m, n, k, 1, 3, true, gen);
+      const PackedWeights w(p.w.data(), n, k, precision);
+      qkv::kernels::override_low_precision_kernels(tables.front());
+      const std::vector<float> first = run(p, w);
+      for (const LowPrecisionKernels* t : tables) {
+        qkv::kernels::override_low_precision_kernels(t);
+        const std::vector<float> y = run(p, w);
+        for (int64_t i = 0; i < m; ++i)
+          for (int64_t j = 0; j < n; ++j) {
+            const float a = first[i * p.ldy + j], b = y[i * p.ldy + j];
+            if (precision == Precision::kInt8) {
+              ASSERT_EQ(a, b) << t->name << " y[" << i << ", " << j << "]";
+            } else {
+              ASSERT_LE(std::fabs(a - b), 2 * expected_bf16(p, i, j).bound)
+                  << t->name << " y[" << i << ", " << j << "]";
+            }
+          }
+      }
+    }
+  }
+}
+
+TEST(LowPrecisionGemmTables, PackedWeightsDescribeThemselves) {
+  std::vector<float> w(70 * 9, 0.5f);
+  const PackedWeights bf16(w.data(), 70, 9, Precision::kBFloat16);
+  EXPECT_EQ(bf16.precision(), Precision::kBFloat16);
+  EXPECT_EQ(bf16.n(), 70);
+  EXPECT_EQ(bf16.k(), 9);
+  EXPECT_FALSE(bf16.empty());
+  EXPECT_EQ(bf16.bytes(), 3 * 32 * 10 * 2);  // 3 panels of 32 channels, k padded to 10
+  const PackedWeights int8(w.data(), 70, 9, Precision::kInt8);
+  EXPECT_EQ(int8.bytes(), 3 * 32 * 12 + 96 * 4 + 96 * 4);
+  EXPECT_TRUE(PackedWeights().empty());
+  EXPECT_THROW(PackedWeights(w.data(), 70, 9, Precision::kFloat32), qkv::Error);
+  EXPECT_THROW(qkv::kernels::active_low_precision_kernels(Precision::kFloat32), qkv::Error);
+  // The fastest table is the default.
+  for (Precision p : {Precision::kBFloat16, Precision::kInt8})
+    EXPECT_EQ(&qkv::kernels::active_low_precision_kernels(p),
+              qkv::kernels::supported_low_precision_kernels(p).front());
+}
+
+}  // namespace
