@@ -6,6 +6,7 @@
 //
 //   build/bench/bench_low_precision_gemm [--reps 7] [--threads 1,2] [--portable]
 //                                        [--shapes big|small|all] [--min-ms 20] [--wall]
+//                                        [--m 4096,128,16]
 //
 // Shapes: all-MiniLM-L6-v2's linear layers at 32 sentences × 128 tokens
 // (m = 4096; (n, k) = (1152, 384) fused QKV, (384, 384) attention output,
@@ -153,12 +154,15 @@ int main(int argc, char** argv) {
   bool portable = false;
   std::string which = "all";
   std::vector<int> thread_counts = {1, 2};
+  std::vector<int> rows = {4096, 128, 16};
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--reps" && i + 1 < argc) {
       reps = std::atoi(argv[++i]);
     } else if (a == "--threads" && i + 1 < argc) {
       thread_counts = parse_list(argv[++i]);
+    } else if (a == "--m" && i + 1 < argc) {
+      rows = parse_list(argv[++i]);
     } else if (a == "--portable") {
       portable = true;
     } else if (a == "--shapes" && i + 1 < argc) {
@@ -170,15 +174,15 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: %s [--reps N] [--threads 1,2] [--portable] [--shapes big|small|all] "
-                   "[--min-ms MS] [--wall]\n",
+                   "[--min-ms MS] [--wall] [--m 4096,128,16]\n",
                    argv[0]);
       return 2;
     }
   }
   const std::pair<int64_t, int64_t> layers[] = {{1152, 384}, {384, 384}, {1536, 384}, {384, 1536}};
   std::vector<Shape> shapes;
-  for (int64_t m : {4096, 128, 16}) {
-    if ((which == "big" && m != 4096) || (which == "small" && m == 4096)) continue;
+  for (int64_t m : rows) {
+    if ((which == "big" && m < 4096) || (which == "small" && m >= 4096)) continue;
     for (auto [n, k] : layers) shapes.push_back({m, n, k});
   }
 

@@ -407,6 +407,18 @@ inline __mmask16 lane_mask(int from, int to) {
   return static_cast<__mmask16>(((1u << to) - 1) & ~((1u << from) - 1));
 }
 
+// Asks for the R × 2 cache lines of y a tile will write, for writing, before
+// its sums take ~steps · 2R cycles: at m = 4096 y is 19 MB and every store
+// missed (perf: ~15% of the int8 kernel's time stalled on them).
+template <int R>
+void prefetch_tile_y(const TileArgs& t) {
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r) {
+    __builtin_prefetch(t.y + r * t.ldy, 1, 3);
+    __builtin_prefetch(t.y + r * t.ldy + 16, 1, 3);
+  }
+}
+
 // Stores rows × [lo, hi) of a 32-column tile held as R × 2 vectors.
 template <int R>
 void store_tile512(const __m512 (&out)[R][2], const TileArgs& t) {
@@ -506,6 +518,7 @@ struct Bf16Widen512 {
   }
   template <int R>
   static void tile(const TileArgs& t) {
+    prefetch_tile_y<R>(t);
     __m512 acc[R][2];
 #pragma GCC unroll 16
     for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
@@ -547,6 +560,7 @@ struct Bf16Dot512 {
   }
   template <int R>
   static void tile(const TileArgs& t) {
+    prefetch_tile_y<R>(t);
     __m512 acc[R][2];
 #pragma GCC unroll 16
     for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
@@ -593,6 +607,7 @@ struct Int8Vnni512 {
   }
   template <int R>
   static void tile(const TileArgs& t) {
+    prefetch_tile_y<R>(t);
     __m512i acc[R][2];
 #pragma GCC unroll 16
     for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_si512();
