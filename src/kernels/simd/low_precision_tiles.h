@@ -212,31 +212,30 @@ void gemm_block(const float* x, int64_t ldx, const PackedWeights& packed, const 
     for (int64_t ip = 0; ip < rows; ip += F::kRows)
       F::pack(x + (i0 + ip) * ldx, ldx, static_cast<int>(std::min<int64_t>(F::kRows, rows - ip)),
               w.k, steps, buffer + ip * steps, row_scales + ip);
-    for (int64_t panel = c0 / kPanel; panel * kPanel < c1; ++panel) {
-      const int64_t j0 = panel * kPanel;
-      const int lo = static_cast<int>(std::max<int64_t>(c0 - j0, 0));
-      const int hi = static_cast<int>(std::min<int64_t>(c1 - j0, kPanel));
-      const float* bias_panel = bias + j0;
-      if (bias == nullptr || j0 + kPanel > w.n) {
-        for (int c = 0; c < kPanel; ++c)
-          bias_pad[c] = (bias != nullptr && j0 + c < w.n) ? bias[j0 + c] : 0.0f;
-        bias_panel = bias_pad;
-      }
-      TileArgs t{};
-      t.b = int8 ? static_cast<const void*>(w.int8 + panel * panel_elems)
-                 : static_cast<const void*>(w.bf16 + panel * panel_elems);
-      t.steps = steps;
-      t.col_scale = w.scales + j0;
-      t.col_sum = w.col_sums + j0;
-      t.bias = bias_panel;
-      t.ldy = ldy;
-      t.lo = lo;
-      t.hi = hi;
-      for (int64_t ip = 0; ip < rows; ip += F::kRows) {
+    for (int64_t ip = 0; ip < rows; ip += F::kRows) {
+      const int tile_rows = static_cast<int>(std::min<int64_t>(F::kRows, rows - ip));
+      for (int64_t panel = c0 / kPanel; panel * kPanel < c1; ++panel) {
+        const int64_t j0 = panel * kPanel;
+        const float* bias_panel = bias + j0;
+        if (bias == nullptr || j0 + kPanel > w.n) {
+          for (int c = 0; c < kPanel; ++c)
+            bias_pad[c] = (bias != nullptr && j0 + c < w.n) ? bias[j0 + c] : 0.0f;
+          bias_panel = bias_pad;
+        }
+        TileArgs t{};
         t.a = buffer + ip * steps;
+        t.b = int8 ? static_cast<const void*>(w.int8 + panel * panel_elems)
+                   : static_cast<const void*>(w.bf16 + panel * panel_elems);
+        t.steps = steps;
         t.row_scale = row_scales + ip;
+        t.col_scale = w.scales + j0;
+        t.col_sum = w.col_sums + j0;
+        t.bias = bias_panel;
         t.y = y + (i0 + ip) * ldy + j0;
-        run_tile<F>(static_cast<int>(std::min<int64_t>(F::kRows, rows - ip)), t);
+        t.ldy = ldy;
+        t.lo = static_cast<int>(std::max<int64_t>(c0 - j0, 0));
+        t.hi = static_cast<int>(std::min<int64_t>(c1 - j0, kPanel));
+        run_tile<F>(tile_rows, t);
       }
     }
   }
