@@ -180,7 +180,8 @@ void pack_u8_quads_scalar(const float* x, int64_t ldx, int rows, int64_t k, int6
 // ---- The driver of one flavour over a block of y -------------------------------
 
 // A flavour F has kRows, XElem (one row's step of converted x), and
-//   pack(x, ldx, rows, k, steps, XElem* out, float* row_scale)   one row panel
+//   pack(x, ldx, rows, k, steps, XElem* out, float* row_scale, uint32_t* temp)
+//                                         one row panel (temp: kRows · steps words)
 //   tile<R>(const TileArgs&)                                      R ≤ kRows rows
 template <class F, int R = F::kRows>
 void run_tile(int rows, const TileArgs& t) {
@@ -203,15 +204,19 @@ void gemm_block(const float* x, int64_t ldx, const PackedWeights& packed, const 
   const int64_t panel_elems = steps * kPanel * (int8 ? 4 : 2);  // bytes or uint16 per panel
   const int64_t block = std::min(kBlockRows, (r1 - r0 + F::kRows - 1) / F::kRows * F::kRows);
   const int64_t buffer_bytes = block * std::max<int64_t>(steps, 1) * sizeof(XElem);
-  XElem* buffer = static_cast<XElem*>(lowp_scratch(buffer_bytes + block * sizeof(float)));
-  float* row_scales = reinterpret_cast<float*>(reinterpret_cast<char*>(buffer) + buffer_bytes);
+  const int64_t temp_bytes = (F::kRows * std::max<int64_t>(steps, 1) * 4 + 63) / 64 * 64;
+  char* scratch =
+      static_cast<char*>(lowp_scratch(buffer_bytes + temp_bytes + block * sizeof(float)));
+  XElem* buffer = reinterpret_cast<XElem*>(scratch);
+  uint32_t* temp = reinterpret_cast<uint32_t*>(scratch + buffer_bytes);
+  float* row_scales = reinterpret_cast<float*>(scratch + buffer_bytes + temp_bytes);
   alignas(64) float bias_pad[kPanel];
 
   for (int64_t i0 = r0; i0 < r1; i0 += block) {
     const int64_t rows = std::min(block, r1 - i0);
     for (int64_t ip = 0; ip < rows; ip += F::kRows)
       F::pack(x + (i0 + ip) * ldx, ldx, static_cast<int>(std::min<int64_t>(F::kRows, rows - ip)),
-              w.k, steps, buffer + ip * steps, row_scales + ip);
+              w.k, steps, buffer + ip * steps, row_scales + ip, temp);
     for (int64_t ip = 0; ip < rows; ip += F::kRows) {
       const int tile_rows = static_cast<int>(std::min<int64_t>(F::kRows, rows - ip));
       for (int64_t panel = c0 / kPanel; panel * kPanel < c1; ++panel) {
@@ -247,7 +252,7 @@ struct Bf16Portable {
   static constexpr int kRows = 4;
   using XElem = uint32_t;
   static void pack(const float* x, int64_t ldx, int rows, int64_t k, int64_t steps, XElem* out,
-                   float*) {
+                   float*, uint32_t*) {
     pack_bf16_pairs_scalar<kRows>(x, ldx, rows, k, steps, out);
   }
   template <int R>
@@ -270,7 +275,7 @@ struct Int8Portable {
   static constexpr int kRows = 4;
   using XElem = uint32_t;
   static void pack(const float* x, int64_t ldx, int rows, int64_t k, int64_t steps, XElem* out,
-                   float* scales) {
+                   float* scales, uint32_t*) {
     pack_u8_quads_scalar<kRows>(x, ldx, rows, k, steps, out, scales);
   }
   template <int R>
@@ -298,7 +303,7 @@ struct Bf16Widen256 {
   static constexpr int kRows = 4;
   using XElem = uint64_t;
   static void pack(const float* x, int64_t ldx, int rows, int64_t k, int64_t steps, XElem* out,
-                   float*) {
+                   float*, uint32_t*) {
     for (int r = 0; r < rows; ++r)
       for (int64_t s = 0; s < steps; ++s) {
         const uint32_t pair = bf16_pair(x + r * ldx, k, s);
@@ -348,7 +353,7 @@ struct Int8Avx2 {
   static constexpr int kRows = 6;
   using XElem = uint64_t;
   static void pack(const float* x, int64_t ldx, int rows, int64_t k, int64_t steps, XElem* out,
-                   float* scales) {
+                   float* scales, uint32_t*) {
     for (int r = 0; r < rows; ++r) {
       const RowScale rs = row_scale(max_abs_bits(x + r * ldx, k));
       scales[r] = rs.scale;
@@ -449,32 +454,79 @@ inline __m512i bf16_of16(__m512 v) {
   return _mm512_mask_mov_epi32(rounded, nan, _mm512_or_si512(shifted, _mm512_set1_epi32(0x40)));
 }
 
-// rows rows of x → out[s · kRows + r] = bfloat16 pair s of row r: 16 floats
-// (8 pairs) at a time, then strided 32-bit stores into the panel.
-template <int kRows>
-void pack_bf16_pairs512(const float* x, int64_t ldx, int rows, int64_t k, int64_t steps,
-                        uint32_t* out) {
-  for (int r = 0; r < rows; ++r) {
-    const float* row = x + r * ldx;
-    int64_t s = 0;
-    alignas(32) uint32_t pairs[8];
-    for (; 2 * s + 16 <= k; s += 8) {
-      const __m256i words = _mm512_cvtepi32_epi16(bf16_of16(_mm512_loadu_ps(row + 2 * s)));
-      _mm256_store_si256(reinterpret_cast<__m256i*>(pairs), words);
-#pragma GCC unroll 8
-      for (int i = 0; i < 8; ++i) out[(s + i) * kRows + r] = pairs[i];
+// out[0, 48) = words (step s, row r) at out[12·s + r] of steps s < 4 of
+// 12 rows, row r's 4 words at src + r · stride: 12 × 4 → 4 × 12 in registers
+// (three rows-of-4 vectors, two two-source permutes per output vector)
+// instead of 48 scattered 32-bit stores.
+inline void transpose_12x4(const uint32_t* src, int64_t stride, uint32_t* out) {
+  auto rows4 = [&](int r0) {
+    const auto row = [&](int r) {
+      return _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + r * stride));
+    };
+    __m512i v = _mm512_castsi128_si512(row(r0));
+    v = _mm512_inserti32x4(v, row(r0 + 1), 1);
+    v = _mm512_inserti32x4(v, row(r0 + 2), 2);
+    return _mm512_inserti32x4(v, row(r0 + 3), 3);
+  };
+  const __m512i a = rows4(0), b = rows4(4), c = rows4(8);
+  // Word (s, r) is in a, b or c (r / 4) at 4 · (r % 4) + s.
+  alignas(64) static constexpr struct Indices {
+    int32_t ab[3][16], tc[3][16];
+    constexpr Indices() : ab{}, tc{} {
+      for (int o = 0; o < 3; ++o)
+        for (int i = 0; i < 16; ++i) {
+          const int flat = 16 * o + i, s = flat / 12, r = flat % 12;
+          const int pos = 4 * (r % 4) + s, source = r / 4;
+          ab[o][i] = source == 1 ? 16 + pos : pos;  // from a or b (c: anything)
+          tc[o][i] = source == 2 ? 16 + pos : i;    // keep, or from c
+        }
     }
-    for (; s < steps; ++s) out[s * kRows + r] = bf16_pair(row, k, s);
+  } kIdx;
+  for (int o = 0; o < 3; ++o) {
+    const __m512i ab = _mm512_permutex2var_epi32(a, _mm512_load_si512(kIdx.ab[o]), b);
+    _mm512_storeu_si512(out + 16 * o,
+                        _mm512_permutex2var_epi32(ab, _mm512_load_si512(kIdx.tc[o]), c));
   }
 }
 
-// rows rows of x → out[s · kRows + r] = u8 quad s of row r, and the row
-// scales: 16 floats (4 quads) at a time.
+// temp[r · steps + s] (row-major words) → out[s · kRows + r].
 template <int kRows>
-void pack_u8_quads512(const float* x, int64_t ldx, int rows, int64_t k, int64_t steps,
-                      uint32_t* out, float* scales) {
+void transpose_rows(const uint32_t* temp, int rows, int64_t steps, uint32_t* out) {
+  int64_t s = 0;
+  if constexpr (kRows == 12) {
+    if (rows == 12)
+      for (; s + 4 <= steps; s += 4) transpose_12x4(temp + s, steps, out + s * 12);
+  }
+  for (; s < steps; ++s)
+    for (int r = 0; r < rows; ++r) out[s * kRows + r] = temp[r * steps + s];
+}
+
+// rows rows of x → out[s · kRows + r] = bfloat16 pair s of row r: each row
+// converted 16 floats (8 pairs) at a time into temp, then transposed.
+template <int kRows>
+void pack_bf16_pairs512(const float* x, int64_t ldx, int rows, int64_t k, int64_t steps,
+                        uint32_t* out, uint32_t* temp) {
   for (int r = 0; r < rows; ++r) {
     const float* row = x + r * ldx;
+    uint32_t* dst = temp + r * steps;
+    int64_t s = 0;
+    for (; 2 * s + 16 <= k; s += 8)
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + s),
+                          _mm512_cvtepi32_epi16(bf16_of16(_mm512_loadu_ps(row + 2 * s))));
+    for (; s < steps; ++s) dst[s] = bf16_pair(row, k, s);
+  }
+  transpose_rows<kRows>(temp, rows, steps, out);
+}
+
+// rows rows of x → out[s · kRows + r] = u8 quad s of row r, and the row
+// scales: each row quantised 16 floats (4 quads) at a time into temp, then
+// transposed.
+template <int kRows>
+void pack_u8_quads512(const float* x, int64_t ldx, int rows, int64_t k, int64_t steps,
+                      uint32_t* out, float* scales, uint32_t* temp) {
+  for (int r = 0; r < rows; ++r) {
+    const float* row = x + r * ldx;
+    uint32_t* dst = temp + r * steps;
     __m512i m = _mm512_setzero_si512();
     int64_t p = 0;
     for (; p + 16 <= k; p += 16)
@@ -486,18 +538,16 @@ void pack_u8_quads512(const float* x, int64_t ldx, int rows, int64_t k, int64_t 
     int64_t s = 0;
     if (rs.inv != 0.0f) {
       const __m512 inv = _mm512_set1_ps(rs.inv);
-      alignas(16) uint32_t quads[4];
       for (; 4 * s + 16 <= k; s += 4) {
         __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(row + 4 * s), inv));
         q = _mm512_min_epi32(_mm512_max_epi32(q, _mm512_set1_epi32(-127)), _mm512_set1_epi32(127));
         q = _mm512_add_epi32(q, _mm512_set1_epi32(128));
-        _mm_store_si128(reinterpret_cast<__m128i*>(quads), _mm512_cvtepi32_epi8(q));
-#pragma GCC unroll 4
-        for (int i = 0; i < 4; ++i) out[(s + i) * kRows + r] = quads[i];
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + s), _mm512_cvtepi32_epi8(q));
       }
     }
-    for (; s < steps; ++s) out[s * kRows + r] = u8_quad(row, k, s, rs.inv);
+    for (; s < steps; ++s) dst[s] = u8_quad(row, k, s, rs.inv);
   }
+  transpose_rows<kRows>(temp, rows, steps, out);
 }
 
 // bfloat16 widened to float32 and FMA, for AVX-512 CPUs without AVX512_BF16:
@@ -506,10 +556,10 @@ struct Bf16Widen512 {
   static constexpr int kRows = 12;
   using XElem = uint64_t;
   static void pack(const float* x, int64_t ldx, int rows, int64_t k, int64_t steps, XElem* out,
-                   float*) {
+                   float*, uint32_t* temp) {
     // The pairs, then each widened in place (from the end, as XElem is wider).
     uint32_t* pairs = reinterpret_cast<uint32_t*>(out);
-    pack_bf16_pairs512<kRows>(x, ldx, rows, k, steps, pairs);
+    pack_bf16_pairs512<kRows>(x, ldx, rows, k, steps, pairs, temp);
     for (int64_t i = steps * kRows - 1; i >= 0; --i) {
       const uint32_t pair = pairs[i];
       out[i] = (static_cast<uint64_t>(pair & 0xffff0000u) << 32) | (pair << 16);
@@ -554,8 +604,8 @@ struct Bf16Dot512 {
   static constexpr int kRows = 12;
   using XElem = uint32_t;
   static void pack(const float* x, int64_t ldx, int rows, int64_t k, int64_t steps, XElem* out,
-                   float*) {
-    pack_bf16_pairs512<kRows>(x, ldx, rows, k, steps, out);
+                   float*, uint32_t* temp) {
+    pack_bf16_pairs512<kRows>(x, ldx, rows, k, steps, out, temp);
   }
   template <int R>
   static void tile(const TileArgs& t) {
@@ -601,8 +651,8 @@ struct Int8Vnni512 {
   static constexpr int kRows = 12;
   using XElem = uint32_t;
   static void pack(const float* x, int64_t ldx, int rows, int64_t k, int64_t steps, XElem* out,
-                   float* scales) {
-    pack_u8_quads512<kRows>(x, ldx, rows, k, steps, out, scales);
+                   float* scales, uint32_t* temp) {
+    pack_u8_quads512<kRows>(x, ldx, rows, k, steps, out, scales, temp);
   }
   template <int R>
   static void tile(const TileArgs& t) {
