@@ -295,6 +295,19 @@ TEST_P(LowPrecisionGemm, NonFiniteRowsOfXAreNotFinite) {
       }
 }
 
+// A NaN in a channel of W makes that column of y NaN, every row of it.
+TEST_P(LowPrecisionGemm, NonFiniteChannelsOfWAreNaN) {
+  std::mt19937 gen(4);
+  Problem p = make_problem(20, 40, 33, 0, 0, true, gen);
+  p.w[3 * p.k + 8] = std::numeric_limits<float>::quiet_NaN();
+  const PackedWeights w(p.w.data(), p.n, p.k, precision());
+  const std::vector<float> y = run(p, w);
+  for (int64_t i = 0; i < p.m; ++i)
+    for (int64_t j = 0; j < p.n; ++j) {
+      ASSERT_EQ(std::isnan(y[i * p.ldy + j]), j == 3) << "y[" << i << ", " << j << "]";
+    }
+}
+
 TEST_P(LowPrecisionGemm, KZeroGivesTheBias) {
   std::mt19937 gen(1);
   const Problem p = make_problem(5, 9, 0, 1, 0, true, gen);

@@ -8,6 +8,20 @@
 //              (scale = max|W[j, :]| / 127); x: int8 with one scale per row,
 //              computed per call (dynamic); int32 sums (vpdpbusd where the
 //              CPU has AVX512_VNNI), then y = sum · scale_x[i] · scale_w[j] + bias.
+//              q = round_half_even(v · (127 / max)) in [-127, 127]. vpdpbusd
+//              multiplies u8 by s8: x goes in as q + 128, and 128 · Σ_k W8[j, k]
+//              (kept with W) is taken off the sum, which stays exact in int32.
+//              In float32: float(sum) · (scale_x · scale_w), then + bias (no
+//              FMA), so every int8 table gives the same bits.
+//
+// Special values. bf16: NaN and Inf go through the products as in float32
+// (a NaN in x[i] makes y[i, :] NaN). int8: a row of x holding a NaN or an
+// Inf has no scale; its whole row of y is NaN (never finite numbers), and
+// likewise a channel of W holding one makes its column of y NaN. A row (of
+// x or W) that is all zero, or whose max |value| is below 2^-100 (127 / max
+// would overflow), quantises to zeros with scale 0: its y is the bias.
+// bf16 on AVX512_BF16 takes denormal inputs and sums as zero (vdpbf16ps
+// ignores MXCSR and always flushes them).
 //
 // The packed layout does not depend on the instruction set: weights packed
 // once run on every LowPrecisionKernels table this CPU supports (tests switch
