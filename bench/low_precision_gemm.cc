@@ -18,6 +18,8 @@
 // vdpbf16ps or vpdpbusd on as many threads, interleaved with the kernels, so
 // that it sees the same machine load); for the widening tables it is still
 // the bf16 or int8 peak. The portable tables are skipped unless --portable.
+// Built where CMake finds oneDNN (find_package(dnnl)), oneDNN's bf16 and int8
+// matmul run alongside (OneDnnLinear below says what each call includes).
 #include "kernels/low_precision_gemm.h"
 
 #include <cblas.h>
@@ -26,6 +28,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -35,6 +38,10 @@
 #include <vector>
 
 #include "qkv/precision.h"
+
+#ifdef QKV_BENCH_ONEDNN
+#include <oneapi/dnnl/dnnl.hpp>
+#endif
 
 namespace {
 
@@ -136,6 +143,76 @@ double peak_gflops(Peak which, int threads, int64_t iterations) {
   return threads * iterations * 16 * per_instruction / s / 1e9;
 }
 
+#ifdef QKV_BENCH_ONEDNN
+// oneDNN's matmul on the same shape, for comparison: y = x · Wᵀ + bias with
+// W reordered once into oneDNN's own layout. bf16: each call reorders x from
+// float32 to bf16 and multiplies. int8: each call reorders x to s8 with one
+// scale for the whole tensor (oneDNN 2.x matmul has no per-row scale of
+// the source; ours is per row, dynamic, and its max|x| pass is not in this
+// time: the scale is computed once, outside), s8 W with per-channel output
+// scales.
+struct OneDnnLinear {
+  dnnl::engine engine{dnnl::engine::kind::cpu, 0};
+  dnnl::stream stream{engine};
+  dnnl::memory x_f32, x_low, w_low, b, y;
+  dnnl::reorder to_low;
+  dnnl::matmul matmul;
+
+  OneDnnLinear(const float* x, const float* w, const float* bias, float* out, int64_t m, int64_t n,
+               int64_t k, bool int8) {
+    using dt = dnnl::memory::data_type;
+    using tag = dnnl::memory::format_tag;
+    const dt low = int8 ? dt::s8 : dt::bf16;
+    const dnnl::memory::desc x_md({m, k}, dt::f32, tag::ab), x_low_md({m, k}, low, tag::ab);
+    const dnnl::memory::desc w_any({k, n}, low, tag::any);
+    const dnnl::memory::desc b_md({1, n}, dt::f32, tag::ab), y_md({m, n}, dt::f32, tag::ab);
+    float x_scale = 1.0f;
+    dnnl::primitive_attr x_attr, mm_attr;
+    // W as low-precision values in the plain layout ([n, k] = [k, n] "ba"),
+    // then reordered into oneDNN's; int8: quantised here, per channel.
+    std::vector<float> w_f32(w, w + n * k);
+    std::vector<int8_t> w_s8(int8 ? n * k : 0);
+    if (int8) {
+      float max = 0.0f;
+      for (int64_t i = 0; i < m * k; ++i) max = std::max(max, std::fabs(x[i]));
+      x_scale = max > 0 ? max / 127.0f : 1.0f;
+      x_attr.set_output_scales(0, {1.0f / x_scale});
+      std::vector<float> out_scales(n);
+      for (int64_t j = 0; j < n; ++j) {
+        float mj = 0.0f;
+        for (int64_t p = 0; p < k; ++p) mj = std::max(mj, std::fabs(w[j * k + p]));
+        const float sw = mj > 0 ? mj / 127.0f : 1.0f;
+        for (int64_t p = 0; p < k; ++p)
+          w_s8[j * k + p] = static_cast<int8_t>(std::nearbyint(w[j * k + p] / sw));
+        out_scales[j] = x_scale * sw;
+      }
+      mm_attr.set_output_scales(2, out_scales);  // mask 2: per column of y
+    }
+    const dnnl::memory::desc w_plain({k, n}, low == dt::s8 ? dt::s8 : dt::f32, tag::ba);
+    const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(x_low_md, w_any, b_md, y_md), mm_attr,
+                                          engine);
+    x_f32 = dnnl::memory(x_md, engine, const_cast<float*>(x));
+    x_low = dnnl::memory(x_low_md, engine);
+    w_low = dnnl::memory(pd.weights_desc(), engine);
+    b = dnnl::memory(b_md, engine, const_cast<float*>(bias));
+    y = dnnl::memory(y_md, engine, out);
+    dnnl::memory w_src(w_plain, engine,
+                       int8 ? static_cast<void*>(w_s8.data()) : static_cast<void*>(w_f32.data()));
+    dnnl::reorder(w_src, w_low).execute(stream, w_src, w_low);
+    to_low = dnnl::reorder(dnnl::reorder::primitive_desc(x_f32, x_low, x_attr));
+    matmul = dnnl::matmul(pd);
+    stream.wait();
+  }
+  void run() {
+    to_low.execute(stream, x_f32, x_low);
+    matmul.execute(
+        stream,
+        {{DNNL_ARG_SRC, x_low}, {DNNL_ARG_WEIGHTS, w_low}, {DNNL_ARG_BIAS, b}, {DNNL_ARG_DST, y}});
+    stream.wait();
+  }
+};
+#endif
+
 std::vector<int> parse_list(const char* s) {
   std::vector<int> out;
   for (const char* p = s; *p;) {
@@ -223,6 +300,15 @@ int main(int argc, char** argv) {
                          },
                          {}});
       }
+
+#ifdef QKV_BENCH_ONEDNN
+    // Made once per shape: the primitives keep their thread count (OpenMP's
+    // at each call).
+    OneDnnLinear dnnl_bf16(x.data(), w.data(), bias.data(), y.data(), s.m, s.n, s.k, false);
+    OneDnnLinear dnnl_int8(x.data(), w.data(), bias.data(), y.data(), s.m, s.n, s.k, true);
+    impls.push_back({"bf16 oneDNN matmul", Peak::kBf16, [&] { dnnl_bf16.run(); }, {}});
+    impls.push_back({"int8 oneDNN matmul", Peak::kInt8, [&] { dnnl_int8.run(); }, {}});
+#endif
 
     for (int threads : thread_counts) {
       omp_set_num_threads(threads);
