@@ -13,8 +13,9 @@
 // kBlockRows, into a thread-local buffer laid out as panels of kRows rows,
 // k-major ([step][kRows]), so that the micro-kernel reads one row's 2 (bf16)
 // or 4 (int8) values of a step as one 32-bit broadcast from one pointer. Then
-// for each packed column panel of W, each row panel's kRows × 32 block of y
-// is summed in registers over the whole of k.
+// each row panel (in L1) meets every packed column panel of W (from L2): its
+// kRows × 32 block of y is summed in registers over the whole of k, and the
+// rows of y are written in order.
 //
 // Everything here has internal linkage (see kernels/simd/vec.h): the same
 // names compile to different instructions in each translation unit.
@@ -37,8 +38,7 @@ namespace {
 
 constexpr int kPanel = static_cast<int>(kLowpPanel);
 // Rows of x converted at a time by one gemm_block call (a multiple of every
-// flavour's kRows): the converted block (≤ 96 × k · 4 bytes) stays in L2
-// while every column panel of W passes over it.
+// flavour's kRows); the converted block takes ≤ 96 × k · 4 bytes.
 constexpr int64_t kBlockRows = 96;
 
 // ---- Scalar conversions, the definition every flavour follows -----------------
@@ -191,7 +191,8 @@ void run_tile(int rows, const TileArgs& t) {
   F::template tile<R>(t);
 }
 
-// y[r0:r1, c0:c1] = x[r0:r1] · Wᵀ + bias[c0:c1] (LowPrecisionKernels::gemm_block).
+// y[r0:r1, c0:c1] = x[r0:r1] · Wᵀ + bias[c0:c1] (LowPrecisionKernels::gemm_block;
+// the driver calls it with weights of the flavour's precision).
 template <class F>
 void gemm_block(const float* x, int64_t ldx, const PackedWeights& packed, const float* bias,
                 float* y, int64_t ldy, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
@@ -221,11 +222,12 @@ void gemm_block(const float* x, int64_t ldx, const PackedWeights& packed, const 
       const int tile_rows = static_cast<int>(std::min<int64_t>(F::kRows, rows - ip));
       for (int64_t panel = c0 / kPanel; panel * kPanel < c1; ++panel) {
         const int64_t j0 = panel * kPanel;
-        const float* bias_panel = bias + j0;
-        if (bias == nullptr || j0 + kPanel > w.n) {
+        const float* bias_panel = bias_pad;
+        if (bias != nullptr && j0 + kPanel <= w.n) {
+          bias_panel = bias + j0;
+        } else {
           for (int c = 0; c < kPanel; ++c)
             bias_pad[c] = (bias != nullptr && j0 + c < w.n) ? bias[j0 + c] : 0.0f;
-          bias_panel = bias_pad;
         }
         TileArgs t{};
         t.a = buffer + ip * steps;
@@ -233,8 +235,8 @@ void gemm_block(const float* x, int64_t ldx, const PackedWeights& packed, const 
                    : static_cast<const void*>(w.bf16 + panel * panel_elems);
         t.steps = steps;
         t.row_scale = row_scales + ip;
-        t.col_scale = w.scales + j0;
-        t.col_sum = w.col_sums + j0;
+        t.col_scale = int8 ? w.scales + j0 : nullptr;
+        t.col_sum = int8 ? w.col_sums + j0 : nullptr;
         t.bias = bias_panel;
         t.y = y + (i0 + ip) * ldy + j0;
         t.ldy = ldy;
