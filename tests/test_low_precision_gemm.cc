@@ -204,7 +204,7 @@ TEST_P(LowPrecisionGemm, AwkwardShapesAgainstFloat64) {
     for (int64_t n : {1, 5, 33, 64, 100})
       for (int64_t k : {1, 2, 3, 7, 64, 385}) {
         const bool bias = (m + n + k) % 2 == 0;
-        const int64_t x_pad = m % 2 == 0 ? 3 : 0, y_pad = n % 2 == 1 ? 5 : 0;
+        const int64_t x_pad = (m + k) % 2 == 0 ? 3 : 0, y_pad = n % 2 == 1 ? 5 : 0;
         const Problem p = make_problem(m, n, k, x_pad, y_pad, bias, gen);
         const PackedWeights w(p.w.data(), n, k, precision());
         check(p, w, run(p, w));
