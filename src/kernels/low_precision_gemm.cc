@@ -36,6 +36,13 @@ PackedWeights::PackedWeights(const float* w, int64_t n, int64_t k, Precision pre
                                        precision_name(precision));
   const int64_t panels = (n + kLowpPanel - 1) / kLowpPanel;
   const int64_t cols = panels * kLowpPanel;
+  if (k == 0) {  // nothing to pack (y = bias); the int8 scales are zero
+    if (precision == Precision::kInt8) {
+      scales_.assign(cols, 0.0f);
+      col_sums_.assign(cols, 0);
+    }
+    return;
+  }
   if (precision == Precision::kBFloat16) {
     const int64_t steps = (k + 1) / 2;
     bf16_.assign(panels * steps * kLowpPanel * 2, 0);

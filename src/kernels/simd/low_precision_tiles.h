@@ -231,8 +231,11 @@ void gemm_block(const float* x, int64_t ldx, const PackedWeights& packed, const 
         }
         TileArgs t{};
         t.a = buffer + ip * steps;
-        t.b = int8 ? static_cast<const void*>(w.int8 + panel * panel_elems)
-                   : static_cast<const void*>(w.bf16 + panel * panel_elems);
+        // (k = 0: no arrays; the kernels then only offset a pointer into a panel.)
+        alignas(64) static constexpr int8_t kNoWeights[4 * kPanel] = {};
+        t.b = steps == 0 ? static_cast<const void*>(kNoWeights)
+              : int8     ? static_cast<const void*>(w.int8 + panel * panel_elems)
+                         : static_cast<const void*>(w.bf16 + panel * panel_elems);
         t.steps = steps;
         t.row_scale = row_scales + ip;
         t.col_scale = int8 ? w.scales + j0 : nullptr;
