@@ -33,6 +33,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -302,17 +303,23 @@ int main(int argc, char** argv) {
       }
 
 #ifdef QKV_BENCH_ONEDNN
-    // Made once per shape: the primitives keep their thread count (OpenMP's
-    // at each call).
-    OneDnnLinear dnnl_bf16(x.data(), w.data(), bias.data(), y.data(), s.m, s.n, s.k, false);
-    OneDnnLinear dnnl_int8(x.data(), w.data(), bias.data(), y.data(), s.m, s.n, s.k, true);
-    impls.push_back({"bf16 oneDNN matmul", Peak::kBf16, [&] { dnnl_bf16.run(); }, {}});
-    impls.push_back({"int8 oneDNN matmul", Peak::kInt8, [&] { dnnl_int8.run(); }, {}});
+    // Made again for each thread count below: a oneDNN primitive is made for
+    // the threads OpenMP has when it is created (run with fewer, it slows
+    // down by up to 100x at m = 16).
+    std::unique_ptr<OneDnnLinear> dnnl_bf16, dnnl_int8;
+    impls.push_back({"bf16 oneDNN matmul", Peak::kBf16, [&] { dnnl_bf16->run(); }, {}});
+    impls.push_back({"int8 oneDNN matmul", Peak::kInt8, [&] { dnnl_int8->run(); }, {}});
 #endif
 
     for (int threads : thread_counts) {
       omp_set_num_threads(threads);
       openblas_set_num_threads(threads);
+#ifdef QKV_BENCH_ONEDNN
+      dnnl_bf16 = std::make_unique<OneDnnLinear>(x.data(), w.data(), bias.data(), y.data(), s.m,
+                                                 s.n, s.k, false);
+      dnnl_int8 = std::make_unique<OneDnnLinear>(x.data(), w.data(), bias.data(), y.data(), s.m,
+                                                 s.n, s.k, true);
+#endif
       for (Impl& impl : impls) {
         impl.gflops.clear();
         impl.run();  // warm: packs nothing, but touches W and the buffers
