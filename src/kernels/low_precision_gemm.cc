@@ -203,9 +203,9 @@ void low_precision_gemm(const float* x, int64_t ldx, int64_t m, const PackedWeig
     return;
   }
   const int64_t panels = (n + kLowpPanel - 1) / kLowpPanel;
-  const int64_t parts = std::min<int64_t>(threads, panels);
-#pragma omp parallel for schedule(static, 1) num_threads(static_cast<int>(parts))
-  for (int64_t part = 0; part < parts; ++part) {
+  const int parts = static_cast<int>(std::min<int64_t>(threads, panels));
+#pragma omp parallel for schedule(static, 1) num_threads(parts)
+  for (int part = 0; part < parts; ++part) {
     const int64_t first = panels * part / parts, last = panels * (part + 1) / parts;
     table.gemm_block(x, ldx, w, bias, y, ldy, 0, m, first * kLowpPanel,
                      std::min(n, last * kLowpPanel));
