@@ -81,7 +81,8 @@ int64_t PackedWeights::bytes() const {
 
 PackedWeights::View PackedWeights::view() const {
   const int64_t step = precision_ == Precision::kInt8 ? 4 : 2;
-  return {n_,
+  return {precision_,
+          n_,
           k_,
           (n_ + kLowpPanel - 1) / kLowpPanel,
           (k_ + step - 1) / step,

@@ -55,8 +55,10 @@ class PackedWeights {
   int64_t bytes() const;
 
   // The packed arrays as plain pointers, for the kernels (an out-of-line
-  // function: the per-ISA translation units then instantiate no std::vector code).
+  // function: the per-ISA translation units then call no inline function of
+  // this class or of std::vector, whose one kept copy could be theirs).
   struct View {
+    Precision precision;
     int64_t n, k;
     int64_t panels;           // ceil(n / kLowpPanel) column panels
     int64_t steps;            // k pairs (bfloat16) or k quads (int8): ceil(k / 2) or ceil(k / 4)

@@ -201,7 +201,7 @@ void gemm_block(const float* x, int64_t ldx, const PackedWeights& packed, const 
   if (r0 >= r1 || c0 >= c1) return;
   const PackedWeights::View w = packed.view();
   const int64_t steps = w.steps;
-  const bool int8 = packed.precision() == Precision::kInt8;
+  const bool int8 = w.precision == Precision::kInt8;
   const int64_t panel_elems = steps * kPanel * (int8 ? 4 : 2);  // bytes or uint16 per panel
   const int64_t block = std::min(kBlockRows, (r1 - r0 + F::kRows - 1) / F::kRows * F::kRows);
   const int64_t buffer_bytes = block * std::max<int64_t>(steps, 1) * sizeof(XElem);
