@@ -34,6 +34,7 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <new>
 #include <random>
 #include <string>
 #include <vector>
@@ -53,6 +54,19 @@ using Clock = std::chrono::steady_clock;
 
 struct Shape {
   int64_t m, n, k;
+};
+
+template <class T>
+struct AlignedAllocator {
+  using value_type = T;
+  AlignedAllocator() = default;
+  template <class U>
+  AlignedAllocator(const AlignedAllocator<U>&) {}
+  T* allocate(size_t n) {
+    return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t(64)));
+  }
+  void deallocate(T* p, size_t) { ::operator delete(p, std::align_val_t(64)); }
+  bool operator==(const AlignedAllocator&) const { return true; }
 };
 
 // The instruction whose peak an implementation is measured against.
@@ -269,7 +283,8 @@ int main(int argc, char** argv) {
   std::mt19937 gen(1);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   for (const Shape& s : shapes) {
-    std::vector<float> x(s.m * s.k), w(s.n * s.k), bias(s.n), y(s.m * s.n);
+    // 64-byte aligned, as qkv's tensors are (src/tensor/buffer_cache.cc).
+    std::vector<float, AlignedAllocator<float>> x(s.m * s.k), w(s.n * s.k), bias(s.n), y(s.m * s.n);
     for (float& v : x) v = u(gen);
     for (float& v : w) v = u(gen);
     for (float& v : bias) v = u(gen);
