@@ -212,6 +212,32 @@ TEST_F(Cli, EmbedWritesJsonAndNpyWithTheSameRows) {
   EXPECT_LT(dot(from_npy[0], from_npy[1]), 0.5);  // unrelated texts
 }
 
+TEST_F(Cli, EmbedPrecisionIsAChoiceOfTheModel) {
+  QKV_SKIP_WITHOUT_MINILM();
+  const std::string model = "--model '" + qkv_test::minilm_dir().string() + "'";
+  const std::string texts = "'A cat sits on the mat.' 'Stocks fell sharply.'";
+  std::vector<std::vector<std::vector<double>>> rows;
+  for (const char* precision : {"float32", "bf16", "int8"}) {
+    const CliRun run =
+        run_qkv("embed --stats --precision " + std::string(precision) + " " + model + " " + texts);
+    ASSERT_EQ(run.exit_code, 0) << run.output;
+    const char* canonical = precision == std::string("bf16") ? "bfloat16" : precision;
+    expect_output_has(run, {"\"precision\": \"" + std::string(canonical) + "\"",
+                            std::string(canonical) + ", batch size"});
+    rows.push_back(json_embeddings(run.output));
+    ASSERT_EQ(rows.back().size(), 2u) << run.output;
+  }
+  for (size_t p = 1; p < 3; ++p)
+    for (size_t i = 0; i < 2; ++i) {
+      const double cosine = dot(rows[p][i], rows[0][i]);
+      EXPECT_GT(cosine, p == 1 ? 0.9995 : 0.995) << "precision " << p << ", row " << i;
+      EXPECT_LT(cosine, 1.0 - 1e-9) << "precision " << p << " computed in float32";
+    }
+  const CliRun bad = run_qkv("embed --precision fp16 hello " + model);
+  EXPECT_NE(bad.exit_code, 0);
+  expect_output_has(bad, {"--precision", "fp16", "bfloat16", "int8"});
+}
+
 TEST_F(Cli, SimilarityPrintsTheCosinesWithCutLabels) {
   QKV_SKIP_WITHOUT_MINILM();
   const std::string model = "--model '" + qkv_test::minilm_dir().string() + "'";

@@ -48,4 +48,14 @@ inline CLI::Option* add_threads_option(CLI::App& app, int& threads) {
   return add_non_negative(app, "--threads", threads, "Threads (0 = OMP_NUM_THREADS or all cores)");
 }
 
+// --precision of the inference commands: the arithmetic of the model's layers.
+inline CLI::Option* add_precision_option(CLI::App& app, std::string& precision) {
+  return app
+      .add_option("--precision", precision,
+                  "Arithmetic of the layers: float32 (exact), bfloat16 (bf16) or int8 (fastest)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"float32", "fp32", "bfloat16", "bf16", "int8"}))
+      ->type_name("P");
+}
+
 }  // namespace qkv::cli

@@ -28,6 +28,7 @@ struct EmbedOptions {
   std::vector<std::string> texts;
   std::string model = kDefaultEmbeddingModel;
   std::string output;
+  std::string precision = "float32";
   int64_t batch_size = 32;
   bool stats = false;
 };
@@ -37,17 +38,19 @@ std::string json_string(const std::string& text) {
   return nlohmann::json(text).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
-// {"model": ..., "dimension": D, "pooling": ..., "normalized": ..., "texts": [...],
+// {"model": ..., "precision": ..., "dimension": D, "pooling": ..., "normalized": ...,
+//  "texts": [...],
 //  "embeddings": [[...], ...]}, one embedding per line. %.9g gives every
 // float32 back exactly.
 // embeddings: [N, D]
 std::string embeddings_json(const std::vector<std::string>& texts, const Tensor& embeddings,
                             const models::SentenceEncoder& encoder, const std::string& model) {
   const int64_t n = embeddings.size(0), d = embeddings.size(1);
-  std::string out = "{\"model\": " + json_string(model) + ", \"dimension\": " + std::to_string(d) +
-                    ", \"pooling\": \"" + models::pooling_name(encoder.pooling()) +
-                    "\", \"normalized\": " + (encoder.normalize() ? "true" : "false") +
-                    ",\n \"texts\": [";
+  std::string out =
+      "{\"model\": " + json_string(model) + ", \"precision\": \"" +
+      precision_name(encoder.precision()) + "\", \"dimension\": " + std::to_string(d) +
+      ", \"pooling\": \"" + models::pooling_name(encoder.pooling()) +
+      "\", \"normalized\": " + (encoder.normalize() ? "true" : "false") + ",\n \"texts\": [";
   for (int64_t i = 0; i < n; ++i) out += (i ? ", " : "") + json_string(texts[i]);
   out += "],\n \"embeddings\": [";
   const float* e = embeddings.data<float>();
@@ -93,7 +96,7 @@ int run_embed(const EmbedOptions& o) {
   QKV_CHECK(o.output.empty() || extension == ".json" || extension == ".npy", "--output '", o.output,
             "' must end in .json or .npy");
   const std::vector<std::string> texts = texts_or_stdin(o.texts);
-  const models::SentenceEncoder encoder = load_sentence_encoder(o.model);
+  const models::SentenceEncoder encoder = load_sentence_encoder(o.model, o.precision);
 
   const auto start = std::chrono::steady_clock::now();
   const Tensor embeddings = encoder.encode(texts, o.batch_size);  // [N, D]
@@ -111,9 +114,10 @@ int run_embed(const EmbedOptions& o) {
               << o.output << "\n";
   }
   if (o.stats)
-    std::fprintf(stderr, "%zu texts in %.3f s (%.1f texts/s, batch size %lld, %d threads)\n",
+    std::fprintf(stderr, "%zu texts in %.3f s (%.1f texts/s, %s, batch size %lld, %d threads)\n",
                  texts.size(), seconds, seconds > 0 ? texts.size() / seconds : 0.0,
-                 static_cast<long long>(o.batch_size), num_threads());
+                 precision_name(encoder.precision()), static_cast<long long>(o.batch_size),
+                 num_threads());
   return 0;
 }
 
@@ -129,6 +133,7 @@ Command add_embed_command(CLI::App& parent) {
                        "Write to FILE.json or FILE.npy (float32 [N, D]) instead of JSON on stdout")
             ->type_name("FILE");
         add_positive(app, "--batch-size", options.batch_size, "Texts per forward pass");
+        add_precision_option(app, options.precision);
         app.add_flag("--stats", options.stats, "Print texts per second to stderr");
         app.footer(
             "Embeddings are mean-pooled over the tokens and L2-normalised (as the model's\n"

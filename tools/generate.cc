@@ -30,12 +30,14 @@ struct GenerateOptions {
   double top_p = 1.0;
   bool greedy = false;
   uint64_t seed = 0;
+  std::string precision = "float32";
   bool stats = false;
 };
 
 int run_generate(const GenerateOptions& o) {
   io::SafetensorsMetadata metadata;
   nn::DecoderModel model = models::load_decoder_model(o.model, &metadata);
+  model.set_precision(parse_precision(o.precision));
   const auto entry = metadata.find(io::CharVocabulary::kMetadataKey);
   const io::CharVocabulary vocab = entry != metadata.end()
                                        ? io::CharVocabulary::from_json(entry->second)
@@ -100,6 +102,7 @@ Command add_generate_command(CLI::App& parent) {
         app.add_flag("--greedy", options.greedy,
                      "Always take the most likely token (temperature 0)");
         add_defaulted(app, "--seed", options.seed, "Seed of the sampler: same seed, same text");
+        add_precision_option(app, options.precision);
         app.add_flag("--stats", options.stats, "Print tokens per second to stderr at the end");
         app.footer(
             "Tokens are bytes unless the file's metadata holds a vocabulary (qkv.vocabulary).\n"

@@ -31,11 +31,12 @@ inline std::vector<std::string> texts_or_stdin(const std::vector<std::string>& t
 
 // The encoder of `model_dir`, with a hint at the fetch script when the
 // directory is missing.
-inline models::SentenceEncoder load_sentence_encoder(const std::string& model_dir) {
+inline models::SentenceEncoder load_sentence_encoder(const std::string& model_dir,
+                                                     const std::string& precision = "float32") {
   QKV_CHECK(std::filesystem::is_directory(model_dir), "model directory '", model_dir,
             "' not found; run scripts/fetch_model.sh (from the repository root) to fetch ",
             "all-MiniLM-L6-v2 into ", kDefaultEmbeddingModel, ", or pass --model DIR");
-  return models::SentenceEncoder(model_dir);
+  return models::SentenceEncoder(model_dir, parse_precision(precision));
 }
 
 // The texts (positional; `texts_help` says what they are for) and --model DIR.

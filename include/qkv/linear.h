@@ -1,9 +1,18 @@
-// Linear maps (the W_q, W_k, W_v and output projections of §4.2), through BLAS.
+// Linear maps (the W_q, W_k, W_v and output projections of §4.2): float32
+// and float64 through BLAS, bfloat16 and int8 through qkv's own kernels.
 #pragma once
 
+#include <cstdint>
+#include <memory>
+
+#include "qkv/precision.h"
 #include "qkv/tensor.h"
 
 namespace qkv {
+
+namespace kernels {
+class PackedWeights;
+}
 
 // y = x Wᵀ + b, as torch.nn.functional.linear.
 // x: [..., in]  weight: [out, in]  bias: [out] or undefined  ->  [..., out]
@@ -15,6 +24,38 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = {});
 // matrix-vector product.
 // x: [..., in]  weight: [out, in]  bias: [out] or undefined  out: [..., out]
 void linear_into(Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias = {});
+
+// A float32 weight [out, in] converted once into bfloat16 or int8 (see
+// precision.h) and packed for the low-precision kernels: what a model keeps
+// instead of re-rounding its weights on every call.
+//
+//   LowPrecisionWeight w8(weight, Precision::kInt8);
+//   Tensor y = linear(x, w8, bias);      // ≈ linear(x, weight, bias)
+class LowPrecisionWeight {
+ public:
+  LowPrecisionWeight() = default;  // empty: no weight
+  // weight: float32 [out, in]; precision: kBFloat16 or kInt8.
+  LowPrecisionWeight(const Tensor& weight, Precision precision);
+
+  bool empty() const { return packed_ == nullptr; }
+  Precision precision() const;
+  int64_t in_features() const;
+  int64_t out_features() const;
+  // Bytes of packed weights (and int8 scales) held.
+  int64_t bytes() const;
+  const kernels::PackedWeights& packed() const { return *packed_; }
+
+ private:
+  std::shared_ptr<const kernels::PackedWeights> packed_;  // shared by copies: immutable
+};
+
+// y = x Wᵀ + b with W in low precision; x, bias and the result are float32.
+// x: [..., in]  bias: [out] or undefined  ->  [..., out]
+Tensor linear(const Tensor& x, const LowPrecisionWeight& weight, const Tensor& bias = {});
+// The same into a preallocated `out` not overlapping x: its rows evenly spaced
+// with a contiguous last dim (a column block of a wider matrix is fine).
+void linear_into(Tensor& out, const Tensor& x, const LowPrecisionWeight& weight,
+                 const Tensor& bias = {});
 
 // Batched matrix product.
 // a: [..., n, k]  b: [..., k, m]  ->  [..., n, m]   (leading dims must match)

@@ -106,11 +106,15 @@ void bind_models(py::module_& m) {
   def_state_dict<BertModel>(bert, "BertModel.load_state_dict");
 
   py::class_<SentenceEncoder>(m, "SentenceEncoder")
-      .def(py::init([](const std::string& model_dir) {
+      .def(py::init([](const std::string& model_dir, const std::string& precision) {
+             const Precision p = parse_precision(precision);
              py::gil_scoped_release release;
-             return SentenceEncoder(model_dir);
+             return SentenceEncoder(model_dir, p);
            }),
-           py::arg("model_dir"))
+           py::arg("model_dir"), py::arg("precision"))
+      .def_property_readonly(
+          "precision",
+          [](const SentenceEncoder& self) { return std::string(precision_name(self.precision())); })
       .def(
           "encode",
           [](const SentenceEncoder& self, const std::vector<std::string>& texts,

@@ -1,5 +1,5 @@
 // qkv._core.Module: what every compiled nn module has (nn::Module's state
-// dict and mode), bound once; the module classes derive from it.
+// dict, mode and precision), bound once; the module classes derive from it.
 #include "bindings.h"
 #include "convert.h"
 #include "module_common.h"
@@ -21,7 +21,16 @@ void bind_module_core(py::module_& m) {
       .def(
           "train", [](nn::Module& self, bool mode) { self.train(mode); }, py::arg("mode") = true)
       .def("eval", [](nn::Module& self) { self.eval(); })
-      .def_property_readonly("training", &nn::Module::is_training);
+      .def_property_readonly("training", &nn::Module::is_training)
+      .def(
+          "set_precision",
+          [](nn::Module& self, const std::string& precision) {
+            self.set_precision(parse_precision(precision));
+          },
+          py::arg("precision"))
+      .def_property_readonly("precision", [](const nn::Module& self) {
+        return std::string(precision_name(self.precision()));
+      });
 }
 
 }  // namespace qkv::python

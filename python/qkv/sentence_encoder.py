@@ -5,6 +5,8 @@ Transformer -> Pooling (-> Normalize) model such as all-MiniLM-L6-v2.
     encoder = qkv.SentenceEncoder("models/all-MiniLM-L6-v2")
     e = encoder.encode(["A cat sits on the mat.", "A dog runs."])   # [2, 384] float32
     cosine = e @ e.T                                                # rows have norm 1
+
+    fast = qkv.SentenceEncoder("models/all-MiniLM-L6-v2", precision="int8")
 """
 
 import os
@@ -23,10 +25,16 @@ class SentenceEncoder:
     Tokenizes with qkv's WordPiece tokenizer, runs qkv's BertModel, pools
     (mean over real tokens for all-MiniLM-L6-v2; CLS, max and mean·√len are
     read too) and L2-normalises when modules.json lists Normalize.
+
+    precision: the arithmetic of the transformer's layers. "float32" (the
+    default) matches sentence-transformers; "bfloat16" ("bf16") multiplies
+    bfloat16 values with float32 sums; "int8" multiplies int8 weights (one
+    scale per output channel) by int8 activations (one scale per token).
+    Weights are converted once, here; embeddings are float32 in every case.
     """
 
-    def __init__(self, model_dir):
-        self._encoder = _core.SentenceEncoder(os.fspath(model_dir))
+    def __init__(self, model_dir, precision="float32"):
+        self._encoder = _core.SentenceEncoder(os.fspath(model_dir), str(precision))
 
     def encode(self, sentences, batch_size=32):
         """sentences: a str or a list of str  ->  [D] or [N, D] float32 numpy.
@@ -52,6 +60,11 @@ class SentenceEncoder:
     def get_sentence_embedding_dimension(self):
         """sentence-transformers' name for `dimension`."""
         return self._encoder.dimension
+
+    @property
+    def precision(self):
+        """"float32", "bfloat16" or "int8", as given at construction."""
+        return self._encoder.precision
 
     @property
     def max_seq_length(self):

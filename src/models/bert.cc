@@ -296,6 +296,12 @@ nn::StateDict BertModel::state_dict() const {
 
 void BertModel::load_state_dict(const std::map<std::string, Tensor>& state) {
   nn::detail::load_strict("BertModel", state_dict(), state);
+  if (precision_ != Precision::kFloat32) set_precision(precision_);  // convert the new weights
+}
+
+void BertModel::set_precision(Precision precision) {
+  for (nn::TransformerEncoderLayer& layer : layers_) layer.set_precision(precision);
+  precision_ = precision;
 }
 
 int64_t BertModel::num_parameters() const {

@@ -142,15 +142,16 @@ const char* pooling_name(Pooling pooling) {
   return ::qkv::detail::name_of(kNames, pooling);
 }
 
-SentenceEncoder::SentenceEncoder(const std::filesystem::path& model_dir)
-    : SentenceEncoder(read_layout(model_dir)) {}
+SentenceEncoder::SentenceEncoder(const std::filesystem::path& model_dir, Precision precision)
+    : SentenceEncoder(read_layout(model_dir), precision) {}
 
-SentenceEncoder::SentenceEncoder(const Layout& p)
+SentenceEncoder::SentenceEncoder(const Layout& p, Precision precision)
     : model_(BertModel::from_pretrained(p.transformer_dir)),
       tokenizer_(text::WordPieceTokenizer::from_json(p.transformer_dir / "tokenizer.json")),
       pooling_(p.pooling_dir.empty() ? Pooling::kMean
                                      : read_pooling(p.pooling_dir, model_.config().hidden_size)),
       normalize_(p.normalize) {
+  model_.set_precision(precision);
   const BertConfig& c = model_.config();
   // max_seq_length as sentence-transformers finds it: sentence_bert_config.json's
   // "max_seq_length", else min(tokenizer_config.json's "model_max_length",

@@ -25,12 +25,23 @@ Tensor Linear::forward(const Tensor& x, LinearRecord* record) const {
   QKV_CHECK(x.dim() >= 1 && x.size(-1) == options_.in_features,
             "Linear: input must be [..., in_features=", options_.in_features, "], got shape ",
             shape_str(x.shape()));
-  if (record) record->input = x;
+  if (record) {
+    check_float32_precision("Linear::forward with a record");
+    record->input = x;
+  }
+  if (!low_precision_weight_.empty()) return linear(x, low_precision_weight_, bias_);
   return linear(x, weight_, bias_);
 }
 
 void Linear::forward_into(Tensor& out, const Tensor& x) const {
+  if (!low_precision_weight_.empty()) return linear_into(out, x, low_precision_weight_, bias_);
   linear_into(out, x, weight_, bias_);
+}
+
+void Linear::update_precision() {
+  low_precision_weight_ = precision() == Precision::kFloat32
+                              ? LowPrecisionWeight()
+                              : detail::low_precision_weight(weight_, precision(), type_name());
 }
 
 void Linear::list_members(MemberList& m) {

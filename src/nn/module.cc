@@ -86,6 +86,22 @@ StateDict Module::state_dict() const {
 
 void Module::load_state_dict(const std::map<std::string, Tensor>& state) {
   detail::load_strict(type_name_, state_dict(), state);
+  ModuleWalk::run(*this, {}, [](Module& m) {
+    if (m.precision_ != Precision::kFloat32) m.update_precision();
+  });
+}
+
+void Module::set_precision(Precision precision) {
+  ModuleWalk::run(*this, {}, [precision](Module& m) {
+    m.precision_ = precision;
+    m.update_precision();
+  });
+}
+
+void Module::check_float32_precision(const char* what) const {
+  QKV_CHECK(precision_ == Precision::kFloat32, what, " needs float32 arithmetic, but ", type_name_,
+            " runs in ", precision_name(precision_),
+            " (low precision is for inference; call set_precision(Precision::kFloat32) first)");
 }
 
 void Module::train(bool on) {

@@ -84,4 +84,12 @@ Tensor merge_heads(const Tensor& x) {
   return x.transpose(1, 2).contiguous().view({x.size(0), x.size(2), x.size(1) * x.size(3)});
 }
 
+LowPrecisionWeight low_precision_weight(const Tensor& weight, Precision precision,
+                                        const char* module) {
+  QKV_CHECK_TYPE(weight.dtype() == DType::kFloat32, module, ": precision ",
+                 precision_name(precision), " needs a float32 module, got ",
+                 dtype_name(weight.dtype()));
+  return LowPrecisionWeight(weight, precision);
+}
+
 }  // namespace qkv::nn::detail

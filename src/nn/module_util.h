@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "qkv/generator.h"
+#include "qkv/linear.h"
 #include "qkv/nn/state_dict.h"
 #include "qkv/tensor.h"
 
@@ -25,6 +26,11 @@ void load_strict(const char* module, const StateDict& own,
 Tensor uniform_fan_in(const Shape& shape, int64_t fan_in, Generator& gen, DType dtype);
 
 // xavier_uniform_ of a 2-D [out, in] weight: U(-a, a), a = √(6 / (in + out)).
+// `weight` [out, in] converted for `precision` (kBFloat16 or kInt8); a clear
+// error when the module computes in float64, which has no low precision.
+LowPrecisionWeight low_precision_weight(const Tensor& weight, Precision precision,
+                                        const char* module);
+
 Tensor xavier_uniform(const Shape& shape, Generator& gen, DType dtype);
 
 // The sum of two gradients of one tensor (either may be undefined).

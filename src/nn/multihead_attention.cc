@@ -214,36 +214,21 @@ MultiheadAttentionOutput MultiheadAttention::forward(const Tensor& query, const 
   // is_causal=True and attn_mask is dropped; otherwise the mask itself is used.
   const bool causal_kernel = args.is_causal && !kpm.defined() && !args.need_weights;
 
-  // --- Projections -----------------------------------------------------------
-  Tensor wq, wk, wv, bq, bk, bv;
-  if (packed_) {
-    wq = in_proj_weight_.slice(0, 0, D);
-    wk = in_proj_weight_.slice(0, D, 2 * D);
-    wv = in_proj_weight_.slice(0, 2 * D, 3 * D);
-  } else {
-    wq = q_proj_weight_;
-    wk = k_proj_weight_;
-    wv = v_proj_weight_;
-  }
-  if (in_proj_bias_.defined()) {
-    bq = in_proj_bias_.slice(0, 0, D);
-    bk = in_proj_bias_.slice(0, D, 2 * D);
-    bv = in_proj_bias_.slice(0, 2 * D, 3 * D);
-  }
+  if (record) check_float32_precision("MultiheadAttention::forward with a record");
   // A projected [len, B, D] / [B, len, D] / [len, D] tensor as a [B, H, len, E] view.
   auto split_heads = [&](const Tensor& x, int64_t len) {
     return bf ? x.reshape({B, len, H, E}).permute({0, 2, 1, 3})
               : x.reshape({len, B, H, E}).permute({1, 2, 0, 3});
   };
   Tensor q = Tensor::empty({B, H, L, E}, dt);
-  copy_4d(q, split_heads(linear(query, wq, bq), L));
+  copy_4d(q, split_heads(project(query, 0), L));
 
   // Keys and values: S projected rows, then bias_k/bias_v, then a zero row.
   const int64_t s_total = S + (o.add_bias_kv ? 1 : 0) + (o.add_zero_attn ? 1 : 0);
   Tensor k = Tensor::zeros({B, H, s_total, E}, dt);
   Tensor v = Tensor::zeros({B, H, s_total, E}, dt);
-  copy_4d(k.slice(2, 0, S), split_heads(linear(key, wk, bk), S));
-  copy_4d(v.slice(2, 0, S), split_heads(linear(value, wv, bv), S));
+  copy_4d(k.slice(2, 0, S), split_heads(project(key, 1), S));
+  copy_4d(v.slice(2, 0, S), split_heads(project(value, 2), S));
   if (o.add_bias_kv) {
     // bias element d belongs to head d / E, as torch's view(S+1, B*H, E).
     k.slice(2, S, S + 1).copy_from(bias_k_.reshape({1, H, 1, E}));
@@ -296,7 +281,8 @@ MultiheadAttentionOutput MultiheadAttention::forward(const Tensor& query, const 
   Tensor merged = Tensor::empty(query.shape(), dt);
   copy_4d(split_heads(merged, L), attn.output);
   MultiheadAttentionOutput result;
-  result.output = linear(merged, out_proj_weight_, out_proj_bias_);
+  result.output = low_precision_[3].empty() ? linear(merged, out_proj_weight_, out_proj_bias_)
+                                            : linear(merged, low_precision_[3], out_proj_bias_);
   if (args.need_weights) {
     Tensor w = args.average_attn_weights ? mean_over_heads(attn.weights) : attn.weights;
     result.weights = batched ? w : w.squeeze(0);
@@ -323,7 +309,14 @@ void MultiheadAttention::self_attention_into(Tensor& out, const Tensor& x, const
             "or zero_attn, and eval mode (or dropout 0)");
   const int64_t B = x.size(0), L = x.size(1), D = o.embed_dim, H = o.num_heads, E = head_dim();
   Tensor qkv = workspace.buffer(Workspace::kQkv, {B, L, 3 * D}, o.dtype);
-  linear_into(qkv, x, in_proj_weight_, in_proj_bias_);
+  if (low_precision_[0].empty()) {
+    linear_into(qkv, x, in_proj_weight_, in_proj_bias_);
+  } else {  // three products into the column blocks of qkv
+    for (int64_t which = 0; which < 3; ++which) {
+      Tensor block = qkv.slice(2, which * D, (which + 1) * D);
+      linear_into(block, x, low_precision_[which], in_proj_bias_part(which));
+    }
+  }
   // q, k and v are strided views [B, H, L, E] of the one projection.
   const Tensor heads = qkv.view({B, L, 3, H, E});
   auto part = [&](int64_t which) { return heads.select(2, which).transpose(1, 2); };
@@ -336,7 +329,38 @@ void MultiheadAttention::self_attention_into(Tensor& out, const Tensor& x, const
   // Heads side by side again: [B, H, L, E] -> [B, L, H·E].
   Tensor merged = workspace.buffer(Workspace::kMerged, {B, L, D}, o.dtype);
   copy_4d(merged.view({B, L, H, E}).transpose(1, 2), context);
-  linear_into(out, merged, out_proj_weight_, out_proj_bias_);
+  if (low_precision_[3].empty()) {
+    linear_into(out, merged, out_proj_weight_, out_proj_bias_);
+  } else {
+    linear_into(out, merged, low_precision_[3], out_proj_bias_);
+  }
+}
+
+Tensor MultiheadAttention::in_proj_bias_part(int64_t which) const {
+  const int64_t D = options_.embed_dim;
+  return in_proj_bias_.defined() ? in_proj_bias_.slice(0, which * D, (which + 1) * D) : Tensor();
+}
+
+Tensor MultiheadAttention::in_proj_weight_part(int64_t which) const {
+  const int64_t D = options_.embed_dim;
+  if (packed_) return in_proj_weight_.slice(0, which * D, (which + 1) * D);
+  const Tensor* separate[] = {&q_proj_weight_, &k_proj_weight_, &v_proj_weight_};
+  return *separate[which];
+}
+
+Tensor MultiheadAttention::project(const Tensor& x, int64_t which) const {
+  if (!low_precision_[which].empty())
+    return linear(x, low_precision_[which], in_proj_bias_part(which));
+  return linear(x, in_proj_weight_part(which), in_proj_bias_part(which));
+}
+
+void MultiheadAttention::update_precision() {
+  for (LowPrecisionWeight& w : low_precision_) w = LowPrecisionWeight();
+  if (precision() == Precision::kFloat32) return;
+  for (int64_t which = 0; which < 3; ++which)
+    low_precision_[which] =
+        detail::low_precision_weight(in_proj_weight_part(which), precision(), type_name());
+  low_precision_[3] = detail::low_precision_weight(out_proj_weight_, precision(), type_name());
 }
 
 void MultiheadAttention::list_members(MemberList& m) {

@@ -34,6 +34,7 @@
 #include "qkv/generator.h"
 #include "qkv/nn/state_dict.h"
 #include "qkv/nn/transformer.h"
+#include "qkv/precision.h"
 #include "qkv/tensor.h"
 
 namespace qkv::models {
@@ -104,10 +105,17 @@ class BertModel {
   const BertConfig& config() const { return config_; }
   int64_t num_parameters() const;
 
+  // The arithmetic of the encoder layers (precision.h): kFloat32 (torch's
+  // numbers), kBFloat16 or kInt8 (weights converted now, once). Embeddings,
+  // norms, softmax and the hidden states between layers stay float32.
+  void set_precision(Precision precision);
+  Precision precision() const { return precision_; }
+
  private:
   BertModel(const BertConfig& config, Generator* gen, bool random);
 
   BertConfig config_;
+  Precision precision_ = Precision::kFloat32;
   Tensor word_embeddings_;         // [vocab_size, D]
   Tensor position_embeddings_;     // [max_position_embeddings, D]
   Tensor token_type_embeddings_;   // [type_vocab_size, D]

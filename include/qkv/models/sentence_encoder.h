@@ -9,6 +9,7 @@
 //
 //   models::SentenceEncoder encoder("models/all-MiniLM-L6-v2");
 //   Tensor e = encoder.encode({"A cat sits.", "A dog runs."});   // [2, 384]
+//   models::SentenceEncoder fast("models/all-MiniLM-L6-v2", Precision::kInt8);
 //   double cosine = dot(row 0, row 1);                           // rows have norm 1
 //
 // Files of the model directory: config.json and model.safetensors (BertModel),
@@ -25,6 +26,7 @@
 #include <vector>
 
 #include "qkv/models/bert.h"
+#include "qkv/precision.h"
 #include "qkv/tensor.h"
 #include "qkv/text/wordpiece_tokenizer.h"
 
@@ -43,7 +45,10 @@ const char* pooling_name(Pooling pooling);
 class SentenceEncoder {
  public:
   // Reads the model directory; errors name the file and the problem.
-  explicit SentenceEncoder(const std::filesystem::path& model_dir);
+  // precision: the arithmetic of the transformer (precision.h); bfloat16 and
+  // int8 convert its weights once, here.
+  explicit SentenceEncoder(const std::filesystem::path& model_dir,
+                           Precision precision = Precision::kFloat32);
 
   // Embeddings of `texts`, row i for texts[i]: [N, D] float32 ([0, D] for no text).
   // Texts are encoded in batches of `batch_size` texts of similar token counts
@@ -54,6 +59,7 @@ class SentenceEncoder {
   // Token ids as encode() feeds them to the model: [CLS] … [SEP], at most max_seq_length().
   std::vector<int64_t> token_ids(const std::string& text) const;
 
+  Precision precision() const { return model_.precision(); }
   int64_t dimension() const { return model_.config().hidden_size; }
   int64_t max_seq_length() const { return max_seq_length_; }
   Pooling pooling() const { return pooling_; }
@@ -65,7 +71,7 @@ class SentenceEncoder {
   // Where modules.json puts the transformer and the pooling config (sentence_encoder.cc).
   struct Layout;
   static Layout read_layout(const std::filesystem::path& model_dir);
-  explicit SentenceEncoder(const Layout& layout);
+  SentenceEncoder(const Layout& layout, Precision precision);
 
   // hidden: [n, L, D]  lengths: n real-token counts  ->  rows written to out[rows[i]]
   void pool(const Tensor& hidden, const std::vector<int64_t>& lengths,

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "qkv/generator.h"
+#include "qkv/linear.h"
 #include "qkv/nn/module.h"
 #include "qkv/tensor.h"
 
@@ -39,6 +40,8 @@ class Linear : public ModuleBase<Linear, LinearOptions> {
 
   // x: [..., in_features]  ->  [..., out_features]
   // With a record, also saves what backward() needs (nullptr: inference).
+  // After set_precision(kBFloat16 or kInt8), inference multiplies the weight
+  // converted at that call (LowPrecisionWeight); recording needs kFloat32.
   Tensor forward(const Tensor& x, LinearRecord* record = nullptr) const;
 
   // Inference into a preallocated buffer, allocating nothing (decoding steps).
@@ -55,9 +58,11 @@ class Linear : public ModuleBase<Linear, LinearOptions> {
  private:
   // "weight" [out, in], "bias" [out] (if bias).
   void list_members(MemberList& m) override;
+  void update_precision() override;
 
-  Tensor weight_;  // [out, in]
-  Tensor bias_;    // [out] or undefined
+  Tensor weight_;                            // [out, in]
+  Tensor bias_;                              // [out] or undefined
+  LowPrecisionWeight low_precision_weight_;  // empty in float32
 };
 
 }  // namespace qkv::nn

@@ -27,6 +27,7 @@
 #include "qkv/generator.h"
 #include "qkv/nn/parameter.h"
 #include "qkv/nn/state_dict.h"
+#include "qkv/precision.h"
 #include "qkv/tensor.h"
 
 namespace qkv::nn {
@@ -62,6 +63,14 @@ class Module {
   void set_generator(Generator* gen);
   Generator* generator() const { return generator_; }
 
+  // The arithmetic of inference (precision.h), for the module and its
+  // children: linear layers convert their weights once, now; attention
+  // multiplies in bfloat16. Low precision is for inference: forward passes
+  // that record for a backward need kFloat32. load_state_dict converts the
+  // new weights again; other in-place changes to weights need another call.
+  void set_precision(Precision precision);
+  Precision precision() const { return precision_; }
+
   // The class name, as errors give it ("Linear").
   const char* type_name() const { return type_name_; }
 
@@ -90,6 +99,14 @@ class Module {
   // allocated as zeros on first use; undefined when `value` is.
   Tensor grad_buffer(const std::string& name, const Tensor& value);
 
+  // Called on the module after set_precision and after load_state_dict:
+  // rebuild whatever it derives from its weights for precision(). Default: nothing.
+  virtual void update_precision() {}
+
+  // Throws when precision() is not kFloat32: `what` (e.g. "Linear::forward with
+  // a record") needs float32 arithmetic.
+  void check_float32_precision(const char* what) const;
+
   // After a copy: every parameter of the module and its children becomes a
   // copy of its own, and the gradient buffers are dropped.
   void make_parameters_own();
@@ -100,6 +117,7 @@ class Module {
   const char* type_name_;
   bool training_ = true;
   Generator* generator_ = nullptr;
+  Precision precision_ = Precision::kFloat32;
   // Gradient buffers by the module's own parameter names.
   std::map<std::string, Tensor> grads_;
 };

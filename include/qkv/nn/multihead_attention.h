@@ -26,6 +26,7 @@
 
 #include "qkv/attention.h"
 #include "qkv/generator.h"
+#include "qkv/linear.h"
 #include "qkv/nn/module.h"
 #include "qkv/nn/workspace.h"
 #include "qkv/tensor.h"
@@ -120,6 +121,13 @@ class MultiheadAttention : public ModuleBase<MultiheadAttention, MultiheadAttent
   // v_proj_weight), in_proj_bias, bias_k, bias_v, out_proj.weight,
   // out_proj.bias (those that exist for the options).
   void list_members(MemberList& m) override;
+  void update_precision() override;
+
+  // The query, key or value (which = 0, 1, 2) projection's weight, bias
+  // (undefined without bias), and the projection of `x` [..., its in dim].
+  Tensor in_proj_weight_part(int64_t which) const;
+  Tensor in_proj_bias_part(int64_t which) const;
+  Tensor project(const Tensor& x, int64_t which) const;
 
   // backward's first half: out_proj's and bias_k/bias_v's gradients (added to
   // the buffers) and the attention's gradients of the heads q, k, v.
@@ -135,6 +143,9 @@ class MultiheadAttention : public ModuleBase<MultiheadAttention, MultiheadAttent
   Tensor out_proj_bias_;    // [D] when bias
   Tensor bias_k_;           // [1, 1, D] when add_bias_kv
   Tensor bias_v_;           // [1, 1, D] when add_bias_kv
+  // In bfloat16 or int8 precision: the q, k, v and out_proj weights converted
+  // (empty in float32).
+  LowPrecisionWeight low_precision_[4];
 };
 
 }  // namespace qkv::nn

@@ -118,6 +118,18 @@ class Module:
     def training(self, mode):
         self.train(bool(mode))
 
+    # --- Precision -------------------------------------------------------------
+    def set_precision(self, precision):
+        """Inference arithmetic of the module and its children: "float32"
+        (exact), "bfloat16" ("bf16") or "int8". Linear weights are converted
+        once, now; training needs "float32". Returns self."""
+        self._impl.set_precision(str(precision))
+        return self
+
+    @property
+    def precision(self):
+        return self._impl.precision
+
     def set_generator(self, generator):
         """Draw dropout from `generator` (a qkv.Generator; None = the default one)."""
         name = type(self).__name__

@@ -1,0 +1,82 @@
+"""qkv.SentenceEncoder(path, precision=...): bfloat16 and int8 embeddings of
+all-MiniLM-L6-v2 against qkv's float32 ones and against sentence-transformers
+in float32 (the C++ tests hold the issue's bounds on the whole corpus and on
+nearest neighbours; these check the Python surface and a sample).
+"""
+
+import pathlib
+
+import numpy as np
+import pytest
+
+import qkv
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+MODEL = ROOT / "models" / "all-MiniLM-L6-v2"
+SENTENCES = [
+    "A man is eating food.",
+    "A man is eating a piece of bread.",
+    "The girl is carrying a baby.",
+    "Un café à Paris, s'il vous plaît — déjà vu!",
+    "def f(x): return x ** 2  # squares",
+    " ".join(["attention"] * 300),
+]
+# int8 falls short of issue 18's 0.995 on short texts: see tests/test_low_precision_models.cc.
+MIN_COSINE = {"bfloat16": 0.9995, "int8": 0.98}
+
+needs_model = pytest.mark.skipif(
+    not (MODEL / "model.safetensors").exists(),
+    reason=f"{MODEL} is missing: run scripts/fetch_model.sh to fetch all-MiniLM-L6-v2")
+
+
+@pytest.fixture(scope="module")
+def float32_embeddings():
+    return qkv.SentenceEncoder(MODEL).encode(SENTENCES)
+
+
+@needs_model
+@pytest.mark.parametrize("name, canonical", [("bfloat16", "bfloat16"), ("bf16", "bfloat16"),
+                                             ("int8", "int8"), ("fp32", "float32")])
+def test_precision_names_and_closeness(name, canonical, float32_embeddings):
+    encoder = qkv.SentenceEncoder(MODEL, precision=name)
+    assert encoder.precision == canonical
+    e = encoder.encode(SENTENCES)
+    assert e.dtype == np.float32 and e.shape == float32_embeddings.shape
+    cosine = np.sum(e * float32_embeddings, axis=1)  # rows have norm 1
+    if canonical == "float32":
+        np.testing.assert_array_equal(e, float32_embeddings)
+    else:
+        assert cosine.min() >= MIN_COSINE[canonical], cosine
+        assert cosine.min() < 1.0  # the low-precision kernels ran
+
+
+@needs_model
+def test_low_precision_against_sentence_transformers():
+    st = pytest.importorskip("sentence_transformers")
+    reference = st.SentenceTransformer(str(MODEL), device="cpu").encode(SENTENCES)
+    for precision, bound in MIN_COSINE.items():
+        e = qkv.SentenceEncoder(MODEL, precision=precision).encode(SENTENCES)
+        cosine = np.sum(e * reference, axis=1) / np.linalg.norm(reference, axis=1)
+        assert cosine.min() >= bound, (precision, cosine)
+
+
+@needs_model
+def test_unknown_precision_is_a_clear_error():
+    with pytest.raises(ValueError, match="precision must be float32 .* got 'fp16'"):
+        qkv.SentenceEncoder(MODEL, precision="fp16")
+
+
+def test_module_set_precision_is_inference_only():
+    import qkv.nn
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(0)
+    layer = qkv.nn.Linear(32, 16)
+    x = torch.randn(4, 32)
+    exact = np.asarray(layer(x))
+    assert layer.set_precision("int8") is layer and layer.precision == "int8"
+    y = np.asarray(layer(x))
+    assert 0 < np.abs(y - exact).max() < 0.05 * np.abs(exact).max()
+    with pytest.raises(ValueError, match="precision must be"):
+        layer.set_precision("half")
+    layer.set_precision("float32")
+    np.testing.assert_array_equal(np.asarray(layer(x)), exact)
