@@ -490,10 +490,12 @@ struct SoftmaxState {
 // of scores: Pᵀ = exp(Sᵀ − m') in place (with dropout applied), l and the
 // output rows rescaled. `have_max`: st.shift already holds each query's
 // maximum over the tile (else it is scanned here).
+// The first half of online_softmax_step: each query's new maximum m', the
+// shift of this tile's exponentials (st.shift) and the factor α = exp(m − m')
+// for what came before (st.alpha). Returns whether some α differs from 1.
 template <class Isa>
-void online_softmax_step(const SdpaProblem& p, int64_t b, int64_t q_begin, int64_t rows, int64_t j0,
-                         int64_t keys, int64_t qp, bool have_max, float* s_t,
-                         const SoftmaxState& st) {
+bool update_softmax_shift(int64_t rows, int64_t keys, int64_t qp, bool have_max, const float* s_t,
+                          const SoftmaxState& st) {
   using V = typename Isa::V;
   constexpr int kL = Isa::kLanes;
   if (!have_max) {
@@ -514,6 +516,23 @@ void online_softmax_step(const SdpaProblem& p, int64_t b, int64_t q_begin, int64
     st.m[i] = m_new;
     rescale |= i < rows && st.alpha[i] != 1.0f;
   }
+  return rescale;
+}
+
+// O rows times their α (after update_softmax_shift), where it is not 1.
+template <class Isa>
+void rescale_output_rows(const SdpaProblem& p, int64_t rows, const SoftmaxState& st) {
+  for (int64_t r = 0; r < rows; ++r)
+    if (st.alpha[r] != 1.0f) scale_row<Isa>(st.out + r * p.Ev, p.Ev, st.alpha[r]);
+}
+
+template <class Isa>
+void online_softmax_step(const SdpaProblem& p, int64_t b, int64_t q_begin, int64_t rows, int64_t j0,
+                         int64_t keys, int64_t qp, bool have_max, float* s_t,
+                         const SoftmaxState& st) {
+  using V = typename Isa::V;
+  constexpr int kL = Isa::kLanes;
+  const bool rescale = update_softmax_shift<Isa>(rows, keys, qp, have_max, s_t, st);
   for (int64_t c = 0; c < qp; c += kL) {
     const V shift = Isa::load(st.shift + c);
     V sum = Isa::zero();
@@ -525,9 +544,7 @@ void online_softmax_step(const SdpaProblem& p, int64_t b, int64_t q_begin, int64
     }
     Isa::store(st.l + c, Isa::fmadd(Isa::load(st.l + c), Isa::load(st.alpha + c), sum));
   }
-  if (rescale)
-    for (int64_t r = 0; r < rows; ++r)
-      if (st.alpha[r] != 1.0f) scale_row<Isa>(st.out + r * p.Ev, p.Ev, st.alpha[r]);
+  if (rescale) rescale_output_rows<Isa>(p, rows, st);
   if (p.dropout_p > 0.0) {
     const float keep_scale = static_cast<float>(1.0 / (1.0 - p.dropout_p));
     for (int64_t j = 0; j < keys; ++j)
