@@ -300,7 +300,13 @@ void finish_forward_rows(const SdpaProblem& p, int64_t b, int64_t q_begin, int64
     const float* acc = out_acc + r * p.Ev;
     if (p.dtype == DType::kBFloat16) {
       uint16_t* out = static_cast<uint16_t*>(p.output) + first + r * p.Ev;
-      for (int64_t e = 0; e < p.Ev; ++e) {
+      int64_t e = 0;
+      if constexpr (kNativeBf16<Isa>) {
+        for (; e + 32 <= p.Ev; e += 32)
+          if (Isa::narrow_bf16_32(acc + e, inv, out + e))
+            bad_tail = std::numeric_limits<float>::quiet_NaN();
+      }
+      for (; e < p.Ev; ++e) {
         const uint16_t o = float_to_bfloat16(acc[e] * inv);
         out[e] = o;
         if ((o & 0x7f80u) == 0x7f80u) bad_tail = std::numeric_limits<float>::quiet_NaN();

@@ -29,12 +29,6 @@
 namespace qkv::kernels::simd {
 namespace {
 
-// Whether the ISA has the bfloat16 dot product (Avx512Bf16).
-template <class Isa>
-constexpr bool kNativeBf16 = requires(typename Isa::V v) {
-  Isa::dot_bf16(v, v, v);
-};
-
 inline int64_t pair_count(int64_t n) { return (n + 1) / 2; }
 
 // The bfloat16 pair at p (p[0] in the low half).

@@ -187,8 +187,23 @@ struct Avx512Bf16 : Avx512 {
     const __m512bh h = _mm512_cvtne2ps_pbh(load(src + 16), load(src));
     _mm512_storeu_si512(dst, (__m512i)h);
   }
+  // dst[i] = bfloat16(scale·src[i]) for 32 floats; whether one of them is
+  // infinite or NaN in bfloat16 (exponent bits all set).
+  static bool narrow_bf16_32(const float* src, float scale, uint16_t* dst) {
+    const V s = set1(scale);
+    const __m512i h = (__m512i)_mm512_cvtne2ps_pbh(mul(load(src + 16), s), mul(load(src), s));
+    _mm512_storeu_si512(dst, h);
+    const __m512i exponent = _mm512_set1_epi16(0x7f80);
+    return _mm512_cmpeq_epi16_mask(_mm512_and_si512(h, exponent), exponent) != 0;
+  }
 };
 #endif
+
+// Whether the ISA has the bfloat16 dot product (Avx512Bf16).
+template <class Isa>
+constexpr bool kNativeBf16 = requires(typename Isa::V v) {
+  Isa::dot_bf16(v, v, v);
+};
 
 #if defined(__AVX2__) && defined(__FMA__)
 struct Avx2 {
