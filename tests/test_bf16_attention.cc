@@ -202,6 +202,17 @@ TEST_P(Bf16Attention, CausalMaskGqaAndScale) {
   }
 }
 
+// Operands that are views: rows strided ([B, L, H, E] memory read as
+// [B, H, L, E]) and K, V strided along the head dimension (no in-place reads).
+TEST_P(Bf16Attention, StridedOperands) {
+  Generator gen(45);
+  const Tensor x = Tensor::randn({2, 70, 3, 48}, gen);
+  const Tensor kt = Tensor::randn({2, 3, 48, 90}, gen), vt = Tensor::randn({2, 3, 40, 90}, gen);
+  check_both(x.transpose(1, 2), kt.transpose(2, 3), vt.transpose(2, 3),
+             {.causal = CausalMask::kBottomRight}, "strided q, k and v along E");
+  check_both(x.transpose(1, 2), x.transpose(1, 2), x.transpose(1, 2), {}, "transposed views");
+}
+
 // The rounding is round-to-nearest-even of each input, inside the kernel:
 // float32 inputs give the same output as their bfloat16-rounded values, bit
 // for bit; bfloat16 tensors give that output rounded to bfloat16. (Problems
