@@ -35,8 +35,8 @@ constexpr int64_t kFewQueries = 4;
 // whole problem has few queries (decoding: K and V are read once either way,
 // so it keeps float32 products); the last tile of a long prompt does not.
 inline bool use_few_query_path(const SdpaProblem& p, int64_t rows) {
-  return rows <= kFewQueries && (!p.bf16_products || p.L <= kFewQueries) &&
-         p.k.col_stride == 1 && p.v.col_stride == 1 && p.dtype == DType::kFloat32;
+  return rows <= kFewQueries && (!p.bf16_products || p.L <= kFewQueries) && p.k.col_stride == 1 &&
+         p.v.col_stride == 1 && p.dtype == DType::kFloat32;
 }
 
 // Σₑ a[e]·b[e] over n floats.
