@@ -18,7 +18,11 @@ retained graph, each after its own forward outside the timing.
 Sections of the report:
   grid      B·L = 4,096 tokens, H·E = 512, L ∈ {128 … 4096}, E ∈ {32, 64, 128},
             causal and not, forward and backward; fp32 and bf16 (qkv takes
-            torch.bfloat16 tensors and computes in float32)
+            torch.bfloat16 tensors: bfloat16 products, vdpbf16ps on CPUs with
+            AVX512_BF16, float32 softmax and sums; the forward also times
+            float32 tensors with precision="bfloat16"). The bf16 headline
+            includes qkv bf16 against qkv fp32 on the same point, and names
+            the kernel that ran for bf16.
   named     MiniLM (B 32, H 12, L 128, E 32, padding mask), BERT-base (B 8, H 12,
             L 512, E 64)
   decode    one query against S cached keys, GQA 9:3, E 64, through the 30 layers
@@ -59,6 +63,7 @@ GRID_E = [32, 64, 128]
 DECODE_S = [128, 256, 512, 1024, 2048, 4096, 8192]
 DECODE_LAYERS = 30
 SMALL_L = [16, 32, 64, 128, 256]
+PASSES = ["forward", "backward"]  # --passes
 
 
 def log(msg):
@@ -163,12 +168,13 @@ class Point:
         return [x.bfloat16() for x in (self.q, self.k, self.v, self.dout)] + [mask]
 
     # forward
-    def qkv_forward(self, dtype=torch.float32):
+    def qkv_forward(self, dtype=torch.float32, precision="float32"):
         q, k, v, _ = self.np
         mask = self.np_mask
         if dtype == torch.bfloat16:
             q, k, v, _, mask = self.bf16_inputs()
-        return lambda: QF.scaled_dot_product_attention(q, k, v, attn_mask=mask, **self.kwargs)
+        return lambda: QF.scaled_dot_product_attention(q, k, v, attn_mask=mask,
+                                                       precision=precision, **self.kwargs)
 
     def torch_forward(self, dtype=torch.float32):
         q, k, v = (x.to(dtype) for x in (self.q, self.k, self.v))
@@ -201,9 +207,10 @@ class Point:
         ours = self.qkv_forward()()
         theirs = self.torch_forward()().numpy()
         err = rel_err(ours, theirs)
-        grads = self.qkv_backward()()
-        ref = self.torch_backward()()
-        err = max([err] + [rel_err(a, b.numpy()) for a, b in zip(grads, ref)])
+        if "backward" in PASSES:
+            grads = self.qkv_backward()()
+            ref = self.torch_backward()()
+            err = max([err] + [rel_err(a, b.numpy()) for a, b in zip(grads, ref)])
         if err > 1e-4:
             log(f"  WARNING: qkv and torch differ here: relative error {err:.2g}")
         return err
@@ -229,22 +236,37 @@ def bench_point(timer, shape, bf16, label, peak, mask=None, seed=0):
     flops = attention_flops(B, H, L, S, E, causal)
     rows = []
     for pass_name, mult in (("forward", 1.0), ("backward", 2.5)):
+        if pass_name not in PASSES:
+            continue
         make = {"forward": (p.qkv_forward, p.torch_forward),
                 "backward": (p.qkv_backward, p.torch_backward)}[pass_name]
         fns = {"qkv": make[0](), "torch": make[1]()}
+        bf16_kernel = None
         if bf16:
             fns["qkv_bf16"] = make[0](torch.bfloat16)
             fns["torch_bf16"] = make[1](torch.bfloat16)
+            if pass_name == "forward":
+                # float32 tensors with bfloat16 products (what a model in
+                # bf16 precision calls)
+                fns["qkv_f32_bf16p"] = make[0](precision="bfloat16")
+                fns["qkv_bf16"]()
+                bf16_kernel = qkv.runtime.last_sdpa_kernel()
         t = timer.run(fns)
         del fns
         row = dict(shape, label=label, pass_=pass_name, err=err,
                    **{f"{n}_s": s for n, s in t.items()},
                    **{f"{n}_gflops": mult * flops / s / 1e9 for n, s in t.items()})
         row["ratio"] = t["torch"] / t["qkv"]
+        if bf16:
+            row["qkv_bf16_kernel"] = bf16_kernel
+            row["bf16_vs_fp32"] = t["qkv"] / t["qkv_bf16"]
         row["qkv_peak_pct"] = 100 * row["qkv_gflops"] / peak.value
         row["torch_peak_pct"] = 100 * row["torch_gflops"] / peak.value
         rows.append(row)
         bf = (f"; bf16 qkv {row['qkv_bf16_gflops']:.0f}, torch {row['torch_bf16_gflops']:.0f}"
+              f" (qkv bf16/fp32 {row['bf16_vs_fp32']:.2f}x"
+              + (f", fp32 in precision=bf16 {row['qkv_f32_bf16p_gflops']:.0f}"
+                 f", kernel {bf16_kernel}" if bf16_kernel else "") + ")"
               if bf16 else "")
         log(f"  {pass_name:8s} qkv {row['qkv_gflops']:7.1f} GFLOP/s ({row['qkv_peak_pct']:.0f}% "
             f"of peak), torch {row['torch_gflops']:7.1f}{bf} -> qkv/torch {row['ratio']:.2f}")
@@ -381,8 +403,16 @@ def headline(res):
     if any("torch_bf16_gflops" in r for r in grid):
         for r in grid:
             r["bf16_ratio"] = r["torch_bf16_s"] / r["qkv_bf16_s"]
+            r["bf16_vs_fp32"] = r["qkv_s"] / r["qkv_bf16_s"]
+            if "qkv_f32_bf16p_s" in r:
+                r["f32_bf16p_vs_fp32"] = r["qkv_s"] / r["qkv_f32_bf16p_s"]
         h["bf16_forward_ratio"] = median_of(grid, "bf16_ratio", is_fwd)
         h["bf16_backward_ratio"] = median_of(grid, "bf16_ratio", is_bwd)
+        h["bf16_vs_fp32_forward"] = median_of(grid, "bf16_vs_fp32", is_fwd)
+        h["f32_bf16p_vs_fp32_forward"] = median_of(
+            grid, "f32_bf16p_vs_fp32", lambda r: is_fwd(r) and "f32_bf16p_vs_fp32" in r)
+        h["bf16_kernels"] = sorted({r["qkv_bf16_kernel"] for r in grid
+                                    if r.get("qkv_bf16_kernel")})
     return h
 
 
@@ -422,6 +452,11 @@ def markdown(res, command):
     if "bf16_forward_ratio" in h:
         add(f"| bf16, median over the grid of qkv/torch, forward; backward | "
             f"**{fmt(h['bf16_forward_ratio'], 2)}×**; {fmt(h['bf16_backward_ratio'], 2)}× |")
+        add(f"| qkv bf16 forward vs qkv fp32 forward, median over the grid (kernel "
+            f"{', '.join(h.get('bf16_kernels') or ['?'])}) | "
+            f"**{fmt(h.get('bf16_vs_fp32_forward'), 2)}×** |")
+        add(f"| qkv fp32 tensors with precision=bfloat16 vs fp32, forward median | "
+            f"{fmt(h.get('f32_bf16p_vs_fp32_forward'), 2)}× |")
     add("")
 
     def point_table(rows, first_cols):
@@ -429,7 +464,8 @@ def markdown(res, command):
         head = first_cols + ["pass", "qkv GFLOP/s", "torch GFLOP/s", "qkv/torch", "qkv % peak",
                              "torch % peak"]
         if bf16:
-            head += ["qkv bf16 GFLOP/s", "torch bf16 GFLOP/s"]
+            head += ["qkv bf16 GFLOP/s", "torch bf16 GFLOP/s", "qkv bf16/fp32",
+                     "qkv fp32 prec=bf16 GFLOP/s"]
         add("| " + " | ".join(head) + " |")
         add("|" + " --- |" * len(head))
         for r in rows:
@@ -437,7 +473,8 @@ def markdown(res, command):
             cells += [r["pass_"][:3], fmt(r["qkv_gflops"], 1), fmt(r["torch_gflops"], 1),
                       f"**{r['ratio']:.2f}**", fmt(r["qkv_peak_pct"]), fmt(r["torch_peak_pct"])]
             if bf16:
-                cells += [fmt(r.get("qkv_bf16_gflops"), 1), fmt(r.get("torch_bf16_gflops"), 1)]
+                cells += [fmt(r.get("qkv_bf16_gflops"), 1), fmt(r.get("torch_bf16_gflops"), 1),
+                          fmt(r.get("bf16_vs_fp32"), 2), fmt(r.get("qkv_f32_bf16p_gflops"), 1)]
             add("| " + " | ".join(cells) + " |")
         add("")
 
@@ -548,6 +585,8 @@ def main():
                     help="skip the bf16 points")
     ap.add_argument("--sections", default="grid,named,decode,python",
                     help="comma-separated subset of grid,named,decode,python")
+    ap.add_argument("--passes", default="forward,backward",
+                    help="comma-separated subset of forward,backward (grid, named, python)")
     ap.add_argument("--out", default="attention_vs_torch.md", help="markdown report to write")
     ap.add_argument("--json", default=None, help="also write the raw results here")
     ap.add_argument("--plot", default=None, help="write the GFLOP/s-against-L plot (PNG) here")
@@ -566,6 +605,7 @@ def main():
         args.min_time = min(args.min_time, 0.02)
         args.reps = min(args.reps, 5)
 
+    PASSES[:] = args.passes.split(",")
     torch.set_num_threads(args.threads)
     qkv.runtime.set_num_threads(args.threads)
     command = "python " + " ".join([os.path.relpath(sys.argv[0])] + sys.argv[1:])

@@ -20,6 +20,7 @@
 
 #include "qkv/causal_mask.h"
 #include "qkv/generator.h"
+#include "qkv/precision.h"
 #include "qkv/tensor.h"
 
 namespace qkv {
@@ -106,6 +107,19 @@ struct SdpaOptions {
   std::vector<double> alibi_slopes;
   // Logit soft-capping: scores become cap·tanh(scores / cap) before biases and masks.
   double softcap = 0.0;
+  // The arithmetic of the fused kernel's two products (S = q kᵀ and O = P v)
+  // for float32 inputs:
+  //   kFloat32   float32 products (the default, exact as before).
+  //   kBFloat16  q, k, v and the softmax weights P rounded to bfloat16 for
+  //              the two products (vdpbf16ps where the CPU has AVX512_BF16);
+  //              softmax, row max/sum, log-sum-exp and the output sums in
+  //              float32; the output float32. Problems of at most four
+  //              queries (decoding, GQA heads stacked) keep float32 products:
+  //              they are bound by reading K and V, not by arithmetic.
+  //   kInt8      attention as kBFloat16 (int8 is for linear layers).
+  // bfloat16 inputs always take bfloat16 products. The reference backend
+  // and float64 inputs ignore it; so does the backward pass.
+  Precision precision = Precision::kFloat32;
 };
 
 struct SdpaResult {
@@ -121,8 +135,9 @@ struct SdpaResult {
 // torch.nn.functional.scaled_dot_product_attention in torch 2.13:
 // softmax(q kᵀ · scale + mask) v, with dropout on the weights.
 // q: [..., H, L, E]  k: [..., Hkv, S, E]  v: [..., Hkv, S, Ev]  ->  [..., H, L, Ev]
-// float32 or float64 (all three the same), or all three bfloat16 (widened to
-// float32 inside; output and weights rounded back to bfloat16). Hkv == H unless enable_gqa.
+// float32 or float64 (all three the same), or all three bfloat16 (bfloat16
+// products, float32 softmax and sums; output and weights rounded back to
+// bfloat16). Hkv == H unless enable_gqa.
 SdpaResult scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                         const SdpaOptions& options = {});
 

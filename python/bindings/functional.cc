@@ -89,6 +89,18 @@ SdpaBackend parse_backend(const std::string& backend, const char* function) {
                         backend + "'");
 }
 
+// "float32", "bfloat16", "int8" (or "fp32", "bf16"), as qkv::parse_precision.
+Precision parse_precision_argument(const std::string& precision, const char* function) {
+  try {
+    return parse_precision(precision);
+  } catch (const Error&) {
+    throw py::value_error(
+        std::string(function) +
+        "(): argument 'precision' must be 'float32', 'bfloat16' or 'int8', got '" + precision +
+        "'");
+  }
+}
+
 // The inputs and options of one SDPA call, converted from Python.
 struct SdpaCall {
   Tensor q, k, v;
@@ -123,6 +135,7 @@ SdpaCall parse_call(Options& args, bool need_weights) {
   options.alibi_slopes = parse_alibi_slopes(args.next("alibi_slopes"), fn);
   options.softcap = args.optional_number("softcap").value_or(0.0);
   options.backend = parse_backend(args.string("backend"), fn);
+  options.precision = parse_precision_argument(args.string("precision"), fn);
   args.done();
   options.need_weights = need_weights;
   return call;

@@ -21,7 +21,7 @@ F = qkv.nn.functional
 SDPA_PARAMETERS = [
     "query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa",
     "causal", "dropout_mask", "return_dropout_mask", "generator", "window_left", "window_right",
-    "alibi_slopes", "softcap", "backend",
+    "alibi_slopes", "softcap", "backend", "precision",
 ]
 SDPA_FUNCTIONS = [F.scaled_dot_product_attention, F.scaled_dot_product_attention_with_weights,
                   F.scaled_dot_product_attention_with_grad]
@@ -48,6 +48,7 @@ SDPA_WRONG = [
     ("attn_mask", "mask"), ("dropout_p", "high"), ("scale", "big"), ("causal", "sideways"),
     ("dropout_mask", np.ones((4, 4), np.float32)), ("generator", 3), ("window_left", "far"),
     ("window_right", "far"), ("alibi_slopes", [[1.0]]), ("softcap", "cap"), ("backend", 3),
+    ("precision", 3), ("precision", "fp8"),
 ]
 
 

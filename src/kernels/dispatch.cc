@@ -17,6 +17,7 @@
 
 namespace qkv::kernels {
 
+extern const KernelTable kAvx512Bf16Kernels;
 extern const KernelTable kAvx512Kernels;
 extern const KernelTable kAvx2Kernels;
 extern const KernelTable kPortableKernels;
@@ -25,8 +26,10 @@ std::vector<const KernelTable*> supported_kernel_tables() {
   std::vector<const KernelTable*> tables;
   __builtin_cpu_init();
   if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
+      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq")) {
+    if (__builtin_cpu_supports("avx512bf16")) tables.push_back(&kAvx512Bf16Kernels);
     tables.push_back(&kAvx512Kernels);
+  }
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
     tables.push_back(&kAvx2Kernels);
   tables.push_back(&kPortableKernels);

@@ -1,7 +1,10 @@
 // Fused (FlashAttention-2 style) attention kernels for float32: tiles of
-// queries against tiles of keys with an online softmax, never an L×S matrix.
-// One KernelTable per instruction set; the table is chosen once per process
-// from CPUID, or by the environment variable QKV_ISA=avx512|avx2|portable.
+// queries against tiles of keys with an online softmax, never an L×S matrix;
+// the forward also with bfloat16 products (SdpaProblem::bf16_products). One
+// KernelTable per instruction set; the table is chosen once per process from
+// CPUID, or by the environment variable
+// QKV_ISA=avx512_bf16|avx512|avx2|portable (avx512_bf16: the avx512 table
+// whose forward multiplies bfloat16 with vdpbf16ps; the others emulate it).
 #pragma once
 
 #include <cstdint>

@@ -1,4 +1,5 @@
-// The fused kernels compiled for AVX-512 (F, BW, VL, DQ) with FMA.
+// The fused kernels compiled for AVX-512 (F, BW, VL, DQ) with FMA, and the
+// avx512_bf16 table that adds the AVX512_BF16 forward to them.
 #include "kernels/simd/kernel_table.h"
 
 namespace qkv::kernels {
@@ -6,5 +7,18 @@ namespace qkv::kernels {
 extern const RowKernels kAvx512Rows;
 
 extern const KernelTable kAvx512Kernels = simd::kernel_table<simd::Avx512>(&kAvx512Rows);
+
+// The forward entries compiled with AVX512_BF16 (kernels_avx512_bf16.cc).
+int64_t avx512_bf16_forward_scratch_floats(const SdpaProblem& problem, const FlashTiling& tiling);
+void avx512_bf16_forward_tile(const SdpaProblem& problem, const FlashTiling& tiling, int64_t b,
+                              int64_t q_begin, int64_t rows, float* scratch);
+void avx512_bf16_weights_tile(const SdpaProblem& problem, const FlashTiling& tiling, int64_t b,
+                              int64_t q_begin, int64_t rows, float* scratch);
+
+// This table's entries with a forward whose bfloat16 products use vdpbf16ps
+// (float32 problems run the same code as here).
+extern const KernelTable kAvx512Bf16Kernels = simd::with_forward_entries(
+    simd::kernel_table<simd::Avx512>(&kAvx512Rows), "avx512_bf16",
+    &avx512_bf16_forward_scratch_floats, &avx512_bf16_forward_tile, &avx512_bf16_weights_tile);
 
 }  // namespace qkv::kernels

@@ -30,7 +30,7 @@ std::string blas_core_name() { return openblas_get_corename(); }
 
 std::string openblas_coretype_for_cpu() {
   const std::vector<std::string> isas = supported_isas();
-  if (isas.front() == "avx512") return "SkylakeX";
+  if (isas.front().starts_with("avx512")) return "SkylakeX";
   if (isas.front() == "avx2") return "Haswell";
   return "";
 }

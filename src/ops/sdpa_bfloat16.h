@@ -1,10 +1,10 @@
 // bfloat16 attention. The forward of the common case (no float mask, no
-// weights asked for) runs in the fused float32 kernel, which widens each tile
-// as it reads it (exact) and rounds the output as it writes it: see
-// bfloat16_runs_fused. Everything else widens the inputs to float32 tensors
-// first, computes in float32 and rounds the results back to bfloat16. This
-// CPU family has no bf16 arithmetic (no AVX512_BF16, no AMX): accumulation is
-// float32 either way.
+// weights asked for) runs in the fused kernel with bfloat16 products
+// (kernels/simd/flash_forward_bf16.h: vdpbf16ps on AVX512_BF16, float32
+// softmax and sums) and rounds the output as it writes it: see
+// bfloat16_runs_fused. Everything else, and the backward, widens the inputs
+// to float32 tensors first, computes in float32 and rounds the results back
+// to bfloat16.
 #pragma once
 
 #include "qkv/attention.h"

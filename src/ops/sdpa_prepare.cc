@@ -169,6 +169,8 @@ void prepare_sdpa(PreparedSdpa& prepared, const Tensor& q, const Tensor& k, cons
             ": softcap must be a finite value >= 0 (0 = off), got ", options.softcap);
   p.softcap = options.softcap;
   p.dtype = q.dtype();
+  p.bf16_products = q.dtype() == DType::kBFloat16 ||
+                    (q.dtype() == DType::kFloat32 && options.precision != Precision::kFloat32);
 
   if (options.attn_mask.defined()) {
     const Tensor& m = options.attn_mask;

@@ -14,6 +14,7 @@ keyword-only extras that torch does not have:
     softcap=c                  logit soft-capping: scores become c·tanh(scores / c)
     backend="auto"             "fused" (float32 kernels) or "reference" (float64
                                arithmetic) forces an implementation
+    precision="bfloat16"       bfloat16 products, float32 softmax and sums
 
 and two companions with the same arguments:
 
@@ -60,11 +61,11 @@ def _sdpa_signature(core, need_weights=False):
         def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
                  enable_gqa=False, *, causal=None, dropout_mask=None, return_dropout_mask=False,
                  generator=None, window_left=None, window_right=None, alibi_slopes=None,
-                 softcap=None, backend="auto"):
+                 softcap=None, backend="auto", precision="float32"):
             output, weights, keep, kernel = core(
                 (query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, causal,
                  dropout_mask, return_dropout_mask, generator, window_left, window_right,
-                 alibi_slopes, softcap, backend), need_weights, name)
+                 alibi_slopes, softcap, backend, precision), need_weights, name)
             return finish(output, weights, keep, kernel, return_dropout_mask)
 
         sdpa.__name__ = sdpa.__qualname__ = name
@@ -116,6 +117,12 @@ def scaled_dot_product_attention(output, weights, keep, kernel, return_dropout_m
     backend: "auto" (the fused float32 kernel for float32, the reference for
         float64), "fused" (float32 only) or "reference" (float64 arithmetic,
         any float dtype). qkv.runtime.last_sdpa_kernel() tells which ran.
+    precision: "float32" (default) or "bfloat16" ("bf16"): with "bfloat16",
+        float32 inputs are rounded to bfloat16 for the two products (q·kᵀ and
+        P·v, vdpbf16ps where the CPU has AVX512_BF16); softmax and sums stay
+        float32 and the output is float32. "int8" means "bfloat16" here.
+        Problems of at most four queries (decoding) keep float32 products.
+        bfloat16 tensors always take bfloat16 products.
 
     A query row whose keys are all masked gives 0 (as torch 2.13's SDPA).
     """

@@ -46,9 +46,13 @@ struct SdpaProblem {
   double dropout_p = 0.0;
   uint64_t dropout_seed = 0;      // keep(b, i, j) = dropout_keep(seed, (b·L + i)·S + j, p)
   DType dtype = DType::kFloat32;  // of q, k, v, output and weights
-  void* output = nullptr;         // contiguous [problems, L, Ev]
-  void* weights = nullptr;        // contiguous [problems, L, S], or nullptr
-  double* lse = nullptr;          // log-sum-exp of each score row [problems, L], or nullptr
+  // The fused kernels multiply bfloat16 values in the two products (q, k, v
+  // and the weights rounded to bfloat16; softmax and sums in float32): set
+  // for bfloat16 inputs and for Precision::kBFloat16. The reference ignores it.
+  bool bf16_products = false;
+  void* output = nullptr;   // contiguous [problems, L, Ev]
+  void* weights = nullptr;  // contiguous [problems, L, S], or nullptr
+  double* lse = nullptr;    // log-sum-exp of each score row [problems, L], or nullptr
   // The fused kernels set it (and never clear it) when they write a NaN or
   // infinite output, so that no second pass over the output has to look.
   std::atomic<bool>* nonfinite_output = nullptr;

@@ -18,6 +18,7 @@
 #pragma once
 
 #include "kernels/simd/flash_forward.h"
+#include "kernels/simd/flash_forward_bf16.h"
 
 namespace qkv::kernels::simd {
 namespace {
@@ -30,10 +31,12 @@ constexpr int64_t kFewQueries = 4;
 
 // Whether a tile of `rows` queries takes the few-query path: K and V rows
 // must be float32 and contiguous along the head dimension so they can be
-// read in place.
+// read in place. Float32 inputs with bf16_products take it only when the
+// whole problem has few queries (decoding: K and V are read once either way,
+// so it keeps float32 products); the last tile of a long prompt does not.
 inline bool use_few_query_path(const SdpaProblem& p, int64_t rows) {
-  return rows <= kFewQueries && p.k.col_stride == 1 && p.v.col_stride == 1 &&
-         p.dtype == DType::kFloat32;
+  return rows <= kFewQueries && (!p.bf16_products || p.L <= kFewQueries) && p.k.col_stride == 1 &&
+         p.v.col_stride == 1 && p.dtype == DType::kFloat32;
 }
 
 // Σₑ a[e]·b[e] over n floats.
@@ -207,13 +210,23 @@ void few_query_weights_tile(const SdpaProblem& p, const FlashTiling& t, int64_t 
   }
 }
 
+// Floats of per-thread scratch for forward_tile and weights_tile: a problem
+// with bf16_products may also send tiles of few queries to the float32 path.
+template <class Isa>
+int64_t forward_scratch_floats(const SdpaProblem& p, const FlashTiling& t) {
+  const int64_t f32 = ForwardScratch<Isa>::floats(p, t);
+  return p.bf16_products ? std::max(f32, Bf16ForwardScratch<Isa>::floats(p, t)) : f32;
+}
+
 // The forward pass of a query tile: the few-query path for decoding-sized
-// tiles, the tiled kernel otherwise.
+// tiles, the tiled kernel otherwise (with bfloat16 products when asked).
 template <class Isa>
 void forward_tile(const SdpaProblem& p, const FlashTiling& t, int64_t b, int64_t q_begin,
                   int64_t rows, float* scratch) {
   if (use_few_query_path(p, rows))
     few_query_forward_tile<Isa>(p, t, b, q_begin, rows, scratch);
+  else if (p.bf16_products)
+    flash_forward_bf16_tile<Isa>(p, t, b, q_begin, rows, scratch);
   else
     flash_forward_tile<Isa>(p, t, b, q_begin, rows, scratch);
 }
@@ -224,6 +237,8 @@ void weights_tile(const SdpaProblem& p, const FlashTiling& t, int64_t b, int64_t
                   int64_t rows, float* scratch) {
   if (use_few_query_path(p, rows))
     few_query_weights_tile<Isa>(p, t, b, q_begin, rows, scratch);
+  else if (p.bf16_products)
+    flash_weights_bf16_tile<Isa>(p, t, b, q_begin, rows, scratch);
   else
     flash_weights_tile<Isa>(p, t, b, q_begin, rows, scratch);
 }

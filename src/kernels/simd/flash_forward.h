@@ -300,7 +300,13 @@ void finish_forward_rows(const SdpaProblem& p, int64_t b, int64_t q_begin, int64
     const float* acc = out_acc + r * p.Ev;
     if (p.dtype == DType::kBFloat16) {
       uint16_t* out = static_cast<uint16_t*>(p.output) + first + r * p.Ev;
-      for (int64_t e = 0; e < p.Ev; ++e) {
+      int64_t e = 0;
+      if constexpr (kNativeBf16<Isa>) {
+        for (; e + 32 <= p.Ev; e += 32)
+          if (Isa::narrow_bf16_32(acc + e, inv, out + e))
+            bad_tail = std::numeric_limits<float>::quiet_NaN();
+      }
+      for (; e < p.Ev; ++e) {
         const uint16_t o = float_to_bfloat16(acc[e] * inv);
         out[e] = o;
         if ((o & 0x7f80u) == 0x7f80u) bad_tail = std::numeric_limits<float>::quiet_NaN();
@@ -410,11 +416,6 @@ struct ForwardScratch {
   }
 };
 
-template <class Isa>
-int64_t forward_scratch_floats(const SdpaProblem& p, const FlashTiling& t) {
-  return ForwardScratch<Isa>::floats(p, t);
-}
-
 // Sᵀ[keys × qp] = K[j0 .. j0 + keys) (scale·Q)ᵀ, adjusted (masks, biases).
 // col_max (optional, qp floats set to −inf) receives each query's maximum
 // score when the GEMM can track it; returns false when it could not (the
@@ -481,15 +482,90 @@ void accumulate_pv(const SdpaProblem& p, int64_t q_begin, int64_t rows, int64_t 
   }
 }
 
+// The running softmax statistics of a query tile (per padded query) and its
+// unnormalised output rows [rows, Ev].
+struct SoftmaxState {
+  float* m;      // running max
+  float* l;      // running sum
+  float* shift;  // in: this key tile's maxima (when known); then the shift used
+  float* alpha;  // rescaling factor of this step
+  float* out;
+};
+
+// One key tile of the online softmax on the transposed tile s_t [keys, qp]
+// of scores: Pᵀ = exp(Sᵀ − m') in place (with dropout applied), l and the
+// output rows rescaled. `have_max`: st.shift already holds each query's
+// maximum over the tile (else it is scanned here).
+// The first half of online_softmax_step: each query's new maximum m', the
+// shift of this tile's exponentials (st.shift) and the factor α = exp(m − m')
+// for what came before (st.alpha). Returns whether some α differs from 1.
+template <class Isa>
+bool update_softmax_shift(int64_t rows, int64_t keys, int64_t qp, bool have_max, const float* s_t,
+                          const SoftmaxState& st) {
+  using V = typename Isa::V;
+  constexpr int kL = Isa::kLanes;
+  if (!have_max) {
+    // Online softmax, 16 (or 8, 4) queries per vector: the maximum per query.
+    for (int64_t c = 0; c < qp; c += kL) {
+      V mx = Isa::load(s_t + c);
+      for (int64_t j = 1; j < keys; ++j) mx = Isa::max(mx, Isa::load(s_t + j * qp + c));
+      Isa::store(st.shift + c, mx);
+    }
+  }
+  bool rescale = false;
+  for (int64_t i = 0; i < qp; ++i) {
+    const float m_new = std::max(st.m[i], st.shift[i]);
+    // Nothing visible yet: shift by 0 so exp(−inf − 0) = 0. Nothing seen
+    // before: O and l are still 0, no rescaling needed.
+    st.alpha[i] = st.m[i] == kNegInfF ? 1.0f : std::exp(st.m[i] - m_new);
+    st.shift[i] = m_new == kNegInfF ? 0.0f : m_new;
+    st.m[i] = m_new;
+    rescale |= i < rows && st.alpha[i] != 1.0f;
+  }
+  return rescale;
+}
+
+// O rows times their α (after update_softmax_shift), where it is not 1.
+template <class Isa>
+void rescale_output_rows(const SdpaProblem& p, int64_t rows, const SoftmaxState& st) {
+  for (int64_t r = 0; r < rows; ++r)
+    if (st.alpha[r] != 1.0f) scale_row<Isa>(st.out + r * p.Ev, p.Ev, st.alpha[r]);
+}
+
+template <class Isa>
+void online_softmax_step(const SdpaProblem& p, int64_t b, int64_t q_begin, int64_t rows, int64_t j0,
+                         int64_t keys, int64_t qp, bool have_max, float* s_t,
+                         const SoftmaxState& st) {
+  using V = typename Isa::V;
+  constexpr int kL = Isa::kLanes;
+  const bool rescale = update_softmax_shift<Isa>(rows, keys, qp, have_max, s_t, st);
+  for (int64_t c = 0; c < qp; c += kL) {
+    const V shift = Isa::load(st.shift + c);
+    V sum = Isa::zero();
+    for (int64_t j = 0; j < keys; ++j) {
+      float* s = s_t + j * qp + c;
+      const V e = exp<Isa>(Isa::sub(Isa::load(s), shift));
+      Isa::store(s, e);
+      sum = Isa::add(sum, e);
+    }
+    Isa::store(st.l + c, Isa::fmadd(Isa::load(st.l + c), Isa::load(st.alpha + c), sum));
+  }
+  if (rescale) rescale_output_rows<Isa>(p, rows, st);
+  if (p.dropout_p > 0.0) {
+    const float keep_scale = static_cast<float>(1.0 / (1.0 - p.dropout_p));
+    for (int64_t j = 0; j < keys; ++j)
+      for (int64_t r = 0; r < rows; ++r)
+        s_t[j * qp + r] *= dropout_kept(p, b, q_begin + r, j0 + j) ? keep_scale : 0.0f;
+  }
+}
+
 template <class Isa>
 void flash_forward_tile(const SdpaProblem& p, const FlashTiling& t, int64_t b, int64_t q_begin,
                         int64_t rows, float* scratch) {
-  using V = typename Isa::V;
   constexpr int kL = Isa::kLanes;
   constexpr int kMr = TileShape<Isa>::kMr, kNr = TileShape<Isa>::kNr;
   const ForwardScratch<Isa> w(p, t, scratch);
   const int64_t qp = ForwardScratch<Isa>::query_pad(rows);
-  const float keep_scale = p.dropout_p > 0.0 ? static_cast<float>(1.0 / (1.0 - p.dropout_p)) : 1.0f;
 
   pack_scaled_query<Isa>(p, b, q_begin, rows, w, qp);
   for (int64_t i = 0; i < qp; ++i) {
@@ -503,42 +579,9 @@ void flash_forward_tile(const SdpaProblem& p, const FlashTiling& t, int64_t b, i
   for (int64_t j0 = key_begin, keys; j0 < key_end; j0 += keys) {
     keys = key_tile_end(p, t, q_begin, rows, j0, key_end) - j0;
     std::fill(w.shift, w.shift + qp, kNegInfF);
-    if (!transposed_scores<Isa>(p, b, q_begin, rows, j0, keys, w, qp, w.shift)) {
-      // Online softmax, 16 (or 8, 4) queries per vector: the maximum per query.
-      for (int64_t c = 0; c < qp; c += kL) {
-        V mx = Isa::load(w.s_t + c);
-        for (int64_t j = 1; j < keys; ++j) mx = Isa::max(mx, Isa::load(w.s_t + j * qp + c));
-        Isa::store(w.shift + c, mx);
-      }
-    }
-    bool rescale = false;
-    for (int64_t i = 0; i < qp; ++i) {
-      const float m_new = std::max(w.m[i], w.shift[i]);
-      // Nothing visible yet: shift by 0 so exp(−inf − 0) = 0. Nothing seen
-      // before: O and l are still 0, no rescaling needed.
-      w.alpha[i] = w.m[i] == kNegInfF ? 1.0f : std::exp(w.m[i] - m_new);
-      w.shift[i] = m_new == kNegInfF ? 0.0f : m_new;
-      w.m[i] = m_new;
-      rescale |= i < rows && w.alpha[i] != 1.0f;
-    }
-    for (int64_t c = 0; c < qp; c += kL) {
-      const V shift = Isa::load(w.shift + c);
-      V sum = Isa::zero();
-      for (int64_t j = 0; j < keys; ++j) {
-        float* s = w.s_t + j * qp + c;
-        const V e = exp<Isa>(Isa::sub(Isa::load(s), shift));
-        Isa::store(s, e);
-        sum = Isa::add(sum, e);
-      }
-      Isa::store(w.l + c, Isa::fmadd(Isa::load(w.l + c), Isa::load(w.alpha + c), sum));
-    }
-    if (rescale)
-      for (int64_t r = 0; r < rows; ++r)
-        if (w.alpha[r] != 1.0f) scale_row<Isa>(w.out + r * p.Ev, p.Ev, w.alpha[r]);
-    if (p.dropout_p > 0.0)
-      for (int64_t j = 0; j < keys; ++j)
-        for (int64_t r = 0; r < rows; ++r)
-          w.s_t[j * qp + r] *= dropout_kept(p, b, q_begin + r, j0 + j) ? keep_scale : 0.0f;
+    const bool have_max = transposed_scores<Isa>(p, b, q_begin, rows, j0, keys, w, qp, w.shift);
+    online_softmax_step<Isa>(p, b, q_begin, rows, j0, keys, qp, have_max, w.s_t,
+                             SoftmaxState{w.m, w.l, w.shift, w.alpha, w.out});
 
     // O += P Vⱼ (accumulate_pv). V is read in place when its rows hold whole
     // panels of columns.

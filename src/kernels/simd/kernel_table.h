@@ -31,4 +31,17 @@ constexpr KernelTable kernel_table(const RowKernels* rows) {
           rows};
 }
 
+// `base` with the forward entries of another table of the same ISA family
+// (avx512_bf16: the avx512 table with its bfloat16-product forward).
+constexpr KernelTable with_forward_entries(KernelTable base, const char* name,
+                                           decltype(KernelTable::forward_scratch_floats) scratch,
+                                           decltype(KernelTable::forward_tile) forward,
+                                           decltype(KernelTable::weights_tile) weights) {
+  base.name = name;
+  base.forward_scratch_floats = scratch;
+  base.forward_tile = forward;
+  base.weights_tile = weights;
+  return base;
+}
+
 }  // namespace qkv::kernels::simd

@@ -122,8 +122,88 @@ struct Avx512 {
       store(dst + (12 + j) * ldd, mul(s, _mm512_shuffle_f32x4(v1, v3, 0xdd)));
     }
   }
+
+  // bfloat16 pairs: each 32-bit lane holds two bfloat16 values, the even
+  // element in the low half (the operand layout of vdpbf16ps).
+  // The even and the odd element of each lane, as floats (exact).
+  static V bf16_even(V pairs) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_castps_si512(pairs), 16));
+  }
+  static V bf16_odd(V pairs) {
+    return _mm512_castsi512_ps(
+        _mm512_and_si512(_mm512_castps_si512(pairs), _mm512_set1_epi32(int32_t(0xffff0000u))));
+  }
+  // x rounded to bfloat16 (nearest even; NaN stays NaN), in the high half.
+  static __m512i round_bf16(V x) {
+    const __m512i bits = _mm512_castps_si512(x);
+    const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
+    const __m512i up = _mm512_add_epi32(bits, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7fff)));
+    const __m512i nan = _mm512_or_si512(bits, _mm512_set1_epi32(0x00400000));
+    return _mm512_mask_blend_epi32(_mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), up, nan);
+  }
+  // Lanes (round(even), round(odd)).
+  static V bf16_pairs(V even, V odd) {
+    return _mm512_castsi512_ps(_mm512_or_si512(
+        _mm512_srli_epi32(round_bf16(even), 16),
+        _mm512_and_si512(round_bf16(odd), _mm512_set1_epi32(int32_t(0xffff0000u)))));
+  }
+  // 16 bfloat16 values widened to floats (exact).
+  static V load_bf16(const uint16_t* p) {
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  }
 };
 #endif
+
+#if defined(__AVX512F__) && defined(__AVX512BF16__)
+// AVX-512 with AVX512_BF16 (Cooper Lake, Zen 4, Sapphire Rapids): the
+// float32 operations of Avx512, plus the bfloat16 conversions and the
+// bfloat16 dot product (vdpbf16ps) in one instruction each.
+struct Avx512Bf16 : Avx512 {
+  static constexpr const char* kName = "avx512_bf16";
+  // Word 2i of the result is word i of the first operand, word 2i + 1 word
+  // i of the second (vpermw indices into their 32 words).
+  static __m512i interleave_words(__m512i lo_words) {
+    alignas(64) static constexpr uint16_t kIndex[32] = {0,  16, 1,  17, 2,  18, 3,  19, 4,  20, 5,
+                                                        21, 6,  22, 7,  23, 8,  24, 9,  25, 10, 26,
+                                                        11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+    return _mm512_permutexvar_epi16(_mm512_load_si512(kIndex), lo_words);
+  }
+  static V bf16_pairs(V even, V odd) {
+    // vcvtne2ps2bf16 puts `even` in words 0..15 and `odd` in 16..31.
+    return _mm512_castsi512_ps(interleave_words((__m512i)_mm512_cvtne2ps_pbh(odd, even)));
+  }
+  // acc + even(a)·even(b) + odd(a)·odd(b) per lane.
+  static V dot_bf16(V acc, V a, V b) { return _mm512_dpbf16_ps(acc, (__m512bh)a, (__m512bh)b); }
+  // 16 bfloat16 of row a and 16 of row b interleaved into pairs (a_i, b_i).
+  static V pair_rows_bf16(const uint16_t* a, const uint16_t* b) {
+    const __m512i words = _mm512_inserti64x4(
+        _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a))),
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b)), 1);
+    return _mm512_castsi512_ps(interleave_words(words));
+  }
+  // 32 floats rounded to 32 bfloat16 in the same order.
+  static void round_bf16_32(const float* src, uint16_t* dst) {
+    const __m512bh h = _mm512_cvtne2ps_pbh(load(src + 16), load(src));
+    _mm512_storeu_si512(dst, (__m512i)h);
+  }
+  // dst[i] = bfloat16(scale·src[i]) for 32 floats; whether one of them is
+  // infinite or NaN in bfloat16 (exponent bits all set).
+  static bool narrow_bf16_32(const float* src, float scale, uint16_t* dst) {
+    const V s = set1(scale);
+    const __m512i h = (__m512i)_mm512_cvtne2ps_pbh(mul(load(src + 16), s), mul(load(src), s));
+    _mm512_storeu_si512(dst, h);
+    const __m512i exponent = _mm512_set1_epi16(0x7f80);
+    return _mm512_cmpeq_epi16_mask(_mm512_and_si512(h, exponent), exponent) != 0;
+  }
+};
+#endif
+
+// Whether the ISA has the bfloat16 dot product (Avx512Bf16).
+template <class Isa>
+constexpr bool kNativeBf16 = requires(typename Isa::V v) {
+  Isa::dot_bf16(v, v, v);
+};
 
 #if defined(__AVX2__) && defined(__FMA__)
 struct Avx2 {
@@ -219,6 +299,31 @@ struct Avx2 {
       store(dst + (4 + j) * ldd, mul(s, _mm256_permute2f128_ps(r[j], r[4 + j], 0x31)));
     }
   }
+
+  // bfloat16 pairs, as Avx512's.
+  static V bf16_even(V pairs) {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_castps_si256(pairs), 16));
+  }
+  static V bf16_odd(V pairs) {
+    return _mm256_and_ps(pairs, _mm256_castsi256_ps(_mm256_set1_epi32(int32_t(0xffff0000u))));
+  }
+  static __m256i round_bf16(V x) {
+    const __m256i bits = _mm256_castps_si256(x);
+    const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
+    const __m256i up = _mm256_add_epi32(bits, _mm256_add_epi32(odd, _mm256_set1_epi32(0x7fff)));
+    const __m256i nan = _mm256_or_si256(bits, _mm256_set1_epi32(0x00400000));
+    return _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(up), _mm256_castsi256_ps(nan),
+                                                _mm256_cmp_ps(x, x, _CMP_UNORD_Q)));
+  }
+  static V bf16_pairs(V even, V odd) {
+    return _mm256_castsi256_ps(_mm256_or_si256(
+        _mm256_srli_epi32(round_bf16(even), 16),
+        _mm256_and_si256(round_bf16(odd), _mm256_set1_epi32(int32_t(0xffff0000u)))));
+  }
+  static V load_bf16(const uint16_t* p) {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  }
 };
 #endif
 
@@ -296,6 +401,43 @@ struct Portable {
   }
   static V gt_select(V x, V y, V a, V b) { return x > y ? a : b; }
   static V ge_select(V x, V y, V a, V b) { return x >= y ? a : b; }
+
+  // bfloat16 pairs, as Avx512's.
+  static V bits_to_v(I bits) {
+    V out;
+    std::memcpy(&out, &bits, sizeof out);
+    return out;
+  }
+  static I v_to_bits(V v) {
+    I bits;
+    std::memcpy(&bits, &v, sizeof bits);
+    return bits;
+  }
+  static V bf16_even(V pairs) { return bits_to_v(v_to_bits(pairs) << 16); }
+  static V bf16_odd(V pairs) {
+    return bits_to_v(v_to_bits(pairs) & static_cast<int32_t>(0xffff0000u));
+  }
+  static V bf16_pairs(V even, V odd) {
+    V out;
+    for (int i = 0; i < kLanes; ++i) {
+      const uint32_t pair = static_cast<uint32_t>(float_to_bf16_bits(even[i])) |
+                            static_cast<uint32_t>(float_to_bf16_bits(odd[i])) << 16;
+      std::memcpy(reinterpret_cast<char*>(&out) + 4 * i, &pair, 4);
+    }
+    return out;
+  }
+  static V load_bf16(const uint16_t* p) {
+    I bits;
+    for (int i = 0; i < kLanes; ++i) bits[i] = static_cast<int32_t>(uint32_t{p[i]} << 16);
+    return bits_to_v(bits);
+  }
+  // Round to nearest even; NaN stays NaN (as qkv::float_to_bfloat16).
+  static uint16_t float_to_bf16_bits(float f) {
+    uint32_t bits;
+    std::memcpy(&bits, &f, sizeof bits);
+    if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x0040u);
+    return static_cast<uint16_t>((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
+  }
 };
 
 // exp(x) for every lane, relative error about 2e-7; exp(-inf) and anything
