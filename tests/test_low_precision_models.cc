@@ -184,11 +184,14 @@ TEST(ModulePrecision, DecoderModelFullAndCachedStepsAgree) {
     model.set_precision(p);
     const Tensor full = model.forward(ids);
     expect_block_error(full, exact, p);
-    // A decoding session's steps run the same low-precision arithmetic.
+    // A decoding session's steps run the same linear layers; their one-query
+    // attention multiplies in float32 (decoding is memory-bound), the full
+    // pass in bfloat16: they differ by bfloat16 rounding of q, k, v and P.
     qkv::nn::DecoderSession session(model);
     for (size_t t = 0; t < ids.size(); ++t) {
       const Tensor& logits = session.step({&ids[t], 1});  // [1, vocab]
-      EXPECT_LT(relative_error(logits, full.select(1, t)), 1e-4) << "step " << t;
+      EXPECT_LT(relative_error(logits, full.select(1, t)), bound(Precision::kBFloat16))
+          << "step " << t;
     }
   }
   model.set_precision(Precision::kFloat32);

@@ -98,6 +98,7 @@ void DecoderBlock::step_into(Tensor& x, int64_t position, KVCache& cache, int64_
   SdpaOptions sdpa;
   sdpa.enable_gqa = options_.num_kv_heads != options_.num_heads;
   sdpa.causal = CausalMask::kBottomRight;  // the new query sees every cached key
+  sdpa.precision = precision();
   scaled_dot_product_attention_into(b.attention, b.q4, cache.keys(layer), cache.values(layer), sdpa,
                                     b.workspace);
   attention_.output_into(b.h, b.attention_2d);

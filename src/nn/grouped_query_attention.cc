@@ -86,6 +86,7 @@ SdpaOptions GroupedQueryAttention::sdpa_options(const GroupedQueryAttentionForwa
   const auto& o = options_;
   SdpaOptions sdpa;
   sdpa.enable_gqa = o.num_kv_heads != o.num_heads;
+  sdpa.precision = precision();
   sdpa.dropout_p = is_training() ? o.dropout : 0.0;
   sdpa.generator = generator();
   if (args.attn_mask.defined() && args.causal != CausalMask::kNone) {

@@ -240,6 +240,7 @@ MultiheadAttentionOutput MultiheadAttention::forward(const Tensor& query, const 
   // [Bm, Hm, Lm, s_total], broadcast over what it does not depend on; the
   // appended columns (bias_k, zero) are padded with 0: always attended to.
   SdpaOptions sdpa;
+  sdpa.precision = precision();
   const bool use_attn = am.defined() && !causal_kernel;
   if (use_attn || kpm.defined()) {
     const int64_t Bm = (kpm.defined() || (use_attn && attn_3d)) ? B : 1;
@@ -321,6 +322,7 @@ void MultiheadAttention::self_attention_into(Tensor& out, const Tensor& x, const
   const Tensor heads = qkv.view({B, L, 3, H, E});
   auto part = [&](int64_t which) { return heads.select(2, which).transpose(1, 2); };
   SdpaOptions sdpa;
+  sdpa.precision = precision();
   sdpa.attn_mask = keep;
   if (causal) sdpa.causal = CausalMask::kTopLeft;
   Tensor context = workspace.buffer(Workspace::kContext, {B, H, L, E}, o.dtype);
