@@ -52,8 +52,9 @@ intra_threads=threads)`; `forward_batch` gives last_hidden_state and the mean
 pooling and normalisation are done in numpy. Compute types tried: int8,
 int8_float32 and bfloat16; those the CPU build does not support are reported,
 and two that resolve to the same type (on CPU int8 runs as int8_float32) are
-timed once. The header shows CTranslate2's GEMM backends for this CPU (it uses
-oneDNN rather than MKL on non-Intel CPUs).
+timed once. The header shows CTranslate2's ISA and GEMM backends for this CPU
+(on non-Intel CPUs it picks oneDNN rather than MKL for the GEMMs and AVX2 for
+its own kernels; --ct2-isa AVX512 overrides the latter).
 
 OpenVINO: the same fp32 ONNX graph read by `openvino.Core.read_model` and
 compiled for "CPU" with PERFORMANCE_HINT LATENCY, INFERENCE_NUM_THREADS =
@@ -301,9 +302,13 @@ def main():
                     + ", ".join(SKIPPABLE))
     ap.add_argument("--threads", default=",".join(map(str, THREADS)),
                     help="comma-separated thread counts, each implementation at its fastest")
+    ap.add_argument("--ct2-isa", help="CT2_FORCE_CPU_ISA for CTranslate2 (e.g. AVX512; "
+                    "default: its own choice, AVX2 on non-Intel CPUs)")
     ap.add_argument("--out", help="also write the markdown here")
     ap.add_argument("--shapes", help="comma-separated BATCHxTOKENS subset, e.g. 1x16,32x128")
     a = ap.parse_args()
+    if a.ct2_isa:
+        os.environ["CT2_FORCE_CPU_ISA"] = a.ct2_isa  # read when CTranslate2 loads
     skip = {s for s in a.skip.split(",") if s}
     if a.no_bf16:
         skip.add("torch-bf16")
