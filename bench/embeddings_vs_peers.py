@@ -14,8 +14,9 @@ WordPiece; every peer: the HF `tokenizers` tokenizer). Each text is built from
 single-token words so that it is exactly `tokens` tokens long, [CLS] and [SEP]
 included, so no padding is computed. Before timing, every implementation's
 embeddings are compared with sentence-transformers float32: float32 ones must
-reach cosine >= 0.999; bfloat16 and int8 ones must reach 0.9 (below that the
-wiring is wrong, not the rounding) and are flagged in the table below 0.99.
+reach cosine >= 0.999; bfloat16 and int8 ones are flagged in the table below
+0.99 but still timed (only below 0.5, a wiring error rather than rounding,
+stops the run): ORT's per-tensor int8 reaches ~0.88 at 8 x 256.
 The minimum cosine of each over all shapes is printed. Timing: implementations and thread counts (--threads, default
 {1, 2}) interleaved, median of --reps repetitions (each >= 50 ms of calls after
 a warm-up call); each is reported at its faster thread count.
@@ -41,8 +42,8 @@ quantized per call (one scale per tensor) and int8 (QInt8) or uint8 (QUInt8)
 weights; the attention MatMuls, the embeddings and everything else stay
 float32. Three graphs are timed: QInt8 and QUInt8 with one weight scale per
 tensor (quantize_dynamic's default), and QInt8 with one per output channel
-(per_channel=True), which is slower but the only one near cosine 0.99 for
-this model (per-tensor scales give ~0.9-0.97). The int8 ratio takes the
+(per_channel=True), slower but the only one near cosine 0.99 for this model
+(per-tensor weight scales give 0.88-0.98). The int8 ratio takes the
 fastest of all int8 peers, accurate or not; the table shows their cosines.
 
 CTranslate2 int8: the HF model converted by
@@ -86,7 +87,7 @@ QKV_PRECISIONS = ("float32", "bfloat16", "int8")
 NO_PRECISION = "n/a (no precision support in this build)"
 FP32_MIN_COSINE = 0.999  # asserted for float32 implementations
 LOW_MIN_COSINE = 0.99    # bfloat16 / int8 below this are flagged in the table
-LOW_FLOOR_COSINE = 0.9   # and asserted above this (a wiring error, not rounding)
+LOW_FLOOR_COSINE = 0.5   # and asserted above this (a wiring error, not rounding)
 CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "avx_vnni", "amx_tile",
              "amx_bf16", "amx_int8")
 SKIPPABLE = ("torch-bf16", "ort-int8", "ct2", "openvino")
@@ -456,6 +457,9 @@ def main():
             cos[name] = c.min()
             need = FP32_MIN_COSINE if kind == "fp32" else LOW_FLOOR_COSINE
             assert c.min() >= need, f"{name} at {batch}x{tokens}: cosine {c.min()} < {need}"
+            if c.min() < LOW_MIN_COSINE:
+                print(f"{name} at {batch}x{tokens}: cosine {c.min():.5f} < {LOW_MIN_COSINE}",
+                      flush=True)
         times = {k: [] for k in fns}
         for _ in range(a.reps):
             for (name, t), fn in fns.items():
