@@ -330,9 +330,13 @@ def main():
     for p in QKV_PRECISIONS:
         try:
             qkv_encoders[p] = qkv.SentenceEncoder(a.model, precision=p)
-        except TypeError:
+        except TypeError as e:
             if p == "float32":
-                qkv_encoders[p] = qkv.SentenceEncoder(a.model)
+                try:
+                    qkv_encoders[p] = qkv.SentenceEncoder(a.model)
+                except TypeError as e2:
+                    raise SystemExit(f"qkv.SentenceEncoder: the Python module and its _core "
+                                     f"build disagree (rebuild it?): {e}; {e2}") from e2
             else:
                 unavailable[f"qkv {p}"] = NO_PRECISION
         except Exception as e:  # noqa: BLE001 - e.g. a precision this CPU cannot run
@@ -488,6 +492,7 @@ def report(a, rows, impls, unavailable, notes, versions, cpu_model, flags, threa
     load = os.getloadavg()
     shape_names = [f"{b} × {t}" for b, t, _, _ in rows]
     by = {(b, t): best for b, t, best, _ in rows}
+    cos_by = {(b, t): cos for b, t, _, cos in rows}
     flag_text = ", ".join(f"{f} {'yes' if f in flags else 'no'}" for f in CPU_FLAGS)
     lines = [
         f"all-MiniLM-L6-v2, texts of exactly `tokens` tokens, tokenization + forward + mean "
@@ -518,13 +523,16 @@ def report(a, rows, impls, unavailable, notes, versions, cpu_model, flags, threa
             flag = f" (< {LOW_MIN_COSINE})" if mc < LOW_MIN_COSINE else ""
             lines.append(f"| {name} | " + " | ".join(cells) + f" | {mc:.7f}{flag} |")
         elif name in unavailable:
-            lines.append(f"| {name} | " + " | ".join([unavailable[name]] * len(rows)) + " | – |")
+            cells = [unavailable[name]] + ["n/a"] * (len(rows) - 1)
+            lines.append(f"| {name} | " + " | ".join(cells) + " | – |")
 
     def tput(shape, name):  # seconds per batch, or None
         return by[shape][name][0] if name in by[shape] else None
 
-    def ratio(shape, ours, peers):
+    def ratio(shape, ours, peers, accurate_only=False):
         """qkv sent/s over the best of `peers` (names), and which peer that was."""
+        if accurate_only:
+            peers = [p for p in peers if cos_by[shape].get(p, 0) >= LOW_MIN_COSINE]
         q = tput(shape, ours)
         ps = [(tput(shape, p), p) for p in peers if tput(shape, p) is not None]
         if q is None or not ps:
@@ -556,9 +564,11 @@ def report(a, rows, impls, unavailable, notes, versions, cpu_model, flags, threa
         "| ratio | " + " | ".join(shape_names) + " |",
         "|---|" + "---:|" * len(rows),
     ]
-    for label, ours, peers in ratio_rows:
-        lines.append(f"| {label} | "
-                     + " | ".join(ratio((b, t), ours, peers) for b, t, _, _ in rows) + " |")
+    ratio_rows.insert(3, (f"qkv int8 / max(the same, those at cosine ≥ {LOW_MIN_COSINE} at that shape)",
+                          "qkv int8", ort_int8 + ct2_int8 + ov_all, True))
+    for label, ours, peers, *accurate_only in ratio_rows:
+        lines.append(f"| {label} | " + " | ".join(
+            ratio((b, t), ours, peers, *accurate_only) for b, t, _, _ in rows) + " |")
 
     if (1, 16) in by:
         b = by[(1, 16)]
