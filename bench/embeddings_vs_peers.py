@@ -16,10 +16,16 @@ included, so no padding is computed. Before timing, every implementation's
 embeddings are compared with sentence-transformers float32: float32 ones must
 reach cosine >= 0.999; bfloat16 and int8 ones are flagged in the table below
 0.99 but still timed (only below 0.5, a wiring error rather than rounding,
-stops the run): ORT's per-tensor int8 reaches ~0.88 at 8 x 256.
-The minimum cosine of each over all shapes is printed. Timing: implementations and thread counts (--threads, default
-{1, 2}) interleaved, median of --reps repetitions (each >= 50 ms of calls after
-a warm-up call); each is reported at its faster thread count.
+stops the run): ORT's per-tensor int8 reaches ~0.88 at 8 x 256. The table
+shows each one's minimum cosine over all shapes. Timing: implementations and
+thread counts (--threads, default {1, 2}) interleaved, median of --reps
+repetitions (each >= 50 ms of calls after a warm-up call); each is reported at
+its faster thread count. The report: a table of sentences/s (ms per batch,
+threads) with one row per implementation and one column per shape, the
+throughput ratios (qkv bfloat16 / torch bf16, qkv bfloat16 / OpenVINO bf16,
+qkv int8 / the fastest int8-or-better peer, qkv float32 / ORT and
+sentence-transformers) per shape, and qkv's best 1 x 16 latency against every
+peer.
 
 qkv: `qkv.SentenceEncoder(path, precision=p)` for p in float32, bfloat16, int8.
 A build without the keyword (TypeError) runs float32 only and reports bfloat16
@@ -43,8 +49,11 @@ weights; the attention MatMuls, the embeddings and everything else stay
 float32. Three graphs are timed: QInt8 and QUInt8 with one weight scale per
 tensor (quantize_dynamic's default), and QInt8 with one per output channel
 (per_channel=True), slower but the only one near cosine 0.99 for this model
-(per-tensor weight scales give 0.88-0.98). The int8 ratio takes the
-fastest of all int8 peers, accurate or not; the table shows their cosines.
+(per-tensor weight scales give 0.88-0.98). QInt8 is the faster weight type on
+an AVX512-VNNI CPU (ORT's u8 x s8 kernels; u8 x u8 takes a slower path; the
+ratio row "QInt8 / QUInt8" shows it per shape). One int8 ratio takes the
+fastest of all int8 peers, accurate or not, another only those at cosine
+>= 0.99 at that shape.
 
 CTranslate2 int8: the HF model converted by
 `ctranslate2.converters.TransformersConverter` (float32 weights, into a
@@ -347,7 +356,9 @@ def main():
                               for t in threads})
     ours = qkv_encoders["float32"]
     notes.append("qkv: " + qkv_runtime_report() + "; precisions "
-                 + ", ".join(f"{p} {'ran' if p in qkv_encoders else unavailable['qkv ' + p]}"
+                 + ", ".join(f"{p} " + (f"ran (encoder.precision = "
+                                        f"{getattr(qkv_encoders[p], 'precision', '?')})"
+                                        if p in qkv_encoders else unavailable["qkv " + p])
                              for p in QKV_PRECISIONS) + ".")
 
     # sentence-transformers, float32 (the reference) and bfloat16.
