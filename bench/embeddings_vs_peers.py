@@ -75,8 +75,10 @@ may silently run f32, so the header prints what
 """
 
 import argparse
+import atexit
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -398,7 +400,9 @@ def main():
         try:
             import ctranslate2
             versions.append(f"ctranslate2 {ctranslate2.__version__}")
-            ct2_dir = os.path.join(tempfile.mkdtemp(prefix="qkv-bench-ct2-"), "model")
+            ct2_tmp = tempfile.mkdtemp(prefix="qkv-bench-ct2-")
+            atexit.register(shutil.rmtree, ct2_tmp, ignore_errors=True)
+            ct2_dir = os.path.join(ct2_tmp, "model")
             ctranslate2.converters.TransformersConverter(a.model).convert(ct2_dir, force=True)
             supported = ctranslate2.get_supported_compute_types("cpu")
             seen, tried = {}, []
