@@ -533,7 +533,7 @@ def report(a, rows, impls, unavailable, notes, versions, cpu_model, flags, threa
             cells = []
             for batch, _, best, _ in rows:
                 s, t = best[name]
-                cells.append(f"{batch / s:,.0f} ({1e3 * s:.2f}, {t}t)")
+                cells.append(f"{num(batch / s)} ({1e3 * s:.2f}, {t}t)")
             mc = min(cos[name] for _, _, _, cos in rows)
             flag = f" (< {LOW_MIN_COSINE})" if mc < LOW_MIN_COSINE else ""
             lines.append(f"| {name} | " + " | ".join(cells) + f" | {mc:.7f}{flag} |")
@@ -553,7 +553,7 @@ def report(a, rows, impls, unavailable, notes, versions, cpu_model, flags, threa
         if q is None or not ps:
             return "n/a"
         s, p = min(ps)
-        return f"**{s / q:.2f}**" + (f" ({p})" if len(peers) > 1 else "")
+        return f"**{num(s / q, 2)}**" + (f" ({p})" if len(peers) > 1 else "")
 
     ort_int8 = [n for n in impls if n.startswith("ORT int8")]
     ct2_int8 = [n for n in impls if n.startswith("CT2 int8")]
@@ -594,11 +594,17 @@ def report(a, rows, impls, unavailable, notes, versions, cpu_model, flags, threa
                   "against every peer (qkv ms / peer ms; < 1: qkv is faster):", "",
                   "| peer | peer ms | qkv / peer |", "|---|---:|---:|"]
         for n in peers:
-            lines.append(f"| {n} | {1e3 * b[n][0]:.2f} | **{q / b[n][0]:.2f}** |")
+            lines.append(f"| {n} | {1e3 * b[n][0]:.2f} | **{num(q / b[n][0], 2)}** |")
     if unavailable:
         lines += ["", "Not run: " + "; ".join(f"{n}: {w}" for n, w in unavailable.items())
                   + "."]
     return "\n".join(lines)
+
+
+def num(x, digits=0):
+    """x with `digits` decimals, or with two significant digits when that shows 0."""
+    text = f"{x:,.{digits}f}"
+    return text if x == 0 or text.strip("0.,") else f"{x:.2g}"
 
 
 if __name__ == "__main__":
