@@ -1,29 +1,89 @@
 #!/usr/bin/env python3
-"""Sentence embeddings with all-MiniLM-L6-v2: qkv.SentenceEncoder against
-sentence-transformers (torch 2.13) and ONNX Runtime on a torch.onnx.export of
-the same weights, side by side in one run.
+"""Sentence embeddings with all-MiniLM-L6-v2: qkv.SentenceEncoder at float32,
+bfloat16 and int8 against the CPU inference engines (sentence-transformers on
+torch 2.13 in float32 and bfloat16, ONNX Runtime float32 and int8, CTranslate2
+int8, OpenVINO f32 and bf16), side by side in one run.
 
-    .venv/bin/pip install -r bench/requirements.txt      # onnxruntime, onnx, onnxscript
+    .venv/bin/pip install -r bench/requirements.txt   # onnxruntime, onnx, ctranslate2, openvino
     .venv/bin/python bench/embeddings_vs_peers.py [--reps 5] [--out FILE]
+                     [--shapes 1x16,32x128] [--threads 1,2] [--skip ct2,openvino,...]
 
 Every implementation gets the same texts and does the same work per batch:
 tokenization + BERT forward + mean pooling + L2 normalisation (qkv: its own
-WordPiece; sentence-transformers and ORT: the HF `tokenizers` tokenizer; for
-ORT the pooling and normalisation are inside the exported graph). Each text is
-built from single-token words so that it is exactly `tokens` tokens long,
-[CLS] and [SEP] included, so no padding is computed. The embeddings of all
-three are compared (cosine >= 0.99999) before timing. Timing: implementations
-and thread counts {1, 2} interleaved, median of --reps repetitions (each >= 50
-ms of calls after a warm-up); each peer is reported at its faster thread count.
-torch also runs bfloat16 (autocast-free: the model cast to bf16); qkv and ORT
-have no bfloat16 path for this model (n/a).
+WordPiece; every peer: the HF `tokenizers` tokenizer). Each text is built from
+single-token words so that it is exactly `tokens` tokens long, [CLS] and [SEP]
+included, so no padding is computed. Before timing, every implementation's
+embeddings are compared with sentence-transformers float32: float32 ones must
+reach cosine >= 0.999; bfloat16 and int8 ones are flagged in the table below
+0.99 but still timed (only below 0.5, a wiring error rather than rounding,
+stops the run): ORT's per-tensor int8 reaches ~0.88 at 8 x 256. The table
+shows each one's minimum cosine over all shapes. Timing: implementations and
+thread counts (--threads, default {1, 2}) interleaved, median of --reps
+repetitions (each >= 50 ms of calls after a warm-up call); each is reported at
+its faster thread count. The report: a table of sentences/s (ms per batch,
+threads) with one row per implementation and one column per shape, the
+throughput ratios (qkv bfloat16 / torch bf16, qkv bfloat16 / OpenVINO bf16,
+qkv int8 / the fastest int8-or-better peer, qkv float32 / ORT and
+sentence-transformers) per shape, and qkv's best 1 x 16 latency against every
+peer.
+
+qkv: `qkv.SentenceEncoder(path, precision=p)` for p in float32, bfloat16, int8.
+A build without the keyword (TypeError) runs float32 only and reports bfloat16
+and int8 as "n/a (no precision support in this build)". The report header
+names qkv's kernel instruction set and the CPU flags that decide which
+low-precision path can run (avx512_bf16, avx512_vnni / avx_vnni, amx).
+
+torch bf16: the sentence-transformers model cast with `.to(torch.bfloat16)`
+(weights and activations bfloat16, no autocast); torch's oneDNN kernels use
+AVX512_BF16 / AMX where the CPU has them.
+
+ONNX Runtime fp32: a `torch.onnx.export` (opset 18, dynamic batch and sequence
+axes) of the HF BertModel with the mean pooling and L2 normalisation inside the
+graph, run by the CPU execution provider with ORT_ENABLE_ALL graph
+optimisations.
+
+ONNX Runtime int8: `onnxruntime.quantization.quantize_dynamic` of that fp32
+graph: the 36 weight MatMuls become MatMulInteger with uint8 activations
+quantized per call (one scale per tensor) and int8 (QInt8) or uint8 (QUInt8)
+weights; the attention MatMuls, the embeddings and everything else stay
+float32. Three graphs are timed: QInt8 and QUInt8 with one weight scale per
+tensor (quantize_dynamic's default), and QInt8 with one per output channel
+(per_channel=True), slower but the only one near cosine 0.99 for this model
+(per-tensor weight scales give 0.88-0.98). QInt8 is the faster weight type on
+an AVX512-VNNI CPU (ORT's u8 x s8 kernels; u8 x u8 takes a slower path; the
+ratio row "QInt8 / QUInt8" shows it per shape). One int8 ratio takes the
+fastest of all int8 peers, accurate or not, another only those at cosine
+>= 0.99 at that shape.
+
+CTranslate2 int8: the HF model converted by
+`ctranslate2.converters.TransformersConverter` (float32 weights, into a
+temporary directory) and loaded by `ctranslate2.Encoder(compute_type=...,
+intra_threads=threads)`; `forward_batch` gives last_hidden_state and the mean
+pooling and normalisation are done in numpy. Compute types tried: int8,
+int8_float32 and bfloat16; those the CPU build does not support are reported,
+and two that resolve to the same type (on CPU int8 runs as int8_float32) are
+timed once. The header shows CTranslate2's ISA and GEMM backends for this CPU
+(on non-Intel CPUs it picks oneDNN rather than MKL for the GEMMs and AVX2 for
+its own kernels; --ct2-isa AVX512 overrides the latter).
+
+OpenVINO: the same fp32 ONNX graph read by `openvino.Core.read_model` and
+compiled for "CPU" with PERFORMANCE_HINT LATENCY, INFERENCE_NUM_THREADS =
+threads and INFERENCE_PRECISION_HINT f32 or bf16. A CPU without native bf16
+may silently run f32, so the header prints what
+`compiled_model.get_property("INFERENCE_PRECISION_HINT")` says for each;
+"OpenVINO best" is the faster of the two.
 """
 
 import argparse
+import atexit
 import os
+import platform
+import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
+import time
 
 import numpy as np
 import torch
@@ -34,6 +94,14 @@ from timing import per_call
 SHAPES = [(1, 16), (1, 128), (32, 32), (32, 128), (8, 256)]
 THREADS = (1, 2)
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+QKV_PRECISIONS = ("float32", "bfloat16", "int8")
+NO_PRECISION = "n/a (no precision support in this build)"
+FP32_MIN_COSINE = 0.999  # asserted for float32 implementations
+LOW_MIN_COSINE = 0.99    # bfloat16 / int8 below this are flagged in the table
+LOW_FLOOR_COSINE = 0.5   # and asserted above this (a wiring error, not rounding)
+CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "avx_vnni", "amx_tile",
+             "amx_bf16", "amx_int8")
+SKIPPABLE = ("torch-bf16", "ort-int8", "ct2", "openvino")
 
 
 def single_token_words(tokenizer, vocab_file, count=400):
@@ -54,6 +122,51 @@ def make_texts(words, batch, tokens, seed):
     """`batch` texts of exactly `tokens` tokens ([CLS] + tokens-2 words + [SEP])."""
     rng = np.random.default_rng(seed)
     return [" ".join(rng.choice(words, tokens - 2)) for _ in range(batch)]
+
+
+def cpu_info():
+    model, flags = platform.processor() or "?", set()
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith("model name") and model in ("?", "x86_64", ""):
+                    model = line.split(":", 1)[1].strip()
+                elif line.startswith("flags"):
+                    flags = set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return model, flags
+
+
+def qkv_runtime_report():
+    """kernel_isa() and whatever else qkv.runtime says about its kernels."""
+    rt = qkv.runtime
+    parts = []
+    for name, args in (("kernel_isa", ()), ("supported_isas", ()), ("blas_core_name", ())):
+        if hasattr(rt, name):
+            parts.append(f"{name}() = {getattr(rt, name)(*args)}")
+    # Newer builds may name their low-precision kernels; ask without knowing the name.
+    for name in sorted(dir(rt)):
+        if name.startswith("_") or name in ("kernel_isa", "supported_isas", "blas_core_name"):
+            continue
+        if not any(w in name for w in ("isa", "low_precision", "precision_kernel")):
+            continue
+        if name.startswith(("set_", "override", "measure")):
+            continue
+        fn = getattr(rt, name)
+        if not callable(fn):
+            continue
+        try:
+            parts.append(f"{name}() = {fn()}")
+        except TypeError:
+            for p in QKV_PRECISIONS[1:]:
+                try:
+                    parts.append(f"{name}({p!r}) = {fn(p)}")
+                except Exception:  # noqa: BLE001 - a probe
+                    pass
+        except Exception:  # noqa: BLE001 - a probe
+            pass
+    return ", ".join(parts)
 
 
 class PooledBert(torch.nn.Module):
@@ -93,6 +206,29 @@ def export_onnx(st_model, path):
                           dynamic_shapes=shapes, opset_version=18, dynamo=True)
 
 
+def quantize_onnx(fp32_path, weight_type, per_channel):
+    """quantize_dynamic of the fp32 graph, cached beside it."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+    out = fp32_path.replace(".onnx", f"-dynamic-{weight_type.lower()}"
+                            + ("-per-channel" if per_channel else "") + ".onnx")
+    if not os.path.exists(out):
+        quantize_dynamic(fp32_path, out, weight_type=getattr(QuantType, weight_type),
+                         per_channel=per_channel)
+    return out
+
+
+def hf_inputs(tokenizer, texts):
+    t = tokenizer(texts, padding=True, truncation=True, max_length=256, return_tensors="np")
+    return {k: np.ascontiguousarray(t[k], dtype=np.int64)
+            for k in ("input_ids", "attention_mask", "token_type_ids")}
+
+
+def mean_pool_normalize(h, mask):
+    m = mask[..., None].astype(h.dtype)
+    pooled = (h * m).sum(1) / np.maximum(m.sum(1), 1e-9)
+    return pooled / np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)
+
+
 class OrtEncoder:
     def __init__(self, path, tokenizer, threads):
         import onnxruntime as ort
@@ -104,11 +240,66 @@ class OrtEncoder:
         self.tokenizer = tokenizer
 
     def encode(self, texts):
-        t = self.tokenizer(texts, padding=True, truncation=True, max_length=256,
-                           return_tensors="np")
-        feed = {k: t[k].astype(np.int64) for k in ("input_ids", "attention_mask",
-                                                    "token_type_ids")}
-        return self.session.run(None, feed)[0]
+        return self.session.run(None, hf_inputs(self.tokenizer, texts))[0]
+
+
+class Ct2Encoder:
+    def __init__(self, model_dir, tokenizer, threads, compute_type):
+        import ctranslate2
+        self.ct2 = ctranslate2
+        self.encoder = ctranslate2.Encoder(model_dir, "cpu", compute_type=compute_type,
+                                           inter_threads=1, intra_threads=threads)
+        self.tokenizer = tokenizer
+
+    @property
+    def compute_type(self):
+        return self.encoder.compute_type
+
+    def encode(self, texts):
+        f = hf_inputs(self.tokenizer, texts)
+        mask = f["attention_mask"]
+        ids = self.ct2.StorageView.from_array(f["input_ids"].astype(np.int32))
+        lengths = self.ct2.StorageView.from_array(mask.sum(1).astype(np.int32))
+        out = self.encoder.forward_batch(ids, lengths,
+                                         token_type_ids=f["token_type_ids"].tolist())
+        return mean_pool_normalize(np.array(out.last_hidden_state), mask)
+
+
+class OvEncoder:
+    def __init__(self, core, model, tokenizer, threads, precision):
+        self.compiled = core.compile_model(model, "CPU", {
+            "INFERENCE_PRECISION_HINT": precision,
+            "INFERENCE_NUM_THREADS": threads,
+            "PERFORMANCE_HINT": "LATENCY",
+        })
+        self.request = self.compiled.create_infer_request()
+        self.output = self.compiled.output(0)
+        self.tokenizer = tokenizer
+
+    def property(self, name):
+        v = self.compiled.get_property(name)
+        return v.to_string() if hasattr(v, "to_string") else str(v)
+
+    def encode(self, texts):
+        r = self.request.infer(hf_inputs(self.tokenizer, texts))
+        return np.array(r[self.output])  # a copy: the request's buffer is reused
+
+
+def ct2_backend_report(model_dir):
+    """CTranslate2's own log of the CPU, ISA and GEMM backends it picked."""
+    code = ("import logging, ctranslate2; ctranslate2.set_log_level(logging.INFO); "
+            f"ctranslate2.Encoder({model_dir!r}, 'cpu', compute_type='int8', intra_threads=1)")
+    try:
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           timeout=120)
+    except Exception as e:  # noqa: BLE001 - informational only
+        return f"(log not available: {e})"
+    keep = []
+    for line in r.stderr.splitlines():
+        msg = line.split("[info]", 1)[-1].strip()
+        if any(w in msg for w in ("CPU:", "ISA", "MKL", "backend")):
+            keep.append(msg.lstrip("- ").strip())
+    return "; ".join(keep) or "(no log)"
 
 
 def main():
@@ -116,115 +307,304 @@ def main():
     ap.add_argument("--model", default=os.path.join(ROOT, "models", "all-MiniLM-L6-v2"))
     ap.add_argument("--onnx", default=os.path.join(tempfile.gettempdir(), "qkv-bench",
                                                    "all-MiniLM-L6-v2-pooled.onnx"),
-                    help="exported here unless it exists")
+                    help="exported here unless it exists (its int8 versions beside it)")
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--no-bf16", action="store_true", help="skip torch bfloat16")
+    ap.add_argument("--skip", default="", help="comma-separated peers to leave out: "
+                    + ", ".join(SKIPPABLE))
+    ap.add_argument("--threads", default=",".join(map(str, THREADS)),
+                    help="comma-separated thread counts, each implementation at its fastest")
+    ap.add_argument("--ct2-isa", help="CT2_FORCE_CPU_ISA for CTranslate2 (e.g. AVX512; "
+                    "default: its own choice, AVX2 on non-Intel CPUs)")
     ap.add_argument("--out", help="also write the markdown here")
     ap.add_argument("--shapes", help="comma-separated BATCHxTOKENS subset, e.g. 1x16,32x128")
     a = ap.parse_args()
+    if a.ct2_isa:
+        os.environ["CT2_FORCE_CPU_ISA"] = a.ct2_isa  # read when CTranslate2 loads
+    skip = {s for s in a.skip.split(",") if s}
+    if a.no_bf16:
+        skip.add("torch-bf16")
+    assert skip <= set(SKIPPABLE), f"--skip: unknown {skip - set(SKIPPABLE)}"
+    threads = tuple(int(t) for t in a.threads.split(","))
+    shapes = SHAPES
+    if a.shapes:
+        shapes = [tuple(int(n) for n in s.split("x")) for s in a.shapes.split(",")]
 
+    cpu_model, flags = cpu_info()
+    notes = []         # header lines about what ran
+    unavailable = {}   # implementation -> why it did not run
+    impls = {}         # name -> (kind, {threads: encode(texts, batch)}); kind: fp32 / low
+    versions = [f"torch {torch.__version__}"]
+
+    # qkv at each precision.
+    qkv_encoders = {}
+    for p in QKV_PRECISIONS:
+        try:
+            qkv_encoders[p] = qkv.SentenceEncoder(a.model, precision=p)
+        except TypeError as e:
+            if p == "float32":
+                try:
+                    qkv_encoders[p] = qkv.SentenceEncoder(a.model)
+                except TypeError as e2:
+                    raise SystemExit(f"qkv.SentenceEncoder: the Python module and its _core "
+                                     f"build disagree (rebuild it?): {e}; {e2}") from e2
+            else:
+                unavailable[f"qkv {p}"] = NO_PRECISION
+        except Exception as e:  # noqa: BLE001 - e.g. a precision this CPU cannot run
+            unavailable[f"qkv {p}"] = f"n/a ({type(e).__name__}: {e})"
+    for p, enc in qkv_encoders.items():
+        impls[f"qkv {p}"] = ("fp32" if p == "float32" else "low",
+                             {t: (lambda e: lambda texts, b: e.encode(texts, batch_size=b))(enc)
+                              for t in threads})
+    ours = qkv_encoders["float32"]
+    notes.append("qkv: " + qkv_runtime_report() + "; precisions "
+                 + ", ".join(f"{p} " + (f"ran (encoder.precision = "
+                                        f"{getattr(qkv_encoders[p], 'precision', '?')})"
+                                        if p in qkv_encoders else unavailable["qkv " + p])
+                             for p in QKV_PRECISIONS) + ".")
+
+    # sentence-transformers, float32 (the reference) and bfloat16.
     from sentence_transformers import SentenceTransformer
+    import sentence_transformers
+    versions.append(f"sentence-transformers {sentence_transformers.__version__}")
     st = SentenceTransformer(a.model, device="cpu")
     st.eval()
     tok = st.tokenizer
     if not os.path.exists(a.onnx):
         export_onnx(st, a.onnx)
-    st_bf16 = None if a.no_bf16 else SentenceTransformer(a.model, device="cpu").to(torch.bfloat16)
-    ours = qkv.SentenceEncoder(a.model)
-    orts = {t: OrtEncoder(a.onnx, tok, t) for t in THREADS}
+    impls["sentence-transformers fp32"] = ("fp32", {t: (
+        lambda texts, b: st.encode(texts, batch_size=b, convert_to_numpy=True)) for t in threads})
+    if "torch-bf16" not in skip:
+        st_bf16 = SentenceTransformer(a.model, device="cpu").to(torch.bfloat16)
+        impls["torch bf16"] = ("low", {t: (lambda texts, b: st_bf16.encode(
+            texts, batch_size=b, convert_to_numpy=True)) for t in threads})
+
+    # ONNX Runtime, float32 and int8.
     import onnxruntime
+    versions.append(f"onnxruntime {onnxruntime.__version__}")
+
+    def ort_fns(path):
+        return {t: (lambda o: lambda texts, b: o.encode(texts))(OrtEncoder(path, tok, t))
+                for t in threads}
+    impls["ORT fp32"] = ("fp32", ort_fns(a.onnx))
+    if "ort-int8" not in skip:
+        for wt, per_channel in (("QInt8", False), ("QUInt8", False), ("QInt8", True)):
+            name = f"ORT int8 ({wt}{', per-channel' if per_channel else ''})"
+            try:
+                impls[name] = ("low", ort_fns(quantize_onnx(a.onnx, wt, per_channel)))
+            except Exception as e:  # noqa: BLE001
+                unavailable[name] = f"could not run ({type(e).__name__}: {e})"
+
+    # CTranslate2.
+    if "ct2" not in skip:
+        try:
+            import ctranslate2
+            versions.append(f"ctranslate2 {ctranslate2.__version__}")
+            ct2_tmp = tempfile.mkdtemp(prefix="qkv-bench-ct2-")
+            atexit.register(shutil.rmtree, ct2_tmp, ignore_errors=True)
+            ct2_dir = os.path.join(ct2_tmp, "model")
+            ctranslate2.converters.TransformersConverter(a.model).convert(ct2_dir, force=True)
+            supported = ctranslate2.get_supported_compute_types("cpu")
+            seen, tried = {}, []
+            for ct in ("int8", "int8_float32", "bfloat16"):
+                if ct not in supported:
+                    tried.append(f"{ct} not supported on this CPU build")
+                    continue
+                encs = {t: Ct2Encoder(ct2_dir, tok, t, ct) for t in threads}
+                resolved = encs[threads[0]].compute_type
+                if resolved in seen:
+                    tried.append(f"{ct} runs as {resolved} (timed once, as {seen[resolved]})")
+                    continue
+                name = f"CT2 {ct}" + (f" (runs {resolved})" if resolved != ct else "")
+                seen[resolved] = name
+                tried.append(f"{ct} runs as {resolved}")
+                impls[name] = ("fp32" if resolved == "float32" else "low",
+                               {t: (lambda e: lambda texts, b: e.encode(texts))(encs[t])
+                                for t in threads})
+            notes.append("CTranslate2 compute types: " + "; ".join(tried) + ". Its log: "
+                         + ct2_backend_report(ct2_dir) + ".")
+        except Exception as e:  # noqa: BLE001
+            unavailable["CT2 int8"] = f"could not run ({type(e).__name__}: {e})"
+
+    # OpenVINO.
+    ov_actual = {}
+    if "openvino" not in skip:
+        try:
+            import openvino as ov
+            versions.append(f"openvino {ov.__version__.split('-')[0]}")
+            core = ov.Core()
+            ov_model = core.read_model(a.onnx)
+            caps = core.get_property("CPU", "OPTIMIZATION_CAPABILITIES")
+            for hint in ("f32", "bf16"):
+                encs = {t: OvEncoder(core, ov_model, tok, t, hint) for t in threads}
+                e0 = encs[threads[0]]
+                ov_actual[hint] = e0.property("INFERENCE_PRECISION_HINT")
+                impls[f"OpenVINO {hint} hint"] = (
+                    "fp32" if hint == "f32" else "low",
+                    {t: (lambda e: lambda texts, b: e.encode(texts))(encs[t]) for t in threads})
+            notes.append("OpenVINO CPU: OPTIMIZATION_CAPABILITIES " + ", ".join(caps)
+                         + "; INFERENCE_PRECISION_HINT after compile: "
+                         + ", ".join(f"{h} -> {v}" for h, v in ov_actual.items()) + ".")
+        except Exception as e:  # noqa: BLE001
+            unavailable["OpenVINO"] = f"could not run ({type(e).__name__}: {e})"
 
     def set_threads(t):
         torch.set_num_threads(t)
         qkv.runtime.set_num_threads(t)
 
-    impls = {
-        "qkv": lambda texts, b: ours.encode(texts, batch_size=b),
-        "sentence-transformers": lambda texts, b: st.encode(texts, batch_size=b,
-                                                            convert_to_numpy=True),
-        "onnxruntime": None,  # per thread count, below
-    }
-    if st_bf16 is not None:
-        impls["torch bf16"] = lambda texts, b: st_bf16.encode(texts, batch_size=b,
-                                                              convert_to_numpy=True)
+    print("\n".join(notes), flush=True)
+    for name, why in unavailable.items():
+        print(f"{name}: {why}", flush=True)
 
     words = single_token_words(tok, os.path.join(a.model, "vocab.txt"))
     rows = []
-    shapes = SHAPES
-    if a.shapes:
-        shapes = [tuple(int(n) for n in s.split("x")) for s in a.shapes.split(",")]
     for batch, tokens in shapes:
         texts = make_texts(words, batch, tokens, seed=batch * 1000 + tokens)
         lengths = {len(tok(t)["input_ids"]) for t in texts} | {len(ours.token_ids(t))
                                                                for t in texts}
         assert lengths == {tokens}, f"token counts {lengths}, wanted {tokens}"
-        fns = {}
-        for name, fn in impls.items():
-            for t in THREADS:
-                if name == "onnxruntime":
-                    fns[(name, t)] = (lambda o: lambda: o.encode(texts))(orts[t])
-                else:
-                    fns[(name, t)] = (lambda f: lambda: f(texts, batch))(fn)
+        fns = {(name, t): (lambda f: lambda: f(texts, batch))(f)
+               for name, (_, by_t) in impls.items() for t, f in by_t.items()}
         # Same embeddings first.
-        set_threads(2)
-        ref = np.asarray(fns[("sentence-transformers", 2)](), dtype=np.float64)
+        t_check = max(threads)
+        set_threads(t_check)
+        ref = np.asarray(fns[("sentence-transformers fp32", t_check)](), dtype=np.float64)
         cos = {}
-        for name in impls:
-            e = np.asarray(fns[(name, 2)](), dtype=np.float64)
+        for name, (kind, _) in impls.items():
+            e = np.asarray(fns[(name, t_check)](), dtype=np.float64)
             c = (e * ref).sum(1) / np.linalg.norm(e, axis=1) / np.linalg.norm(ref, axis=1)
             cos[name] = c.min()
-            if name != "torch bf16":
-                assert c.min() >= 0.99999, f"{name} at {batch}x{tokens}: cosine {c.min()}"
+            need = FP32_MIN_COSINE if kind == "fp32" else LOW_FLOOR_COSINE
+            assert c.min() >= need, f"{name} at {batch}x{tokens}: cosine {c.min()} < {need}"
+            if c.min() < LOW_MIN_COSINE:
+                print(f"{name} at {batch}x{tokens}: cosine {c.min():.5f} < {LOW_MIN_COSINE}",
+                      flush=True)
         times = {k: [] for k in fns}
         for _ in range(a.reps):
             for (name, t), fn in fns.items():
                 set_threads(t)
                 times[(name, t)].append(per_call(fn))
+                time.sleep(0.02)  # let the last engine's spinning thread pool go idle
         med = {k: statistics.median(v) for k, v in times.items()}
         best = {}
         for name in impls:
-            t = min(THREADS, key=lambda th: med[(name, th)])
+            t = min(threads, key=lambda th: med[(name, th)])
             best[name] = (med[(name, t)], t)
         rows.append((batch, tokens, best, cos))
         print(f"{batch}x{tokens}: " + ", ".join(
             f"{n} {1e3 * s:.2f} ms ({t}t)" for n, (s, t) in best.items()), flush=True)
 
-    load = os.getloadavg()
-    names = list(impls)
-    lines = [
-        f"all-MiniLM-L6-v2, texts of exactly `tokens` tokens, tokenization + forward + mean "
-        f"pooling + normalisation for every implementation; median of {a.reps} interleaved reps; "
-        f"each at its faster of {{1, 2}} threads (in brackets). torch {torch.__version__}, "
-        f"onnxruntime {onnxruntime.__version__}; load average {load[0]:.2f} {load[1]:.2f} "
-        f"{load[2]:.2f} at the end.",
-        "",
-        "| batch × tokens | " + " | ".join(f"{n} sent/s (ms/batch)" for n in names)
-        + " | qkv bf16 | min cosine vs s-t (qkv / ORT" + (" / bf16" if "torch bf16" in names else "")
-        + ") |",
-        "|---|" + "---:|" * (len(names) + 2),
-    ]
-    for batch, tokens, best, cos in rows:
-        cells = [f"{batch / s:,.0f} ({1e3 * s:.2f}, {t}t)" for s, t in (best[n] for n in names)]
-        cs = [f"{cos['qkv']:.7f}", f"{cos['onnxruntime']:.7f}"]
-        if "torch bf16" in cos:
-            cs.append(f"{cos['torch bf16']:.5f}")
-        lines.append(f"| {batch} × {tokens} | " + " | ".join(cells) + " | n/a | "
-                     + " / ".join(cs) + " |")
-    by = {(b, t): best for b, t, best, _ in rows}
-    if (32, 128) in by:
-        q, o, s = (by[(32, 128)][n][0] for n in ("qkv", "onnxruntime", "sentence-transformers"))
-        lines += ["", f"Throughput at 32 × 128: qkv / ORT = {o / q:.2f}, "
-                  f"qkv / sentence-transformers = {s / q:.2f}."]
-    if (1, 16) in by:
-        q1, o1 = (by[(1, 16)][n][0] for n in ("qkv", "onnxruntime"))
-        lines += ["", f"Latency at 1 × 16: qkv {1e3 * q1:.2f} ms, ORT {1e3 * o1:.2f} ms "
-                  f"(qkv / ORT = {q1 / o1:.2f})."]
-    text = "\n".join(lines)
+    text = report(a, rows, impls, unavailable, notes, versions, cpu_model, flags, threads,
+                  ov_actual)
     print()
     print(text)
     if a.out:
         with open(a.out, "w", encoding="utf-8") as f:
             f.write(text + "\n")
+
+
+def report(a, rows, impls, unavailable, notes, versions, cpu_model, flags, threads, ov_actual):
+    load = os.getloadavg()
+    shape_names = [f"{b} × {t}" for b, t, _, _ in rows]
+    by = {(b, t): best for b, t, best, _ in rows}
+    cos_by = {(b, t): cos for b, t, _, cos in rows}
+    flag_text = ", ".join(f"{f} {'yes' if f in flags else 'no'}" for f in CPU_FLAGS)
+    lines = [
+        f"all-MiniLM-L6-v2, texts of exactly `tokens` tokens, tokenization + forward + mean "
+        f"pooling + normalisation for every implementation; median of {a.reps} interleaved reps; "
+        f"each at its faster of {{{', '.join(map(str, threads))}}} threads (in brackets). "
+        f"{', '.join(versions)}; load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} "
+        f"at the end.",
+        "",
+        f"CPU: {cpu_model}, {os.cpu_count()} logical cores; {flag_text}.",
+        "",
+    ]
+    for n in notes:
+        lines += [n, ""]
+    lines += [
+        "| implementation | " + " | ".join(f"{s} sent/s (ms/batch)" for s in shape_names)
+        + " | min cosine vs s-t fp32 |",
+        "|---|" + "---:|" * (len(rows) + 1),
+    ]
+    order = [f"qkv {p}" for p in QKV_PRECISIONS] + [n for n in impls if not n.startswith("qkv ")]
+    order += [n for n in unavailable if n not in order]
+    for name in order:
+        if name in impls:
+            cells = []
+            for batch, _, best, _ in rows:
+                s, t = best[name]
+                cells.append(f"{num(batch / s)} ({1e3 * s:.2f}, {t}t)")
+            mc = min(cos[name] for _, _, _, cos in rows)
+            flag = f" (< {LOW_MIN_COSINE})" if mc < LOW_MIN_COSINE else ""
+            lines.append(f"| {name} | " + " | ".join(cells) + f" | {mc:.7f}{flag} |")
+        elif name in unavailable:
+            cells = [unavailable[name]] + ["n/a"] * (len(rows) - 1)
+            lines.append(f"| {name} | " + " | ".join(cells) + " | – |")
+
+    def tput(shape, name):  # seconds per batch, or None
+        return by[shape][name][0] if name in by[shape] else None
+
+    def ratio(shape, ours, peers, accurate_only=False):
+        """qkv sent/s over the best of `peers` (names), and which peer that was."""
+        if accurate_only:
+            peers = [p for p in peers if cos_by[shape].get(p, 0) >= LOW_MIN_COSINE]
+        q = tput(shape, ours)
+        ps = [(tput(shape, p), p) for p in peers if tput(shape, p) is not None]
+        if q is None or not ps:
+            return "n/a"
+        s, p = min(ps)
+        return f"**{num(s / q, 2)}**" + (f" ({p})" if len(peers) > 1 else "")
+
+    ort_int8 = [n for n in impls if n.startswith("ORT int8")]
+    ct2_int8 = [n for n in impls if n.startswith("CT2 int8")]
+    ov_all = [n for n in impls if n.startswith("OpenVINO")]
+    ov_bf16 = "OpenVINO bf16 hint"
+    bf16_note = ""
+    if ov_actual.get("bf16") and "bf16" not in ov_actual["bf16"]:
+        bf16_note = f" (OpenVINO reports {ov_actual['bf16']}: it ran without bf16)"
+    ratio_rows = [
+        ("qkv bfloat16 / torch bf16", "qkv bfloat16", ["torch bf16"]),
+        ("qkv bfloat16 / OpenVINO bf16 hint" + bf16_note, "qkv bfloat16", [ov_bf16]),
+        ("qkv int8 / max(ORT int8, CT2 int8, OpenVINO best)", "qkv int8",
+         ort_int8 + ct2_int8 + ov_all),
+        ("qkv float32 / ORT fp32", "qkv float32", ["ORT fp32"]),
+        ("qkv float32 / sentence-transformers fp32", "qkv float32",
+         ["sentence-transformers fp32"]),
+        ("ORT int8: QInt8 / QUInt8 weights", "ORT int8 (QInt8)", ["ORT int8 (QUInt8)"]),
+    ]
+    lines += [
+        "",
+        "Throughput ratios (sentences/s of the first over the second; > 1: the first is faster):",
+        "",
+        "| ratio | " + " | ".join(shape_names) + " |",
+        "|---|" + "---:|" * len(rows),
+    ]
+    ratio_rows.insert(3, (f"qkv int8 / max(the same, those at cosine ≥ {LOW_MIN_COSINE} at that shape)",
+                          "qkv int8", ort_int8 + ct2_int8 + ov_all, True))
+    for label, ours, peers, *accurate_only in ratio_rows:
+        lines.append(f"| {label} | " + " | ".join(
+            ratio((b, t), ours, peers, *accurate_only) for b, t, _, _ in rows) + " |")
+
+    if (1, 16) in by:
+        b = by[(1, 16)]
+        qs = [(b[f"qkv {p}"][0], f"qkv {p}") for p in QKV_PRECISIONS if f"qkv {p}" in b]
+        q, qn = min(qs)
+        peers = [n for n in order if n in b and not n.startswith("qkv ")]
+        lines += ["", f"Latency at 1 × 16, qkv's fastest precision ({qn}, {1e3 * q:.2f} ms) "
+                  "against every peer (qkv ms / peer ms; < 1: qkv is faster):", "",
+                  "| peer | peer ms | qkv / peer |", "|---|---:|---:|"]
+        for n in peers:
+            lines.append(f"| {n} | {1e3 * b[n][0]:.2f} | **{num(q / b[n][0], 2)}** |")
+    if unavailable:
+        lines += ["", "Not run: " + "; ".join(f"{n}: {w}" for n, w in unavailable.items())
+                  + "."]
+    return "\n".join(lines)
+
+
+def num(x, digits=0):
+    """x with `digits` decimals, or with two significant digits when that shows 0."""
+    text = f"{x:,.{digits}f}"
+    return text if x == 0 or text.strip("0.,") else f"{x:.2g}"
 
 
 if __name__ == "__main__":
