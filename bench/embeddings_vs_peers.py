@@ -28,9 +28,8 @@ sentence-transformers) per shape, and qkv's best 1 x 16 latency against every
 peer.
 
 qkv: `qkv.SentenceEncoder(path, precision=p)` for p in float32, bfloat16, int8.
-A build without the keyword (TypeError) runs float32 only and reports bfloat16
-and int8 as "n/a (no precision support in this build)". The report header
-names qkv's kernel instruction set and the CPU flags that decide which
+The report header names the kernels qkv ran (attention's ISA table, the
+linear layers' table per precision) and the CPU flags that decide which
 low-precision path can run (avx512_bf16, avx512_vnni / avx_vnni, amx).
 
 torch bf16: the sentence-transformers model cast with `.to(torch.bfloat16)`
@@ -95,7 +94,6 @@ SHAPES = [(1, 16), (1, 128), (32, 32), (32, 128), (8, 256)]
 THREADS = (1, 2)
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 QKV_PRECISIONS = ("float32", "bfloat16", "int8")
-NO_PRECISION = "n/a (no precision support in this build)"
 FP32_MIN_COSINE = 0.999  # asserted for float32 implementations
 LOW_MIN_COSINE = 0.99    # bfloat16 / int8 below this are flagged in the table
 LOW_FLOOR_COSINE = 0.5   # and asserted above this (a wiring error, not rounding)
@@ -139,33 +137,11 @@ def cpu_info():
 
 
 def qkv_runtime_report():
-    """kernel_isa() and whatever else qkv.runtime says about its kernels."""
+    """Which kernels qkv runs: attention's ISA table, the linear layers' per precision, BLAS."""
     rt = qkv.runtime
-    parts = []
-    for name, args in (("kernel_isa", ()), ("supported_isas", ()), ("blas_core_name", ())):
-        if hasattr(rt, name):
-            parts.append(f"{name}() = {getattr(rt, name)(*args)}")
-    # Newer builds may name their low-precision kernels; ask without knowing the name.
-    for name in sorted(dir(rt)):
-        if name.startswith("_") or name in ("kernel_isa", "supported_isas", "blas_core_name"):
-            continue
-        if not any(w in name for w in ("isa", "low_precision", "precision_kernel")):
-            continue
-        if name.startswith(("set_", "override", "measure")):
-            continue
-        fn = getattr(rt, name)
-        if not callable(fn):
-            continue
-        try:
-            parts.append(f"{name}() = {fn()}")
-        except TypeError:
-            for p in QKV_PRECISIONS[1:]:
-                try:
-                    parts.append(f"{name}({p!r}) = {fn(p)}")
-                except Exception:  # noqa: BLE001 - a probe
-                    pass
-        except Exception:  # noqa: BLE001 - a probe
-            pass
+    parts = [f"kernel_isa() = {rt.kernel_isa()}", f"blas_core_name() = {rt.blas_core_name()}"]
+    for p in QKV_PRECISIONS[1:]:
+        parts.append(f"linear_kernel_isa({p!r}) = {rt.linear_kernel_isa(p)}")
     return ", ".join(parts)
 
 
@@ -337,31 +313,13 @@ def main():
     versions = [f"torch {torch.__version__}"]
 
     # qkv at each precision.
-    qkv_encoders = {}
-    for p in QKV_PRECISIONS:
-        try:
-            qkv_encoders[p] = qkv.SentenceEncoder(a.model, precision=p)
-        except TypeError as e:
-            if p == "float32":
-                try:
-                    qkv_encoders[p] = qkv.SentenceEncoder(a.model)
-                except TypeError as e2:
-                    raise SystemExit(f"qkv.SentenceEncoder: the Python module and its _core "
-                                     f"build disagree (rebuild it?): {e}; {e2}") from e2
-            else:
-                unavailable[f"qkv {p}"] = NO_PRECISION
-        except Exception as e:  # noqa: BLE001 - e.g. a precision this CPU cannot run
-            unavailable[f"qkv {p}"] = f"n/a ({type(e).__name__}: {e})"
+    qkv_encoders = {p: qkv.SentenceEncoder(a.model, precision=p) for p in QKV_PRECISIONS}
     for p, enc in qkv_encoders.items():
         impls[f"qkv {p}"] = ("fp32" if p == "float32" else "low",
                              {t: (lambda e: lambda texts, b: e.encode(texts, batch_size=b))(enc)
                               for t in threads})
     ours = qkv_encoders["float32"]
-    notes.append("qkv: " + qkv_runtime_report() + "; precisions "
-                 + ", ".join(f"{p} " + (f"ran (encoder.precision = "
-                                        f"{getattr(qkv_encoders[p], 'precision', '?')})"
-                                        if p in qkv_encoders else unavailable["qkv " + p])
-                             for p in QKV_PRECISIONS) + ".")
+    notes.append("qkv: " + qkv_runtime_report() + ".")
 
     # sentence-transformers, float32 (the reference) and bfloat16.
     from sentence_transformers import SentenceTransformer

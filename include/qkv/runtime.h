@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "qkv/precision.h"
+
 namespace qkv {
 
 void set_num_threads(int threads);
@@ -22,6 +24,9 @@ int num_threads();
 std::string kernel_isa();
 // Every instruction set this CPU can run, fastest first.
 std::vector<std::string> supported_isas();
+// The kernels of the linear layers in `precision` (kBFloat16 or kInt8), e.g.
+// "avx512_bf16" or "avx512_vnni"; float32 linear layers run OpenBLAS.
+std::string linear_kernel_isa(Precision precision);
 
 // BLAS (the linear layers' matrix products) is OpenBLAS. Debian 12's OpenBLAS
 // 0.3.21 does not recognise recent Xeons and falls back to its SSE3

@@ -44,6 +44,8 @@ void bind_runtime(py::module_& m) {
   m.def("set_num_threads", &set_num_threads, py::arg("threads"));
   m.def("num_threads", &num_threads);
   m.def("kernel_isa", &kernel_isa);
+  m.def("linear_kernel_isa",
+        [](const std::string& precision) { return linear_kernel_isa(parse_precision(precision)); });
   m.def("supported_isas", &supported_isas);
   m.def("blas_core_name", &blas_core_name);
   // Runs for `seconds` on every thread: let other Python threads go on.

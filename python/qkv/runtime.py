@@ -29,6 +29,7 @@ __all__ = [
     "empty_buffer_cache",
     "kernel_isa",
     "last_sdpa_kernel",
+    "linear_kernel_isa",
     "measure_fp32_peak_gflops",
     "num_threads",
     "set_buffer_cache_limit",
@@ -53,6 +54,12 @@ def num_threads():
 def kernel_isa():
     """The instruction set of the fused kernels, e.g. "avx512"."""
     return _core.kernel_isa()
+
+
+def linear_kernel_isa(precision):
+    """The instruction set of the linear layers' kernels in `precision`
+    ("bfloat16" or "int8"), e.g. "avx512_bf16" or "avx512_vnni"."""
+    return _core.linear_kernel_isa(str(precision))
 
 
 def blas_core_name():

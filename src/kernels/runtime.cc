@@ -7,6 +7,7 @@
 #include <array>
 
 #include "kernels/fused_attention.h"
+#include "kernels/low_precision_gemm.h"
 #include "qkv/error.h"
 
 namespace qkv {
@@ -19,6 +20,12 @@ void set_num_threads(int threads) {
 int num_threads() { return omp_get_max_threads(); }
 
 std::string kernel_isa() { return kernels::active_kernel_table().name; }
+
+std::string linear_kernel_isa(Precision precision) {
+  QKV_CHECK(precision != Precision::kFloat32,
+            "linear_kernel_isa: float32 linear layers run OpenBLAS (see blas_core_name)");
+  return kernels::active_low_precision_kernels(precision).name;
+}
 
 std::vector<std::string> supported_isas() {
   std::vector<std::string> names;
