@@ -49,6 +49,15 @@ TEST_F(Cli, TrainLmWritesAModelThatGenerateReads) {
       "Time flies like an arrow; fruit flies like a banana.\n";
   for (char c : gen.output)
     EXPECT_NE(vocab.find(c), std::string::npos) << "character " << int(c) << " in:\n" << gen.output;
+
+  // The same model in low precision: greedy text from the same vocabulary.
+  for (const char* precision : {"bf16", "int8"}) {
+    const CliRun low = run_qkv("generate '" + model.string() +
+                               "' --greedy --max-new-tokens 20 --precision " + precision);
+    ASSERT_EQ(low.exit_code, 0) << precision << ": " << low.output;
+    for (char c : low.output)
+      EXPECT_NE(vocab.find(c), std::string::npos) << precision << " character " << int(c);
+  }
 }
 
 TEST_F(Cli, TrainLmNamesAMissingTextFile) {
