@@ -149,6 +149,7 @@ TEST(ModulePrecision, LinearConvertsOnceAndRefusesTraining) {
   qkv::nn::Linear wide({.in_features = 4, .out_features = 4, .dtype = qkv::DType::kFloat64});
   qkv_test::expect_error([&] { wide.set_precision(Precision::kBFloat16); },
                          {"Linear", "bfloat16", "float32", "float64"}, qkv::ErrorKind::kType);
+  EXPECT_EQ(wide.precision(), Precision::kFloat32);  // a failed call changes nothing
 }
 
 TEST(ModulePrecision, EncoderLayerBothPathsCloseToFloat32) {

@@ -92,10 +92,19 @@ void Module::load_state_dict(const std::map<std::string, Tensor>& state) {
 }
 
 void Module::set_precision(Precision precision) {
-  ModuleWalk::run(*this, {}, [precision](Module& m) {
-    m.precision_ = precision;
-    m.update_precision();
-  });
+  const auto set = [](Module& root, Precision p) {
+    ModuleWalk::run(root, {}, [p](Module& m) {
+      m.precision_ = p;
+      m.update_precision();
+    });
+  };
+  const Precision before = precision_;
+  try {
+    set(*this, precision);
+  } catch (...) {  // e.g. a float64 child: the whole tree stays as it was
+    set(*this, before);
+    throw;
+  }
 }
 
 void Module::check_float32_precision(const char* what) const {

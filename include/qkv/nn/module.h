@@ -68,6 +68,7 @@ class Module {
   // multiplies in bfloat16. Low precision is for inference: forward passes
   // that record for a backward need kFloat32. load_state_dict converts the
   // new weights again; other in-place changes to weights need another call.
+  // A float64 module has no low precision: the call throws and changes nothing.
   void set_precision(Precision precision);
   Precision precision() const { return precision_; }
 
