@@ -251,6 +251,16 @@ TEST_P(Bf16AttentionBackward, LongerMaskedAndScaled) {
   check_both(q, k, v, go, masked, "bool mask, scale 0.29");
 }
 
+// Operands that are views: Q and dO rows strided ([B, L, H, E] memory read
+// as [B, H, L, E]), K and V strided along the head dimension.
+TEST_P(Bf16AttentionBackward, StridedOperands) {
+  Generator gen(54);
+  const Tensor x = Tensor::randn({2, 70, 3, 48}, gen), g = Tensor::randn({2, 70, 3, 40}, gen);
+  const Tensor kt = Tensor::randn({2, 3, 48, 90}, gen), vt = Tensor::randn({2, 3, 40, 90}, gen);
+  check_both(x.transpose(1, 2), kt.transpose(2, 3), vt.transpose(2, 3), g.transpose(1, 2),
+             {.causal = CausalMask::kBottomRight}, "strided q, dO; k, v along E");
+}
+
 // The route is the bfloat16-product kernel: it differs from the float32
 // backward on the same (bfloat16-representable) values, and is what runs
 // by default.

@@ -149,11 +149,17 @@ void pack_column_pairs(const float* m, int64_t rs, int64_t cs, int64_t rows, int
   for (int64_t r0 = 0; r0 < rows; r0 += kNr, dst += c2n * kNr) {
     const int64_t height = std::min<int64_t>(kNr, rows - r0);
     for (int64_t r = 0; r < height; ++r) {
+      // The row rounded (in vectors on AVX512_BF16) a chunk at a time: its
+      // bfloat16 values are already the pairs, to be scattered kNr apart.
+      constexpr int64_t kChunk = 256;
+      uint16_t rounded[kChunk];
       const float* row = m + (r0 + r) * rs;
-      for (int64_t c2 = 0; c2 < c2n; ++c2) {
-        const bool has_odd = 2 * c2 + 1 < cols;
-        dst[c2 * kNr + r] =
-            bf16_bits(row[2 * c2 * cs]) | (has_odd ? bf16_bits(row[(2 * c2 + 1) * cs]) << 16 : 0u);
+      for (int64_t c0 = 0; c0 < cols; c0 += kChunk) {
+        const int64_t n = std::min<int64_t>(kChunk, cols - c0);
+        round_row_bf16<Isa>(row + c0 * cs, cs, n, rounded);
+        if (n % 2 != 0) rounded[n] = 0;
+        for (int64_t i = 0; i < pair_count(n); ++i)
+          dst[(c0 / 2 + i) * kNr + r] = load_pair(rounded + 2 * i);
       }
     }
     for (int64_t r = height; r < kNr; ++r)
