@@ -118,7 +118,10 @@ struct SdpaOptions {
   //              they are bound by reading K and V, not by arithmetic.
   //   kInt8      attention as kBFloat16 (int8 is for linear layers).
   // bfloat16 inputs always take bfloat16 products. The reference backend
-  // and float64 inputs ignore it; so does the backward pass.
+  // and float64 inputs ignore it. The backward follows it (q, k, v, dO, P
+  // and dS rounded to bfloat16 for its five products, float32 sums and
+  // gradients) except with dropout, a float mask or at most four queries,
+  // which keep float32 products.
   Precision precision = Precision::kFloat32;
 };
 

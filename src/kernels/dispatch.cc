@@ -203,7 +203,31 @@ std::vector<double> output_gradient_dots(const SdpaBackwardProblem& bp) {
   return row_dot;
 }
 
+std::atomic<int> bf16_backward_override{-1};
+
+bool bf16_backward_enabled() {
+  const int forced = bf16_backward_override.load(std::memory_order_relaxed);
+  if (forced >= 0) return forced != 0;
+  static const bool enabled = [] {
+    const char* env = std::getenv("QKV_BF16_BACKWARD");
+    return env == nullptr || std::string(env) != "0";
+  }();
+  return enabled;
+}
+
 }  // namespace
+
+bool runs_bf16_backward(const SdpaBackwardProblem& bp) {
+  const SdpaProblem& p = bp.forward;
+  // A float32 problem of at most four queries (kFewQueries) with contiguous
+  // K and V rows ran the forward's few-query kernel in float32 products: its
+  // log-sum-exp belongs to those scores, so the backward keeps them too.
+  const bool float32_forward = p.L <= 4 && p.k.col_stride == 1 && p.v.col_stride == 1;
+  return p.bf16_products && p.dtype == DType::kFloat32 && !float32_forward && p.dropout_p == 0.0 &&
+         bp.grad_scores == nullptr && bf16_backward_enabled();
+}
+
+void override_bf16_backward(int enabled) { bf16_backward_override.store(enabled); }
 
 void sdpa_backward_fused(const SdpaBackwardProblem& bp, const KernelTable& table) {
   const SdpaProblem& p = bp.forward;
@@ -239,7 +263,10 @@ void sdpa_backward_fused(const SdpaBackwardProblem& bp, const KernelTable& table
   const int64_t grad_q_floats =
       (*std::max_element(bp.grad_q.offsets.begin(), bp.grad_q.offsets.end())) +
       p.L * bp.grad_q.row_stride;
-  const int64_t scratch_floats = table.backward_scratch_floats(p, t);
+  const bool bf16 = runs_bf16_backward(bp);
+  const auto backward_tile = bf16 ? table.flash_backward_bf16_tile : table.flash_backward_tile;
+  const int64_t scratch_floats =
+      bf16 ? table.backward_bf16_scratch_floats(p, t) : table.backward_scratch_floats(p, t);
   float* grad_q = static_cast<float*>(bp.grad_q.base);
 
   InterruptPoll poll;
@@ -260,9 +287,9 @@ void sdpa_backward_fused(const SdpaBackwardProblem& bp, const KernelTable& table
       const int64_t last_tile = whole_groups ? k_tiles : first_tile + 1;
       for (int64_t kt = first_tile; kt < last_tile && !poll.stop(); ++kt) {
         const int64_t j0 = kt * t.block_k;
-        table.flash_backward_tile(bp, t, group.data(), static_cast<int64_t>(group.size()), j0,
-                                  std::min<int64_t>(t.block_k, p.S - j0), row_dot.data(), my_grad_q,
-                                  buffer.data);
+        backward_tile(bp, t, group.data(), static_cast<int64_t>(group.size()), j0,
+                      std::min<int64_t>(t.block_k, p.S - j0), row_dot.data(), my_grad_q,
+                      buffer.data);
       }
     }
     if (private_q) {

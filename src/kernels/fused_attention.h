@@ -72,6 +72,13 @@ struct KernelTable {
                               const double* row_dot, float* grad_q_base, float* scratch);
   // The float32 row loops of the ops (norms, activations, Adam) for this ISA.
   const RowKernels* rows;
+  // flash_backward_tile for bf16_products problems without dropout or a
+  // float mask's gradient: the five products multiply bfloat16 values
+  // (vdpbf16ps on avx512_bf16, emulated elsewhere); float32 operands.
+  int64_t (*backward_bf16_scratch_floats)(const SdpaProblem& problem, const FlashTiling& tiling);
+  void (*flash_backward_bf16_tile)(const SdpaBackwardProblem& problem, const FlashTiling& tiling,
+                                   const int64_t* problems, int64_t count, int64_t j0, int64_t cols,
+                                   const double* row_dot, float* grad_q_base, float* scratch);
 };
 
 // The tables this CPU can run, fastest first (for tests and benchmarks).
@@ -89,5 +96,14 @@ void sdpa_forward_fused(const SdpaProblem& problem, const KernelTable& table);
 // several threads work on one problem, so both cores stay busy even when
 // batch × heads is 1.
 void sdpa_backward_fused(const SdpaBackwardProblem& problem, const KernelTable& table);
+
+// Whether sdpa_backward_fused runs a problem with bfloat16 products in the
+// bfloat16-product backward (flash_backward_bf16_tile): bf16_products, float32
+// operands, no dropout, no grad_scores, not a problem whose forward kept
+// float32 products (at most four queries), and the route enabled (by default;
+// QKV_BF16_BACKWARD=0 in the environment, or the override, turns it off).
+bool runs_bf16_backward(const SdpaBackwardProblem& problem);
+// Tests and benchmarks: 1 on, 0 off, −1 back to the default.
+void override_bf16_backward(int enabled);
 
 }  // namespace qkv::kernels

@@ -15,10 +15,17 @@ void avx512_bf16_forward_tile(const SdpaProblem& problem, const FlashTiling& til
 void avx512_bf16_weights_tile(const SdpaProblem& problem, const FlashTiling& tiling, int64_t b,
                               int64_t q_begin, int64_t rows, float* scratch);
 
-// This table's entries with a forward whose bfloat16 products use vdpbf16ps
-// (float32 problems run the same code as here).
-extern const KernelTable kAvx512Bf16Kernels = simd::with_forward_entries(
-    simd::kernel_table<simd::Avx512>(&kAvx512Rows), "avx512_bf16",
-    &avx512_bf16_forward_scratch_floats, &avx512_bf16_forward_tile, &avx512_bf16_weights_tile);
+int64_t avx512_bf16_backward_scratch_floats(const SdpaProblem& problem, const FlashTiling& tiling);
+void avx512_bf16_backward_tile(const SdpaBackwardProblem& problem, const FlashTiling& tiling,
+                               const int64_t* problems, int64_t count, int64_t j0, int64_t cols,
+                               const double* row_dot, float* grad_q_base, float* scratch);
+
+// This table's entries with a forward and a bfloat16-product backward whose
+// products use vdpbf16ps (float32 problems run the same code as here).
+extern const KernelTable kAvx512Bf16Kernels = simd::with_bf16_backward_entries(
+    simd::with_forward_entries(simd::kernel_table<simd::Avx512>(&kAvx512Rows), "avx512_bf16",
+                               &avx512_bf16_forward_scratch_floats, &avx512_bf16_forward_tile,
+                               &avx512_bf16_weights_tile),
+    &avx512_bf16_backward_scratch_floats, &avx512_bf16_backward_tile);
 
 }  // namespace qkv::kernels

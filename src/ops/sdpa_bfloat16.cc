@@ -68,8 +68,16 @@ SdpaGradients scaled_dot_product_attention_backward_bfloat16(const Tensor& grad_
                  dtype_name(grad_output.dtype()));
   SdpaResult wide_forward = forward;
   wide_forward.output = widen(forward.output);
+  SdpaOptions wide_options = widened_options(options);
+  // The fused forward's cases (no float mask) without dropout: the widened
+  // values (exact in bfloat16) go to the backward with bfloat16 products,
+  // which rounds nothing but P and dS (kernels::runs_bf16_backward).
+  const Tensor& mask = options.attn_mask;
+  if (options.backend != SdpaBackend::kReference && options.dropout_p == 0.0 &&
+      (!mask.defined() || mask.dtype() == DType::kBool))
+    wide_options.precision = Precision::kBFloat16;
   SdpaGradients grads = scaled_dot_product_attention_backward(
-      widen(grad_output), widen(q), widen(k), widen(v), wide_forward, widened_options(options));
+      widen(grad_output), widen(q), widen(k), widen(v), wide_forward, wide_options);
   grads.query = narrow(grads.query);
   grads.key = narrow(grads.key);
   grads.value = narrow(grads.value);

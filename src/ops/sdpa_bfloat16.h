@@ -2,9 +2,11 @@
 // weights asked for) runs in the fused kernel with bfloat16 products
 // (kernels/simd/flash_forward_bf16.h: vdpbf16ps on AVX512_BF16, float32
 // softmax and sums) and rounds the output as it writes it: see
-// bfloat16_runs_fused. Everything else, and the backward, widens the inputs
-// to float32 tensors first, computes in float32 and rounds the results back
-// to bfloat16.
+// bfloat16_runs_fused. Everything else widens the inputs to float32 tensors
+// first, computes in float32 and rounds the results back to bfloat16. The
+// backward widens too; without dropout or a float mask it then runs with
+// bfloat16 products (kernels/simd/flash_backward_bf16.h), the gradients
+// accumulated in float32 and rounded to bfloat16 at the end.
 #pragma once
 
 #include "qkv/attention.h"

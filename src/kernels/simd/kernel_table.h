@@ -6,6 +6,7 @@
 #include "kernels/fused_attention.h"
 #include "kernels/simd/few_query_forward.h"
 #include "kernels/simd/flash_backward.h"
+#include "kernels/simd/flash_backward_bf16.h"
 #include "kernels/simd/fma_peak.h"
 #include "kernels/simd/gemv_rows.h"
 
@@ -28,7 +29,9 @@ constexpr KernelTable kernel_table(const RowKernels* rows) {
           kGemvMaxRows<Isa>,
           &backward_scratch_floats<Isa>,
           &flash_backward_tile<Isa>,
-          rows};
+          rows,
+          &backward_bf16_scratch_floats<Isa>,
+          &flash_backward_bf16_tile<Isa>};
 }
 
 // `base` with the forward entries of another table of the same ISA family
@@ -41,6 +44,16 @@ constexpr KernelTable with_forward_entries(KernelTable base, const char* name,
   base.forward_scratch_floats = scratch;
   base.forward_tile = forward;
   base.weights_tile = weights;
+  return base;
+}
+
+// `base` with the bfloat16-product backward entries of another table
+// (avx512_bf16: compiled with AVX512_BF16 for vdpbf16ps).
+constexpr KernelTable with_bf16_backward_entries(
+    KernelTable base, decltype(KernelTable::backward_bf16_scratch_floats) scratch,
+    decltype(KernelTable::flash_backward_bf16_tile) tile) {
+  base.backward_bf16_scratch_floats = scratch;
+  base.flash_backward_bf16_tile = tile;
   return base;
 }
 
