@@ -450,33 +450,36 @@ struct ForwardScratch : SoftmaxState {
   }
 };
 
-// Sᵀ[keys × qp] of the key tile [j0, j0 + keys) into s_t, adjusted (masks,
-// biases), for either kind of product: panel_product(shape, c0, cols, extent,
-// panel_max) writes the scores of the queries [c0, c0 + cols), a panel of
-// shape's width, over the first `extent` keys. col_max (optional, qp floats
+// Sᵀ[keys × qp] of the key tile [j0, j0 + keys) into w.s_t, adjusted (masks,
+// biases), for either kind of product: Products::key_operand gives the keys
+// as the product's A operand, Products::score_panel<Shape> the scores of one
+// panel of queries over the keys they may see. col_max (optional, qp floats
 // set to −inf) receives each query's maximum score when the product can track
 // it; returns false when it could not (the adjustments changed the scores
 // after the product) and the caller must scan.
-template <class Isa, class PanelProduct>
+template <class Isa, class Products>
 bool transposed_scores(const SdpaProblem& p, int64_t b, int64_t q_begin, int64_t rows, int64_t j0,
-                       int64_t keys, float* s_t, int64_t qp, float* col_max,
-                       PanelProduct&& panel_product) {
+                       int64_t keys, const typename Products::Scratch& w, int64_t qp,
+                       float* col_max) {
   const bool diagonal = !tile_fully_visible(p, q_begin, rows, j0, keys);
   const bool adjusted =
       p.softcap > 0.0 || p.mask.base != nullptr || p.alibi_slopes != nullptr || diagonal;
   if (adjusted) col_max = nullptr;
+  const auto k = Products::key_operand(p, b, j0, keys, w);
   with_query_panel<Isa>(qp, [&](auto shape) {
-    constexpr int64_t kPanel = decltype(shape)::kQueryPanel;
+    using Shape = decltype(shape);
+    constexpr int64_t kPanel = Shape::kQueryPanel;
     // A panel of queries past the diagonal of the tile is masked whole from
     // the first key its last query cannot see: not computed, only filled.
     for (int64_t c0 = 0; c0 < rows; c0 += kPanel) {
       const int64_t cols = std::min<int64_t>(kPanel, rows - c0);
       const int64_t extent = diagonal ? keys_seen_by(p, q_begin + c0 + cols - 1, j0, keys) : keys;
-      panel_product(shape, c0, cols, extent, col_max ? col_max + c0 : nullptr);
-      for (int64_t j = extent; j < keys; ++j) std::fill_n(s_t + j * qp + c0, kPanel, kNegInfF);
+      Products::template score_panel<Shape>(p, k, w, qp, c0, cols, extent,
+                                            col_max ? col_max + c0 : nullptr);
+      for (int64_t j = extent; j < keys; ++j) std::fill_n(w.s_t + j * qp + c0, kPanel, kNegInfF);
     }
   });
-  if (adjusted) adjust_scores(p, b, q_begin, rows, j0, keys, s_t, 1, qp);
+  if (adjusted) adjust_scores(p, b, q_begin, rows, j0, keys, w.s_t, 1, qp);
   return col_max != nullptr;
 }
 
@@ -591,9 +594,9 @@ void online_softmax_step(const SdpaProblem& p, int64_t b, int64_t q_begin, int64
 // products. `Products` (Float32Products below, Bf16Products in
 // flash_forward_bf16.h) has the layout of the tile's scratch (Scratch) and
 // the steps that depend on how the products multiply: pack the query tile
-// (pack_query), the transposed scores of a key tile (scores, through
-// transposed_scores), the online softmax step on them (softmax_step) and
-// O += P Vⱼ (accumulate_values).
+// (pack_query), the operands of the transposed scores of a key tile
+// (key_operand, score_panel: see transposed_scores), the online softmax step
+// on them (softmax_step) and O += P Vⱼ (accumulate_values).
 template <class Isa, class Products>
 void flash_forward_tile(const SdpaProblem& p, const FlashTiling& t, int64_t b, int64_t q_begin,
                         int64_t rows, float* scratch) {
@@ -609,7 +612,8 @@ void flash_forward_tile(const SdpaProblem& p, const FlashTiling& t, int64_t b, i
   for (int64_t j0 = key_begin, keys; j0 < key_end; j0 += keys) {
     keys = key_tile_end(p, t, q_begin, rows, j0, key_end) - j0;
     std::fill(w.shift, w.shift + qp, kNegInfF);
-    const bool have_max = Products::scores(p, b, q_begin, rows, j0, keys, w, qp, w.shift);
+    const bool have_max =
+        transposed_scores<Isa, Products>(p, b, q_begin, rows, j0, keys, w, qp, w.shift);
     Products::softmax_step(p, b, q_begin, rows, j0, keys, qp, have_max, w, st);
     const bool diagonal = !tile_fully_visible(p, q_begin, rows, j0, keys);
     Products::accumulate_values(p, b, q_begin, rows, j0, keys, qp, diagonal, w);
@@ -634,7 +638,7 @@ void flash_weights_tile(const SdpaProblem& p, const FlashTiling& t, int64_t b, i
   tile_key_range(p, b, q_begin, rows, &key_begin, &key_end);
   for (int64_t j0 = key_begin, keys; j0 < key_end; j0 += keys) {
     keys = key_tile_end(p, t, q_begin, rows, j0, key_end) - j0;
-    Products::scores(p, b, q_begin, rows, j0, keys, w, qp, nullptr);
+    transposed_scores<Isa, Products>(p, b, q_begin, rows, j0, keys, w, qp, nullptr);
     for (int64_t r = 0; r < rows; ++r)
       weights_from_scores(p, b, q_begin + r, j0, keys, w.s_t + r, qp, weights + r * p.S + j0);
   }
@@ -659,20 +663,22 @@ struct Float32Products {
     });
   }
 
-  // Sᵀ[keys × qp] = K[j0 .. j0 + keys) (scale·Q)ᵀ, as transposed_scores.
-  static bool scores(const SdpaProblem& p, int64_t b, int64_t q_begin, int64_t rows, int64_t j0,
-                     int64_t keys, const Scratch& w, int64_t qp, float* col_max) {
+  // Keys [j0, j0 + keys) as the A operand of Sᵀ = K (scale·Q)ᵀ, read in place.
+  static AView key_operand(const SdpaProblem& p, int64_t b, int64_t j0, int64_t keys,
+                           const Scratch& w) {
     const FloatRows k = float_rows(p, p.k, b, j0, keys, p.E, w.k_rows);
-    const AView a{k.data, k.row_stride, k.col_stride};
-    return transposed_scores<Isa>(
-        p, b, q_begin, rows, j0, keys, w.s_t, qp, col_max,
-        [&](auto shape, int64_t c0, int64_t cols, int64_t extent, float* panel_max) {
-          using Shape = decltype(shape);
-          constexpr int64_t kPanel = Shape::kQueryPanel;
-          gemm_tiles<Isa, Shape::kKeyRows, Shape::kKeyVecs>(
-              extent, cols, p.E, a, Shape::kKeyRows * k.row_stride, BView{w.q_t + c0 * p.E, kPanel},
-              p.E * kPanel, w.s_t + c0, qp, false, panel_max);
-        });
+    return {k.data, k.row_stride, k.col_stride};
+  }
+
+  // Sᵀ of the queries [c0, c0 + cols), a panel of Shape's width, over the
+  // first `extent` keys.
+  template <class Shape>
+  static void score_panel(const SdpaProblem& p, const AView& k, const Scratch& w, int64_t qp,
+                          int64_t c0, int64_t cols, int64_t extent, float* panel_max) {
+    constexpr int64_t kPanel = Shape::kQueryPanel;
+    gemm_tiles<Isa, Shape::kKeyRows, Shape::kKeyVecs>(
+        extent, cols, p.E, k, Shape::kKeyRows * k.row_stride, BView{w.q_t + c0 * p.E, kPanel},
+        p.E * kPanel, w.s_t + c0, qp, false, panel_max);
   }
 
   static void softmax_step(const SdpaProblem& p, int64_t b, int64_t q_begin, int64_t rows,

@@ -397,22 +397,22 @@ struct Bf16Products {
     pack_query_pairs<Isa>(p, b, q_begin, rows, w, qp);
   }
 
-  // Sᵀ[keys × qp] = scale · K[j0 .. j0 + keys) Qᵀ, as transposed_scores.
-  static bool scores(const SdpaProblem& p, int64_t b, int64_t q_begin, int64_t rows, int64_t j0,
-                     int64_t keys, const Scratch& w, int64_t qp, float* col_max) {
-    const PairAView a = key_pairs<Isa>(p, b, j0, keys, w.k_rows);
+  // Keys [j0, j0 + keys) as the A operand of Sᵀ = scale · K Qᵀ (key_pairs).
+  static PairAView key_operand(const SdpaProblem& p, int64_t b, int64_t j0, int64_t keys,
+                               const Scratch& w) {
+    return key_pairs<Isa>(p, b, j0, keys, w.k_rows);
+  }
+
+  // Sᵀ of the queries [c0, c0 + cols), a panel of Shape's width, over the
+  // first `extent` keys.
+  template <class Shape>
+  static void score_panel(const SdpaProblem& p, const PairAView& k, const Scratch& w, int64_t qp,
+                          int64_t c0, int64_t cols, int64_t extent, float* panel_max) {
+    constexpr int64_t kPanel = Shape::kQueryPanel;
     const int64_t e2 = pair_count(p.E);
-    const float scale = static_cast<float>(p.scale);
-    return transposed_scores<Isa>(
-        p, b, q_begin, rows, j0, keys, w.s_t, qp, col_max,
-        [&](auto shape, int64_t c0, int64_t cols, int64_t extent, float* panel_max) {
-          using Shape = decltype(shape);
-          constexpr int64_t kPanel = Shape::kQueryPanel;
-          pair_gemm_tiles<Isa, Shape::kKeyRows, Shape::kKeyVecs>(
-              extent, cols, e2, a, Shape::kKeyRows * a.row_stride,
-              PairBView{w.q_pairs + c0 * e2, kPanel}, e2 * kPanel, w.s_t + c0, qp, false, scale,
-              panel_max);
-        });
+    pair_gemm_tiles<Isa, Shape::kKeyRows, Shape::kKeyVecs>(
+        extent, cols, e2, k, Shape::kKeyRows * k.row_stride, PairBView{w.q_pairs + c0 * e2, kPanel},
+        e2 * kPanel, w.s_t + c0, qp, false, static_cast<float>(p.scale), panel_max);
   }
 
   static void softmax_step(const SdpaProblem& p, int64_t b, int64_t q_begin, int64_t rows,
