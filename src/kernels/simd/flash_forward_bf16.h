@@ -39,10 +39,6 @@ inline uint32_t load_pair(const uint16_t* p) {
 }
 
 template <class Isa>
-typename Isa::V load_pairs(const uint32_t* p) {
-  return Isa::load(reinterpret_cast<const float*>(p));
-}
-template <class Isa>
 void store_pairs(uint32_t* p, typename Isa::V v) {
   Isa::store(reinterpret_cast<float*>(p), v);
 }
@@ -67,41 +63,36 @@ template <class Isa, int kRows, int kVecs>
 void pair_micro_kernel(int64_t k2, const PairAView& av, PairBView bv, float* c, int64_t ldc,
                        bool accumulate, int64_t rows, int64_t cols, float scale, float* col_max) {
   using V = typename Isa::V;
-  constexpr int kL = Isa::kLanes;
   V acc[kRows][kVecs];
-  const uint16_t* a_row[kRows];
-  start_tile<Isa>(acc, a_row, av.a, av.row_stride, rows);
-  const uint32_t* bp = bv.b;
-  for (int64_t p = 0, ap = 0; p < k2; ++p, ap += av.step, bp += bv.step) {
-    V b[kVecs];
-#pragma GCC unroll 4
-    for (int v = 0; v < kVecs; ++v) b[v] = load_pairs<Isa>(bp + v * kL);
-    if constexpr (kNativeBf16<Isa>) {
+  accumulate_tile<Isa>(
+      acc, k2, av, bv,
+      rows, [&](const auto& a_row, int64_t ap, const V* b) __attribute__((always_inline)) {
+        if constexpr (kNativeBf16<Isa>) {
 #pragma GCC unroll 16
-      for (int r = 0; r < kRows; ++r) {
-        const V a = Isa::set1(std::bit_cast<float>(load_pair(a_row[r] + ap)));
+          for (int r = 0; r < kRows; ++r) {
+            const V a = Isa::set1(std::bit_cast<float>(load_pair(a_row[r] + ap)));
 #pragma GCC unroll 4
-        for (int v = 0; v < kVecs; ++v) acc[r][v] = Isa::dot_bf16(acc[r][v], a, b[v]);
-      }
-    } else {
-      // The bfloat16 values widened (exact), then float32 FMAs.
-      V b_even[kVecs], b_odd[kVecs];
+            for (int v = 0; v < kVecs; ++v) acc[r][v] = Isa::dot_bf16(acc[r][v], a, b[v]);
+          }
+        } else {
+          // The bfloat16 values widened (exact), then float32 FMAs.
+          V b_even[kVecs], b_odd[kVecs];
 #pragma GCC unroll 4
-      for (int v = 0; v < kVecs; ++v) {
-        b_even[v] = Isa::bf16_even(b[v]);
-        b_odd[v] = Isa::bf16_odd(b[v]);
-      }
+          for (int v = 0; v < kVecs; ++v) {
+            b_even[v] = Isa::bf16_even(b[v]);
+            b_odd[v] = Isa::bf16_odd(b[v]);
+          }
 #pragma GCC unroll 16
-      for (int r = 0; r < kRows; ++r) {
-        const uint32_t pair = load_pair(a_row[r] + ap);
-        const V a_even = Isa::set1(std::bit_cast<float>(pair << 16));
-        const V a_odd = Isa::set1(std::bit_cast<float>(pair & 0xffff0000u));
+          for (int r = 0; r < kRows; ++r) {
+            const uint32_t pair = load_pair(a_row[r] + ap);
+            const V a_even = Isa::set1(std::bit_cast<float>(pair << 16));
+            const V a_odd = Isa::set1(std::bit_cast<float>(pair & 0xffff0000u));
 #pragma GCC unroll 4
-        for (int v = 0; v < kVecs; ++v)
-          acc[r][v] = Isa::fmadd(a_odd, b_odd[v], Isa::fmadd(a_even, b_even[v], acc[r][v]));
-      }
-    }
-  }
+            for (int v = 0; v < kVecs; ++v)
+              acc[r][v] = Isa::fmadd(a_odd, b_odd[v], Isa::fmadd(a_even, b_even[v], acc[r][v]));
+          }
+        }
+      });
   if (scale != 1.0f) {
     const V s = Isa::set1(scale);
 #pragma GCC unroll 16

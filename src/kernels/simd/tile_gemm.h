@@ -140,6 +140,28 @@ template <class Isa, int kRows, int kVecs, class T>
   }
 }
 
+// The k steps of a micro-kernel, for float32 and bfloat16-pair operands
+// alike: the register tile started (start_tile), then per step the kVecs
+// vectors of B's row b and step(a_row, ap, b), which adds to the tile the
+// products of b with A's elements at a_row[r] + ap (r < kRows). Always
+// inlined, as `step` must be: the tile lives in registers.
+template <class Isa, int kRows, int kVecs, class AViewT, class BViewT, class Step>
+[[gnu::always_inline]] inline void accumulate_tile(typename Isa::V (&acc)[kRows][kVecs], int64_t k,
+                                                   const AViewT& av, BViewT bv, int64_t rows,
+                                                   Step&& step) {
+  using V = typename Isa::V;
+  constexpr int kL = Isa::kLanes;
+  decltype(av.a) a_row[kRows];
+  start_tile<Isa>(acc, a_row, av.a, av.row_stride, rows);
+  auto bp = bv.b;
+  for (int64_t p = 0, ap = 0; p < k; ++p, ap += av.step, bp += bv.step) {
+    V b[kVecs];
+#pragma GCC unroll 4
+    for (int v = 0; v < kVecs; ++v) b[v] = Isa::load(reinterpret_cast<const float*>(bp + v * kL));
+    step(a_row, ap, b);
+  }
+}
+
 // The end of a micro-kernel: with `col_max` set, the column maxima of the
 // register tile folded into col_max[0 .. kVecs·lanes); then its top-left
 // rows × cols into C (row stride ldc), = or +=. Always inlined: a call would
@@ -202,22 +224,17 @@ template <class Isa, int kRows, int kVecs>
 void micro_kernel(int64_t k, const AView& av, BView bv, float* c, int64_t ldc, bool accumulate,
                   int64_t rows, int64_t cols, float* col_max = nullptr) {
   using V = typename Isa::V;
-  constexpr int kL = Isa::kLanes;
   V acc[kRows][kVecs];
-  const float* a_row[kRows];
-  start_tile<Isa>(acc, a_row, av.a, av.row_stride, rows);
-  const float* bp = bv.b;
-  for (int64_t p = 0, ap = 0; p < k; ++p, ap += av.step, bp += bv.step) {
-    V b[kVecs];
-#pragma GCC unroll 4
-    for (int v = 0; v < kVecs; ++v) b[v] = Isa::load(bp + v * kL);
+  accumulate_tile<Isa>(
+      acc, k, av, bv,
+      rows, [&](const auto& a_row, int64_t ap, const V* b) __attribute__((always_inline)) {
 #pragma GCC unroll 16
-    for (int r = 0; r < kRows; ++r) {
-      const V a = Isa::set1(a_row[r][ap]);
+        for (int r = 0; r < kRows; ++r) {
+          const V a = Isa::set1(a_row[r][ap]);
 #pragma GCC unroll 4
-      for (int v = 0; v < kVecs; ++v) acc[r][v] = Isa::fmadd(a, b[v], acc[r][v]);
-    }
-  }
+          for (int v = 0; v < kVecs; ++v) acc[r][v] = Isa::fmadd(a, b[v], acc[r][v]);
+        }
+      });
   store_tile<Isa, kRows, kVecs>(acc, c, ldc, accumulate, rows, cols, col_max);
 }
 
