@@ -13,6 +13,11 @@
 // tile), the softmax statistics of 16 queries sit in one vector, and the
 // P·V product reads Pᵀ columns as ready-made packed panels. No key tile is
 // ever copied.
+//
+// The tile loops (flash_forward_tile, flash_weights_tile) are written once for
+// float32 and bfloat16 products: a Products policy packs the query tile and
+// computes a key tile's scores, softmax step and P·V in its own layout.
+// Float32Products is here; Bf16Products in flash_forward_bf16.h.
 #pragma once
 
 #include <algorithm>
@@ -604,8 +609,7 @@ void flash_forward_tile(const SdpaProblem& p, const FlashTiling& t, int64_t b, i
   const int64_t qp = ForwardScratch<Isa>::query_pad(rows);
 
   Products::pack_query(p, b, q_begin, rows, w, qp);
-  const SoftmaxState& st = w;
-  st.start(qp, rows, p.Ev);
+  w.start(qp, rows, p.Ev);
 
   int64_t key_begin, key_end;
   tile_key_range(p, b, q_begin, rows, &key_begin, &key_end);
@@ -614,7 +618,7 @@ void flash_forward_tile(const SdpaProblem& p, const FlashTiling& t, int64_t b, i
     std::fill(w.shift, w.shift + qp, kNegInfF);
     const bool have_max =
         transposed_scores<Isa, Products>(p, b, q_begin, rows, j0, keys, w, qp, w.shift);
-    Products::softmax_step(p, b, q_begin, rows, j0, keys, qp, have_max, w, st);
+    Products::softmax_step(p, b, q_begin, rows, j0, keys, qp, have_max, w);
     const bool diagonal = !tile_fully_visible(p, q_begin, rows, j0, keys);
     Products::accumulate_values(p, b, q_begin, rows, j0, keys, qp, diagonal, w);
   }
@@ -682,9 +686,8 @@ struct Float32Products {
   }
 
   static void softmax_step(const SdpaProblem& p, int64_t b, int64_t q_begin, int64_t rows,
-                           int64_t j0, int64_t keys, int64_t qp, bool have_max, const Scratch& w,
-                           const SoftmaxState& st) {
-    online_softmax_step<Isa>(p, b, q_begin, rows, j0, keys, qp, have_max, w.s_t, st);
+                           int64_t j0, int64_t keys, int64_t qp, bool have_max, const Scratch& w) {
+    online_softmax_step<Isa>(p, b, q_begin, rows, j0, keys, qp, have_max, w.s_t, w);
   }
 
   // O[rows × Ev] += P Vⱼ, P read from the transposed tile (A element (i, j) =
@@ -695,7 +698,8 @@ struct Float32Products {
     constexpr int kNr = TileShape<Isa>::kNr;
     using Wide = WideShape<Isa>;
     const FloatRows v = float_rows(p, p.v, b, j0, keys, p.Ev, w.v_rows);
-    // Packed (into kNr-wide panels) only when V's rows do not hold whole panels.
+    // Packed (into kNr-wide panels) only when V's rows do not hold whole
+    // panels; then they cannot hold wide ones either, so the shape is kNr wide.
     const bool packed = !rows_hold_panels<kNr>(v.col_stride, p.Ev);
     if (packed) pack_b<Isa, kNr>(v.data, v.row_stride, v.col_stride, keys, p.Ev, 1.0f, w.v_packed);
     const bool wide = Wide::kUsable && rows_hold_panels<Wide::kNr>(v.col_stride, p.Ev);

@@ -1,5 +1,6 @@
 // The fused forward pass with bfloat16 products, written once for every ISA:
-// the tiles and the online softmax of flash_forward.h, but the two products
+// the tile loops and the online softmax of flash_forward.h with Bf16Products
+// (flash_forward_tile<Isa, Bf16Products<Isa>>), whose two products
 //   Sᵀ = scale · (K Qᵀ)      and      O += P V
 // multiply bfloat16 values: q, k, v and the weights P rounded to bfloat16
 // (round to nearest even). On AVX512_BF16 one vdpbf16ps does 32 of those
@@ -407,9 +408,8 @@ struct Bf16Products {
   }
 
   static void softmax_step(const SdpaProblem& p, int64_t b, int64_t q_begin, int64_t rows,
-                           int64_t j0, int64_t keys, int64_t qp, bool have_max, const Scratch& w,
-                           const SoftmaxState& st) {
-    online_softmax_pairs_step<Isa>(p, b, q_begin, rows, j0, keys, qp, have_max, w.s_t, st,
+                           int64_t j0, int64_t keys, int64_t qp, bool have_max, const Scratch& w) {
+    online_softmax_pairs_step<Isa>(p, b, q_begin, rows, j0, keys, qp, have_max, w.s_t, w,
                                    w.p_pairs);
   }
 

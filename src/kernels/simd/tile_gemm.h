@@ -5,6 +5,8 @@
 //
 // The micro-kernel keeps a kMr × kNr block of C in registers: per step of k
 // it loads two vectors of B and broadcasts kMr values of A.
+// Its frame (start_tile, accumulate_tile, store_tile, for_each_tile) also
+// serves the bfloat16 pair kernels of flash_forward_bf16.h.
 #pragma once
 
 #include <algorithm>
