@@ -156,11 +156,7 @@ void few_query_forward_tile(const SdpaProblem& p, const FlashTiling& t, int64_t 
   const float keep_scale = p.dropout_p > 0.0 ? static_cast<float>(1.0 / (1.0 - p.dropout_p)) : 1.0f;
   const float* v = static_cast<const float*>(p.v.base) + p.v.offsets[b];
   scaled_query_rows(p, b, q_begin, rows, w.q_t);
-  for (int64_t r = 0; r < rows; ++r) {
-    w.m[r] = kNegInfF;
-    w.l[r] = 0.0f;
-  }
-  std::fill(w.out, w.out + rows * p.Ev, 0.0f);
+  w.start(rows, rows, p.Ev);
 
   int64_t key_begin, key_end;
   tile_key_range(p, b, q_begin, rows, &key_begin, &key_end);
@@ -218,29 +214,37 @@ int64_t forward_scratch_floats(const SdpaProblem& p, const FlashTiling& t) {
   return p.bf16_products ? std::max(f32, Bf16ForwardScratch<Isa>::floats(p, t)) : f32;
 }
 
-// The forward pass of a query tile: the few-query path for decoding-sized
-// tiles, the tiled kernel otherwise (with bfloat16 products when asked).
+// The kernels of the path a query tile of `rows` queries takes: the
+// few-query path for decoding-sized tiles, the tiled kernel otherwise (with
+// bfloat16 products when asked). Its weights are rebuilt by the same path as
+// its forward pass, so that they match the saved log-sum-exp.
+using QueryTileKernel = void (*)(const SdpaProblem&, const FlashTiling&, int64_t b, int64_t q_begin,
+                                 int64_t rows, float* scratch);
+struct ForwardPath {
+  QueryTileKernel forward, weights;
+};
+template <class Isa>
+ForwardPath forward_path(const SdpaProblem& p, int64_t rows) {
+  if (use_few_query_path(p, rows))
+    return {few_query_forward_tile<Isa>, few_query_weights_tile<Isa>};
+  if (p.bf16_products)
+    return {flash_forward_tile<Isa, Bf16Products<Isa>>, flash_weights_tile<Isa, Bf16Products<Isa>>};
+  return {flash_forward_tile<Isa, Float32Products<Isa>>,
+          flash_weights_tile<Isa, Float32Products<Isa>>};
+}
+
+// The forward pass of a query tile.
 template <class Isa>
 void forward_tile(const SdpaProblem& p, const FlashTiling& t, int64_t b, int64_t q_begin,
                   int64_t rows, float* scratch) {
-  if (use_few_query_path(p, rows))
-    few_query_forward_tile<Isa>(p, t, b, q_begin, rows, scratch);
-  else if (p.bf16_products)
-    flash_forward_bf16_tile<Isa>(p, t, b, q_begin, rows, scratch);
-  else
-    flash_forward_tile<Isa>(p, t, b, q_begin, rows, scratch);
+  forward_path<Isa>(p, rows).forward(p, t, b, q_begin, rows, scratch);
 }
 
 // The weights of a query tile, by the same path as its forward pass.
 template <class Isa>
 void weights_tile(const SdpaProblem& p, const FlashTiling& t, int64_t b, int64_t q_begin,
                   int64_t rows, float* scratch) {
-  if (use_few_query_path(p, rows))
-    few_query_weights_tile<Isa>(p, t, b, q_begin, rows, scratch);
-  else if (p.bf16_products)
-    flash_weights_bf16_tile<Isa>(p, t, b, q_begin, rows, scratch);
-  else
-    flash_weights_tile<Isa>(p, t, b, q_begin, rows, scratch);
+  forward_path<Isa>(p, rows).weights(p, t, b, q_begin, rows, scratch);
 }
 
 }  // namespace

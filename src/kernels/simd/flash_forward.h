@@ -13,6 +13,11 @@
 // tile), the softmax statistics of 16 queries sit in one vector, and the
 // P·V product reads Pᵀ columns as ready-made packed panels. No key tile is
 // ever copied.
+//
+// The tile loops (flash_forward_tile, flash_weights_tile) are written once for
+// float32 and bfloat16 products: a Products policy packs the query tile and
+// computes a key tile's scores, softmax step and P·V in its own layout.
+// Float32Products is here; Bf16Products in flash_forward_bf16.h.
 #pragma once
 
 #include <algorithm>
@@ -358,17 +363,60 @@ inline void weights_from_scores(const SdpaProblem& p, int64_t b, int64_t i, int6
   }
 }
 
-// The scratch of one query tile, carved from one buffer.
+// Hands out consecutive arrays from one scratch buffer, each rounded up to
+// whole 16 floats (64 bytes) so that the next one stays aligned.
+struct ScratchCarver {
+  float* next;
+  float* take(int64_t floats) {
+    float* out = next;
+    next += round_up(floats, 16);
+    return out;
+  }
+  // An array of another 4- or 2-byte type in the room of `floats` floats.
+  template <class T>
+  T* take_as(int64_t floats) {
+    return reinterpret_cast<T*>(take(floats));
+  }
+};
+
+// The running softmax statistics of a query tile (per padded query) and its
+// unnormalised output rows [rows, Ev]: the part of a forward tile's scratch
+// that does not depend on how the products multiply.
+struct SoftmaxState {
+  float* m;      // running max
+  float* l;      // running sum
+  float* shift;  // in: this key tile's maxima (when known); then the shift used
+  float* alpha;  // rescaling factor of this step
+  float* out;
+
+  // Floats of scratch for qp queries and out_floats outputs.
+  static int64_t floats(int64_t qp, int64_t out_floats) {
+    return round_up(out_floats, 16) + 4 * round_up(qp, 16);
+  }
+  void carve_from(ScratchCarver& carve, int64_t qp, int64_t out_floats) {
+    out = carve.take(out_floats);
+    m = carve.take(qp);
+    l = carve.take(qp);
+    shift = carve.take(qp);
+    alpha = carve.take(qp);
+  }
+  // Before the first key tile: m = −inf and l = 0 for n queries, rows × ev
+  // outputs 0.
+  void start(int64_t n, int64_t rows, int64_t ev) const {
+    std::fill_n(m, n, kNegInfF);
+    std::fill_n(l, n, 0.0f);
+    std::fill_n(out, rows * ev, 0.0f);
+  }
+};
+
+// The scratch of one query tile, carved from one buffer: the softmax state
+// (m, l, shift, alpha [query_pad]; out [block_q, Ev]) and the operands of the
+// float32 products.
 template <class Isa>
-struct ForwardScratch {
+struct ForwardScratch : SoftmaxState {
   float* q_t;       // [E, query_pad] scale·Qᵀ as B panels
   float* s_t;       // [block_k, query_pad] Sᵀ, then Pᵀ
   float* v_packed;  // [block_k, round_up(Ev, nr)] when V cannot be read in place
-  float* out;       // [block_q, Ev] unnormalised O
-  float* m;         // [query_pad] running max
-  float* l;         // [query_pad] running sum
-  float* shift;     // [query_pad]
-  float* alpha;     // [query_pad]
   // bfloat16 inputs only (else empty): the tile's rows widened to float32
   float* q_rows;  // [block_q, E]
   float* k_rows;  // [block_k, E]
@@ -389,47 +437,40 @@ struct ForwardScratch {
     const int64_t qp = query_pad(t);
     return round_up(p.E * qp, 16) + round_up(t.block_k * qp, 16) +
            round_up(t.block_k * round_up(p.Ev, TileShape<Isa>::kNr), 16) +
-           round_up(t.block_q * p.Ev, 16) + 4 * round_up(qp, 16) +
-           widened_floats(p, t.block_q * p.E) + widened_floats(p, t.block_k * p.E) +
-           widened_floats(p, t.block_k * p.Ev);
+           SoftmaxState::floats(qp, t.block_q * p.Ev) + widened_floats(p, t.block_q * p.E) +
+           widened_floats(p, t.block_k * p.E) + widened_floats(p, t.block_k * p.Ev);
   }
   ForwardScratch(const SdpaProblem& p, const FlashTiling& t, float* base) {
     const int64_t qp = query_pad(t);
-    auto take = [&](int64_t n) {
-      float* out = base;
-      base += round_up(n, 16);
-      return out;
-    };
-    q_t = take(p.E * qp);
-    s_t = take(t.block_k * qp);
-    v_packed = take(t.block_k * round_up(p.Ev, TileShape<Isa>::kNr));
-    out = take(t.block_q * p.Ev);
-    m = take(qp);
-    l = take(qp);
-    shift = take(qp);
-    alpha = take(qp);
-    q_rows = base;
-    base += widened_floats(p, t.block_q * p.E);
-    k_rows = base;
-    base += widened_floats(p, t.block_k * p.E);
-    v_rows = base;
+    ScratchCarver carve{base};
+    q_t = carve.take(p.E * qp);
+    s_t = carve.take(t.block_k * qp);
+    v_packed = carve.take(t.block_k * round_up(p.Ev, TileShape<Isa>::kNr));
+    carve_from(carve, qp, t.block_q * p.Ev);
+    q_rows = carve.next;
+    carve.next += widened_floats(p, t.block_q * p.E);
+    k_rows = carve.next;
+    carve.next += widened_floats(p, t.block_k * p.E);
+    v_rows = carve.next;
   }
 };
 
-// Sᵀ[keys × qp] = K[j0 .. j0 + keys) (scale·Q)ᵀ, adjusted (masks, biases).
-// col_max (optional, qp floats set to −inf) receives each query's maximum
-// score when the GEMM can track it; returns false when it could not (the
-// adjustments changed the scores after the GEMM) and the caller must scan.
-template <class Isa>
+// Sᵀ[keys × qp] of the key tile [j0, j0 + keys) into w.s_t, adjusted (masks,
+// biases), for either kind of product: Products::key_operand gives the keys
+// as the product's A operand, Products::score_panel<Shape> the scores of one
+// panel of queries over the keys they may see. col_max (optional, qp floats
+// set to −inf) receives each query's maximum score when the product can track
+// it; returns false when it could not (the adjustments changed the scores
+// after the product) and the caller must scan.
+template <class Isa, class Products>
 bool transposed_scores(const SdpaProblem& p, int64_t b, int64_t q_begin, int64_t rows, int64_t j0,
-                       int64_t keys, const ForwardScratch<Isa>& w, int64_t qp,
-                       float* col_max = nullptr) {
+                       int64_t keys, const typename Products::Scratch& w, int64_t qp,
+                       float* col_max) {
   const bool diagonal = !tile_fully_visible(p, q_begin, rows, j0, keys);
   const bool adjusted =
       p.softcap > 0.0 || p.mask.base != nullptr || p.alibi_slopes != nullptr || diagonal;
   if (adjusted) col_max = nullptr;
-  const FloatRows k = float_rows(p, p.k, b, j0, keys, p.E, w.k_rows);
-  const AView a{k.data, k.row_stride, k.col_stride};
+  const auto k = Products::key_operand(p, b, j0, keys, w);
   with_query_panel<Isa>(qp, [&](auto shape) {
     using Shape = decltype(shape);
     constexpr int64_t kPanel = Shape::kQueryPanel;
@@ -438,9 +479,8 @@ bool transposed_scores(const SdpaProblem& p, int64_t b, int64_t q_begin, int64_t
     for (int64_t c0 = 0; c0 < rows; c0 += kPanel) {
       const int64_t cols = std::min<int64_t>(kPanel, rows - c0);
       const int64_t extent = diagonal ? keys_seen_by(p, q_begin + c0 + cols - 1, j0, keys) : keys;
-      gemm_tiles<Isa, Shape::kKeyRows, Shape::kKeyVecs>(
-          extent, cols, p.E, a, Shape::kKeyRows * k.row_stride, BView{w.q_t + c0 * p.E, kPanel},
-          p.E * kPanel, w.s_t + c0, qp, false, col_max ? col_max + c0 : nullptr);
+      Products::template score_panel<Shape>(p, k, w, qp, c0, cols, extent,
+                                            col_max ? col_max + c0 : nullptr);
       for (int64_t j = extent; j < keys; ++j) std::fill_n(w.s_t + j * qp + c0, kPanel, kNegInfF);
     }
   });
@@ -448,49 +488,45 @@ bool transposed_scores(const SdpaProblem& p, int64_t b, int64_t q_begin, int64_t
   return col_max != nullptr;
 }
 
-// scale·Qᵀ of the tile, packed as panels of qp's width.
-template <class Isa>
-void pack_scaled_query(const SdpaProblem& p, int64_t b, int64_t q_begin, int64_t rows,
-                       const ForwardScratch<Isa>& w, int64_t qp) {
-  const FloatRows q = float_rows(p, p.q, b, q_begin, rows, p.E, w.q_rows);
-  const float scale = static_cast<float>(p.scale);
-  // B element (e, i) = scale·Q[i, e]
-  with_query_panel<Isa>(qp, [&](auto shape) {
-    pack_b<Isa, decltype(shape)::kQueryPanel>(q.data, q.col_stride, q.row_stride, p.E, rows, scale,
-                                              w.q_t);
-  });
+// The micro-kernel shape of O += P V: kRows queries × kVecs vectors of values.
+template <int kRowsOfQueries, int kVecsOfValues>
+struct ValueShape {
+  static constexpr int kRows = kRowsOfQueries;
+  static constexpr int kVecs = kVecsOfValues;
+};
+
+// Runs f(ValueShape<…>{}) with the shape of O += P V for a tile padded to qp
+// queries: panels of kKeyRows queries on a narrow tile (they divide it
+// evenly), WideShape when `wide` (V in panels of its width), else TileShape.
+template <class Isa, class F>
+void with_value_shape(int64_t qp, bool wide, F&& f) {
+  using Wide = WideShape<Isa>;
+  if (qp <= 2 * Isa::kLanes) {
+    f(ValueShape<ForwardShape<Isa>::kKeyRows, 2>{});
+  } else if (wide) {
+    f(ValueShape<Wide::kRows, Wide::kVecs>{});
+  } else {
+    f(ValueShape<TileShape<Isa>::kMr, 2>{});
+  }
 }
 
-// O[rows × Ev] += P Vⱼ, P read from the transposed tile (A element (i, j) =
-// Pᵀ[j, i], a packed panel with step qp), in panels of kRows queries. On a
-// diagonal tile P is 0 past the last key a panel's last query sees, so the
-// panel's product stops there.
-template <class Isa, int kRows, int kVecs = 2>
-void accumulate_pv(const SdpaProblem& p, int64_t q_begin, int64_t rows, int64_t j0, int64_t keys,
-                   bool diagonal, const float* s_t, int64_t qp, BView v, int64_t v_panel_stride,
-                   float* out) {
+// O[rows × Ev] += P Vⱼ for the key tile [j0, j0 + keys), for either kind of
+// product: product(r0, n, depth) adds P V for the queries [r0, r0 + n) over
+// the first `depth` keys. One call covers the whole tile; on a diagonal tile
+// P is 0 past the last key a panel's last query sees, so each panel of kRows
+// queries stops there.
+template <int kRows, class Product>
+void accumulate_value_panels(const SdpaProblem& p, int64_t q_begin, int64_t rows, int64_t j0,
+                             int64_t keys, bool diagonal, Product&& product) {
   if (!diagonal) {
-    gemm_tiles<Isa, kRows, kVecs>(rows, p.Ev, keys, AView{s_t, 1, qp}, kRows, v, v_panel_stride,
-                                  out, p.Ev, true);
+    product(0, rows, keys);
     return;
   }
   for (int64_t r0 = 0; r0 < rows; r0 += kRows) {
     const int64_t n = std::min<int64_t>(kRows, rows - r0);
-    const int64_t depth = keys_seen_by(p, q_begin + r0 + n - 1, j0, keys);
-    gemm_tiles<Isa, kRows, kVecs>(n, p.Ev, depth, AView{s_t + r0, 1, qp}, kRows, v, v_panel_stride,
-                                  out + r0 * p.Ev, p.Ev, true);
+    product(r0, n, keys_seen_by(p, q_begin + r0 + n - 1, j0, keys));
   }
 }
-
-// The running softmax statistics of a query tile (per padded query) and its
-// unnormalised output rows [rows, Ev].
-struct SoftmaxState {
-  float* m;      // running max
-  float* l;      // running sum
-  float* shift;  // in: this key tile's maxima (when known); then the shift used
-  float* alpha;  // rescaling factor of this step
-  float* out;
-};
 
 // One key tile of the online softmax on the transposed tile s_t [keys, qp]
 // of scores: Pᵀ = exp(Sᵀ − m') in place (with dropout applied), l and the
@@ -559,76 +595,128 @@ void online_softmax_step(const SdpaProblem& p, int64_t b, int64_t q_begin, int64
   }
 }
 
-template <class Isa>
+// The tiled forward pass of a query tile, written once for both kinds of
+// products. `Products` (Float32Products below, Bf16Products in
+// flash_forward_bf16.h) has the layout of the tile's scratch (Scratch) and
+// the steps that depend on how the products multiply: pack the query tile
+// (pack_query), the operands of the transposed scores of a key tile
+// (key_operand, score_panel: see transposed_scores), the online softmax step
+// on them (softmax_step) and O += P Vⱼ (accumulate_values).
+template <class Isa, class Products>
 void flash_forward_tile(const SdpaProblem& p, const FlashTiling& t, int64_t b, int64_t q_begin,
                         int64_t rows, float* scratch) {
-  constexpr int kL = Isa::kLanes;
-  constexpr int kMr = TileShape<Isa>::kMr, kNr = TileShape<Isa>::kNr;
-  const ForwardScratch<Isa> w(p, t, scratch);
+  const typename Products::Scratch w(p, t, scratch);
   const int64_t qp = ForwardScratch<Isa>::query_pad(rows);
 
-  pack_scaled_query<Isa>(p, b, q_begin, rows, w, qp);
-  for (int64_t i = 0; i < qp; ++i) {
-    w.m[i] = kNegInfF;
-    w.l[i] = 0.0f;
-  }
-  std::fill(w.out, w.out + rows * p.Ev, 0.0f);
+  Products::pack_query(p, b, q_begin, rows, w, qp);
+  w.start(qp, rows, p.Ev);
 
   int64_t key_begin, key_end;
   tile_key_range(p, b, q_begin, rows, &key_begin, &key_end);
   for (int64_t j0 = key_begin, keys; j0 < key_end; j0 += keys) {
     keys = key_tile_end(p, t, q_begin, rows, j0, key_end) - j0;
     std::fill(w.shift, w.shift + qp, kNegInfF);
-    const bool have_max = transposed_scores<Isa>(p, b, q_begin, rows, j0, keys, w, qp, w.shift);
-    online_softmax_step<Isa>(p, b, q_begin, rows, j0, keys, qp, have_max, w.s_t,
-                             SoftmaxState{w.m, w.l, w.shift, w.alpha, w.out});
-
-    // O += P Vⱼ (accumulate_pv). V is read in place when its rows hold whole
-    // panels of columns.
-    const FloatRows v = float_rows(p, p.v, b, j0, keys, p.Ev, w.v_rows);
-    BView vb{v.data, v.row_stride};
-    int64_t v_panel_stride = kNr;
-    if (!rows_hold_panels<kNr>(v.col_stride, p.Ev)) {
-      pack_b<Isa, kNr>(v.data, v.row_stride, v.col_stride, keys, p.Ev, 1.0f, w.v_packed);
-      vb = BView{w.v_packed, kNr};
-      v_panel_stride = keys * kNr;
-    }
+    const bool have_max =
+        transposed_scores<Isa, Products>(p, b, q_begin, rows, j0, keys, w, qp, w.shift);
+    Products::softmax_step(p, b, q_begin, rows, j0, keys, qp, have_max, w);
     const bool diagonal = !tile_fully_visible(p, q_begin, rows, j0, keys);
-    using Wide = WideShape<Isa>;
-    if (qp <= 2 * kL) {  // a narrow tile: panels of kKeyRows queries divide it evenly
-      accumulate_pv<Isa, ForwardShape<Isa>::kKeyRows>(p, q_begin, rows, j0, keys, diagonal, w.s_t,
-                                                      qp, vb, v_panel_stride, w.out);
-    } else if (Wide::kUsable && rows_hold_panels<Wide::kNr>(v.col_stride, p.Ev)) {
-      accumulate_pv<Isa, Wide::kRows, Wide::kVecs>(p, q_begin, rows, j0, keys, diagonal, w.s_t, qp,
-                                                   vb, Wide::kNr, w.out);
-    } else {
-      accumulate_pv<Isa, kMr>(p, q_begin, rows, j0, keys, diagonal, w.s_t, qp, vb, v_panel_stride,
-                              w.out);
-    }
+    Products::accumulate_values(p, b, q_begin, rows, j0, keys, qp, diagonal, w);
   }
 
   finish_forward_rows<Isa>(p, b, q_begin, rows, w.out, w.m, w.l);
 }
 
 // The attention weights of a query tile, rebuilt from the log-sum-exp the
-// forward pass saved: w = dropout(exp(S − lse)), written to p.weights.
-template <class Isa>
+// forward pass saved, with the scores computed as flash_forward_tile with the
+// same Products computes them: w = dropout(exp(S − lse)), written to
+// p.weights.
+template <class Isa, class Products>
 void flash_weights_tile(const SdpaProblem& p, const FlashTiling& t, int64_t b, int64_t q_begin,
                         int64_t rows, float* scratch) {
-  const ForwardScratch<Isa> w(p, t, scratch);
+  const typename Products::Scratch w(p, t, scratch);
   const int64_t qp = ForwardScratch<Isa>::query_pad(rows);
   float* weights = static_cast<float*>(p.weights) + (b * p.L + q_begin) * p.S;
   std::fill(weights, weights + rows * p.S, 0.0f);
-  pack_scaled_query<Isa>(p, b, q_begin, rows, w, qp);
+  Products::pack_query(p, b, q_begin, rows, w, qp);
   int64_t key_begin, key_end;
   tile_key_range(p, b, q_begin, rows, &key_begin, &key_end);
   for (int64_t j0 = key_begin, keys; j0 < key_end; j0 += keys) {
     keys = key_tile_end(p, t, q_begin, rows, j0, key_end) - j0;
-    transposed_scores<Isa>(p, b, q_begin, rows, j0, keys, w, qp);
+    transposed_scores<Isa, Products>(p, b, q_begin, rows, j0, keys, w, qp, nullptr);
     for (int64_t r = 0; r < rows; ++r)
       weights_from_scores(p, b, q_begin + r, j0, keys, w.s_t + r, qp, weights + r * p.S + j0);
   }
 }
+
+// The products of the float32 forward: scale·Qᵀ packed once per query tile
+// as float panels, K read in place, V read in place when its rows hold whole
+// panels (else packed); bfloat16 inputs are widened to float32 first.
+template <class Isa>
+struct Float32Products {
+  using Scratch = ForwardScratch<Isa>;
+
+  // scale·Qᵀ of the tile, packed as panels of qp's width.
+  static void pack_query(const SdpaProblem& p, int64_t b, int64_t q_begin, int64_t rows,
+                         const Scratch& w, int64_t qp) {
+    const FloatRows q = float_rows(p, p.q, b, q_begin, rows, p.E, w.q_rows);
+    const float scale = static_cast<float>(p.scale);
+    // B element (e, i) = scale·Q[i, e]
+    with_query_panel<Isa>(qp, [&](auto shape) {
+      pack_b<Isa, decltype(shape)::kQueryPanel>(q.data, q.col_stride, q.row_stride, p.E, rows,
+                                                scale, w.q_t);
+    });
+  }
+
+  // Keys [j0, j0 + keys) as the A operand of Sᵀ = K (scale·Q)ᵀ, read in place.
+  static AView key_operand(const SdpaProblem& p, int64_t b, int64_t j0, int64_t keys,
+                           const Scratch& w) {
+    const FloatRows k = float_rows(p, p.k, b, j0, keys, p.E, w.k_rows);
+    return {k.data, k.row_stride, k.col_stride};
+  }
+
+  // Sᵀ of the queries [c0, c0 + cols), a panel of Shape's width, over the
+  // first `extent` keys.
+  template <class Shape>
+  static void score_panel(const SdpaProblem& p, const AView& k, const Scratch& w, int64_t qp,
+                          int64_t c0, int64_t cols, int64_t extent, float* panel_max) {
+    constexpr int64_t kPanel = Shape::kQueryPanel;
+    gemm_tiles<Isa, Shape::kKeyRows, Shape::kKeyVecs>(
+        extent, cols, p.E, k, Shape::kKeyRows * k.row_stride, BView{w.q_t + c0 * p.E, kPanel},
+        p.E * kPanel, w.s_t + c0, qp, false, panel_max);
+  }
+
+  static void softmax_step(const SdpaProblem& p, int64_t b, int64_t q_begin, int64_t rows,
+                           int64_t j0, int64_t keys, int64_t qp, bool have_max, const Scratch& w) {
+    online_softmax_step<Isa>(p, b, q_begin, rows, j0, keys, qp, have_max, w.s_t, w);
+  }
+
+  // O[rows × Ev] += P Vⱼ, P read from the transposed tile (A element (i, j) =
+  // Pᵀ[j, i], a packed panel with step qp).
+  static void accumulate_values(const SdpaProblem& p, int64_t b, int64_t q_begin, int64_t rows,
+                                int64_t j0, int64_t keys, int64_t qp, bool diagonal,
+                                const Scratch& w) {
+    constexpr int kNr = TileShape<Isa>::kNr;
+    using Wide = WideShape<Isa>;
+    const FloatRows v = float_rows(p, p.v, b, j0, keys, p.Ev, w.v_rows);
+    // Packed (into kNr-wide panels) only when V's rows do not hold whole
+    // panels; then they cannot hold wide ones either, so the shape is kNr wide.
+    const bool packed = !rows_hold_panels<kNr>(v.col_stride, p.Ev);
+    if (packed) pack_b<Isa, kNr>(v.data, v.row_stride, v.col_stride, keys, p.Ev, 1.0f, w.v_packed);
+    const bool wide = Wide::kUsable && rows_hold_panels<Wide::kNr>(v.col_stride, p.Ev);
+    with_value_shape<Isa>(qp, wide, [&](auto shape) {
+      using Shape = decltype(shape);
+      constexpr int kVecs = Shape::kVecs, kWidth = kVecs * Isa::kLanes;
+      const BView vb = packed ? BView{w.v_packed, kNr} : BView{v.data, v.row_stride};
+      const int64_t v_panel_stride = packed ? keys * kNr : kWidth;
+      accumulate_value_panels<Shape::kRows>(
+          p, q_begin, rows, j0, keys, diagonal, [&](int64_t r0, int64_t n, int64_t depth) {
+            gemm_tiles<Isa, Shape::kRows, kVecs>(n, p.Ev, depth, AView{w.s_t + r0, 1, qp},
+                                                 Shape::kRows, vb, v_panel_stride,
+                                                 w.out + r0 * p.Ev, p.Ev, true);
+          });
+    });
+  }
+};
 
 }  // namespace
 }  // namespace qkv::kernels::simd

@@ -1,5 +1,6 @@
 // The fused forward pass with bfloat16 products, written once for every ISA:
-// the tiles and the online softmax of flash_forward.h, but the two products
+// the tile loops and the online softmax of flash_forward.h with Bf16Products
+// (flash_forward_tile<Isa, Bf16Products<Isa>>), whose two products
 //   Sᵀ = scale · (K Qᵀ)      and      O += P V
 // multiply bfloat16 values: q, k, v and the weights P rounded to bfloat16
 // (round to nearest even). On AVX512_BF16 one vdpbf16ps does 32 of those
@@ -39,10 +40,6 @@ inline uint32_t load_pair(const uint16_t* p) {
 }
 
 template <class Isa>
-typename Isa::V load_pairs(const uint32_t* p) {
-  return Isa::load(reinterpret_cast<const float*>(p));
-}
-template <class Isa>
 void store_pairs(uint32_t* p, typename Isa::V v) {
   Isa::store(reinterpret_cast<float*>(p), v);
 }
@@ -60,46 +57,6 @@ struct PairBView {
   int64_t step;
 };
 
-// The end of a micro-kernel: the column maxima (optional), then the top-left
-// rows × cols of the register tile into C (row stride ldc), = or +=.
-template <class Isa, int kRows, int kVecs>
-void store_tile(typename Isa::V (&acc)[kRows][kVecs], float* c, int64_t ldc, bool accumulate,
-                int64_t rows, int64_t cols, float* col_max) {
-  using V = typename Isa::V;
-  constexpr int kL = Isa::kLanes;
-  if (col_max != nullptr) {
-#pragma GCC unroll 4
-    for (int v = 0; v < kVecs; ++v) {
-      V m = Isa::load(col_max + v * kL);
-#pragma GCC unroll 16
-      for (int r = 0; r < kRows; ++r) m = Isa::max(m, acc[r][v]);
-      Isa::store(col_max + v * kL, m);
-    }
-  }
-  if (rows == kRows && cols == kVecs * kL) {
-#pragma GCC unroll 16
-    for (int r = 0; r < kRows; ++r)
-#pragma GCC unroll 4
-      for (int v = 0; v < kVecs; ++v) {
-        float* out = c + r * ldc + v * kL;
-        Isa::store(out, accumulate ? Isa::add(Isa::load(out), acc[r][v]) : acc[r][v]);
-      }
-    return;
-  }
-  for (int r = 0; r < kRows && r < rows; ++r)
-    for (int v = 0; v < kVecs; ++v) {
-      const int lanes = static_cast<int>(std::min<int64_t>(kL, cols - v * kL));
-      if (lanes <= 0) break;
-      float* out = c + r * ldc + v * kL;
-      if (lanes == kL) {
-        Isa::store(out, accumulate ? Isa::add(Isa::load(out), acc[r][v]) : acc[r][v]);
-      } else {
-        const V sum = accumulate ? Isa::add(Isa::load_first(out, lanes), acc[r][v]) : acc[r][v];
-        Isa::store_first(out, sum, lanes);
-      }
-    }
-}
-
 // C[kRows × kVecs·lanes] (=, +=) scale · A · B over k2 pair steps, as
 // micro_kernel (tile_gemm.h) with bfloat16 pairs: per step kVecs vectors of
 // B pairs and one broadcast pair of A per row. Rows past `rows` read row 0.
@@ -107,46 +64,36 @@ template <class Isa, int kRows, int kVecs>
 void pair_micro_kernel(int64_t k2, const PairAView& av, PairBView bv, float* c, int64_t ldc,
                        bool accumulate, int64_t rows, int64_t cols, float scale, float* col_max) {
   using V = typename Isa::V;
-  constexpr int kL = Isa::kLanes;
   V acc[kRows][kVecs];
-  const uint16_t* a_row[kRows];
+  accumulate_tile<Isa>(
+      acc, k2, av, bv,
+      rows, [&](const auto& a_row, int64_t ap, const V* b) __attribute__((always_inline)) {
+        if constexpr (kNativeBf16<Isa>) {
 #pragma GCC unroll 16
-  for (int r = 0; r < kRows; ++r) {
-    a_row[r] = av.a + (r < rows ? r : 0) * av.row_stride;
+          for (int r = 0; r < kRows; ++r) {
+            const V a = Isa::set1(std::bit_cast<float>(load_pair(a_row[r] + ap)));
 #pragma GCC unroll 4
-    for (int v = 0; v < kVecs; ++v) acc[r][v] = Isa::zero();
-  }
-  const uint32_t* bp = bv.b;
-  for (int64_t p = 0, ap = 0; p < k2; ++p, ap += av.step, bp += bv.step) {
-    V b[kVecs];
+            for (int v = 0; v < kVecs; ++v) acc[r][v] = Isa::dot_bf16(acc[r][v], a, b[v]);
+          }
+        } else {
+          // The bfloat16 values widened (exact), then float32 FMAs.
+          V b_even[kVecs], b_odd[kVecs];
 #pragma GCC unroll 4
-    for (int v = 0; v < kVecs; ++v) b[v] = load_pairs<Isa>(bp + v * kL);
-    if constexpr (kNativeBf16<Isa>) {
+          for (int v = 0; v < kVecs; ++v) {
+            b_even[v] = Isa::bf16_even(b[v]);
+            b_odd[v] = Isa::bf16_odd(b[v]);
+          }
 #pragma GCC unroll 16
-      for (int r = 0; r < kRows; ++r) {
-        const V a = Isa::set1(std::bit_cast<float>(load_pair(a_row[r] + ap)));
+          for (int r = 0; r < kRows; ++r) {
+            const uint32_t pair = load_pair(a_row[r] + ap);
+            const V a_even = Isa::set1(std::bit_cast<float>(pair << 16));
+            const V a_odd = Isa::set1(std::bit_cast<float>(pair & 0xffff0000u));
 #pragma GCC unroll 4
-        for (int v = 0; v < kVecs; ++v) acc[r][v] = Isa::dot_bf16(acc[r][v], a, b[v]);
-      }
-    } else {
-      // The bfloat16 values widened (exact), then float32 FMAs.
-      V b_even[kVecs], b_odd[kVecs];
-#pragma GCC unroll 4
-      for (int v = 0; v < kVecs; ++v) {
-        b_even[v] = Isa::bf16_even(b[v]);
-        b_odd[v] = Isa::bf16_odd(b[v]);
-      }
-#pragma GCC unroll 16
-      for (int r = 0; r < kRows; ++r) {
-        const uint32_t pair = load_pair(a_row[r] + ap);
-        const V a_even = Isa::set1(std::bit_cast<float>(pair << 16));
-        const V a_odd = Isa::set1(std::bit_cast<float>(pair & 0xffff0000u));
-#pragma GCC unroll 4
-        for (int v = 0; v < kVecs; ++v)
-          acc[r][v] = Isa::fmadd(a_odd, b_odd[v], Isa::fmadd(a_even, b_even[v], acc[r][v]));
-      }
-    }
-  }
+            for (int v = 0; v < kVecs; ++v)
+              acc[r][v] = Isa::fmadd(a_odd, b_odd[v], Isa::fmadd(a_even, b_even[v], acc[r][v]));
+          }
+        }
+      });
   if (scale != 1.0f) {
     const V s = Isa::set1(scale);
 #pragma GCC unroll 16
@@ -164,16 +111,13 @@ template <class Isa, int kRows, int kVecs>
 void pair_gemm_tiles(int64_t m, int64_t n, int64_t k2, const PairAView& a, int64_t a_panel_stride,
                      PairBView b, int64_t b_panel_stride, float* c, int64_t ldc, bool accumulate,
                      float scale, float* col_max = nullptr) {
-  constexpr int kNr = kVecs * Isa::kLanes;
-  for (int64_t j0 = 0; j0 < n; j0 += kNr) {
-    const PairBView bp{b.b + (j0 / kNr) * b_panel_stride, b.step};
-    for (int64_t i0 = 0; i0 < m; i0 += kRows) {
-      const PairAView ap{a.a + (i0 / kRows) * a_panel_stride, a.row_stride, a.step};
-      pair_micro_kernel<Isa, kRows, kVecs>(
-          k2, ap, bp, c + i0 * ldc + j0, ldc, accumulate, std::min<int64_t>(kRows, m - i0),
-          std::min<int64_t>(kNr, n - j0), scale, col_max ? col_max + j0 : nullptr);
-    }
-  }
+  for_each_tile<kRows, kVecs * Isa::kLanes>(
+      m, n, a, a_panel_stride, b, b_panel_stride, c, ldc, col_max,
+      [&](const PairAView& ap, PairBView bp, float* tile, int64_t rows, int64_t cols,
+          float* tile_max) {
+        pair_micro_kernel<Isa, kRows, kVecs>(k2, ap, bp, tile, ldc, accumulate, rows, cols, scale,
+                                             tile_max);
+      });
 }
 
 // Whether P·V runs on panels of WideShape's width (64 values on AVX-512):
@@ -184,20 +128,17 @@ bool wide_value_panels(int64_t ev) {
   return Wide::kUsable && round_up(ev, Wide::kNr) == round_up(ev, TileShape<Isa>::kNr);
 }
 
-// The scratch of one query tile of the bfloat16 forward, carved from one buffer.
+// The scratch of one query tile of the bfloat16 forward, carved from one
+// buffer: the softmax state (m, l, shift, alpha [query_pad]; out [block_q,
+// Ev]) and the operands of the pair products.
 template <class Isa>
-struct Bf16ForwardScratch {
+struct Bf16ForwardScratch : SoftmaxState {
   float* q_t;         // [E, query_pad] Qᵀ as float panels (then paired)
   uint32_t* q_pairs;  // [E/2, query_pad] Qᵀ as bfloat16 pair panels
   float* s_t;         // [block_k, query_pad] Sᵀ, then Pᵀ
   uint32_t* p_pairs;  // [block_k/2, query_pad] Pᵀ as pairs along keys
   uint16_t* k_rows;   // [block_k, 2·(E/2)] K rounded to bfloat16 (when not read in place)
   uint32_t* v_pairs;  // [block_k/2, round_up(Ev, 64)] V as pair panels
-  float* out;         // [block_q, Ev] unnormalised O
-  float* m;           // [query_pad] running max
-  float* l;           // [query_pad] running sum
-  float* shift;       // [query_pad]
-  float* alpha;       // [query_pad]
   float* q_rows;      // [block_q, E] bfloat16 Q widened (bfloat16 inputs only)
 
   static int64_t floats(const SdpaProblem& p, const FlashTiling& t) {
@@ -205,29 +146,21 @@ struct Bf16ForwardScratch {
     const int64_t e2 = pair_count(p.E), k2 = pair_count(t.block_k);
     auto r = [](int64_t n) { return round_up(n, 16); };
     return r(p.E * qp) + r(e2 * qp) + r(t.block_k * qp) + r(k2 * qp) + r(t.block_k * e2) +
-           r(k2 * round_up(p.Ev, 64)) + r(t.block_q * p.Ev) + 4 * r(qp) +
+           r(k2 * round_up(p.Ev, 64)) + SoftmaxState::floats(qp, t.block_q * p.Ev) +
            (p.dtype == DType::kBFloat16 ? r(t.block_q * p.E) : 0);
   }
   Bf16ForwardScratch(const SdpaProblem& p, const FlashTiling& t, float* base) {
     const int64_t qp = ForwardScratch<Isa>::query_pad(t);
     const int64_t e2 = pair_count(p.E), k2 = pair_count(t.block_k);
-    auto take = [&](int64_t n) {
-      float* out = base;
-      base += round_up(n, 16);
-      return out;
-    };
-    q_t = take(p.E * qp);
-    q_pairs = reinterpret_cast<uint32_t*>(take(e2 * qp));
-    s_t = take(t.block_k * qp);
-    p_pairs = reinterpret_cast<uint32_t*>(take(k2 * qp));
-    k_rows = reinterpret_cast<uint16_t*>(take(t.block_k * e2));
-    v_pairs = reinterpret_cast<uint32_t*>(take(k2 * round_up(p.Ev, 64)));
-    out = take(t.block_q * p.Ev);
-    m = take(qp);
-    l = take(qp);
-    shift = take(qp);
-    alpha = take(qp);
-    q_rows = base;
+    ScratchCarver carve{base};
+    q_t = carve.take(p.E * qp);
+    q_pairs = carve.take_as<uint32_t>(e2 * qp);
+    s_t = carve.take(t.block_k * qp);
+    p_pairs = carve.take_as<uint32_t>(k2 * qp);
+    k_rows = carve.take_as<uint16_t>(t.block_k * e2);
+    v_pairs = carve.take_as<uint32_t>(k2 * round_up(p.Ev, 64));
+    carve_from(carve, qp, t.block_q * p.Ev);
+    q_rows = carve.next;
   }
 };
 
@@ -445,122 +378,61 @@ void online_softmax_pairs_step(const SdpaProblem& p, int64_t b, int64_t q_begin,
   rescale_output_rows<Isa>(p, rows, st);
 }
 
-// Sᵀ[keys × qp] = scale · K[j0 .. j0 + keys) Qᵀ in bfloat16 products,
-// adjusted (masks, biases). col_max as in transposed_scores().
+// The products of the bfloat16 forward (see the top of this file): Q, K, V
+// and the weights P in bfloat16 pairs, multiplied by pair_gemm_tiles.
 template <class Isa>
-bool bf16_scores(const SdpaProblem& p, int64_t b, int64_t q_begin, int64_t rows, int64_t j0,
-                 int64_t keys, const Bf16ForwardScratch<Isa>& w, int64_t qp,
-                 float* col_max = nullptr) {
-  const bool diagonal = !tile_fully_visible(p, q_begin, rows, j0, keys);
-  const bool adjusted =
-      p.softcap > 0.0 || p.mask.base != nullptr || p.alibi_slopes != nullptr || diagonal;
-  if (adjusted) col_max = nullptr;
-  const PairAView a = key_pairs<Isa>(p, b, j0, keys, w.k_rows);
-  const int64_t e2 = pair_count(p.E);
-  const float scale = static_cast<float>(p.scale);
-  with_query_panel<Isa>(qp, [&](auto shape) {
-    using Shape = decltype(shape);
+struct Bf16Products {
+  using Scratch = Bf16ForwardScratch<Isa>;
+
+  static void pack_query(const SdpaProblem& p, int64_t b, int64_t q_begin, int64_t rows,
+                         const Scratch& w, int64_t qp) {
+    pack_query_pairs<Isa>(p, b, q_begin, rows, w, qp);
+  }
+
+  // Keys [j0, j0 + keys) as the A operand of Sᵀ = scale · K Qᵀ (key_pairs).
+  static PairAView key_operand(const SdpaProblem& p, int64_t b, int64_t j0, int64_t keys,
+                               const Scratch& w) {
+    return key_pairs<Isa>(p, b, j0, keys, w.k_rows);
+  }
+
+  // Sᵀ of the queries [c0, c0 + cols), a panel of Shape's width, over the
+  // first `extent` keys.
+  template <class Shape>
+  static void score_panel(const SdpaProblem& p, const PairAView& k, const Scratch& w, int64_t qp,
+                          int64_t c0, int64_t cols, int64_t extent, float* panel_max) {
     constexpr int64_t kPanel = Shape::kQueryPanel;
-    for (int64_t c0 = 0; c0 < rows; c0 += kPanel) {
-      const int64_t cols = std::min<int64_t>(kPanel, rows - c0);
-      const int64_t extent = diagonal ? keys_seen_by(p, q_begin + c0 + cols - 1, j0, keys) : keys;
-      pair_gemm_tiles<Isa, Shape::kKeyRows, Shape::kKeyVecs>(
-          extent, cols, e2, a, Shape::kKeyRows * a.row_stride,
-          PairBView{w.q_pairs + c0 * e2, kPanel}, e2 * kPanel, w.s_t + c0, qp, false, scale,
-          col_max ? col_max + c0 : nullptr);
-      for (int64_t j = extent; j < keys; ++j) std::fill_n(w.s_t + j * qp + c0, kPanel, kNegInfF);
-    }
-  });
-  if (adjusted) adjust_scores(p, b, q_begin, rows, j0, keys, w.s_t, 1, qp);
-  return col_max != nullptr;
-}
-
-// O[rows × Ev] += P Vⱼ from the pair-packed P (A pair (query i, step j2) at
-// p_pairs[j2·qp + i]) and V panels of kVecs vectors, in panels of kRows
-// queries; on a diagonal tile each panel stops after its last visible key.
-template <class Isa, int kRows, int kVecs>
-void accumulate_pv_pairs(const SdpaProblem& p, int64_t q_begin, int64_t rows, int64_t j0,
-                         int64_t keys, bool diagonal, const uint32_t* p_pairs, int64_t qp,
-                         const uint32_t* v_pairs, float* out) {
-  constexpr int kNr = kVecs * Isa::kLanes;
-  const int64_t k2 = pair_count(keys);
-  const uint16_t* a = reinterpret_cast<const uint16_t*>(p_pairs);
-  const PairBView v{v_pairs, kNr};
-  if (!diagonal) {
-    pair_gemm_tiles<Isa, kRows, kVecs>(rows, p.Ev, k2, PairAView{a, 2, 2 * qp}, 2 * kRows, v,
-                                       k2 * kNr, out, p.Ev, true, 1.0f);
-    return;
-  }
-  for (int64_t r0 = 0; r0 < rows; r0 += kRows) {
-    const int64_t n = std::min<int64_t>(kRows, rows - r0);
-    const int64_t depth = pair_count(keys_seen_by(p, q_begin + r0 + n - 1, j0, keys));
-    pair_gemm_tiles<Isa, kRows, kVecs>(n, p.Ev, depth, PairAView{a + 2 * r0, 2, 2 * qp}, 2 * kRows,
-                                       v, k2 * kNr, out + r0 * p.Ev, p.Ev, true, 1.0f);
-  }
-}
-
-template <class Isa>
-void flash_forward_bf16_tile(const SdpaProblem& p, const FlashTiling& t, int64_t b, int64_t q_begin,
-                             int64_t rows, float* scratch) {
-  constexpr int kL = Isa::kLanes;
-  using Wide = WideShape<Isa>;
-  const Bf16ForwardScratch<Isa> w(p, t, scratch);
-  const int64_t qp = ForwardScratch<Isa>::query_pad(rows);
-
-  pack_query_pairs<Isa>(p, b, q_begin, rows, w, qp);
-  for (int64_t i = 0; i < qp; ++i) {
-    w.m[i] = kNegInfF;
-    w.l[i] = 0.0f;
-  }
-  std::fill(w.out, w.out + rows * p.Ev, 0.0f);
-  const bool wide = qp > 2 * kL && wide_value_panels<Isa>(p.Ev);
-
-  int64_t key_begin, key_end;
-  tile_key_range(p, b, q_begin, rows, &key_begin, &key_end);
-  for (int64_t j0 = key_begin, keys; j0 < key_end; j0 += keys) {
-    keys = key_tile_end(p, t, q_begin, rows, j0, key_end) - j0;
-    std::fill(w.shift, w.shift + qp, kNegInfF);
-    const bool have_max = bf16_scores<Isa>(p, b, q_begin, rows, j0, keys, w, qp, w.shift);
-    online_softmax_pairs_step<Isa>(p, b, q_begin, rows, j0, keys, qp, have_max, w.s_t,
-                                   SoftmaxState{w.m, w.l, w.shift, w.alpha, w.out}, w.p_pairs);
-    const bool diagonal = !tile_fully_visible(p, q_begin, rows, j0, keys);
-    if (qp <= 2 * kL) {  // a narrow tile: panels of kKeyRows queries divide it evenly
-      pack_value_pairs<Isa, TileShape<Isa>::kNr>(p, b, j0, keys, w.v_pairs);
-      accumulate_pv_pairs<Isa, ForwardShape<Isa>::kKeyRows, 2>(p, q_begin, rows, j0, keys, diagonal,
-                                                               w.p_pairs, qp, w.v_pairs, w.out);
-    } else if (wide) {
-      pack_value_pairs<Isa, Wide::kNr>(p, b, j0, keys, w.v_pairs);
-      accumulate_pv_pairs<Isa, Wide::kRows, Wide::kVecs>(p, q_begin, rows, j0, keys, diagonal,
-                                                         w.p_pairs, qp, w.v_pairs, w.out);
-    } else {
-      pack_value_pairs<Isa, TileShape<Isa>::kNr>(p, b, j0, keys, w.v_pairs);
-      accumulate_pv_pairs<Isa, TileShape<Isa>::kMr, 2>(p, q_begin, rows, j0, keys, diagonal,
-                                                       w.p_pairs, qp, w.v_pairs, w.out);
-    }
+    const int64_t e2 = pair_count(p.E);
+    pair_gemm_tiles<Isa, Shape::kKeyRows, Shape::kKeyVecs>(
+        extent, cols, e2, k, Shape::kKeyRows * k.row_stride, PairBView{w.q_pairs + c0 * e2, kPanel},
+        e2 * kPanel, w.s_t + c0, qp, false, static_cast<float>(p.scale), panel_max);
   }
 
-  finish_forward_rows<Isa>(p, b, q_begin, rows, w.out, w.m, w.l);
-}
-
-// The weights of a query tile of the bfloat16 forward, from scores computed
-// as flash_forward_bf16_tile computes them and the saved log-sum-exp.
-template <class Isa>
-void flash_weights_bf16_tile(const SdpaProblem& p, const FlashTiling& t, int64_t b, int64_t q_begin,
-                             int64_t rows, float* scratch) {
-  const Bf16ForwardScratch<Isa> w(p, t, scratch);
-  const int64_t qp = ForwardScratch<Isa>::query_pad(rows);
-  float* weights = static_cast<float*>(p.weights) + (b * p.L + q_begin) * p.S;
-  std::fill(weights, weights + rows * p.S, 0.0f);
-  pack_query_pairs<Isa>(p, b, q_begin, rows, w, qp);
-  int64_t key_begin, key_end;
-  tile_key_range(p, b, q_begin, rows, &key_begin, &key_end);
-  for (int64_t j0 = key_begin, keys; j0 < key_end; j0 += keys) {
-    keys = key_tile_end(p, t, q_begin, rows, j0, key_end) - j0;
-    bf16_scores<Isa>(p, b, q_begin, rows, j0, keys, w, qp);
-    for (int64_t r = 0; r < rows; ++r)
-      weights_from_scores(p, b, q_begin + r, j0, keys, w.s_t + r, qp, weights + r * p.S + j0);
+  static void softmax_step(const SdpaProblem& p, int64_t b, int64_t q_begin, int64_t rows,
+                           int64_t j0, int64_t keys, int64_t qp, bool have_max, const Scratch& w) {
+    online_softmax_pairs_step<Isa>(p, b, q_begin, rows, j0, keys, qp, have_max, w.s_t, w,
+                                   w.p_pairs);
   }
-}
+
+  // O[rows × Ev] += P Vⱼ from the pair-packed P (A pair (query i, step j2) at
+  // p_pairs[j2·qp + i]) and V packed as pair panels.
+  static void accumulate_values(const SdpaProblem& p, int64_t b, int64_t q_begin, int64_t rows,
+                                int64_t j0, int64_t keys, int64_t qp, bool diagonal,
+                                const Scratch& w) {
+    const uint16_t* a = reinterpret_cast<const uint16_t*>(w.p_pairs);
+    with_value_shape<Isa>(qp, wide_value_panels<Isa>(p.Ev), [&](auto shape) {
+      using Shape = decltype(shape);
+      constexpr int kRows = Shape::kRows, kVecs = Shape::kVecs, kNr = kVecs * Isa::kLanes;
+      pack_value_pairs<Isa, kNr>(p, b, j0, keys, w.v_pairs);
+      const int64_t k2 = pair_count(keys);
+      accumulate_value_panels<kRows>(
+          p, q_begin, rows, j0, keys, diagonal, [&](int64_t r0, int64_t n, int64_t depth) {
+            pair_gemm_tiles<Isa, kRows, kVecs>(
+                n, p.Ev, pair_count(depth), PairAView{a + 2 * r0, 2, 2 * qp}, 2 * kRows,
+                PairBView{w.v_pairs, kNr}, k2 * kNr, w.out + r0 * p.Ev, p.Ev, true, 1.0f);
+          });
+    });
+  }
+};
 
 }  // namespace
 }  // namespace qkv::kernels::simd

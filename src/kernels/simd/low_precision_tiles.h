@@ -22,9 +22,9 @@
 #pragma once
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <limits>
 
 #include "kernels/low_precision_gemm.h"
@@ -43,16 +43,8 @@ constexpr int64_t kBlockRows = 96;
 
 // ---- Scalar conversions, the definition every flavour follows -----------------
 
-inline uint32_t bits_of(float f) {
-  uint32_t b;
-  std::memcpy(&b, &f, sizeof b);
-  return b;
-}
-inline float float_of(uint32_t b) {
-  float f;
-  std::memcpy(&f, &b, sizeof f);
-  return f;
-}
+inline uint32_t bits_of(float f) { return std::bit_cast<uint32_t>(f); }
+inline float float_of(uint32_t b) { return std::bit_cast<float>(b); }
 
 // The bfloat16 of f in the low 16 bits: round to nearest even, NaN stays a
 // quiet NaN (float_to_bfloat16 of qkv/tensor.h, not called here: an inline

@@ -5,6 +5,8 @@
 //
 // The micro-kernel keeps a kMr × kNr block of C in registers: per step of k
 // it loads two vectors of B and broadcasts kMr values of A.
+// Its frame (start_tile, accumulate_tile, store_tile, for_each_tile) also
+// serves the bfloat16 pair kernels of flash_forward_bf16.h.
 #pragma once
 
 #include <algorithm>
@@ -107,40 +109,71 @@ struct BView {
   int64_t step;
 };
 
-// C[kRows × kVecs·lanes] (row stride ldc) = or += A · B over k steps, in
-// registers; only the top-left rows × cols of C are written. Rows of A past
-// `rows` read row 0 instead (their results are dropped), so a tile at the
-// edge of K never reads beyond it.
-//
-// With `col_max` set, also folds the column maxima of the tile into
-// col_max[0 .. kVecs·lanes): the softmax needs them, and here they cost a few
-// register operations instead of another pass over the tile. (Rows past
-// `rows` repeat row 0, so they never raise a maximum.)
-template <class Isa, int kRows, int kVecs>
-void micro_kernel(int64_t k, const AView& av, BView bv, float* c, int64_t ldc, bool accumulate,
-                  int64_t rows, int64_t cols, float* col_max = nullptr) {
-  using V = typename Isa::V;
-  constexpr int kL = Isa::kLanes;
-  V acc[kRows][kVecs];
-  const float* a_row[kRows];
+// The tiles of C[m × n] (row stride ldc) for A in panels of kRows rows
+// (a_panel_stride apart) and B in panels of kNr columns (b_panel_stride
+// apart), a column panel at a time: kernel(a_panel, b_panel, c_tile, rows,
+// cols, tile_max) for each, rows × cols the part of the tile inside C and
+// tile_max the tile's columns of col_max (null without it). The views are
+// AView and BView, or their bfloat16 pair counterparts.
+template <int kRows, int kNr, class AViewT, class BViewT, class Kernel>
+void for_each_tile(int64_t m, int64_t n, const AViewT& a, int64_t a_panel_stride, BViewT b,
+                   int64_t b_panel_stride, float* c, int64_t ldc, float* col_max, Kernel&& kernel) {
+  for (int64_t j0 = 0; j0 < n; j0 += kNr) {
+    const BViewT bp{b.b + (j0 / kNr) * b_panel_stride, b.step};
+    for (int64_t i0 = 0; i0 < m; i0 += kRows) {
+      const AViewT ap{a.a + (i0 / kRows) * a_panel_stride, a.row_stride, a.step};
+      kernel(ap, bp, c + i0 * ldc + j0, std::min<int64_t>(kRows, m - i0),
+             std::min<int64_t>(kNr, n - j0), col_max ? col_max + j0 : nullptr);
+    }
+  }
+}
+
+// The start of a micro-kernel: the register tile at 0 and the rows of A it
+// reads, a_row[r] = a + r·row_stride, rows past `rows` reading row 0.
+template <class Isa, int kRows, int kVecs, class T>
+[[gnu::always_inline]] inline void start_tile(typename Isa::V (&acc)[kRows][kVecs],
+                                              const T* (&a_row)[kRows], const T* a,
+                                              int64_t row_stride, int64_t rows) {
 #pragma GCC unroll 16
   for (int r = 0; r < kRows; ++r) {
-    a_row[r] = av.a + (r < rows ? r : 0) * av.row_stride;
+    a_row[r] = a + (r < rows ? r : 0) * row_stride;
 #pragma GCC unroll 4
     for (int v = 0; v < kVecs; ++v) acc[r][v] = Isa::zero();
   }
-  const float* bp = bv.b;
+}
+
+// The k steps of a micro-kernel, for float32 and bfloat16-pair operands
+// alike: the register tile started (start_tile), then per step the kVecs
+// vectors of B's row b and step(a_row, ap, b), which adds to the tile the
+// products of b with A's elements at a_row[r] + ap (r < kRows). Always
+// inlined, as `step` must be: the tile lives in registers.
+template <class Isa, int kRows, int kVecs, class AViewT, class BViewT, class Step>
+[[gnu::always_inline]] inline void accumulate_tile(typename Isa::V (&acc)[kRows][kVecs], int64_t k,
+                                                   const AViewT& av, BViewT bv, int64_t rows,
+                                                   Step&& step) {
+  using V = typename Isa::V;
+  constexpr int kL = Isa::kLanes;
+  decltype(av.a) a_row[kRows];
+  start_tile<Isa>(acc, a_row, av.a, av.row_stride, rows);
+  auto bp = bv.b;
   for (int64_t p = 0, ap = 0; p < k; ++p, ap += av.step, bp += bv.step) {
     V b[kVecs];
 #pragma GCC unroll 4
-    for (int v = 0; v < kVecs; ++v) b[v] = Isa::load(bp + v * kL);
-#pragma GCC unroll 16
-    for (int r = 0; r < kRows; ++r) {
-      const V a = Isa::set1(a_row[r][ap]);
-#pragma GCC unroll 4
-      for (int v = 0; v < kVecs; ++v) acc[r][v] = Isa::fmadd(a, b[v], acc[r][v]);
-    }
+    for (int v = 0; v < kVecs; ++v) b[v] = Isa::load(reinterpret_cast<const float*>(bp + v * kL));
+    step(a_row, ap, b);
   }
+}
+
+// The end of a micro-kernel: with `col_max` set, the column maxima of the
+// register tile folded into col_max[0 .. kVecs·lanes); then its top-left
+// rows × cols into C (row stride ldc), = or +=. Always inlined: a call would
+// take the accumulators through memory.
+template <class Isa, int kRows, int kVecs>
+[[gnu::always_inline]] inline void store_tile(typename Isa::V (&acc)[kRows][kVecs], float* c,
+                                              int64_t ldc, bool accumulate, int64_t rows,
+                                              int64_t cols, float* col_max) {
+  using V = typename Isa::V;
+  constexpr int kL = Isa::kLanes;
   if (col_max != nullptr) {
 #pragma GCC unroll 4
     for (int v = 0; v < kVecs; ++v) {
@@ -180,6 +213,33 @@ void micro_kernel(int64_t k, const AView& av, BView bv, float* c, int64_t ldc, b
   }
 }
 
+// C[kRows × kVecs·lanes] (row stride ldc) = or += A · B over k steps, in
+// registers; only the top-left rows × cols of C are written. Rows of A past
+// `rows` read row 0 instead (their results are dropped), so a tile at the
+// edge of K never reads beyond it.
+//
+// With `col_max` set, also folds the column maxima of the tile into
+// col_max[0 .. kVecs·lanes): the softmax needs them, and here they cost a few
+// register operations instead of another pass over the tile. (Rows past
+// `rows` repeat row 0, so they never raise a maximum.)
+template <class Isa, int kRows, int kVecs>
+void micro_kernel(int64_t k, const AView& av, BView bv, float* c, int64_t ldc, bool accumulate,
+                  int64_t rows, int64_t cols, float* col_max = nullptr) {
+  using V = typename Isa::V;
+  V acc[kRows][kVecs];
+  accumulate_tile<Isa>(
+      acc, k, av, bv,
+      rows, [&](const auto& a_row, int64_t ap, const V* b) __attribute__((always_inline)) {
+#pragma GCC unroll 16
+        for (int r = 0; r < kRows; ++r) {
+          const V a = Isa::set1(a_row[r][ap]);
+#pragma GCC unroll 4
+          for (int v = 0; v < kVecs; ++v) acc[r][v] = Isa::fmadd(a, b[v], acc[r][v]);
+        }
+      });
+  store_tile<Isa, kRows, kVecs>(acc, c, ldc, accumulate, rows, cols, col_max);
+}
+
 // C[m × n] (+)= A · B for A rows read in place from a row-major matrix
 // (element (i, p) at a[i·lda + p]) and B packed in panels of kVecs vectors
 // (pack_b with that width, or a row-major matrix whose rows are readable
@@ -190,16 +250,11 @@ template <class Isa, int kRows, int kVecs>
 void gemm_tiles(int64_t m, int64_t n, int64_t k, const AView& a, int64_t a_panel_stride, BView b,
                 int64_t b_panel_stride, float* c, int64_t ldc, bool accumulate,
                 float* col_max = nullptr) {
-  constexpr int kNr = kVecs * Isa::kLanes;
-  for (int64_t j0 = 0; j0 < n; j0 += kNr) {
-    const BView bp{b.b + (j0 / kNr) * b_panel_stride, b.step};
-    for (int64_t i0 = 0; i0 < m; i0 += kRows) {
-      const AView ap{a.a + (i0 / kRows) * a_panel_stride, a.row_stride, a.step};
-      micro_kernel<Isa, kRows, kVecs>(
-          k, ap, bp, c + i0 * ldc + j0, ldc, accumulate, std::min<int64_t>(kRows, m - i0),
-          std::min<int64_t>(kNr, n - j0), col_max ? col_max + j0 : nullptr);
-    }
-  }
+  for_each_tile<kRows, kVecs * Isa::kLanes>(
+      m, n, a, a_panel_stride, b, b_panel_stride, c, ldc, col_max,
+      [&](const AView& ap, BView bp, float* tile, int64_t rows, int64_t cols, float* tile_max) {
+        micro_kernel<Isa, kRows, kVecs>(k, ap, bp, tile, ldc, accumulate, rows, cols, tile_max);
+      });
 }
 
 // C[m × n] (row stride ldc) = or += A · B from packed panels (pack_a with

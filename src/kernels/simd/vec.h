@@ -7,6 +7,7 @@
 // translation unit that runs on a CPU without it.
 #pragma once
 
+#include <bit>
 #include <cstdint>
 #include <cstring>
 
@@ -367,20 +368,12 @@ struct Portable {
   }
   // v · 2^n for integral-valued n in [-126, 127]: 2^n built in the exponent bits.
   static V times_pow2(V v, V n) {
-    const I e = (__builtin_convertvector(n, I) + 127) << 23;
-    V out;
-    std::memcpy(&out, &e, sizeof out);
-    return v * out;
+    return v * bits_to_v((__builtin_convertvector(n, I) + 127) << 23);
   }
   static V split_exponent(V x, V* e) {
-    I bits;
-    std::memcpy(&bits, &x, sizeof bits);
-    const I shifted = bits - kNearOne;
+    const I shifted = v_to_bits(x) - kNearOne;
     *e = __builtin_convertvector(shifted >> 23, V);
-    const I m = (shifted & kMantissaBits) + kNearOne;
-    V out;
-    std::memcpy(&out, &m, sizeof out);
-    return out;
+    return bits_to_v((shifted & kMantissaBits) + kNearOne);
   }
   // Lane j of the result = Σ of the lanes of x[j], for 4 vectors.
   static V reduce_lanes(const V* x) {
@@ -392,27 +385,16 @@ struct Portable {
   }
   static V zero_below(V x, float limit, V v) {
     const I keep = !(x < set1(limit));
-    I bits;
-    std::memcpy(&bits, &v, sizeof bits);
-    bits &= keep;
-    V out;
-    std::memcpy(&out, &bits, sizeof out);
-    return out;
+    return bits_to_v(v_to_bits(v) & keep);
   }
   static V gt_select(V x, V y, V a, V b) { return x > y ? a : b; }
   static V ge_select(V x, V y, V a, V b) { return x >= y ? a : b; }
 
+  // The lanes' bits as integers and back.
+  static V bits_to_v(I bits) { return std::bit_cast<V>(bits); }
+  static I v_to_bits(V v) { return std::bit_cast<I>(v); }
+
   // bfloat16 pairs, as Avx512's.
-  static V bits_to_v(I bits) {
-    V out;
-    std::memcpy(&out, &bits, sizeof out);
-    return out;
-  }
-  static I v_to_bits(V v) {
-    I bits;
-    std::memcpy(&bits, &v, sizeof bits);
-    return bits;
-  }
   static V bf16_even(V pairs) { return bits_to_v(v_to_bits(pairs) << 16); }
   static V bf16_odd(V pairs) {
     return bits_to_v(v_to_bits(pairs) & static_cast<int32_t>(0xffff0000u));
@@ -433,8 +415,7 @@ struct Portable {
   }
   // Round to nearest even; NaN stays NaN (as qkv::float_to_bfloat16).
   static uint16_t float_to_bf16_bits(float f) {
-    uint32_t bits;
-    std::memcpy(&bits, &f, sizeof bits);
+    const uint32_t bits = std::bit_cast<uint32_t>(f);
     if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x0040u);
     return static_cast<uint16_t>((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
   }
