@@ -87,9 +87,12 @@ std::vector<double> adam_result(DType dtype) {
 
 class IsaRowOps : public qkv_test::ActiveKernelTableTest {};
 
+// (avx512_bf16 adds bfloat16 products to avx512 and shares its row loops.)
 TEST_P(IsaRowOps, TheActiveTableCarriesItsRows) {
-  EXPECT_EQ(std::string(kernels::active_row_kernels().name), GetParam()->name);
   EXPECT_EQ(kernels::active_kernel_table().rows, GetParam()->rows);
+  const std::string table = GetParam()->name, rows = kernels::active_row_kernels().name;
+  EXPECT_TRUE(table == rows || (table == "avx512_bf16" && rows == "avx512"))
+      << "table " << table << " runs the rows of " << rows;
 }
 
 // The norms compute in float64 and round once: within a float32 rounding of

@@ -19,7 +19,7 @@ struct AdamConstants {
 };
 
 struct RowKernels {
-  const char* name;  // the instruction set, as KernelTable::name
+  const char* name;  // the instruction set (avx512_bf16's table shares avx512's rows)
   // One row of n: y = (x − mean) · rstd · w + b, w and b optional (null).
   void (*layer_norm)(const float* x, const float* w, const float* b, float* y, int64_t n,
                      double eps);
