@@ -170,12 +170,9 @@ TEST_P(Bf16Attention, AwkwardLengthsAndHeadDims) {
 
 TEST_P(Bf16Attention, CausalMaskGqaAndScale) {
   Generator gen(42);
-  for (auto [L, S] : {std::pair<int64_t, int64_t>{17, 17},
-                      {80, 300},
-                      {300, 80},
-                      {129, 129},
-                      {3, 129},
-                      {300, 300}}) {
+  // 300 queries or 300 keys span several tiles (both at once adds only time).
+  for (auto [L, S] :
+       {std::pair<int64_t, int64_t>{17, 17}, {80, 300}, {300, 80}, {129, 129}, {3, 129}}) {
     for (int64_t E : {32, 80}) {
       const Tensor q = Tensor::randn({2, 4, L, E}, gen);
       const Tensor k = Tensor::randn({2, 2, S, E}, gen);
