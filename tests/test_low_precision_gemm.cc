@@ -48,12 +48,27 @@ std::vector<float> random_rows(int64_t rows, int64_t cols, int64_t ld, std::mt19
   return v;
 }
 
-// The int8 quantisation the header documents: scale = max|v| / 127,
-// q = round_half_even(v · (127 / max)); zero (and below 2^-100) rows: scale 0.
+// The int8 quantisations the header documents. W, symmetric: scale =
+// max|v| / 127, q = round_half_even(v · (127 / max)); zero (and below
+// 2^-100) rows: scale 0. x, asymmetric: q = u - zero (what the products see).
 struct Quantized {
   std::vector<int32_t> q;
   float scale;
 };
+Quantized quantize_row_asymmetric(const float* v, int64_t k) {
+  float lo = 0.0f, hi = 0.0f;
+  for (int64_t p = 0; p < k; ++p) lo = std::min(lo, v[p]), hi = std::max(hi, v[p]);
+  Quantized out{std::vector<int32_t>(k, 0), 0.0f};
+  const float scale = hi / 255.0f - lo / 255.0f;
+  if (!(scale >= 0x1p-100f / 255.0f)) return out;
+  out.scale = scale;
+  const float inv = 1.0f / scale;
+  const float zero = std::min(255.0f, std::nearbyint(-lo * inv));
+  for (int64_t p = 0; p < k; ++p)
+    out.q[p] =
+        static_cast<int32_t>(std::clamp(std::nearbyint(v[p] * inv) + zero, 0.0f, 255.0f) - zero);
+  return out;
+}
 Quantized quantize_row(const float* v, int64_t k) {
   float max = 0.0f;
   for (int64_t p = 0; p < k; ++p) max = std::max(max, std::fabs(v[p]));
@@ -94,7 +109,7 @@ struct Int8Operands {
 };
 Int8Operands quantize(const Problem& p) {
   Int8Operands q;
-  for (int64_t i = 0; i < p.m; ++i) q.x.push_back(quantize_row(&p.x[i * p.ldx], p.k));
+  for (int64_t i = 0; i < p.m; ++i) q.x.push_back(quantize_row_asymmetric(&p.x[i * p.ldx], p.k));
   for (int64_t j = 0; j < p.n; ++j) q.w.push_back(quantize_row(&p.w[j * p.k], p.k));
   return q;
 }
@@ -125,15 +140,15 @@ Expected expected_int8(const Problem& p, const Int8Operands& q, int64_t i, int64
 }
 
 // The loose check of int8 against the float32 operands: with x = sx·qx + ex,
-// |ex| ≤ sx/2 and w = sw·qw + ew, |ew| ≤ sw/2,
-// |x·w − sx·qx·sw·qw| ≤ |x|·sw/2 + sx/2·(|w| + sw/2) for each k.
+// |ex| ≤ sx/2 (sx at the clamped ends) and w = sw·qw + ew, |ew| ≤ sw/2,
+// |x·w − sx·qx·sw·qw| ≤ |x|·sw/2 + sx·(|w| + sw/2) for each k.
 Expected expected_int8_vs_float(const Problem& p, const Int8Operands& q, int64_t i, int64_t j) {
   double sum = 0.0, bound = 0.0;
   const double sx = q.x[i].scale, sw = q.w[j].scale;
   for (int64_t t = 0; t < p.k; ++t) {
     const double x = p.x[i * p.ldx + t], w = p.w[j * p.k + t];
     sum += x * w;
-    bound += std::fabs(x) * sw / 2 + sx / 2 * (std::fabs(w) + sw / 2);
+    bound += std::fabs(x) * sw / 2 + sx * (std::fabs(w) + sw / 2);
   }
   const double b = p.bias.empty() ? 0.0 : p.bias[j];
   return {sum + b, bound * 1.001 + 8 * kU * (std::fabs(sum) + std::fabs(b)) + 1e-30};
@@ -295,6 +310,63 @@ TEST_P(LowPrecisionGemm, NonFiniteRowsOfXAreNotFinite) {
       }
 }
 
+// One-sided rows (as after GELU or ReLU) use all 256 steps of u8: against
+// float32, int8's error is then about half that of a symmetric scale.
+TEST_P(LowPrecisionGemm, OneSidedRowsAgainstFloat64) {
+  std::mt19937 gen(21);
+  Problem p = make_problem(37, 70, 200, 1, 0, true, gen);
+  for (int64_t i = 0; i < p.m; ++i)
+    for (int64_t t = 0; t < p.k; ++t) {
+      float& v = p.x[i * p.ldx + t];
+      v = i % 2 == 0 ? std::fabs(v) : -std::fabs(v);
+    }
+  const PackedWeights w(p.w.data(), p.n, p.k, precision());
+  check(p, w, run(p, w));
+  if (precision() == Precision::kInt8) {
+    const Int8Operands q = quantize(p);
+    for (int64_t i = 0; i < p.m; ++i) {
+      float max = 0.0f;
+      for (int64_t t = 0; t < p.k; ++t) max = std::max(max, std::fabs(p.x[i * p.ldx + t]));
+      ASSERT_LE(q.x[i].scale, max / 255.0f * 1.0001f) << "row " << i;
+    }
+  }
+}
+
+// int8 with smoothing factors s: the kernel quantises W · s per channel and
+// x · (1 / s) per row; checked against float64 on those operands, and
+// loosely against the float32 product x · Wᵀ, which smoothing leaves as it is.
+TEST_P(LowPrecisionGemm, SmoothedInt8AgainstFloat64) {
+  if (precision() != Precision::kInt8) GTEST_SKIP() << "smoothing is for int8";
+  std::mt19937 gen(13);
+  std::uniform_int_distribution<int> e(-6, 6);
+  for (auto [m, n, k] :
+       {std::tuple<int64_t, int64_t, int64_t>{1, 33, 7}, {29, 100, 385}, {130, 64, 96}}) {
+    Problem p = make_problem(m, n, k, 2, 1, true, gen);
+    std::vector<float> smoothing(k);
+    for (float& f : smoothing) f = std::ldexp(1.0f, e(gen)) * 1.37f;
+    for (int64_t i = 0; i < m; ++i)  // an outlier feature, as LayerNorm outputs have
+      p.x[i * p.ldx + k / 2] *= 40.0f;
+    const PackedWeights w(p.w.data(), n, k, precision(), smoothing.data());
+    const std::vector<float> y = run(p, w);
+    Problem smoothed = p;
+    for (int64_t t = 0; t < k; ++t) {
+      const float inv = 1.0f / smoothing[t];
+      for (int64_t i = 0; i < m; ++i) smoothed.x[i * p.ldx + t] = p.x[i * p.ldx + t] * inv;
+      for (int64_t j = 0; j < n; ++j) smoothed.w[j * k + t] = p.w[j * k + t] * smoothing[t];
+    }
+    check(smoothed, w, y);
+    const Int8Operands q = quantize(smoothed);
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        const Expected loose = expected_int8_vs_float(smoothed, q, i, j);
+        double exact = p.bias[j];
+        for (int64_t t = 0; t < k; ++t)
+          exact += static_cast<double>(p.x[i * p.ldx + t]) * p.w[j * k + t];
+        ASSERT_NEAR(y[i * p.ldy + j], exact, loose.bound * 1.01) << describe(p);
+      }
+  }
+}
+
 // A NaN in a channel of W makes that column of y NaN, every row of it.
 TEST_P(LowPrecisionGemm, NonFiniteChannelsOfWAreNaN) {
   std::mt19937 gen(4);
@@ -356,6 +428,22 @@ TEST(LowPrecisionGemmTables, AgreeWithEachOther) {
       }
     }
   }
+}
+
+TEST(LowPrecisionGemmTables, SmoothingFactorsAreChecked) {
+  const std::vector<float> w(6, 0.5f);
+  for (float bad : {0.0f, -1.0f, std::numeric_limits<float>::infinity(),
+                    std::numeric_limits<float>::quiet_NaN()}) {
+    const std::vector<float> s = {1.0f, bad, 2.0f};
+    try {
+      PackedWeights(w.data(), 2, 3, Precision::kInt8, s.data());
+      ADD_FAILURE() << "accepted smoothing factor " << bad;
+    } catch (const qkv::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("input feature 1"), std::string::npos) << e.what();
+    }
+  }
+  const std::vector<float> ones(3, 1.0f);
+  EXPECT_THROW(PackedWeights(w.data(), 2, 3, Precision::kBFloat16, ones.data()), qkv::Error);
 }
 
 TEST(LowPrecisionGemmTables, PackedWeightsDescribeThemselves) {

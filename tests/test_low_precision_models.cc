@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "qkv/error.h"
+#include "qkv/functional.h"
 #include "qkv/linear.h"
 #include "qkv/models/sentence_encoder.h"
 #include "qkv/nn/decoder_model.h"
@@ -35,6 +36,7 @@ namespace {
 
 using qkv::Generator;
 using qkv::Precision;
+using qkv::Shape;
 using qkv::Tensor;
 namespace fs = std::filesystem;
 
@@ -150,6 +152,93 @@ TEST(ModulePrecision, LinearConvertsOnceAndRefusesTraining) {
   qkv_test::expect_error([&] { wide.set_precision(Precision::kBFloat16); },
                          {"Linear", "bfloat16", "float32", "float64"}, qkv::ErrorKind::kType);
   EXPECT_EQ(wide.precision(), Precision::kFloat32);  // a failed call changes nothing
+}
+
+TEST(Smoothing, FactorsBalanceRangesAndAreChecked) {
+  // feature 0: |x| up to 16, |W| up to 1 -> s = 4; feature 1: x never seen -> 1;
+  // feature 2: |x| 1, |W| 4 -> 1/2.
+  const std::vector<float> a_values = {16.0f, 0.0f, 1.0f};
+  const std::vector<float> w_values = {1.0f, 2.0f, -4.0f, -0.5f, 1.0f, 2.0f};
+  const Tensor a = Tensor::from_vector({3}, a_values);
+  const Tensor w = Tensor::from_vector({2, 3}, w_values);
+  const Tensor s = qkv::smoothing_factors(a, w);
+  EXPECT_FLOAT_EQ(s.data<float>()[0], 4.0f);
+  EXPECT_FLOAT_EQ(s.data<float>()[1], 1.0f);
+  EXPECT_FLOAT_EQ(s.data<float>()[2], 0.5f);
+  EXPECT_FLOAT_EQ(qkv::smoothing_factors(a, w, 1.0).data<float>()[0], 16.0f);
+  qkv_test::expect_error([&] { qkv::smoothing_factors(Tensor::ones({4}), w); },
+                         {"smoothing_factors", "in_features = 3", "[4]"});
+  qkv_test::expect_error([&] { qkv::smoothing_factors(a, w, 1.5); }, {"alpha", "[0, 1]"});
+  qkv_test::expect_error([&] { qkv::LowPrecisionWeight(w, Precision::kBFloat16, s); },
+                         {"smoothing is for int8"});
+  qkv_test::expect_error([&] { qkv::LowPrecisionWeight(w, Precision::kInt8, Tensor::ones({2})); },
+                         {"smoothing", "in_features = 3", "[2]"});
+}
+
+// Inputs whose feature 5 runs 60× larger than the others (as LayerNorm
+// outputs of trained transformers do).
+Tensor with_outlier_feature(const Shape& shape, Generator& gen) {
+  Tensor x = Tensor::randn(shape, gen);
+  const int64_t in = shape.back();
+  for (int64_t i = 0; i < x.numel() / in; ++i) x.data<float>()[i * in + 5] *= 60.0f;
+  return x;
+}
+
+TEST(ModulePrecision, RecordedRangesSmoothInt8Linear) {
+  Generator gen(5);
+  qkv::nn::Linear lin({.in_features = 64, .out_features = 48}, &gen);
+  const Tensor x = with_outlier_feature({20, 64}, gen);
+  const Tensor exact = lin.forward(x);
+  lin.set_precision(Precision::kInt8);
+  const double plain = relative_error(lin.forward(x), exact);
+  lin.set_precision(Precision::kFloat32);
+  lin.record_input_ranges();
+  EXPECT_TRUE(lin.is_recording_input_ranges());
+  lin.forward(x.slice(0, 0, 10));
+  Tensor out = Tensor::empty({10, 48});
+  lin.forward_into(out, x.slice(0, 10, 20).contiguous());  // both entry points note
+  lin.record_input_ranges(false);
+  lin.forward(qkv::scale(x, 1000.0));  // not recording: changes no note
+  lin.set_precision(Precision::kInt8);
+  const Tensor smoothed = lin.forward(x);
+  EXPECT_LT(relative_error(smoothed, exact), plain / 3) << "without smoothing: " << plain;
+  // The notes survive a round trip through float32, and load_state_dict.
+  lin.set_precision(Precision::kFloat32);
+  lin.set_precision(Precision::kInt8);
+  EXPECT_EQ(relative_error(lin.forward(x), smoothed), 0.0);
+  // Turning recording on again forgets them: with no forward pass, no smoothing.
+  lin.set_precision(Precision::kFloat32);
+  lin.record_input_ranges();
+  lin.record_input_ranges(false);
+  lin.set_precision(Precision::kInt8);
+  EXPECT_NEAR(relative_error(lin.forward(x), exact), plain, 1e-12);
+}
+
+TEST(ModulePrecision, RecordedRangesSmoothInt8EncoderLayer) {
+  Generator gen(8);
+  qkv::nn::TransformerEncoderLayer layer(
+      {.d_model = 64, .nhead = 4, .dim_feedforward = 128, .dropout = 0.0, .batch_first = true},
+      &gen);
+  layer.eval();
+  // An outlier feature in the attention's input and, through norm1's weight,
+  // in the feed-forward's.
+  auto state = layer.state_dict();
+  state["norm1.weight"].data<float>()[5] = 40.0f;
+  const Tensor x = with_outlier_feature({2, 9, 64}, gen);
+  const Tensor exact = layer.forward(x);
+  layer.set_precision(Precision::kInt8);
+  const double plain = relative_error(layer.forward(x), exact);
+  layer.set_precision(Precision::kFloat32);
+  layer.record_input_ranges();
+  layer.forward(x);
+  layer.record_input_ranges(false);
+  layer.set_precision(Precision::kInt8);
+  const double smoothed = relative_error(layer.forward(x), exact);
+  EXPECT_LT(smoothed, plain / 2) << "without smoothing: " << plain;
+  // The fused path (no mask) and the general one (a mask) use the same weights.
+  Tensor pad = Tensor::zeros({2, 9}, qkv::DType::kBool);
+  EXPECT_LT(relative_error(layer.forward(x, {.src_key_padding_mask = pad}), layer.forward(x)),
+            1e-5);
 }
 
 TEST(ModulePrecision, EncoderLayerBothPathsCloseToFloat32) {

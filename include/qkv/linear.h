@@ -34,8 +34,11 @@ void linear_into(Tensor& out, const Tensor& x, const Tensor& weight, const Tenso
 class LowPrecisionWeight {
  public:
   LowPrecisionWeight() = default;  // empty: no weight
-  // weight: float32 [out, in]; precision: kBFloat16 or kInt8.
-  LowPrecisionWeight(const Tensor& weight, Precision precision);
+  // weight: float32 [out, in]; precision: kBFloat16 or kInt8. smoothing
+  // (int8 only): undefined, or [in] finite factors > 0 — the weight's input
+  // features are scaled by them and the input's divided by them before each
+  // is quantised (see smoothing_factors).
+  LowPrecisionWeight(const Tensor& weight, Precision precision, const Tensor& smoothing = {});
 
   bool empty() const { return packed_ == nullptr; }
   Precision precision() const;
@@ -48,6 +51,15 @@ class LowPrecisionWeight {
  private:
   std::shared_ptr<const kernels::PackedWeights> packed_;  // shared by copies: immutable
 };
+
+// SmoothQuant's factors for an int8 weight: x Wᵀ = (x / s)(W · s)ᵀ for any
+// s > 0, and s[p] = a[p]^α / w[p]^(1-α) evens out the ranges of feature p
+// between the input (a[p]: its largest |x| seen in calibration) and the
+// weight (w[p] = max_j |W[j, p]|), so that an outlier feature no longer sets
+// the scale of every row of x. 1 where a[p] or w[p] is 0 (nothing to move);
+// clamped to [2^-30, 2^30]. α = 0.5 splits the range evenly.
+// input_absmax: [in]  weight: [out, in]  ->  [in] float32
+Tensor smoothing_factors(const Tensor& input_absmax, const Tensor& weight, double alpha = 0.5);
 
 // y = x Wᵀ + b with W in low precision; x, bias and the result are float32.
 // x: [..., in]  bias: [out] or undefined  ->  [..., out]

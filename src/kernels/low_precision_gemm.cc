@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <string>
 
 #include "kernels/simd/low_precision_tiles.h"
@@ -25,7 +26,8 @@ extern const LowPrecisionKernels kLowpInt8Portable;
 
 // W[n, k] → panels of kLowpPanel channels, k in steps of 2 (bfloat16) or 4
 // (int8); channels past n and k past k are zero.
-PackedWeights::PackedWeights(const float* w, int64_t n, int64_t k, Precision precision)
+PackedWeights::PackedWeights(const float* w, int64_t n, int64_t k, Precision precision,
+                             const float* smoothing)
     : precision_(precision), n_(n), k_(k) {
   if (n < 0 || k < 0)
     throw Error(ErrorKind::kValue, "PackedWeights: n and k must be >= 0, got n = " +
@@ -34,6 +36,19 @@ PackedWeights::PackedWeights(const float* w, int64_t n, int64_t k, Precision pre
     throw Error(ErrorKind::kValue, std::string("PackedWeights: precision must be bfloat16 or "
                                                "int8, got ") +
                                        precision_name(precision));
+  if (smoothing != nullptr) {
+    if (precision != Precision::kInt8)
+      throw Error(ErrorKind::kValue, "PackedWeights: smoothing is for int8 weights only");
+    input_scale_.resize(k);
+    for (int64_t p = 0; p < k; ++p) {
+      if (!(smoothing[p] > 0.0f && std::isfinite(smoothing[p])))
+        throw Error(ErrorKind::kValue,
+                    "PackedWeights: smoothing factors must be finite and > 0, "
+                    "got " +
+                        std::to_string(smoothing[p]) + " at input feature " + std::to_string(p));
+      input_scale_[p] = 1.0f / smoothing[p];
+    }
+  }
   const int64_t panels = (n + kLowpPanel - 1) / kLowpPanel;
   const int64_t cols = panels * kLowpPanel;
   if (k == 0) {  // nothing to pack (y = bias); the int8 scales are zero
@@ -58,8 +73,13 @@ PackedWeights::PackedWeights(const float* w, int64_t n, int64_t k, Precision pre
   int8_.assign(panels * steps * kLowpPanel * 4, 0);
   scales_.assign(cols, 0.0f);
   col_sums_.assign(cols, 0);
+  std::vector<float> smoothed_row(smoothing ? k : 0);
   for (int64_t j = 0; j < n; ++j) {
     const float* row = w + j * k;
+    if (smoothing) {
+      for (int64_t p = 0; p < k; ++p) smoothed_row[p] = row[p] * smoothing[p];
+      row = smoothed_row.data();
+    }
     const lowp::RowScale rs = lowp::row_scale(lowp::max_abs_bits(row, k));
     scales_[j] = rs.scale;
     if (rs.inv == 0.0f) continue;  // zeros (a NaN scale makes the channel NaN)
@@ -76,7 +96,8 @@ PackedWeights::PackedWeights(const float* w, int64_t n, int64_t k, Precision pre
 
 int64_t PackedWeights::bytes() const {
   return static_cast<int64_t>(bf16_.size() * sizeof(uint16_t) + int8_.size() +
-                              scales_.size() * sizeof(float) + col_sums_.size() * sizeof(int32_t));
+                              scales_.size() * sizeof(float) + col_sums_.size() * sizeof(int32_t) +
+                              input_scale_.size() * sizeof(float));
 }
 
 PackedWeights::View PackedWeights::view() const {
@@ -89,7 +110,8 @@ PackedWeights::View PackedWeights::view() const {
           bf16_.data(),
           int8_.data(),
           scales_.data(),
-          col_sums_.data()};
+          col_sums_.data(),
+          input_scale_.empty() ? nullptr : input_scale_.data()};
 }
 
 void* lowp_scratch(int64_t bytes) {

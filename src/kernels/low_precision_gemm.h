@@ -5,14 +5,20 @@
 //   kBFloat16  W and x rounded to bfloat16 (round to nearest even); products
 //              summed in float32 (vdpbf16ps where the CPU has AVX512_BF16).
 //   kInt8      W: int8 with one symmetric scale per output channel
-//              (scale = max|W[j, :]| / 127); x: int8 with one scale per row,
-//              computed per call (dynamic); int32 sums (vpdpbusd where the
-//              CPU has AVX512_VNNI), then y = sum · scale_x[i] · scale_w[j] + bias.
-//              q = round_half_even(v · (127 / max)) in [-127, 127]. vpdpbusd
-//              multiplies u8 by s8: x goes in as q + 128, and 128 · Σ_k W8[j, k]
-//              (kept with W) is taken off the sum, which stays exact in int32.
-//              In float32: float(sum) · (scale_x · scale_w), then + bias (no
-//              FMA), so every int8 table gives the same bits.
+//              (scale = max|W[j, :]| / 127, q = round_half_even(w / scale) in
+//              [-127, 127]). x: u8 with a scale and a zero point per row,
+//              computed per call (dynamic, asymmetric): the row's range
+//              [min(lo, 0), max(hi, 0)] over 0..255, scale = range / 255,
+//              zero = round(-lo / scale), u = round_half_even(x / scale) + zero
+//              clamped to [0, 255], so that x ≈ scale · (u - zero). int32 sums
+//              of u · W8 (vpdpbusd, u8 × s8, where the CPU has AVX512_VNNI),
+//              minus zero · Σ_k W8[j, k] (kept with W): exact in int32. Then in
+//              float32: float(sum) · (scale_x · scale_w), then + bias (no FMA),
+//              so every int8 table gives the same bits.
+//              Optional smoothing (SmoothQuant): per-input-feature factors
+//              s[k] > 0 move range from x to W: W8 quantises W[j, p] · s[p]
+//              and x[i, p] · (1 / s[p]) is quantised per row — the same
+//              product, with the outlier features of x tamed.
 //
 // Special values. bf16: NaN and Inf go through the products as in float32
 // (a NaN in x[i] makes y[i, :] NaN). int8: a row of x holding a NaN or an
@@ -44,8 +50,10 @@ constexpr int64_t kLowpPanel = 32;
 class PackedWeights {
  public:
   PackedWeights() = default;
-  // w: row-major [n, k] float32. precision: kBFloat16 or kInt8.
-  PackedWeights(const float* w, int64_t n, int64_t k, Precision precision);
+  // w: row-major [n, k] float32. precision: kBFloat16 or kInt8. smoothing:
+  // null, or (int8 only) k finite factors > 0 (see above).
+  PackedWeights(const float* w, int64_t n, int64_t k, Precision precision,
+                const float* smoothing = nullptr);
 
   Precision precision() const { return precision_; }
   int64_t n() const { return n_; }
@@ -60,12 +68,13 @@ class PackedWeights {
   struct View {
     Precision precision;
     int64_t n, k;
-    int64_t panels;           // ceil(n / kLowpPanel) column panels
-    int64_t steps;            // k pairs (bfloat16) or k quads (int8): ceil(k / 2) or ceil(k / 4)
-    const uint16_t* bf16;     // [panels][steps][kLowpPanel][2]
-    const int8_t* int8;       // [panels][steps][kLowpPanel][4]
-    const float* scales;      // [panels · kLowpPanel], zero past n
-    const int32_t* col_sums;  // [panels · kLowpPanel], zero past n
+    int64_t panels;            // ceil(n / kLowpPanel) column panels
+    int64_t steps;             // k pairs (bfloat16) or k quads (int8): ceil(k / 2) or ceil(k / 4)
+    const uint16_t* bf16;      // [panels][steps][kLowpPanel][2]
+    const int8_t* int8;        // [panels][steps][kLowpPanel][4]
+    const float* scales;       // [panels · kLowpPanel], zero past n
+    const int32_t* col_sums;   // [panels · kLowpPanel], zero past n
+    const float* input_scale;  // int8 smoothing: [k] factors 1 / s applied to x, or null
   };
   View view() const;
 
@@ -91,10 +100,11 @@ class PackedWeights {
   // Column panels of kLowpPanel output channels (zero-padded past n); within
   // a panel, k-major in steps of 2 (bfloat16) or 4 (int8) consecutive k per
   // channel, the groups that vdpbf16ps and vpdpbusd multiply-add into one lane.
-  Array<uint16_t> bf16_;     // kBFloat16: [panels][k pairs][kLowpPanel][2]
-  Array<int8_t> int8_;       // kInt8: [panels][k quads][kLowpPanel][4]
-  Array<float> scales_;      // kInt8: scale per output channel
-  Array<int32_t> col_sums_;  // kInt8: Σ_k W8[j, k] per output channel (the u8 offset of x)
+  Array<uint16_t> bf16_;      // kBFloat16: [panels][k pairs][kLowpPanel][2]
+  Array<int8_t> int8_;        // kInt8: [panels][k quads][kLowpPanel][4]
+  Array<float> scales_;       // kInt8: scale per output channel
+  Array<int32_t> col_sums_;   // kInt8: Σ_k W8[j, k] per output channel (the zero points of x)
+  Array<float> input_scale_;  // kInt8 with smoothing: 1 / s per input feature
 };
 
 // One instruction set's low-precision kernels.

@@ -304,6 +304,10 @@ void BertModel::set_precision(Precision precision) {
   precision_ = precision;
 }
 
+void BertModel::record_input_ranges(bool on) {
+  for (nn::TransformerEncoderLayer& layer : layers_) layer.record_input_ranges(on);
+}
+
 int64_t BertModel::num_parameters() const {
   int64_t n = 0;
   for (const auto& [name, t] : state_dict()) n += t.numel();

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 #include <numeric>
+#include <random>
 
 #include "io/json_document.h"
 #include "kernels/interrupt.h"
@@ -31,6 +32,33 @@ bool flag(const Json& j, const char* field, const std::filesystem::path& source)
   QKV_CHECK(it->is_boolean(), "SentenceEncoder: ", source.string(), ": \"", field,
             "\" must be true or false, got ", json_excerpt(*it));
   return it->get<bool>();
+}
+
+// The constructor's int8 calibration text: 16 lines of 40 random whole words
+// of the vocabulary (lower-case ASCII letters, no "##" pieces), the same
+// every time. What matters to smoothing is which features of the activations
+// run large, and that shows on any text in the model's language.
+std::vector<std::string> calibration_texts(const text::WordPieceTokenizer& tokenizer) {
+  std::vector<int64_t> words;
+  for (int64_t id = 0; id < tokenizer.vocab_size(); ++id) {
+    const std::string& t = tokenizer.id_to_token(id);
+    if (t.size() >= 2 &&
+        std::all_of(t.begin(), t.end(), [](char c) { return c >= 'a' && c <= 'z'; }))
+      words.push_back(id);
+  }
+  std::vector<std::string> texts;
+  if (words.empty()) return texts;
+  std::mt19937 gen(2024);
+  std::uniform_int_distribution<size_t> pick(0, words.size() - 1);
+  for (int line = 0; line < 16; ++line) {
+    std::string text;
+    for (int w = 0; w < 40; ++w) {
+      if (w) text += ' ';
+      text += tokenizer.id_to_token(words[pick(gen)]);
+    }
+    texts.push_back(std::move(text));
+  }
+  return texts;
 }
 
 }  // namespace
@@ -151,7 +179,6 @@ SentenceEncoder::SentenceEncoder(const Layout& p, Precision precision)
       pooling_(p.pooling_dir.empty() ? Pooling::kMean
                                      : read_pooling(p.pooling_dir, model_.config().hidden_size)),
       normalize_(p.normalize) {
-  model_.set_precision(precision);
   const BertConfig& c = model_.config();
   // max_seq_length as sentence-transformers finds it: sentence_bert_config.json's
   // "max_seq_length", else min(tokenizer_config.json's "model_max_length",
@@ -187,6 +214,23 @@ SentenceEncoder::SentenceEncoder(const Layout& p, Precision precision)
   // As sentence-transformers: max_seq_length replaces tokenizer.json's truncation.
   tokenizer_.set_max_length(max_seq_length_);
   pad_id_ = std::max<int64_t>(0, tokenizer_.token_to_id(tokenizer_.options().pad_token));
+  if (precision == Precision::kInt8) calibrate(calibration_texts(tokenizer_));
+  model_.set_precision(precision);
+}
+
+void SentenceEncoder::calibrate(const std::vector<std::string>& texts) {
+  const Precision precision = model_.precision();
+  model_.set_precision(Precision::kFloat32);
+  model_.record_input_ranges(true);
+  try {
+    encode(texts);
+  } catch (...) {
+    model_.record_input_ranges(false);
+    model_.set_precision(precision);
+    throw;
+  }
+  model_.record_input_ranges(false);
+  model_.set_precision(precision);
 }
 
 std::vector<int64_t> SentenceEncoder::token_ids(const std::string& text) const {

@@ -29,19 +29,22 @@ Tensor Linear::forward(const Tensor& x, LinearRecord* record) const {
     check_float32_precision("Linear::forward with a record");
     record->input = x;
   }
+  note_input_range({"weight"}, x);
   if (!low_precision_weight_.empty()) return linear(x, low_precision_weight_, bias_);
   return linear(x, weight_, bias_);
 }
 
 void Linear::forward_into(Tensor& out, const Tensor& x) const {
+  note_input_range({"weight"}, x);
   if (!low_precision_weight_.empty()) return linear_into(out, x, low_precision_weight_, bias_);
   linear_into(out, x, weight_, bias_);
 }
 
 void Linear::update_precision() {
-  low_precision_weight_ = precision() == Precision::kFloat32
-                              ? LowPrecisionWeight()
-                              : detail::low_precision_weight(weight_, precision(), type_name());
+  low_precision_weight_ =
+      precision() == Precision::kFloat32
+          ? LowPrecisionWeight()
+          : detail::low_precision_weight(weight_, precision(), type_name(), input_range("weight"));
 }
 
 void Linear::list_members(MemberList& m) {

@@ -1,6 +1,8 @@
 // nn::Module: everything derived from a module's list_members().
 #include "qkv/nn/module.h"
 
+#include <algorithm>
+#include <cmath>
 #include <functional>
 
 #include "nn/module_util.h"
@@ -111,6 +113,40 @@ void Module::check_float32_precision(const char* what) const {
   QKV_CHECK(precision_ == Precision::kFloat32, what, " needs float32 arithmetic, but ", type_name_,
             " runs in ", precision_name(precision_),
             " (low precision is for inference; call set_precision(Precision::kFloat32) first)");
+}
+
+void Module::record_input_ranges(bool on) {
+  ModuleWalk::run(*this, {}, [on](Module& m) {
+    if (on && !m.recording_ranges_) m.input_ranges_.clear();
+    m.recording_ranges_ = on;
+  });
+}
+
+void Module::note_input_range(std::initializer_list<const char*> weights, const Tensor& x) const {
+  if (!recording_ranges_ || !x.defined() || x.dim() == 0) return;
+  const int64_t in = x.size(-1);
+  const Tensor rows = x.contiguous().to(DType::kFloat32).reshape({-1, in});
+  const float* v = rows.data<float>();
+  Tensor seen = Tensor::zeros({in}, DType::kFloat32);
+  float* max = seen.data<float>();
+  for (int64_t i = 0; i < rows.size(0); ++i)
+    for (int64_t p = 0; p < in; ++p) max[p] = std::max(max[p], std::fabs(v[i * in + p]));
+  for (const char* name : weights) {
+    const auto it = input_ranges_.find(name);
+    if (it == input_ranges_.end() || it->second.size(0) != in) {
+      input_ranges_[name] = seen.clone();
+      continue;
+    }
+    Tensor merged = it->second.clone();
+    float* m = merged.data<float>();
+    for (int64_t p = 0; p < in; ++p) m[p] = std::max(m[p], max[p]);
+    it->second = merged;
+  }
+}
+
+Tensor Module::input_range(const char* weight) const {
+  const auto it = input_ranges_.find(weight);
+  return it == input_ranges_.end() ? Tensor() : it->second;
 }
 
 void Module::train(bool on) {

@@ -85,10 +85,12 @@ Tensor merge_heads(const Tensor& x) {
 }
 
 LowPrecisionWeight low_precision_weight(const Tensor& weight, Precision precision,
-                                        const char* module) {
+                                        const char* module, const Tensor& input_range) {
   QKV_CHECK_TYPE(weight.dtype() == DType::kFloat32, module, ": precision ",
                  precision_name(precision), " needs a float32 module, got ",
                  dtype_name(weight.dtype()));
+  if (precision == Precision::kInt8 && input_range.defined())
+    return LowPrecisionWeight(weight, precision, smoothing_factors(input_range, weight));
   return LowPrecisionWeight(weight, precision);
 }
 

@@ -28,8 +28,10 @@ Tensor uniform_fan_in(const Shape& shape, int64_t fan_in, Generator& gen, DType 
 // xavier_uniform_ of a 2-D [out, in] weight: U(-a, a), a = √(6 / (in + out)).
 // `weight` [out, in] converted for `precision` (kBFloat16 or kInt8); a clear
 // error when the module computes in float64, which has no low precision.
+// input_range: the module's note for this weight (Module::input_range), used
+// to smooth int8 weights; undefined: no smoothing.
 LowPrecisionWeight low_precision_weight(const Tensor& weight, Precision precision,
-                                        const char* module);
+                                        const char* module, const Tensor& input_range = {});
 
 Tensor xavier_uniform(const Shape& shape, Generator& gen, DType dtype);
 

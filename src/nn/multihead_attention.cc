@@ -30,6 +30,10 @@ namespace qkv::nn {
 
 namespace {
 
+// The names under which the four projections' input ranges are noted
+// (Module::note_input_range): q, k, v and the output projection.
+constexpr const char* kProjections[4] = {"q_proj", "k_proj", "v_proj", "out_proj"};
+
 constexpr double kNegInf = -std::numeric_limits<double>::infinity();
 
 // Copies a 4-D view into another of the same shape and dtype (any strides).
@@ -282,6 +286,7 @@ MultiheadAttentionOutput MultiheadAttention::forward(const Tensor& query, const 
   Tensor merged = Tensor::empty(query.shape(), dt);
   copy_4d(split_heads(merged, L), attn.output);
   MultiheadAttentionOutput result;
+  note_input_range({kProjections[3]}, merged);
   result.output = low_precision_[3].empty() ? linear(merged, out_proj_weight_, out_proj_bias_)
                                             : linear(merged, low_precision_[3], out_proj_bias_);
   if (args.need_weights) {
@@ -310,6 +315,7 @@ void MultiheadAttention::self_attention_into(Tensor& out, const Tensor& x, const
             "or zero_attn, and eval mode (or dropout 0)");
   const int64_t B = x.size(0), L = x.size(1), D = o.embed_dim, H = o.num_heads, E = head_dim();
   Tensor qkv = workspace.buffer(Workspace::kQkv, {B, L, 3 * D}, o.dtype);
+  note_input_range({kProjections[0], kProjections[1], kProjections[2]}, x);
   if (low_precision_[0].empty()) {
     linear_into(qkv, x, in_proj_weight_, in_proj_bias_);
   } else {  // three products into the column blocks of qkv
@@ -331,6 +337,7 @@ void MultiheadAttention::self_attention_into(Tensor& out, const Tensor& x, const
   // Heads side by side again: [B, H, L, E] -> [B, L, H·E].
   Tensor merged = workspace.buffer(Workspace::kMerged, {B, L, D}, o.dtype);
   copy_4d(merged.view({B, L, H, E}).transpose(1, 2), context);
+  note_input_range({kProjections[3]}, merged);
   if (low_precision_[3].empty()) {
     linear_into(out, merged, out_proj_weight_, out_proj_bias_);
   } else {
@@ -351,6 +358,7 @@ Tensor MultiheadAttention::in_proj_weight_part(int64_t which) const {
 }
 
 Tensor MultiheadAttention::project(const Tensor& x, int64_t which) const {
+  note_input_range({kProjections[which]}, x);
   if (!low_precision_[which].empty())
     return linear(x, low_precision_[which], in_proj_bias_part(which));
   return linear(x, in_proj_weight_part(which), in_proj_bias_part(which));
@@ -360,9 +368,10 @@ void MultiheadAttention::update_precision() {
   for (LowPrecisionWeight& w : low_precision_) w = LowPrecisionWeight();
   if (precision() == Precision::kFloat32) return;
   for (int64_t which = 0; which < 3; ++which)
-    low_precision_[which] =
-        detail::low_precision_weight(in_proj_weight_part(which), precision(), type_name());
-  low_precision_[3] = detail::low_precision_weight(out_proj_weight_, precision(), type_name());
+    low_precision_[which] = detail::low_precision_weight(
+        in_proj_weight_part(which), precision(), type_name(), input_range(kProjections[which]));
+  low_precision_[3] = detail::low_precision_weight(out_proj_weight_, precision(), type_name(),
+                                                   input_range(kProjections[3]));
 }
 
 void MultiheadAttention::list_members(MemberList& m) {

@@ -110,6 +110,10 @@ class BertModel {
   // norms, softmax and the hidden states between layers stay float32.
   void set_precision(Precision precision);
   Precision precision() const { return precision_; }
+  // int8 calibration of the encoder layers (nn::Module::record_input_ranges):
+  // float32 forward passes between on and off note the ranges that
+  // set_precision(kInt8) smooths the weights against.
+  void record_input_ranges(bool on = true);
 
  private:
   BertModel(const BertConfig& config, Generator* gen, bool random);

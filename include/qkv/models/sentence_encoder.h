@@ -46,7 +46,8 @@ class SentenceEncoder {
  public:
   // Reads the model directory; errors name the file and the problem.
   // precision: the arithmetic of the transformer (precision.h); bfloat16 and
-  // int8 convert its weights once, here.
+  // int8 convert its weights once, here. int8 first calibrates (calibrate())
+  // on built-in text: random whole words of the tokenizer's vocabulary.
   explicit SentenceEncoder(const std::filesystem::path& model_dir,
                            Precision precision = Precision::kFloat32);
 
@@ -55,6 +56,12 @@ class SentenceEncoder {
   // (sorted by length, so that little padding is computed). An interrupt
   // check (runtime.h: Ctrl-C in Python) is heard between batches.
   Tensor encode(const std::vector<std::string>& texts, int64_t batch_size = 32) const;
+
+  // int8: smooths the weights (SmoothQuant, nn::Module::record_input_ranges)
+  // against the input ranges the float32 model sees on `texts`, replacing the
+  // constructor's calibration; a few dozen texts like those to be encoded are
+  // enough. Other precisions: notes the ranges for a later int8 model.
+  void calibrate(const std::vector<std::string>& texts);
 
   // Token ids as encode() feeds them to the model: [CLS] … [SEP], at most max_seq_length().
   std::vector<int64_t> token_ids(const std::string& text) const;

@@ -19,6 +19,7 @@
 //   Scale copy = s.clone();             // a deep copy
 #pragma once
 
+#include <initializer_list>
 #include <map>
 #include <string>
 #include <type_traits>
@@ -72,6 +73,21 @@ class Module {
   void set_precision(Precision precision);
   Precision precision() const { return precision_; }
 
+  // int8 calibration (SmoothQuant). While on, forward passes note, for every
+  // linear map of the module and its children, the largest |x| seen in each
+  // input feature (turning it on forgets earlier notes; off keeps them).
+  // set_precision(kInt8) then moves range from those features into the
+  // weights (smoothing_factors in qkv/linear.h), which tames the outlier
+  // features that per-row int8 scales handle badly. Without notes, int8 has
+  // no smoothing. Run a few typical inputs in float32 between on and off:
+  //
+  //   model.record_input_ranges();  model.forward(sample);  model.record_input_ranges(false);
+  //   model.set_precision(Precision::kInt8);
+  //
+  // Not thread-safe while recording (forward passes write the notes).
+  void record_input_ranges(bool on = true);
+  bool is_recording_input_ranges() const { return recording_ranges_; }
+
   // The class name, as errors give it ("Linear").
   const char* type_name() const { return type_name_; }
 
@@ -104,6 +120,13 @@ class Module {
   // rebuild whatever it derives from its weights for precision(). Default: nothing.
   virtual void update_precision() {}
 
+  // While recording input ranges: folds the max |x| of each input feature of
+  // x [..., in] into the note of each of `weights` (the names of the weights x
+  // is multiplied with). Otherwise does nothing.
+  void note_input_range(std::initializer_list<const char*> weights, const Tensor& x) const;
+  // The note of `weight`, [in] float32, or undefined when there is none.
+  Tensor input_range(const char* weight) const;
+
   // Throws when precision() is not kFloat32: `what` (e.g. "Linear::forward with
   // a record") needs float32 arithmetic.
   void check_float32_precision(const char* what) const;
@@ -119,6 +142,9 @@ class Module {
   bool training_ = true;
   Generator* generator_ = nullptr;
   Precision precision_ = Precision::kFloat32;
+  bool recording_ranges_ = false;
+  // By weight name; replaced, never changed in place (copies may share them).
+  mutable std::map<std::string, Tensor> input_ranges_;
   // Gradient buffers by the module's own parameter names.
   std::map<std::string, Tensor> grads_;
 };

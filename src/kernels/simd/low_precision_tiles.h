@@ -69,7 +69,7 @@ inline uint32_t bf16_pair(const float* x, int64_t k, int64_t s) {
 // below 2^-100 · Σ|w| in float32 too.
 constexpr float kTinyRow = 0x1p-100f;
 
-// The symmetric int8 scale of a row from the bits of its max |value| (the
+// The symmetric int8 scale of a row of W from the bits of its max |value| (the
 // integer maximum of the bits of |v| is the float maximum, and NaN's bits
 // are above Inf's). scale: max / 127; NaN when the row holds a NaN or an
 // Inf, so that everything computed from that row becomes NaN; 0 for an
@@ -94,14 +94,62 @@ inline int32_t quantize(float v, float inv) {
   return static_cast<int32_t>(std::min(127.0f, std::max(-127.0f, q)));
 }
 
-// Quad s of a quantised row as 4 unsigned bytes: x_s8 + 128 (128 past k, and
-// everywhere when inv is 0).
-inline uint32_t u8_quad(const float* x, int64_t k, int64_t s, float inv) {
+// A row of x in int8 (asymmetric, with a zero point): v ≈ scale · (u - zero)
+// with u in [0, 255], the range [min(lo, 0), max(hi, 0)] spread over the 256
+// values, so that one-sided rows (after GELU or ReLU) keep all 8 bits.
+// scale: NaN when the row holds a NaN or an Inf (max_abs_bits at or above
+// Inf's), 0 when the range is below kTinyRow; inv (1 / scale) is then 0 and
+// every u is zero = 0.
+struct RowQuant {
+  float scale;
+  int32_t zero;
+};
+struct RowQuantizer {
+  RowQuant quant;
+  float inv;
+};
+inline RowQuantizer row_quantizer(float lo, float hi, uint32_t max_abs_bits) {
+  if (max_abs_bits >= 0x7f800000u) return {{std::numeric_limits<float>::quiet_NaN(), 0}, 0.0f};
+  lo = std::min(lo, 0.0f);
+  hi = std::max(hi, 0.0f);
+  // Divided before subtracting: hi - lo could overflow float32.
+  const float scale = hi / 255.0f - lo / 255.0f;
+  if (!(scale >= kTinyRow / 255.0f)) return {{0.0f, 0}, 0.0f};
+  const float inv = 1.0f / scale;
+  const int32_t zero = static_cast<int32_t>(std::min(255.0f, std::nearbyint(-lo * inv)));
+  return {{scale, zero}, inv};
+}
+// The least and greatest value of a row, and the bits of its max |value|.
+struct RowRange {
+  float lo, hi;
+  uint32_t max_abs_bits;
+};
+inline RowRange row_range(const float* v, int64_t n) {
+  RowRange r{0.0f, 0.0f, 0};
+  for (int64_t i = 0; i < n; ++i) {
+    r.lo = std::min(r.lo, v[i]);
+    r.hi = std::max(r.hi, v[i]);
+    r.max_abs_bits = std::max(r.max_abs_bits, bits_of(v[i]) & 0x7fffffffu);
+  }
+  return r;
+}
+inline RowQuantizer row_quantizer(const float* v, int64_t n) {
+  const RowRange r = row_range(v, n);
+  return row_quantizer(r.lo, r.hi, r.max_abs_bits);
+}
+// round(v · inv) + zero to nearest even, in [0, 255] (v finite).
+inline int32_t quantize_u8(float v, const RowQuantizer& q) {
+  const float u = std::nearbyint(v * q.inv) + static_cast<float>(q.quant.zero);
+  return static_cast<int32_t>(std::min(255.0f, std::max(0.0f, u)));
+}
+
+// Quad s of a quantised row as 4 unsigned bytes (zero past k, where W is 0).
+inline uint32_t u8_quad(const float* x, int64_t k, int64_t s, const RowQuantizer& q) {
   uint32_t quad = 0;
   for (int t = 0; t < 4; ++t) {
     const int64_t p = 4 * s + t;
-    const int32_t q = (p < k && inv != 0.0f) ? quantize(x[p], inv) : 0;
-    quad |= static_cast<uint32_t>(q + 128) << (8 * t);
+    const int32_t u = (p < k && q.inv != 0.0f) ? quantize_u8(x[p], q) : q.quant.zero;
+    quad |= static_cast<uint32_t>(u) << (8 * t);
   }
   return quad;
 }
@@ -112,14 +160,14 @@ inline uint32_t u8_quad(const float* x, int64_t k, int64_t s, float inv) {
 // into rows × [lo, hi) of the panel's 32 columns of y. Passed by reference
 // (by value the ABI copies it through the stack on every call).
 struct TileArgs {
-  const void* a;           // converted x: [steps][kRows] of the flavour's XElem
-  const void* b;           // the W panel: [steps][32][2 or 4]
-  int64_t steps;           // k pairs or quads
-  const float* row_scale;  // int8: scale of each row of the panel
-  const float* col_scale;  // int8: the panel's 32 channel scales
-  const int32_t* col_sum;  // int8: the panel's 32 Σ_k W8
-  const float* bias;       // 32 values (zeros where there is no bias or column)
-  float* y;                // row 0, column 0 of the panel
+  const void* a;              // converted x: [steps][kRows] of the flavour's XElem
+  const void* b;              // the W panel: [steps][32][2 or 4]
+  int64_t steps;              // k pairs or quads
+  const RowQuant* row_quant;  // int8: scale and zero point of each row of the panel
+  const float* col_scale;     // int8: the panel's 32 channel scales
+  const int32_t* col_sum;     // int8: the panel's 32 Σ_k W8
+  const float* bias;          // 32 values (zeros where there is no bias or column)
+  float* y;                   // row 0, column 0 of the panel
   int64_t ldy;
   int lo, hi;  // columns of the panel to write
 };
@@ -127,10 +175,9 @@ struct TileArgs {
 // The epilogue, in scalar form, that every flavour computes (in this order:
 // the vector ones with separate multiplies and adds, no FMA, so that int8
 // results are the same on every table).
-inline float int8_output(int32_t acc, int32_t col_sum, float row_scale, float col_scale,
-                         float bias) {
-  const float sum = static_cast<float>(acc - col_sum * 128);
-  return sum * (row_scale * col_scale) + bias;
+inline float int8_output(int32_t acc, int32_t col_sum, RowQuant row, float col_scale, float bias) {
+  const float sum = static_cast<float>(acc - col_sum * row.zero);
+  return sum * (row.scale * col_scale) + bias;
 }
 
 // Writes rows × [lo, hi) of a 32-column tile of int32 sums (int8) ...
@@ -139,7 +186,7 @@ void store_int8_tile(const int32_t (&acc)[R][kPanel], const TileArgs& t) {
   for (int r = 0; r < R; ++r)
     for (int c = t.lo; c < t.hi; ++c)
       t.y[r * t.ldy + c] =
-          int8_output(acc[r][c], t.col_sum[c], t.row_scale[r], t.col_scale[c], t.bias[c]);
+          int8_output(acc[r][c], t.col_sum[c], t.row_quant[r], t.col_scale[c], t.bias[c]);
 }
 // ... or of float32 sums (bfloat16).
 template <int R>
@@ -158,21 +205,21 @@ void pack_bf16_pairs_scalar(const float* x, int64_t ldx, int rows, int64_t k, in
     for (int64_t s = 0; s < steps; ++s) out[s * kRows + r] = bf16_pair(x + r * ldx, k, s);
 }
 
-// rows rows of x → out[s · kRows + r] = u8 quad s of row r; row_scale[r].
+// rows rows of x → out[s · kRows + r] = u8 quad s of row r; quant[r].
 template <int kRows>
 void pack_u8_quads_scalar(const float* x, int64_t ldx, int rows, int64_t k, int64_t steps,
-                          uint32_t* out, float* scales) {
+                          uint32_t* out, RowQuant* quant) {
   for (int r = 0; r < rows; ++r) {
-    const RowScale rs = row_scale(max_abs_bits(x + r * ldx, k));
-    scales[r] = rs.scale;
-    for (int64_t s = 0; s < steps; ++s) out[s * kRows + r] = u8_quad(x + r * ldx, k, s, rs.inv);
+    const RowQuantizer q = row_quantizer(x + r * ldx, k);
+    quant[r] = q.quant;
+    for (int64_t s = 0; s < steps; ++s) out[s * kRows + r] = u8_quad(x + r * ldx, k, s, q);
   }
 }
 
 // ---- The driver of one flavour over a block of y -------------------------------
 
 // A flavour F has kRows, XElem (one row's step of converted x), and
-//   pack(x, ldx, rows, k, steps, XElem* out, float* row_scale, uint32_t* temp)
+//   pack(x, ldx, rows, k, steps, XElem* out, RowQuant* row_quant, uint32_t* temp)
 //                                         one row panel (temp: kRows · steps words)
 //   tile<R>(const TileArgs&)                                      R ≤ kRows rows
 template <class F, int R = F::kRows>
@@ -198,18 +245,32 @@ void gemm_block(const float* x, int64_t ldx, const PackedWeights& packed, const 
   const int64_t block = std::min(kBlockRows, (r1 - r0 + F::kRows - 1) / F::kRows * F::kRows);
   const int64_t buffer_bytes = block * std::max<int64_t>(steps, 1) * sizeof(XElem);
   const int64_t temp_bytes = (F::kRows * std::max<int64_t>(steps, 1) * 4 + 63) / 64 * 64;
-  char* scratch =
-      static_cast<char*>(lowp_scratch(buffer_bytes + temp_bytes + block * sizeof(float)));
+  // Smoothed int8 weights: kRows rows of x · input_scale at a time.
+  const int64_t smooth_bytes = w.input_scale ? (F::kRows * w.k * 4 + 63) / 64 * 64 : 0;
+  char* scratch = static_cast<char*>(
+      lowp_scratch(buffer_bytes + temp_bytes + smooth_bytes + block * sizeof(RowQuant)));
   XElem* buffer = reinterpret_cast<XElem*>(scratch);
   uint32_t* temp = reinterpret_cast<uint32_t*>(scratch + buffer_bytes);
-  float* row_scales = reinterpret_cast<float*>(scratch + buffer_bytes + temp_bytes);
+  float* smoothed = reinterpret_cast<float*>(scratch + buffer_bytes + temp_bytes);
+  RowQuant* row_quant =
+      reinterpret_cast<RowQuant*>(scratch + buffer_bytes + temp_bytes + smooth_bytes);
   alignas(64) float bias_pad[kPanel];
 
   for (int64_t i0 = r0; i0 < r1; i0 += block) {
     const int64_t rows = std::min(block, r1 - i0);
-    for (int64_t ip = 0; ip < rows; ip += F::kRows)
-      F::pack(x + (i0 + ip) * ldx, ldx, static_cast<int>(std::min<int64_t>(F::kRows, rows - ip)),
-              w.k, steps, buffer + ip * steps, row_scales + ip, temp);
+    for (int64_t ip = 0; ip < rows; ip += F::kRows) {
+      const int pack_rows = static_cast<int>(std::min<int64_t>(F::kRows, rows - ip));
+      const float* src = x + (i0 + ip) * ldx;
+      int64_t ld = ldx;
+      if (w.input_scale) {
+        for (int r = 0; r < pack_rows; ++r)
+          for (int64_t p = 0; p < w.k; ++p)
+            smoothed[r * w.k + p] = src[r * ldx + p] * w.input_scale[p];
+        src = smoothed;
+        ld = w.k;
+      }
+      F::pack(src, ld, pack_rows, w.k, steps, buffer + ip * steps, row_quant + ip, temp);
+    }
     for (int64_t ip = 0; ip < rows; ip += F::kRows) {
       const int tile_rows = static_cast<int>(std::min<int64_t>(F::kRows, rows - ip));
       for (int64_t panel = c0 / kPanel; panel * kPanel < c1; ++panel) {
@@ -229,7 +290,7 @@ void gemm_block(const float* x, int64_t ldx, const PackedWeights& packed, const 
               : int8     ? static_cast<const void*>(w.int8 + panel * panel_elems)
                          : static_cast<const void*>(w.bf16 + panel * panel_elems);
         t.steps = steps;
-        t.row_scale = row_scales + ip;
+        t.row_quant = row_quant + ip;
         t.col_scale = int8 ? w.scales + j0 : nullptr;
         t.col_sum = int8 ? w.col_sums + j0 : nullptr;
         t.bias = bias_panel;
@@ -249,7 +310,7 @@ struct Bf16Portable {
   static constexpr int kRows = 4;
   using XElem = uint32_t;
   static void pack(const float* x, int64_t ldx, int rows, int64_t k, int64_t steps, XElem* out,
-                   float*, uint32_t*) {
+                   RowQuant*, uint32_t*) {
     pack_bf16_pairs_scalar<kRows>(x, ldx, rows, k, steps, out);
   }
   template <int R>
@@ -272,8 +333,8 @@ struct Int8Portable {
   static constexpr int kRows = 4;
   using XElem = uint32_t;
   static void pack(const float* x, int64_t ldx, int rows, int64_t k, int64_t steps, XElem* out,
-                   float* scales, uint32_t*) {
-    pack_u8_quads_scalar<kRows>(x, ldx, rows, k, steps, out, scales);
+                   RowQuant* quant, uint32_t*) {
+    pack_u8_quads_scalar<kRows>(x, ldx, rows, k, steps, out, quant);
   }
   template <int R>
   static void tile(const TileArgs& t) {
@@ -300,7 +361,7 @@ struct Bf16Widen256 {
   static constexpr int kRows = 4;
   using XElem = uint64_t;
   static void pack(const float* x, int64_t ldx, int rows, int64_t k, int64_t steps, XElem* out,
-                   float*, uint32_t*) {
+                   RowQuant*, uint32_t*) {
     for (int r = 0; r < rows; ++r)
       for (int64_t s = 0; s < steps; ++s) {
         const uint32_t pair = bf16_pair(x + r * ldx, k, s);
@@ -350,12 +411,12 @@ struct Int8Avx2 {
   static constexpr int kRows = 6;
   using XElem = uint64_t;
   static void pack(const float* x, int64_t ldx, int rows, int64_t k, int64_t steps, XElem* out,
-                   float* scales, uint32_t*) {
+                   RowQuant* quant, uint32_t*) {
     for (int r = 0; r < rows; ++r) {
-      const RowScale rs = row_scale(max_abs_bits(x + r * ldx, k));
-      scales[r] = rs.scale;
+      const RowQuantizer q = row_quantizer(x + r * ldx, k);
+      quant[r] = q.quant;
       for (int64_t s = 0; s < steps; ++s) {
-        const uint32_t quad = u8_quad(x + r * ldx, k, s, rs.inv);
+        const uint32_t quad = u8_quad(x + r * ldx, k, s, q);
         uint64_t wide = 0;
         for (int q = 0; q < 4; ++q)
           wide |= static_cast<uint64_t>((quad >> (8 * q)) & 0xffu) << (16 * q);
@@ -515,34 +576,42 @@ void pack_bf16_pairs512(const float* x, int64_t ldx, int rows, int64_t k, int64_
   transpose_rows<kRows>(temp, rows, steps, out);
 }
 
-// rows rows of x → out[s · kRows + r] = u8 quad s of row r, and the row
-// scales: each row quantised 16 floats (4 quads) at a time into temp, then
+// rows rows of x → out[s · kRows + r] = u8 quad s of row r, and each row's
+// quant: each row quantised 16 floats (4 quads) at a time into temp, then
 // transposed.
 template <int kRows>
 void pack_u8_quads512(const float* x, int64_t ldx, int rows, int64_t k, int64_t steps,
-                      uint32_t* out, float* scales, uint32_t* temp) {
+                      uint32_t* out, RowQuant* quant, uint32_t* temp) {
   for (int r = 0; r < rows; ++r) {
     const float* row = x + r * ldx;
     uint32_t* dst = temp + r * steps;
     __m512i m = _mm512_setzero_si512();
+    __m512 lo = _mm512_setzero_ps(), hi = _mm512_setzero_ps();
     int64_t p = 0;
-    for (; p + 16 <= k; p += 16)
-      m = _mm512_max_epu32(m, _mm512_and_si512(_mm512_castps_si512(_mm512_loadu_ps(row + p)),
-                                               _mm512_set1_epi32(0x7fffffff)));
-    const uint32_t tail = max_abs_bits(row + p, k - p);
-    const RowScale rs = row_scale(std::max<uint32_t>(_mm512_reduce_max_epu32(m), tail));
-    scales[r] = rs.scale;
+    for (; p + 16 <= k; p += 16) {
+      const __m512 v = _mm512_loadu_ps(row + p);
+      m = _mm512_max_epu32(m,
+                           _mm512_and_si512(_mm512_castps_si512(v), _mm512_set1_epi32(0x7fffffff)));
+      lo = _mm512_min_ps(lo, v);
+      hi = _mm512_max_ps(hi, v);
+    }
+    const RowRange tail = row_range(row + p, k - p);
+    const RowQuantizer q = row_quantizer(
+        std::min(_mm512_reduce_min_ps(lo), tail.lo), std::max(_mm512_reduce_max_ps(hi), tail.hi),
+        std::max<uint32_t>(_mm512_reduce_max_epu32(m), tail.max_abs_bits));
+    quant[r] = q.quant;
     int64_t s = 0;
-    if (rs.inv != 0.0f) {
-      const __m512 inv = _mm512_set1_ps(rs.inv);
+    if (q.inv != 0.0f) {
+      const __m512 inv = _mm512_set1_ps(q.inv);
+      const __m512i zero = _mm512_set1_epi32(q.quant.zero);
       for (; 4 * s + 16 <= k; s += 4) {
-        __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(row + 4 * s), inv));
-        q = _mm512_min_epi32(_mm512_max_epi32(q, _mm512_set1_epi32(-127)), _mm512_set1_epi32(127));
-        q = _mm512_add_epi32(q, _mm512_set1_epi32(128));
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + s), _mm512_cvtepi32_epi8(q));
+        __m512i u = _mm512_add_epi32(
+            _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(row + 4 * s), inv)), zero);
+        u = _mm512_min_epi32(_mm512_max_epi32(u, _mm512_setzero_si512()), _mm512_set1_epi32(255));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + s), _mm512_cvtepi32_epi8(u));
       }
     }
-    for (; s < steps; ++s) dst[s] = u8_quad(row, k, s, rs.inv);
+    for (; s < steps; ++s) dst[s] = u8_quad(row, k, s, q);
   }
   transpose_rows<kRows>(temp, rows, steps, out);
 }
@@ -553,7 +622,7 @@ struct Bf16Widen512 {
   static constexpr int kRows = 12;
   using XElem = uint64_t;
   static void pack(const float* x, int64_t ldx, int rows, int64_t k, int64_t steps, XElem* out,
-                   float*, uint32_t* temp) {
+                   RowQuant*, uint32_t* temp) {
     // The pairs, then each widened in place (from the end, as XElem is wider).
     uint32_t* pairs = reinterpret_cast<uint32_t*>(out);
     pack_bf16_pairs512<kRows>(x, ldx, rows, k, steps, pairs, temp);
@@ -604,7 +673,7 @@ struct Bf16Dot512 {
   // ~10 integer operations of bf16_of16 for 16): it differs from bf16_of
   // only on denormals, which it takes as zero, as vdpbf16ps does anyway.
   static void pack(const float* x, int64_t ldx, int rows, int64_t k, int64_t steps, XElem* out,
-                   float*, uint32_t* temp) {
+                   RowQuant*, uint32_t* temp) {
     for (int r = 0; r < rows; ++r) {
       const float* row = x + r * ldx;
       uint32_t* dst = temp + r * steps;
@@ -657,13 +726,13 @@ inline __m512i dpbusd(__m512i acc, __m512i a_u8, __m512i b_s8) {
 }
 
 // vpdpbusd: each int32 lane adds the four products of x's u8 quad and W's
-// s8 quad. 12 rows × 2 zmm of sums; then (Σ - 128 · Σ_k W8) · scales + bias.
+// s8 quad. 12 rows × 2 zmm of sums; then (Σ - zero · Σ_k W8) · scales + bias.
 struct Int8Vnni512 {
   static constexpr int kRows = 12;
   using XElem = uint32_t;
   static void pack(const float* x, int64_t ldx, int rows, int64_t k, int64_t steps, XElem* out,
-                   float* scales, uint32_t* temp) {
-    pack_u8_quads512<kRows>(x, ldx, rows, k, steps, out, scales, temp);
+                   RowQuant* quant, uint32_t* temp) {
+    pack_u8_quads512<kRows>(x, ldx, rows, k, steps, out, quant, temp);
   }
   template <int R>
   static void tile(const TileArgs& t) {
@@ -682,14 +751,17 @@ struct Int8Vnni512 {
         acc[r][1] = dpbusd(acc[r][1], av, w1);
       }
     }
-    const __m512i off0 = _mm512_slli_epi32(_mm512_loadu_si512(t.col_sum), 7);
-    const __m512i off1 = _mm512_slli_epi32(_mm512_loadu_si512(t.col_sum + 16), 7);
+    const __m512i col_sum0 = _mm512_loadu_si512(t.col_sum);
+    const __m512i col_sum1 = _mm512_loadu_si512(t.col_sum + 16);
     const __m512 cs0 = _mm512_loadu_ps(t.col_scale), cs1 = _mm512_loadu_ps(t.col_scale + 16);
     const __m512 bias0 = _mm512_loadu_ps(t.bias), bias1 = _mm512_loadu_ps(t.bias + 16);
     __m512 out[R][2];
 #pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
-      const __m512 rs = _mm512_set1_ps(t.row_scale[r]);
+      const __m512 rs = _mm512_set1_ps(t.row_quant[r].scale);
+      const __m512i zero = _mm512_set1_epi32(t.row_quant[r].zero);
+      const __m512i off0 = _mm512_mullo_epi32(col_sum0, zero);
+      const __m512i off1 = _mm512_mullo_epi32(col_sum1, zero);
       out[r][0] = _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(acc[r][0], off0)),
                                               _mm512_mul_ps(rs, cs0)),
                                 bias0);
