@@ -1,0 +1,98 @@
+// Linear layers on GGUF block-quantised weights, kept quantised in memory
+// (issue 19): the Q8_0, Q4_0, Q4_1, Q4_K and Q6_K blocks of llama.cpp's
+// files, read in place (e.g. from the file's mmap) or from a copy.
+//
+//   QuantizedWeight w(QuantFormat::kQ4_1, out, in, bytes);   // [out, in]
+//   Tensor y = linear(x, w, bias);        // = linear(x, w.dequantize(), bias)
+//                                         //   up to float32 rounding
+//
+// The products are float32 products with the dequantised weights (x is not
+// rounded): one or a few rows (decoding) decode each block in registers and
+// stream W once; more rows (a prompt) dequantise panels of W and run sgemm.
+// NaN and Inf in x propagate to the outputs they meet.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "qkv/tensor.h"
+
+namespace qkv {
+
+namespace kernels {
+struct QuantMatrix;
+}
+
+// A block format; the values are ggml's type ids (GGUF tensor infos).
+//   kQ8_0  32 weights in 34 bytes: fp16 d, 32 int8 q;             w = d·q
+//   kQ4_0  32 weights in 18 bytes: fp16 d, 16 bytes of nibbles;   w = d·(q − 8)
+//   kQ4_1  32 weights in 20 bytes: fp16 d, fp16 m, 16 bytes;      w = d·q + m
+//          (byte i: weight i in the low nibble, weight i + 16 in the high one)
+//   kQ4_K  256 weights in 144 bytes: 8 sub-blocks of 32 with 6-bit scales and mins
+//   kQ6_K  256 weights in 210 bytes: 6-bit q, 16 int8 scales, fp16 d
+enum class QuantFormat : uint32_t { kQ4_0 = 2, kQ4_1 = 3, kQ8_0 = 8, kQ4_K = 12, kQ6_K = 14 };
+
+// The format of a ggml type id; throws qkv::Error naming the id for any
+// other (F32, F16, the other quantisations).
+QuantFormat quant_format_from_ggml_type(uint32_t ggml_type);
+const char* quant_format_name(QuantFormat format);  // "Q4_1", ...
+int64_t quant_block_elements(QuantFormat format);   // 32 or 256
+int64_t quant_block_bytes(QuantFormat format);      // 18, 20, 34, 144, 210
+
+// The reference dequantisation: out[0, n) from the n / block blocks at
+// `blocks` (n a multiple of the block). Every weight is its exact value (fp16
+// scales times small integers) rounded once to float32, as in ggml.
+void dequantize_row(QuantFormat format, const void* blocks, float* out, int64_t n);
+
+// W [out_features, in_features] in one block format: out_features rows of
+// in_features / block blocks, row-major (GGUF: ne[0] = in_features, the
+// contiguous dim; ne[1] = out_features). Immutable; copies share the bytes.
+class QuantizedWeight {
+ public:
+  QuantizedWeight() = default;  // empty: no weight
+  // A copy of `bytes`, which must be exactly out · in / block · block_bytes
+  // long, in_features a positive multiple of the block, out_features > 0.
+  // A block whose fp16 scale (or min) is NaN or Inf is rejected (it would
+  // turn every output it meets into NaN or Inf).
+  QuantizedWeight(QuantFormat format, int64_t out_features, int64_t in_features,
+                  std::span<const std::byte> bytes);
+  // The same checks, but reading `data` in place: `owner` keeps it alive (a
+  // file's mapping); nothing is copied.
+  QuantizedWeight(QuantFormat format, int64_t out_features, int64_t in_features, const void* data,
+                  int64_t size_bytes, std::shared_ptr<const void> owner);
+
+  bool empty() const { return state_ == nullptr; }
+  QuantFormat format() const;
+  int64_t in_features() const;
+  int64_t out_features() const;
+  int64_t bytes() const;  // the quantised bytes (held or referenced)
+  const kernels::QuantMatrix& matrix() const;
+
+  // float32 [out_features, in_features], bit-equal to dequantize_row.
+  Tensor dequantize() const;
+
+ private:
+  struct State;
+  std::shared_ptr<const State> state_;
+};
+
+// y = x Wᵀ + b with float32 x, bias and result.
+// x: [..., in]  bias: [out] or undefined  ->  [..., out]
+Tensor linear(const Tensor& x, const QuantizedWeight& weight, const Tensor& bias = {});
+// The same into a preallocated `out` not overlapping x: its rows evenly spaced
+// with a contiguous last dim; x and bias contiguous. Allocates nothing on the
+// few-rows route.
+void linear_into(Tensor& out, const Tensor& x, const QuantizedWeight& weight,
+                 const Tensor& bias = {});
+
+// Rows of a quantised table (a token embedding), dequantised: as embedding()
+// of functional.h. ids: shape `shape`, each in [0, out_features)
+// -> shape + [in_features]
+Tensor embedding(const std::vector<int64_t>& ids, const Shape& shape,
+                 const QuantizedWeight& weight);
+// The same into a contiguous float32 `out` [..., in_features] of ids.size() rows.
+void embedding_into(Tensor& out, std::span<const int64_t> ids, const QuantizedWeight& weight);
+
+}  // namespace qkv

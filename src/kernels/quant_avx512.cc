@@ -1,0 +1,9 @@
+// The GGUF block-quantised linear kernels (kernels/simd/quant_rows.h) on simd::Avx512.
+#include "kernels/simd/quant_rows.h"
+
+namespace qkv::kernels {
+
+extern const QuantKernels kQuantAvx512 = {"avx512", &quant::gemv_block<simd::Avx512>,
+                                          &quant::dequantize_rows<simd::Avx512>};
+
+}  // namespace qkv::kernels

@@ -1,0 +1,145 @@
+// The choice of kernel table and the threaded driver of quant_gemm
+// (quant_gemm.h). The kernels are in kernels/simd/quant_rows.h, compiled per
+// ISA in quant_*.cc.
+#include "kernels/quant_gemm.h"
+
+#include <cblas.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <atomic>
+#include <memory>
+#include <new>
+#include <string>
+
+#include "qkv/error.h"
+
+namespace qkv::kernels {
+
+extern const QuantKernels kQuantAvx512;
+extern const QuantKernels kQuantAvx2;
+extern const QuantKernels kQuantPortable;
+
+std::vector<const QuantKernels*> supported_quant_kernels() {
+  std::vector<const QuantKernels*> tables;
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw"))
+    tables.push_back(&kQuantAvx512);
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+    tables.push_back(&kQuantAvx2);
+  tables.push_back(&kQuantPortable);
+  return tables;
+}
+
+namespace {
+std::atomic<const QuantKernels*> g_override{nullptr};
+}  // namespace
+
+const QuantKernels& active_quant_kernels() {
+  static const QuantKernels* const fastest = supported_quant_kernels().front();
+  const QuantKernels* forced = g_override.load(std::memory_order_relaxed);
+  return forced != nullptr ? *forced : *fastest;
+}
+
+void override_quant_kernels(const QuantKernels* table) {
+  g_override.store(table, std::memory_order_relaxed);
+}
+
+namespace {
+
+// Below this many multiply-adds the few-rows route stays on the calling
+// thread: a fork/join (a few µs) costs more than a second thread saves.
+constexpr double kParallelMinMacs = 1 << 17;
+// The sgemm route dequantises at most this many floats of W at a time (whole
+// layers of SmolLM2-135M at once; its [49152, 576] embedding in 32 panels).
+constexpr int64_t kPanelFloats = int64_t{1} << 20;
+// Channels per dequantisation work item.
+constexpr int64_t kChannelGroup = 16;
+
+// This thread's buffer of at least `floats` floats, kept from call to call.
+float* panel_scratch(int64_t floats) {
+  struct Buffer {
+    std::unique_ptr<float[]> data;
+    int64_t size = 0;
+  };
+  thread_local Buffer buffer;
+  if (buffer.size < floats) {
+    buffer.data.reset();
+    buffer.size = 0;
+    buffer.data.reset(new float[floats]);
+    buffer.size = floats;
+  }
+  return buffer.data.get();
+}
+
+void gemv(const QuantKernels& table, const float* x, int64_t ldx, int64_t m, const QuantMatrix& w,
+          const float* bias, float* y, int64_t ldy) {
+  const int threads = omp_get_max_threads();
+  const double macs = static_cast<double>(m) * w.n * w.k;
+  const int64_t groups = (w.n + kChannelGroup - 1) / kChannelGroup;
+  if (threads == 1 || macs < kParallelMinMacs || omp_in_parallel() || groups < 2) {
+    table.gemv_block(x, ldx, m, w, bias, y, ldy, 0, w.n);
+    return;
+  }
+  const int parts = static_cast<int>(std::min<int64_t>(threads, groups));
+#pragma omp parallel for schedule(static, 1) num_threads(parts)
+  for (int part = 0; part < parts; ++part) {
+    const int64_t first = groups * part / parts, last = groups * (part + 1) / parts;
+    table.gemv_block(x, ldx, m, w, bias, y, ldy, first * kChannelGroup,
+                     std::min(w.n, last * kChannelGroup));
+  }
+}
+
+// Panels of W dequantised (threaded over groups of channels), then sgemm.
+void gemm(const QuantKernels& table, const float* x, int64_t ldx, int64_t m, const QuantMatrix& w,
+          const float* bias, float* y, int64_t ldy) {
+  const int64_t n = w.n, k = w.k;
+  const int64_t panel =
+      std::min(n, std::max(kChannelGroup, kPanelFloats / k / kChannelGroup * kChannelGroup));
+  float* buffer = panel_scratch(panel * k);
+  const bool parallel = !omp_in_parallel();
+  if (bias != nullptr) {
+#pragma omp parallel for schedule(static) if (parallel && m * n >= (1 << 16))
+    for (int64_t r = 0; r < m; ++r) std::copy(bias, bias + n, y + r * ldy);
+  }
+  for (int64_t j0 = 0; j0 < n; j0 += panel) {
+    const int64_t cols = std::min(panel, n - j0);
+    const int64_t groups = (cols + kChannelGroup - 1) / kChannelGroup;
+#pragma omp parallel for schedule(static) if (parallel && groups > 1)
+    for (int64_t g = 0; g < groups; ++g) {
+      const int64_t a = j0 + g * kChannelGroup, b = std::min(j0 + cols, a + kChannelGroup);
+      table.dequantize_rows(w, a, b, buffer + (a - j0) * k, k);
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(m),
+                static_cast<int>(cols), static_cast<int>(k), 1.0f, x, static_cast<int>(ldx), buffer,
+                static_cast<int>(k), bias != nullptr ? 1.0f : 0.0f, y + j0, static_cast<int>(ldy));
+  }
+}
+
+}  // namespace
+
+int64_t quant_gemv_max_rows() { return 8; }
+
+void quant_gemm(const float* x, int64_t ldx, int64_t m, const QuantMatrix& w, const float* bias,
+                float* y, int64_t ldy) {
+  if (m <= 0 || w.n <= 0) return;
+  if (ldx < w.k || ldy < w.n)
+    throw Error(ErrorKind::kValue,
+                "quant_gemm: need ldx >= k and ldy >= n, got ldx = " + std::to_string(ldx) +
+                    ", k = " + std::to_string(w.k) + ", ldy = " + std::to_string(ldy) +
+                    ", n = " + std::to_string(w.n));
+  const QuantKernels& table = active_quant_kernels();
+  if (m <= quant_gemv_max_rows())
+    gemv(table, x, ldx, m, w, bias, y, ldy);
+  else
+    gemm(table, x, ldx, m, w, bias, y, ldy);
+}
+
+void quant_gather_rows(const QuantMatrix& w, const int64_t* ids, int64_t count, float* out,
+                       int64_t ldo) {
+  const QuantKernels& table = active_quant_kernels();
+  for (int64_t i = 0; i < count; ++i)
+    table.dequantize_rows(w, ids[i], ids[i] + 1, out + i * ldo, ldo);
+}
+
+}  // namespace qkv::kernels

@@ -1,0 +1,301 @@
+// The kernels of quant_gemm.h, written once over the vector types of
+// kernels/simd/vec.h and compiled per instruction set (quant_*.cc): each
+// block of W is decoded into float32 vectors of its 32-weight sub-blocks
+// (Decode<Isa, Format>), which the few-rows product multiply-adds into up to
+// four rows of x at a time and dequantize_rows stores.
+//
+// Decoding computes every weight as quant_blocks.h's reference does: an exact
+// product of a scale and a small integer, then at most one rounding (an add
+// of the min, or the product itself for Q6_K), so each table's weights equal
+// the reference's bit for bit whether or not the compiler contracts to FMA.
+//
+// Everything has internal linkage (see kernels/simd/vec.h).
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+#include "kernels/quant_gemm.h"
+#include "kernels/simd/vec.h"
+
+namespace qkv::kernels::quant {
+namespace {
+
+// ---- Bytes to float lanes, per instruction set ---------------------------------
+// u8 / s8: kLanes bytes as unsigned / signed integers; lo4 / hi4: their low /
+// high nibbles; q6: Q6_K's 6-bit value from kLanes ql nibbles (the high ones
+// when `high`) and 2 bits of kLanes qh bytes at `shift`.
+template <class Isa>
+struct Bytes;
+
+template <>
+struct Bytes<simd::Portable> {
+  using V = simd::Portable::V;
+  template <class F>
+  static V map(F f) {
+    return V{f(0), f(1), f(2), f(3)};
+  }
+  static V s8(const uint8_t* p) {
+    return map([&](int i) { return static_cast<float>(static_cast<int8_t>(p[i])); });
+  }
+  static V lo4(const uint8_t* p) {
+    return map([&](int i) { return static_cast<float>(p[i] & 0x0f); });
+  }
+  static V hi4(const uint8_t* p) {
+    return map([&](int i) { return static_cast<float>(p[i] >> 4); });
+  }
+  static V q6(const uint8_t* ql, bool high, const uint8_t* qh, int shift) {
+    return map([&](int i) {
+      const int lo = high ? ql[i] >> 4 : ql[i] & 0x0f;
+      return static_cast<float>(lo | (((qh[i] >> shift) & 3) << 4));
+    });
+  }
+};
+
+#if defined(__AVX2__)
+template <>
+struct Bytes<simd::Avx2> {
+  using V = __m256;
+  static __m256i u8i(const uint8_t* p) {
+    return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+  }
+  static V s8(const uint8_t* p) {
+    return _mm256_cvtepi32_ps(
+        _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+  }
+  static V lo4(const uint8_t* p) {
+    return _mm256_cvtepi32_ps(_mm256_and_si256(u8i(p), _mm256_set1_epi32(0x0f)));
+  }
+  static V hi4(const uint8_t* p) { return _mm256_cvtepi32_ps(_mm256_srli_epi32(u8i(p), 4)); }
+  static V q6(const uint8_t* ql, bool high, const uint8_t* qh, int shift) {
+    const __m256i l = u8i(ql);
+    const __m256i lo = high ? _mm256_srli_epi32(l, 4) : _mm256_and_si256(l, _mm256_set1_epi32(15));
+    const __m256i h =
+        _mm256_and_si256(_mm256_srl_epi32(u8i(qh), _mm_cvtsi32_si128(shift)), _mm256_set1_epi32(3));
+    return _mm256_cvtepi32_ps(_mm256_or_si256(lo, _mm256_slli_epi32(h, 4)));
+  }
+};
+#endif
+
+#if defined(__AVX512F__)
+template <>
+struct Bytes<simd::Avx512> {
+  using V = __m512;
+  static __m512i u8i(const uint8_t* p) {
+    return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  }
+  static V s8(const uint8_t* p) {
+    return _mm512_cvtepi32_ps(
+        _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+  }
+  static V lo4(const uint8_t* p) {
+    return _mm512_cvtepi32_ps(_mm512_and_si512(u8i(p), _mm512_set1_epi32(0x0f)));
+  }
+  static V hi4(const uint8_t* p) { return _mm512_cvtepi32_ps(_mm512_srli_epi32(u8i(p), 4)); }
+  static V q6(const uint8_t* ql, bool high, const uint8_t* qh, int shift) {
+    const __m512i l = u8i(ql);
+    const __m512i lo = high ? _mm512_srli_epi32(l, 4) : _mm512_and_si512(l, _mm512_set1_epi32(15));
+    const __m512i h =
+        _mm512_and_si512(_mm512_srl_epi32(u8i(qh), _mm_cvtsi32_si128(shift)), _mm512_set1_epi32(3));
+    return _mm512_cvtepi32_ps(_mm512_or_si512(lo, _mm512_slli_epi32(h, 4)));
+  }
+};
+#endif
+
+// ---- Decoding one 32-weight sub-block into 32 / kLanes vectors -----------------
+// A format F has kElems and kBytes (its block), kSubs = kElems / 32, and
+// decode<Isa>(block, sub, out).
+
+template <class Isa>
+constexpr int kVecs = 32 / Isa::kLanes;
+
+struct Q8_0 {
+  static constexpr int kElems = 32, kBytes = 34, kSubs = 1;
+  template <class Isa>
+  static void decode(const uint8_t* b, int, typename Isa::V* out) {
+    const auto d = Isa::set1(half_to_float(load_u16(b)));
+    for (int v = 0; v < kVecs<Isa>; ++v)
+      out[v] = Isa::mul(d, Bytes<Isa>::s8(b + 2 + v * Isa::kLanes));
+  }
+};
+
+// Q4_0 and Q4_1: weights 0..15 in the low nibbles of the 16 bytes, 16..31 in
+// the high ones; Q4_0: (q − 8)·d (exact; −0 for q = 8 and d < 0, as ggml),
+// Q4_1: q·d + m (q·d exact, one rounding).
+template <bool kHasMin>
+struct Q4Legacy {
+  static constexpr int kElems = 32, kBytes = kHasMin ? 20 : 18, kSubs = 1;
+  template <class Isa>
+  static typename Isa::V weights(typename Isa::V q, typename Isa::V d, typename Isa::V m) {
+    if constexpr (kHasMin)
+      return Isa::add(Isa::mul(q, d), m);
+    else
+      return Isa::mul(Isa::sub(q, m), d);
+  }
+  template <class Isa>
+  static void decode(const uint8_t* b, int, typename Isa::V* out) {
+    const auto d = Isa::set1(half_to_float(load_u16(b)));
+    const auto m = Isa::set1(kHasMin ? half_to_float(load_u16(b + 2)) : 8.0f);
+    const uint8_t* qs = b + (kHasMin ? 4 : 2);
+    constexpr int kHalf = kVecs<Isa> / 2;
+    for (int v = 0; v < kHalf; ++v) {
+      out[v] = weights<Isa>(Bytes<Isa>::lo4(qs + v * Isa::kLanes), d, m);
+      out[v + kHalf] = weights<Isa>(Bytes<Isa>::hi4(qs + v * Isa::kLanes), d, m);
+    }
+  }
+};
+using Q4_0 = Q4Legacy<false>;
+using Q4_1 = Q4Legacy<true>;
+
+// Sub-block s: (d·sc)·q − dmin·mn over the low (even s) or high (odd s)
+// nibbles of bytes 32·(s/2) .. +31; d·sc and dmin·mn are exact in float32.
+struct Q4_K {
+  static constexpr int kElems = 256, kBytes = 144, kSubs = 8;
+  template <class Isa>
+  static void decode(const uint8_t* b, int s, typename Isa::V* out) {
+    int sc, mn;
+    q4k_scale_min(b + 4, s, &sc, &mn);
+    const auto d = Isa::set1(half_to_float(load_u16(b)) * static_cast<float>(sc));
+    const auto m = Isa::set1(half_to_float(load_u16(b + 2)) * static_cast<float>(mn));
+    const uint8_t* qs = b + 16 + 32 * (s / 2);
+    for (int v = 0; v < kVecs<Isa>; ++v) {
+      const auto q = s % 2 == 0 ? Bytes<Isa>::lo4(qs + v * Isa::kLanes)
+                                : Bytes<Isa>::hi4(qs + v * Isa::kLanes);
+      out[v] = Isa::sub(Isa::mul(q, d), m);
+    }
+  }
+};
+
+// Sub-block s = 4·half + t (quarter t of a 128-weight half): (d·scale)·(q −
+// 32), scale changing every 16 weights (a whole number of vectors).
+struct Q6_K {
+  static constexpr int kElems = 256, kBytes = 210, kSubs = 8;
+  template <class Isa>
+  static void decode(const uint8_t* b, int s, typename Isa::V* out) {
+    const int half = s / 4, t = s % 4;
+    const uint8_t* ql = b + 64 * half + 32 * (t & 1);
+    const uint8_t* qh = b + 128 + 32 * half;
+    const int8_t* scales = reinterpret_cast<const int8_t*>(b + 192) + 8 * half + 2 * t;
+    const float d = half_to_float(load_u16(b + 208));
+    const auto d0 = Isa::set1(d * static_cast<float>(scales[0]));
+    const auto d1 = Isa::set1(d * static_cast<float>(scales[1]));
+    const auto bias = Isa::set1(32.0f);
+    for (int v = 0; v < kVecs<Isa>; ++v) {
+      const int l = v * Isa::kLanes;
+      const auto q = Bytes<Isa>::q6(ql + l, t >= 2, qh + l, 2 * t);
+      out[v] = Isa::mul(Isa::sub(q, bias), l < 16 ? d0 : d1);
+    }
+  }
+};
+
+// ---- The few-rows product --------------------------------------------------------
+
+// y[r, j] = Σ_p x[r, p] · W[j, p] (+ bias[j]) for R rows and j in [c0, c1):
+// kVecs independent sums per row, reduced at the end of the row of W.
+template <class Isa, class F, int R>
+void gemv_rows(const float* x, int64_t ldx, const QuantMatrix& w, const float* bias, float* y,
+               int64_t ldy, int64_t c0, int64_t c1) {
+  using V = typename Isa::V;
+  constexpr int L = Isa::kLanes, NV = kVecs<Isa>;
+  const int64_t blocks = w.k / F::kElems;
+  for (int64_t j = c0; j < c1; ++j) {
+    const uint8_t* row = w.data + j * w.row_bytes;
+    V acc[R][NV];
+    for (int r = 0; r < R; ++r)
+      for (int v = 0; v < NV; ++v) acc[r][v] = Isa::zero();
+    for (int64_t b = 0; b < blocks; ++b) {
+      const uint8_t* block = row + b * F::kBytes;
+      for (int s = 0; s < F::kSubs; ++s) {
+        V wv[NV];
+        F::template decode<Isa>(block, s, wv);
+        const float* xp = x + b * F::kElems + 32 * s;
+#pragma GCC unroll 4
+        for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
+          for (int v = 0; v < NV; ++v)
+            acc[r][v] = Isa::fmadd(wv[v], Isa::load(xp + r * ldx + v * L), acc[r][v]);
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      V t = acc[r][0];
+      for (int v = 1; v < NV; ++v) t = Isa::add(t, acc[r][v]);
+      const float sum = Isa::reduce_add(t);
+      y[r * ldy + j] = bias != nullptr ? sum + bias[j] : sum;
+    }
+  }
+}
+
+// Channels in groups of 16 (their rows of W stay in L1), each group meeting
+// the rows of x 4 at a time.
+template <class Isa, class F>
+void gemv_format(const float* x, int64_t ldx, int64_t m, const QuantMatrix& w, const float* bias,
+                 float* y, int64_t ldy, int64_t c0, int64_t c1) {
+  constexpr int64_t kGroup = 16;
+  for (int64_t j0 = c0; j0 < c1; j0 += kGroup) {
+    const int64_t j1 = std::min(c1, j0 + kGroup);
+    for (int64_t r0 = 0; r0 < m; r0 += 4) {
+      const float* xr = x + r0 * ldx;
+      float* yr = y + r0 * ldy;
+      switch (std::min<int64_t>(4, m - r0)) {
+        case 4:
+          gemv_rows<Isa, F, 4>(xr, ldx, w, bias, yr, ldy, j0, j1);
+          break;
+        case 3:
+          gemv_rows<Isa, F, 3>(xr, ldx, w, bias, yr, ldy, j0, j1);
+          break;
+        case 2:
+          gemv_rows<Isa, F, 2>(xr, ldx, w, bias, yr, ldy, j0, j1);
+          break;
+        default:
+          gemv_rows<Isa, F, 1>(xr, ldx, w, bias, yr, ldy, j0, j1);
+          break;
+      }
+    }
+  }
+}
+
+// Calls f.template operator()<Format>() for w's format.
+template <class Fn>
+void with_format(BlockFormat format, Fn&& f) {
+  switch (format) {
+    case BlockFormat::kQ8_0:
+      return f.template operator()<Q8_0>();
+    case BlockFormat::kQ4_0:
+      return f.template operator()<Q4_0>();
+    case BlockFormat::kQ4_1:
+      return f.template operator()<Q4_1>();
+    case BlockFormat::kQ4_K:
+      return f.template operator()<Q4_K>();
+    case BlockFormat::kQ6_K:
+      return f.template operator()<Q6_K>();
+  }
+}
+
+template <class Isa>
+void gemv_block(const float* x, int64_t ldx, int64_t m, const QuantMatrix& w, const float* bias,
+                float* y, int64_t ldy, int64_t c0, int64_t c1) {
+  with_format(w.format,
+              [&]<class F>() { gemv_format<Isa, F>(x, ldx, m, w, bias, y, ldy, c0, c1); });
+}
+
+template <class Isa>
+void dequantize_rows(const QuantMatrix& w, int64_t j0, int64_t j1, float* out, int64_t ldo) {
+  with_format(w.format, [&]<class F>() {
+    using V = typename Isa::V;
+    constexpr int L = Isa::kLanes, NV = kVecs<Isa>;
+    const int64_t blocks = w.k / F::kElems;
+    for (int64_t j = j0; j < j1; ++j) {
+      const uint8_t* row = w.data + j * w.row_bytes;
+      float* dst = out + (j - j0) * ldo;
+      for (int64_t b = 0; b < blocks; ++b)
+        for (int s = 0; s < F::kSubs; ++s) {
+          V wv[NV];
+          F::template decode<Isa>(row + b * F::kBytes, s, wv);
+          for (int v = 0; v < NV; ++v) Isa::store(dst + b * F::kElems + 32 * s + v * L, wv[v]);
+        }
+    }
+  });
+}
+
+}  // namespace
+}  // namespace qkv::kernels::quant
