@@ -11,11 +11,12 @@
 //             ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+  (tokenizers' ByteLevel with
 //             use_regex). This is what transformers builds from a GGUF file
 //             whose pre-tokenizer is "smollm".
-//   "smollm"  every \p{N} character cut out on its own first, then the GPT-2
-//             regex on the rest (tokenizers' Digits(individual_digits) +
-//             ByteLevel: SmolLM2's own tokenizer.json, and llama.cpp). It
+//   "smollm"  every numeric character cut out on its own first, then the
+//             GPT-2 regex on the rest (tokenizers' Digits(individual_digits)
+//             + ByteLevel: SmolLM2's own tokenizer.json, and llama.cpp). With
+//             SmolLM2's vocabulary (no token joins a digit to anything) it
 //             differs from "gpt2" only where whitespace precedes a digit:
-//             "x  1" gives "x" "ĠĠ" "1" here, "x" "Ġ" "Ġ1"→"Ġ" "1" there.
+//             "x  1" is "x" "ĠĠ" "1" here, "x" "Ġ" "Ġ" "1" there.
 // Any other name is rejected. python/tests/test_bpe_parity.py checks both
 // against Hugging Face tokenizers on SmolLM2's vocabulary.
 //
