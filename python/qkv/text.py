@@ -157,10 +157,9 @@ class BpeTokenizer:
 
     def __init__(self, tokens, merges, token_types=None, *, pre_tokenizer="gpt2", bos=None,
                  eos=None, unk=None, pad=None, add_bos=False, add_eos=False):
-        self._impl = _core.BpeTokenizer(list(tokens), list(merges),
-                                        [int(t) for t in (token_types or [])],
-                                        str(pre_tokenizer), bos, eos, unk, pad,
-                                        bool(add_bos), bool(add_eos))
+        types = [] if token_types is None else [int(t) for t in token_types]
+        self._impl = _core.BpeTokenizer(list(tokens), list(merges), types, str(pre_tokenizer),
+                                        bos, eos, unk, pad, bool(add_bos), bool(add_eos))
 
     def encode(self, text, add_special=True, parse_special=True):
         """Token ids of `text` (str, or bytes where invalid UTF-8 becomes
