@@ -1,10 +1,13 @@
-// qkv.text: the WordPiece tokenizer. python/qkv/text.py gives it its
-// Python face (keyword arguments, None for absent tokens, BatchEncoding).
+// qkv.text: the WordPiece and byte-level BPE tokenizers, ChatML formatting. python/qkv/text.py
+// gives it its Python face (keyword arguments, None for absent tokens, BatchEncoding).
 #include <pybind11/numpy.h>
 
 #include <cstring>
+#include <optional>
 
 #include "bindings.h"
+#include "qkv/text/bpe_tokenizer.h"
+#include "qkv/text/chat_template.h"
 #include "qkv/text/wordpiece_tokenizer.h"
 
 namespace qkv::python {
@@ -82,6 +85,88 @@ void bind_text(py::module_& m) {
       .def("id_to_token", &WordPieceTokenizer::id_to_token, py::arg("id"))
       .def("vocab_size", &WordPieceTokenizer::vocab_size)
       .def("options", &WordPieceTokenizer::options);
+
+  using text::BpeStreamDecoder;
+  using text::BpeTokenizer;
+  using text::BpeVocabulary;
+  using text::ChatMessage;
+  using text::ChatTemplate;
+
+  py::class_<BpeTokenizer>(m, "BpeTokenizer")
+      .def(py::init([](std::vector<std::string> tokens, std::vector<std::string> merges,
+                       std::vector<int32_t> token_types, std::string pre_tokenizer,
+                       std::optional<int32_t> bos, std::optional<int32_t> eos,
+                       std::optional<int32_t> unk, std::optional<int32_t> pad, bool add_bos,
+                       bool add_eos) {
+             BpeVocabulary v{std::move(tokens),
+                             std::move(merges),
+                             std::move(token_types),
+                             std::move(pre_tokenizer),
+                             bos,
+                             eos,
+                             unk,
+                             pad,
+                             add_bos,
+                             add_eos};
+             py::gil_scoped_release release;
+             return BpeTokenizer(std::move(v));
+           }),
+           py::arg("tokens"), py::arg("merges"), py::arg("token_types"), py::arg("pre_tokenizer"),
+           py::arg("bos"), py::arg("eos"), py::arg("unk"), py::arg("pad"), py::arg("add_bos"),
+           py::arg("add_eos"))
+      .def("encode", &BpeTokenizer::encode, py::arg("text"), py::arg("add_special"),
+           py::arg("parse_special"), py::call_guard<py::gil_scoped_release>())
+      .def(
+          "decode",
+          [](const BpeTokenizer& self, const std::vector<int32_t>& ids, bool skip_special) {
+            py::gil_scoped_release release;
+            return self.decode(ids, skip_special);
+          },
+          py::arg("ids"), py::arg("skip_special"))
+      .def("pre_tokenize", &BpeTokenizer::pre_tokenize, py::arg("text"),
+           py::call_guard<py::gil_scoped_release>())
+      .def(
+          "token_to_piece",
+          [](const BpeTokenizer& self, int32_t id) { return py::bytes(self.token_to_piece(id)); },
+          py::arg("id"))
+      .def("token", &BpeTokenizer::token, py::arg("id"))
+      .def("id_of", &BpeTokenizer::id_of, py::arg("token"))
+      .def("token_type", [](const BpeTokenizer& self,
+                            int32_t id) { return static_cast<int32_t>(self.token_type(id)); })
+      .def("size", &BpeTokenizer::size)
+      .def("bos", &BpeTokenizer::bos)
+      .def("eos", &BpeTokenizer::eos)
+      .def("unk", &BpeTokenizer::unk)
+      .def("pad", &BpeTokenizer::pad)
+      .def("pre_tokenizer",
+           [](const BpeTokenizer& self) { return self.vocabulary().pre_tokenizer; })
+      .def_static(
+          "bytes_to_unicode",
+          [](const py::bytes& b) { return BpeTokenizer::bytes_to_unicode(std::string(b)); },
+          py::arg("data"));
+
+  // Holds the tokenizer alive as long as the decoder.
+  py::class_<BpeStreamDecoder>(m, "BpeStreamDecoder")
+      .def(py::init<const BpeTokenizer&, bool>(), py::arg("tokenizer"), py::arg("skip_special"),
+           py::keep_alive<1, 2>())
+      .def("push", &BpeStreamDecoder::push, py::arg("id"))
+      .def("finish", &BpeStreamDecoder::finish);
+
+  py::class_<ChatTemplate>(m, "ChatTemplate")
+      .def(py::init<std::optional<std::string>>(), py::arg("default_system"))
+      .def_static("from_jinja", &ChatTemplate::from_jinja, py::arg("source"))
+      .def(
+          "apply",
+          [](const ChatTemplate& self,
+             const std::vector<std::pair<std::string, std::string>>& messages,
+             bool add_generation_prompt) {
+            std::vector<ChatMessage> chat;
+            chat.reserve(messages.size());
+            for (const auto& [role, content] : messages) chat.push_back({role, content});
+            return self.apply(chat, add_generation_prompt);
+          },
+          py::arg("messages"), py::arg("add_generation_prompt"))
+      .def("default_system", &ChatTemplate::default_system);
 }
 
 }  // namespace qkv::python

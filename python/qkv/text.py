@@ -1,4 +1,5 @@
-"""Text to token ids: BERT's WordPiece tokenizer.
+"""Text to token ids: BERT's WordPiece tokenizer, byte-level BPE (GPT-2,
+SmolLM2) and ChatML chat formatting.
 
     import qkv
     tok = qkv.text.WordPieceTokenizer.from_json("models/all-MiniLM-L6-v2/tokenizer.json")
@@ -8,7 +9,15 @@
 
 The ids equal those of Hugging Face `tokenizers` (BertNormalizer,
 BertPreTokenizer, WordPiece, TemplateProcessing) for the same tokenizer.json,
-including its truncation and padding settings. Texts are str, or bytes in
+including its truncation and padding settings.
+
+    tok = qkv.text.BpeTokenizer(tokens, merges, token_types, pre_tokenizer="smollm")
+    tok.encode("<|im_start|>user\nHi<|im_end|>")   # [1, 4093, 198, 26843, 2]
+    tok.decode([19556, 905])                      # 'Hello world'
+    qkv.text.ChatTemplate.from_jinja(template).apply(
+        [{"role": "user", "content": "Hi"}], add_generation_prompt=True)
+
+The BPE tokenizer is built from the GGUF tokenizer.ggml.* fields as lists. Texts are str, or bytes in
 UTF-8 where each invalid sequence becomes U+FFFD (dropped by clean_text); a
 str holding a lone surrogate cannot be encoded to UTF-8 and raises TypeError.
 """
@@ -17,7 +26,8 @@ import collections
 
 from . import _core
 
-__all__ = ["BatchEncoding", "WordPieceTokenizer"]
+__all__ = ["BatchEncoding", "BpeStreamDecoder", "BpeTokenizer", "ChatTemplate",
+           "WordPieceTokenizer"]
 
 BatchEncoding = collections.namedtuple("BatchEncoding", ["ids", "attention_mask"])
 BatchEncoding.__doc__ = """ids and attention_mask: numpy int64 arrays [batch, length];
@@ -132,3 +142,107 @@ class WordPieceTokenizer:
         o = self._impl.options()
         return (f"WordPieceTokenizer(vocab_size={self.vocab_size}, lowercase={o.lowercase}, "
                 f"strip_accents={o.strip_accents}, max_length={o.max_length})")
+
+
+class BpeTokenizer:
+    """Byte-level BPE (qkv::text::BpeTokenizer), from the vocabulary as lists.
+
+    tokens: id -> token text; merges: "a b" strings in rank order;
+    token_types: GGUF token types (1 normal, 3 control, 4 user-defined,
+    6 byte, ...), None for all normal; pre_tokenizer: "gpt2" or "smollm"
+    (see include/qkv/text/bpe_tokenizer.h); bos/eos/unk/pad: ids or None;
+    add_bos/add_eos: whether encode(add_special=True) adds them. A wrong
+    vocabulary raises ValueError naming the field and the index.
+    """
+
+    def __init__(self, tokens, merges, token_types=None, *, pre_tokenizer="gpt2", bos=None,
+                 eos=None, unk=None, pad=None, add_bos=False, add_eos=False):
+        types = [] if token_types is None else [int(t) for t in token_types]
+        self._impl = _core.BpeTokenizer(list(tokens), list(merges), types, str(pre_tokenizer),
+                                        bos, eos, unk, pad, bool(add_bos), bool(add_eos))
+
+    def encode(self, text, add_special=True, parse_special=True):
+        """Token ids of `text` (str, or bytes where invalid UTF-8 becomes
+        U+FFFD); control tokens written in the text are matched when
+        parse_special; bos/eos are added when add_special and the vocabulary
+        asks for them."""
+        return self._impl.encode(text, bool(add_special), bool(parse_special))
+
+    def decode(self, ids, skip_special=False):
+        """The text of `ids` (control tokens left out when skip_special);
+        bytes that are not valid UTF-8 become U+FFFD. ValueError for ids out
+        of range."""
+        return self._impl.decode([int(i) for i in ids], bool(skip_special))
+
+    def pre_tokenize(self, text):
+        """The pieces the pre-tokenizer cuts `text` into (no special tokens)."""
+        return self._impl.pre_tokenize(text)
+
+    def token_to_piece(self, id):
+        """The raw bytes of one token (may be part of a UTF-8 character)."""
+        return self._impl.token_to_piece(int(id))
+
+    def id_to_token(self, id):
+        """The vocabulary text of `id` (byte-level characters)."""
+        return self._impl.token(int(id))
+
+    def token_to_id(self, token):
+        """The id of the vocabulary text `token`, or None."""
+        return self._impl.id_of(token)
+
+    @property
+    def vocab_size(self):
+        return self._impl.size()
+
+    bos_token_id = property(lambda self: self._impl.bos())
+    eos_token_id = property(lambda self: self._impl.eos())
+    unk_token_id = property(lambda self: self._impl.unk())
+    pad_token_id = property(lambda self: self._impl.pad())
+
+    def stream_decoder(self, skip_special=False):
+        """A BpeStreamDecoder over this tokenizer."""
+        return BpeStreamDecoder(self, skip_special)
+
+    def __repr__(self):
+        return (f"BpeTokenizer(vocab_size={self.vocab_size}, "
+                f"pre_tokenizer={self._impl.pre_tokenizer()!r})")
+
+
+class BpeStreamDecoder:
+    """Text of a token stream as it arrives: push(id) returns what is complete,
+    holding back the bytes of a UTF-8 character split across tokens; finish()
+    returns the rest. Everything pushed and finished equals decode(ids)."""
+
+    def __init__(self, tokenizer, skip_special=False):
+        self._impl = _core.BpeStreamDecoder(tokenizer._impl, bool(skip_special))
+
+    def push(self, id):
+        return self._impl.push(int(id))
+
+    def finish(self):
+        return self._impl.finish()
+
+
+class ChatTemplate:
+    """ChatML formatting (qkv::text::ChatTemplate).
+
+    ChatTemplate.from_jinja(source) recognises a GGUF/transformers chat
+    template (ValueError for anything but ChatML); apply(messages,
+    add_generation_prompt) equals transformers' apply_chat_template(...,
+    tokenize=False) for it. messages: dicts with "role" and "content".
+    """
+
+    def __init__(self, default_system=None, *, _impl=None):
+        self._impl = _impl or _core.ChatTemplate(default_system)
+
+    @classmethod
+    def from_jinja(cls, source):
+        return cls(_impl=_core.ChatTemplate.from_jinja(source))
+
+    @property
+    def default_system(self):
+        return self._impl.default_system()
+
+    def apply(self, messages, add_generation_prompt=False):
+        return self._impl.apply([(m["role"], m["content"]) for m in messages],
+                                bool(add_generation_prompt))

@@ -1,0 +1,147 @@
+// Byte-level BPE (GPT-2 style), the tokenizer of GGUF files whose
+// tokenizer.ggml.model is "gpt2" (SmolLM2, GPT-2, StarCoder, ...).
+//
+// encode: control and user-defined tokens (<|im_start|>, ...) are cut out of
+// the text whole; the rest is split by the pre-tokenizer, each piece's UTF-8
+// bytes become the printable characters of GPT-2's bytes_to_unicode table,
+// and the merges are applied by rank (lowest first, leftmost first on ties).
+//
+// Pre-tokenizers (BpeVocabulary::pre_tokenizer, GGUF tokenizer.ggml.pre):
+//   "gpt2"    GPT-2's regex  's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+|
+//             ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+  (tokenizers' ByteLevel with
+//             use_regex). This is what transformers builds from a GGUF file
+//             whose pre-tokenizer is "smollm".
+//   "smollm"  every numeric character cut out on its own first, then the
+//             GPT-2 regex on the rest (tokenizers' Digits(individual_digits)
+//             + ByteLevel: SmolLM2's own tokenizer.json, and llama.cpp). With
+//             SmolLM2's vocabulary (no token joins a digit to anything) it
+//             differs from "gpt2" only where whitespace precedes a digit:
+//             "x  1" is "x" "ĠĠ" "1" here, "x" "Ġ" "Ġ" "1" there.
+// Any other name is rejected. python/tests/test_bpe_parity.py checks both
+// against Hugging Face tokenizers on SmolLM2's vocabulary.
+//
+// A byte that has no token of its own is dropped, as tokenizers and llama.cpp
+// do (unk is not used): SmolLM2 has none for 21 bytes that its training text
+// never held (0x04 0x06 0x13 0x14 0x16 0x1D 0xC0 0xC1 0xF1 0xF2 0xF5-0xFF).
+//
+// Invalid UTF-8 input never throws: each maximal ill-formed subsequence
+// becomes U+FFFD before tokenization (as Python's errors="replace", which is
+// what a Hugging Face tokenizer sees for such bytes).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+namespace qkv::text {
+
+// GGUF token types (tokenizer.ggml.token_type).
+enum class BpeTokenType : int32_t {
+  kUndefined = 0,
+  kNormal = 1,
+  kUnknown = 2,
+  kControl = 3,      // special: matched whole, skipped by decode(skip_special)
+  kUserDefined = 4,  // matched whole, kept by decode(skip_special)
+  kUnused = 5,
+  kByte = 6,  // "<0xAB>": decodes to that byte
+};
+
+// A vocabulary as plain data (the GGUF tokenizer.ggml.* fields).
+struct BpeVocabulary {
+  std::vector<std::string> tokens;     // id -> text (byte-level characters)
+  std::vector<std::string> merges;     // "a b" pairs in rank order
+  std::vector<int32_t> token_types;    // BpeTokenType per token; empty = all normal
+  std::string pre_tokenizer = "gpt2";  // see above
+  std::optional<int32_t> bos, eos, unk, pad;
+  bool add_bos = false;  // encode(add_special) puts bos first
+  bool add_eos = false;  // encode(add_special) puts eos last
+};
+
+// Const methods may be called from several threads at once.
+class BpeTokenizer {
+ public:
+  // Checks the vocabulary, throwing qkv::Error (kValue) naming the field, the
+  // index and what is wrong: token_types of another length or an unknown
+  // type, duplicate tokens, empty control/user-defined tokens, a merge that is
+  // not "a b" or whose a, b or ab is not a token, duplicate merges, special
+  // ids out of range, or an unknown pre-tokenizer.
+  explicit BpeTokenizer(BpeVocabulary vocabulary);
+
+  // Token ids of `utf8`: bos/eos around them when add_special and the
+  // vocabulary says so; control and user-defined tokens written in the text
+  // become their ids when parse_special (otherwise they are plain text).
+  std::vector<int32_t> encode(std::string_view utf8, bool add_special = true,
+                              bool parse_special = true) const;
+  // The text of `ids` (control tokens left out when skip_special). Bytes that
+  // do not form valid UTF-8 become U+FFFD, maximal subpart by subpart (as
+  // tokenizers' decode). Throws qkv::Error naming the position of an id
+  // outside [0, size()).
+  std::string decode(std::span<const int32_t> ids, bool skip_special = false) const;
+  // The pieces the pre-tokenizer cuts plain text into (no special tokens),
+  // in UTF-8; encode merges within each piece only.
+  std::vector<std::string> pre_tokenize(std::string_view utf8) const;
+  // The raw bytes of one token: possibly part of a UTF-8 character (join
+  // several, or use BpeStreamDecoder). Throws for an id out of range.
+  const std::string& token_to_piece(int32_t id) const;
+
+  int32_t size() const { return static_cast<int32_t>(vocabulary_.tokens.size()); }
+  const std::string& token(int32_t id) const;                  // the vocabulary's text
+  std::optional<int32_t> id_of(std::string_view token) const;  // exact token text
+  BpeTokenType token_type(int32_t id) const;
+  std::optional<int32_t> bos() const { return vocabulary_.bos; }
+  std::optional<int32_t> eos() const { return vocabulary_.eos; }
+  std::optional<int32_t> unk() const { return vocabulary_.unk; }
+  std::optional<int32_t> pad() const { return vocabulary_.pad; }
+  const BpeVocabulary& vocabulary() const { return vocabulary_; }
+
+  // Bytes <-> GPT-2's printable characters (bytes_to_unicode).
+  static std::string bytes_to_unicode(std::string_view bytes);
+
+ private:
+  struct Hash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
+  struct Special;  // trie of the control/user-defined tokens
+  struct Cache;    // piece -> ids, shared by copies
+
+  void encode_text(std::string_view utf8, std::vector<int32_t>& ids) const;
+  void encode_piece(std::string_view bytes, std::vector<int32_t>& ids) const;
+
+  BpeVocabulary vocabulary_;
+  std::unordered_map<std::string, int32_t, Hash, std::equal_to<>> ids_;
+  // (left id << 32 | right id) -> (rank << 32 | merged id)
+  std::unordered_map<uint64_t, uint64_t> merges_;
+  int32_t byte_ids_[256] = {};       // token of each single byte, -1 if none
+  std::vector<std::string> pieces_;  // decoded bytes of every token
+  std::shared_ptr<const Special> special_;
+  std::shared_ptr<Cache> cache_;
+  bool split_digits_ = false;
+};
+
+// Turns a stream of token ids into text as it arrives (for `qkv chat`):
+// bytes of a UTF-8 character split across tokens are held back until the
+// character is complete. The concatenation of every push() and finish()
+// equals tokenizer.decode(all ids). The tokenizer must outlive it.
+class BpeStreamDecoder {
+ public:
+  explicit BpeStreamDecoder(const BpeTokenizer& tokenizer, bool skip_special = false)
+      : tokenizer_(&tokenizer), skip_special_(skip_special) {}
+  // The text that `id` completes (maybe empty). Throws for an id out of range.
+  std::string push(int32_t id);
+  // What is still held back (an incomplete character becomes U+FFFD), and
+  // starts over.
+  std::string finish();
+
+ private:
+  const BpeTokenizer* tokenizer_;
+  bool skip_special_;
+  std::string pending_;  // bytes of an incomplete character
+};
+
+}  // namespace qkv::text
