@@ -4,11 +4,12 @@
 // bfloat16 and int8 agree with float32.
 //
 // bfloat16 meets issue 18's bounds (cosine ≥ 0.9995 on every corpus line,
-// top-1 neighbour as float32 for ≥ 99.5% of queries). int8 does not yet (it
-// asks ≥ 0.995 and ≥ 98%): one activation scale per token lets MiniLM's few
-// outlier channels crush the others, worst on short texts. The bounds below
-// are what per-token scales reach, with a margin, so that a regression shows;
-// per-channel smoothing (SmoothQuant) is the known remedy.
+// top-1 neighbour as float32 for ≥ 99.5% of queries). int8 (asymmetric
+// per-token activations, weights smoothed against ranges calibrated on
+// random vocabulary words, FeedForward's linear2 in bfloat16) meets the
+// cosine bound (≥ 0.995; it reaches 0.9989) but not yet the neighbour one
+// (98%; it reaches 97.0%): the bound below keeps a small margin so that a
+// regression shows.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -241,6 +242,28 @@ TEST(ModulePrecision, RecordedRangesSmoothInt8EncoderLayer) {
             1e-5);
 }
 
+// int8 leaves FeedForward's linear2 in bfloat16 (feed_forward.h says why);
+// every other precision reaches it unchanged.
+TEST(ModulePrecision, Int8FeedForwardRunsLinear2InBFloat16) {
+  Generator gen(2);
+  qkv::nn::FeedForward ff({.d_model = 32, .dim_feedforward = 64}, &gen);
+  ff.set_precision(Precision::kInt8);
+  EXPECT_EQ(ff.precision(), Precision::kInt8);
+  EXPECT_EQ(ff.linear1().precision(), Precision::kInt8);
+  EXPECT_EQ(ff.linear2().precision(), Precision::kBFloat16);
+  ff.load_state_dict(ff.state_dict());  // converts again, the same way
+  EXPECT_EQ(ff.linear2().precision(), Precision::kBFloat16);
+  const Tensor x = Tensor::randn({3, 32}, gen);
+  qkv::nn::Linear copy = ff.linear2().clone();
+  copy.set_precision(Precision::kBFloat16);
+  const Tensor hidden = qkv::relu(ff.linear1().forward(x));
+  EXPECT_EQ(relative_error(ff.forward(x), copy.forward(hidden)), 0.0);
+  for (Precision p : {Precision::kBFloat16, Precision::kFloat32}) {
+    ff.set_precision(p);
+    EXPECT_EQ(ff.linear2().precision(), p);
+  }
+}
+
 TEST(ModulePrecision, EncoderLayerBothPathsCloseToFloat32) {
   Generator gen(11);
   qkv::nn::TransformerEncoderLayer layer(
@@ -331,8 +354,8 @@ TEST(LowPrecisionSentenceEncoder, EmbeddingsCloseToFloat32) {
     }
     std::printf("%s: cosine to float32 over %zu texts: min %.6f, mean %.6f\n",
                 qkv::precision_name(p), texts.size(), worst, mean);
-    EXPECT_GE(worst, p == Precision::kBFloat16 ? 0.9995 : 0.975);
-    EXPECT_GE(mean, p == Precision::kBFloat16 ? 0.99995 : 0.995);
+    EXPECT_GE(worst, p == Precision::kBFloat16 ? 0.9995 : 0.995);
+    EXPECT_GE(mean, p == Precision::kBFloat16 ? 0.99995 : 0.9995);
     EXPECT_LT(worst, 1.0);  // the low-precision kernels ran
   }
 }
@@ -387,7 +410,7 @@ TEST(LowPrecisionSentenceEncoder, NearestNeighboursAsFloat32) {
     std::printf("%s: top-1 among %zu lines as float32 for %lld of %zu queries (%.2f%%)\n",
                 qkv::precision_name(p), corpus.size(), static_cast<long long>(same), queries.size(),
                 100 * agreement);
-    EXPECT_GE(agreement, p == Precision::kBFloat16 ? 0.995 : 0.88);
+    EXPECT_GE(agreement, p == Precision::kBFloat16 ? 0.995 : 0.96);
   }
 }
 

@@ -127,6 +127,13 @@ void bind_models(py::module_& m) {
             return to_numpy(out);
           },
           py::arg("texts"), py::arg("batch_size"))
+      .def(
+          "calibrate",
+          [](SentenceEncoder& self, const std::vector<std::string>& texts) {
+            py::gil_scoped_release release;
+            self.calibrate(texts);
+          },
+          py::arg("texts"))
       .def("token_ids", &SentenceEncoder::token_ids, py::arg("text"))
       .def_property_readonly("dimension", &SentenceEncoder::dimension)
       .def_property_readonly("max_seq_length", &SentenceEncoder::max_seq_length)

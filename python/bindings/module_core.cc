@@ -28,6 +28,9 @@ void bind_module_core(py::module_& m) {
             self.set_precision(parse_precision(precision));
           },
           py::arg("precision"))
+      .def(
+          "record_input_ranges", [](nn::Module& self, bool on) { self.record_input_ranges(on); },
+          py::arg("on") = true)
       .def_property_readonly("precision", [](const nn::Module& self) {
         return std::string(precision_name(self.precision()));
       });

@@ -48,6 +48,13 @@ class SentenceEncoder:
             return self._encoder.encode([sentences], int(batch_size))[0]
         return self._encoder.encode(list(sentences), int(batch_size))
 
+    def calibrate(self, texts):
+        """int8: smooth the weights against the activations that the float32
+        model shows on `texts` (a few dozen like those to be encoded), in
+        place of the built-in calibration on random vocabulary words."""
+        self._encoder.calibrate(list(texts))
+        return self
+
     def token_ids(self, text):
         """The ids encode() feeds the model: [CLS] ... [SEP], truncated."""
         return self._encoder.token_ids(text)

@@ -45,6 +45,10 @@ FeedForward::FeedForward(const FeedForwardOptions& options, Generator* gen)
       linear1_(layer(options.d_model, options.dim_feedforward, options.bias, options.dtype), gen),
       linear2_(layer(options.dim_feedforward, options.d_model, options.bias, options.dtype), gen) {}
 
+void FeedForward::update_precision() {
+  if (precision() == Precision::kInt8) linear2_.set_precision(Precision::kBFloat16);
+}
+
 Tensor FeedForward::forward(const Tensor& x, FeedForwardRecord* record) const {
   check_input("FeedForward", x, options_.d_model, options_.dtype);
   if (record) {

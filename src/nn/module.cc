@@ -88,17 +88,22 @@ StateDict Module::state_dict() const {
 
 void Module::load_state_dict(const std::map<std::string, Tensor>& state) {
   detail::load_strict(type_name_, state_dict(), state);
-  ModuleWalk::run(*this, {}, [](Module& m) {
-    if (m.precision_ != Precision::kFloat32) m.update_precision();
-  });
+  std::vector<Module*> tree;
+  ModuleWalk::run(*this, {}, [&](Module& m) { tree.push_back(&m); });
+  for (auto m = tree.rbegin(); m != tree.rend(); ++m)  // children first, as in set_precision
+    if ((*m)->precision_ != Precision::kFloat32) (*m)->update_precision();
 }
 
 void Module::set_precision(Precision precision) {
   const auto set = [](Module& root, Precision p) {
-    ModuleWalk::run(root, {}, [p](Module& m) {
+    std::vector<Module*> tree;  // parents before their children
+    ModuleWalk::run(root, {}, [&](Module& m) {
       m.precision_ = p;
-      m.update_precision();
+      tree.push_back(&m);
     });
+    // Children first, so that a module's update_precision may then change
+    // its children's precision (FeedForward's linear2 in int8).
+    for (auto m = tree.rbegin(); m != tree.rend(); ++m) (*m)->update_precision();
   };
   const Precision before = precision_;
   try {

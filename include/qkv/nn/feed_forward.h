@@ -62,6 +62,12 @@ class FeedForward : public ModuleBase<FeedForward, FeedForwardOptions> {
  private:
   // linear1.*, linear2.*
   void list_members(MemberList& m) override;
+  // int8: linear2 computes in bfloat16. Its input, after the activation, is
+  // a row of dim_feedforward values with a long one-sided tail, whose few
+  // large values set the row's int8 scale and leave the rest a handful of
+  // steps; alone it costs more accuracy than all the other int8 layers
+  // together (all-MiniLM-L6-v2: docs/benchmarks.md).
+  void update_precision() override;
 
   Linear linear1_;  // d_model -> dim_feedforward
   Linear linear2_;  // dim_feedforward -> d_model

@@ -126,6 +126,14 @@ class Module:
         self._impl.set_precision(str(precision))
         return self
 
+    def record_input_ranges(self, on=True):
+        """int8 calibration (SmoothQuant): while on, float32 forward passes
+        note the largest |x| of each input feature of every linear map;
+        set_precision("int8") then smooths the weights against them. Turning
+        it on forgets earlier notes. Returns self."""
+        self._impl.record_input_ranges(bool(on))
+        return self
+
     @property
     def precision(self):
         return self._impl.precision
