@@ -5,8 +5,12 @@
 //              (weights rounded once at load, activations as they come) and
 //              accumulate in float32; softmax, norms and activations stay float32.
 //   kInt8      linear layers multiply int8: weights with one symmetric scale per
-//              output channel (at load), activations with one dynamic scale per
-//              row (per call); int32 sums, rescaled to float32. Attention as kBFloat16.
+//              output channel (at load, smoothed against calibrated activation
+//              ranges when the model recorded them: nn::Module::record_input_ranges),
+//              activations with a dynamic scale and zero point per row (per
+//              call); int32 sums, rescaled to float32. A feed-forward's second
+//              linear layer runs bfloat16 (nn::FeedForward says why). Attention
+//              as kBFloat16.
 //
 // Tensors between layers stay float32 in every precision.
 #pragma once
