@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 
 DEBIAN_PACKAGES=(g++ cmake ninja-build pkg-config libgtest-dev libbenchmark-dev libcli11-dev
                  nlohmann-json3-dev libpng-dev libopenblas-openmp-dev libutf8proc-dev python3-venv
-                 fortunes)
+                 fortunes ccache)
 BUILD_DIR=${QKV_BUILD_DIR:-build}
 VENV=${QKV_VENV:-.venv}
 
@@ -45,7 +45,10 @@ QKV_VENV="$VENV" scripts/fetch_model.sh
 # --- Build ---------------------------------------------------------------------
 if [[ ! -f "$BUILD_DIR/build.ninja" ]]; then
   step "configuring CMake in $BUILD_DIR"
+  # ccache: scripts/test.sh's `pip install .` compiles the same library
+  # sources with the same flags, and then takes them from the cache.
   cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+        -DCMAKE_CXX_COMPILER_LAUNCHER=ccache \
         -DCMAKE_INSTALL_PREFIX="$PWD/$BUILD_DIR/install" >/dev/null
 fi
 step "building (cmake --build $BUILD_DIR)"

@@ -156,10 +156,15 @@ def test_the_two_pre_tokenizers_differ_only_before_digits(toks, hf):
 @pytest.mark.parametrize("pre", ["gpt2", "smollm"])
 def test_pieces_of_every_code_point(toks, hf, pre):
     # Each code point in contexts that tell its class (letter, number, space,
-    # other), 2048 code points to a string.
+    # other), 2048 code points to a string: planes 0-3 and 14, where every
+    # assigned code point is, and the first 4096 of each unassigned or
+    # private-use plane (all one class, "other").
     b2u = qkv.text._core.BpeTokenizer.bytes_to_unicode
     reference = hf[pre].pre_tokenizer
-    code_points = [cp for cp in range(0x110000) if not 0xD800 <= cp <= 0xDFFF]
+    code_points = [cp for cp in range(0x40000) if not 0xD800 <= cp <= 0xDFFF]
+    code_points += list(range(0xE0000, 0xF0000))
+    for plane in list(range(4, 14)) + [15, 16]:
+        code_points += range(plane << 16, (plane << 16) + 4096)
     for start in range(0, len(code_points), 2048):
         text = "".join(f"a{c}1{c}!{c} {c}\t{c}\n" for c in map(chr, code_points[start:start + 2048]))
         expected = [piece for piece, _ in reference.pre_tokenize_str(text)]
