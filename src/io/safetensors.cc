@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "io/json_document.h"
+#include "io/stored_values.h"
 
 namespace qkv::io {
 
@@ -124,20 +125,6 @@ bool checked_mul(uint64_t a, uint64_t b, uint64_t& out) {
   return !__builtin_mul_overflow(a, b, &out);
 }
 
-// IEEE half -> float, exact (including subnormals, infinities and NaN payloads).
-float half_to_float(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
-  const uint32_t exponent = (h >> 10) & 0x1F;
-  const uint32_t mantissa = h & 0x3FF;
-  if (exponent == 0) {  // zero or subnormal: mantissa * 2^-24
-    const float magnitude = std::ldexp(static_cast<float>(mantissa), -24);
-    return sign ? -magnitude : magnitude;
-  }
-  const uint32_t bits = exponent == 0x1F ? sign | 0x7F800000u | (mantissa << 13)
-                                         : sign | ((exponent - 15 + 127) << 23) | (mantissa << 13);
-  return std::bit_cast<float>(bits);
-}
-
 // float8 e4m3fn (torch.float8_e4m3fn): bias 7, no infinities, S.1111.111 is NaN.
 float e4m3_to_float(uint8_t b) {
   const uint32_t exponent = (b >> 3) & 0xF;
@@ -151,19 +138,6 @@ float e4m3_to_float(uint8_t b) {
     magnitude = std::ldexp(1.0f + mantissa / 8.0f, static_cast<int>(exponent) - 7);
   }
   return (b & 0x80) ? -magnitude : magnitude;
-}
-
-template <class T>
-T read_le(const std::byte* p) {
-  T value;
-  std::memcpy(&value, p, sizeof(T));
-  return value;
-}
-
-// Converts `count` stored elements of type `Stored` with `convert` into `out`.
-template <class Stored, class Out, class Convert>
-void convert_all(const std::byte* src, int64_t count, Out* out, Convert convert) {
-  for (int64_t i = 0; i < count; ++i) out[i] = convert(read_le<Stored>(src + i * sizeof(Stored)));
 }
 
 }  // namespace
@@ -324,11 +298,10 @@ void SafetensorsFile::parse() {
       parse_json(header, "invalid safetensors file '" + source_ + "': the header", &duplicate);
   if (duplicate.found) {
     const size_t depth = duplicate.enclosing.size();
-    bad("the header repeats ",
-        depth == 0   ? "tensor name " + json_quoted(duplicate.key)
-        : depth == 1 ? "key " + json_quoted(duplicate.key) + " inside " +
-                           json_quoted(duplicate.enclosing[0])
-                     : "key " + json_quoted(duplicate.key));
+    bad("the header repeats ", depth == 0   ? "tensor name " + json_quoted(duplicate.key)
+                               : depth == 1 ? "key " + json_quoted(duplicate.key) + " inside " +
+                                                  json_quoted(duplicate.enclosing[0])
+                                            : "key " + json_quoted(duplicate.key));
   }
   if (!root.is_object()) bad("the header is not a JSON object");
 

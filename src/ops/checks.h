@@ -18,4 +18,15 @@ void check_finite(const Tensor& t, const char* fn, const char* arg);
 // A float mask may hold −inf (masked) but not NaN or +inf.
 void check_mask_values(const Tensor& mask, const char* fn, const char* arg);
 
+// linear() on a converted weight (low precision, GGUF blocks): float32 x
+// [..., in] and bias [out] or undefined. `weight` names the weight's kind in
+// messages ("bfloat16", "Q4_1"). Returns the rows of x.
+int64_t check_converted_linear(const Tensor& x, int64_t in, int64_t out, const Tensor& bias,
+                               const char* fn, const char* weight);
+// linear_into()'s `out` for rows × n outputs of x: float32, x's shape with the
+// last dim n, its rows evenly spaced with a contiguous last dim, not
+// overlapping x; x and bias contiguous. Returns the row stride of out.
+int64_t check_linear_out(const Tensor& out, const Tensor& x, const Tensor& bias, int64_t rows,
+                         int64_t n, const char* fn);
+
 }  // namespace qkv

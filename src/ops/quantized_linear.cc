@@ -144,30 +144,8 @@ namespace {
 int64_t check_quantized_linear(const Tensor& x, const QuantizedWeight& weight, const Tensor& bias,
                                const char* fn) {
   QKV_CHECK(!weight.empty(), fn, ": the QuantizedWeight is empty");
-  check_defined(x, fn, "input");
-  QKV_CHECK_TYPE(x.dtype() == DType::kFloat32, fn, ": input must be float32 (the weight is ",
-                 quant_format_name(weight.format()), "), got ", dtype_name(x.dtype()));
-  const int64_t in = weight.in_features(), out = weight.out_features();
-  QKV_CHECK(x.dim() >= 1 && x.size(-1) == in, fn, ": input must be [..., in_features = ", in,
-            "], got ", shape_str(x.shape()));
-  if (bias.defined()) {
-    QKV_CHECK_TYPE(bias.dtype() == DType::kFloat32, fn, ": bias must be float32, got ",
-                   dtype_name(bias.dtype()));
-    QKV_CHECK(bias.dim() == 1 && bias.size(0) == out, fn, ": bias must be [out_features = ", out,
-              "], got ", shape_str(bias.shape()));
-  }
-  return x.numel() / in;
-}
-
-// The distance between consecutive rows of `out` when its last dim is
-// contiguous and its rows are evenly spaced, else 0.
-int64_t row_stride(const Tensor& out) {
-  if (out.stride(-1) != 1) return 0;
-  if (out.dim() == 1) return out.size(0);
-  const int64_t ld = out.stride(-2);
-  for (int64_t d = 0; d + 2 < out.dim(); ++d)
-    if (out.size(d) > 1 && out.stride(d) != out.stride(d + 1) * out.size(d + 1)) return 0;
-  return ld;
+  return check_converted_linear(x, weight.in_features(), weight.out_features(), bias, fn,
+                                quant_format_name(weight.format()));
 }
 
 void run(Tensor& out, int64_t ldy, const Tensor& x, const QuantizedWeight& weight,
@@ -191,22 +169,7 @@ Tensor linear(const Tensor& x, const QuantizedWeight& weight, const Tensor& bias
 void linear_into(Tensor& out, const Tensor& x, const QuantizedWeight& weight, const Tensor& bias) {
   const char* fn = "linear_into";
   const int64_t rows = check_quantized_linear(x, weight, bias, fn);
-  check_defined(out, fn, "out");
-  const int64_t n = weight.out_features();
-  QKV_CHECK_TYPE(out.dtype() == DType::kFloat32, fn, ": out must be float32, got ",
-                 dtype_name(out.dtype()));
-  QKV_CHECK(out.dim() == x.dim() && out.size(-1) == n && out.numel() == rows * n, fn,
-            ": out must have the input's shape with the last dim out_features = ", n, ", got out ",
-            shape_str(out.shape()), " for input ", shape_str(x.shape()));
-  const int64_t ldy = row_stride(out);
-  QKV_CHECK(x.is_contiguous() && ldy >= n && (!bias.defined() || bias.is_contiguous()), fn,
-            ": input and bias must be contiguous, and out's rows evenly spaced with a contiguous "
-            "last dim (it copies nothing)");
-  const std::byte* xb = static_cast<const std::byte*>(x.raw_data());
-  const std::byte* ob = static_cast<const std::byte*>(out.raw_data());
-  const int64_t out_span = rows == 0 ? 0 : ((rows - 1) * ldy + n) * 4;
-  QKV_CHECK(ob + out_span <= xb || xb + x.numel() * 4 <= ob, fn,
-            ": out must not overlap the input");
+  const int64_t ldy = check_linear_out(out, x, bias, rows, weight.out_features(), fn);
   run(out, ldy, x, weight, bias, rows);
 }
 
