@@ -1,0 +1,195 @@
+#!/usr/bin/env python3
+"""qkv against llama.cpp on SmolLM2-135M-Instruct from its Q4_1 GGUF file: prompt
+processing and generation tokens/s at one and two threads, and peak resident memory.
+
+    .venv/bin/pip install -r bench/requirements.txt   # llama-cpp-python, built from source
+    .venv/bin/python bench/decode_vs_llamacpp.py --reps 3 --threads 1,2 --out /tmp/decode.md
+
+Both read the same file and keep its weights quantized: qkv through
+qkv.models.load_gguf (fast mode), llama.cpp through llama-cpp-python (built with
+CMAKE_ARGS="-DGGML_NATIVE=ON"). Each measurement runs in a fresh process (so that
+its peak RSS, ru_maxrss, is its own: the model, the caches and the Python
+interpreter with the binding) and does the same work:
+
+  1. the prompt: --prompt token ids (from tests/data/tokenizer_corpus.txt, encoded
+     by qkv's tokenizer of the file; no BOS) fed in one batched pass, timed;
+  2. generation: --new greedy tokens, each fed back, timed (qkv: session.decode,
+     the loop in C++; llama.cpp: Llama.eval of one token, argmax of its logits).
+
+Processes alternate qkv, llama.cpp, qkv, …; the table gives medians over --reps for
+each thread count, and how many leading greedy tokens the two agree on (both
+compute with the same quantized weights but in different arithmetic: llama.cpp
+rounds activations to 8 bits, qkv does not, so long continuations may part).
+"""
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEFAULT_MODEL = os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
+CORPUS = os.path.join(ROOT, "tests", "data", "tokenizer_corpus.txt")
+
+
+def log(msg):
+    print(msg, file=sys.stderr, flush=True)
+
+
+def prompt_ids(model_path, count):
+    """`count` ids of real text, encoded by the file's own tokenizer."""
+    import qkv
+
+    tokenizer = qkv.models.load_gguf(model_path).tokenizer
+    text = open(CORPUS, encoding="utf-8").read()
+    ids = tokenizer.encode(text, add_special=False)
+    if len(ids) < count:
+        raise SystemExit(f"{CORPUS} gives only {len(ids)} tokens, fewer than --prompt {count}")
+    return [int(i) for i in ids[:count]]
+
+
+# ---- Workers: one measurement each, in its own process ----------------------------
+
+
+def run_qkv(model_path, ids, new, threads):
+    import numpy as np  # noqa: F401  (the binding returns numpy arrays)
+    import qkv
+
+    qkv.runtime.set_num_threads(threads)
+    model = qkv.models.load_gguf(model_path)
+    session = model.model.session(max_len=len(ids) + new + 1)
+    start = time.perf_counter()
+    session.prefill(ids)
+    prompt_s = time.perf_counter() - start
+    start = time.perf_counter()
+    out = session.decode(new, temperature=0.0)
+    gen_s = time.perf_counter() - start
+    return prompt_s, gen_s, [int(t) for t in out]
+
+
+def run_llamacpp(model_path, ids, new, threads):
+    import numpy as np
+    from llama_cpp import Llama
+
+    llm = Llama(model_path=model_path, n_ctx=len(ids) + new + 16, n_batch=len(ids),
+                n_ubatch=len(ids), n_threads=threads, n_threads_batch=threads, verbose=False)
+    start = time.perf_counter()
+    llm.eval(ids)
+    prompt_s = time.perf_counter() - start
+    out = []
+    start = time.perf_counter()
+    for _ in range(new):
+        token = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+        out.append(token)
+        llm.eval([token])
+    gen_s = time.perf_counter() - start
+    return prompt_s, gen_s, out
+
+
+def worker(args):
+    ids = json.loads(args.ids)
+    run = run_qkv if args.worker == "qkv" else run_llamacpp
+    prompt_s, gen_s, out = run(args.model, ids, args.new, args.worker_threads)
+    peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    print(json.dumps({"prompt_s": prompt_s, "gen_s": gen_s, "tokens": out, "peak_kib": peak_kib}))
+
+
+def measure(engine, args, ids, threads):
+    cmd = [sys.executable, os.path.abspath(__file__), "--worker", engine, "--worker-threads",
+           str(threads), "--model", args.model, "--new", str(args.new), "--ids", json.dumps(ids)]
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"{engine} at {threads} thread(s) failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def leading_agreement(a, b):
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", default=DEFAULT_MODEL)
+    ap.add_argument("--prompt", type=int, default=512, help="prompt tokens (default 512)")
+    ap.add_argument("--new", type=int, default=128, help="generated tokens (default 128)")
+    ap.add_argument("--threads", default="1,2")
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--out", help="also write the markdown here")
+    ap.add_argument("--worker", choices=["qkv", "llama.cpp"], help=argparse.SUPPRESS)
+    ap.add_argument("--worker-threads", type=int, default=1, help=argparse.SUPPRESS)
+    ap.add_argument("--ids", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.worker:
+        return worker(args)
+    if not os.path.exists(args.model):
+        raise SystemExit(f"{args.model} is missing: run scripts/fetch_model.sh")
+    try:
+        import llama_cpp
+    except ImportError:
+        raise SystemExit("llama-cpp-python is missing: CMAKE_ARGS=\"-DGGML_NATIVE=ON\" "
+                         ".venv/bin/pip install -r bench/requirements.txt")
+    import qkv
+
+    ids = prompt_ids(args.model, args.prompt)
+    threads = [int(t) for t in args.threads.split(",")]
+    engines = ["qkv", "llama.cpp"]
+    results = {(e, t): [] for e in engines for t in threads}
+    for rep in range(args.reps):
+        for t in threads:
+            for e in engines:
+                r = measure(e, args, ids, t)
+                results[(e, t)].append(r)
+                log(f"rep {rep + 1}/{args.reps} {e:9s} {t}t: prompt {args.prompt / r['prompt_s']:7.1f} "
+                    f"tok/s, generation {args.new / r['gen_s']:6.1f} tok/s, "
+                    f"peak {r['peak_kib'] / 1024:6.1f} MiB")
+
+    def med(e, t, f):
+        return statistics.median(f(r) for r in results[(e, t)])
+
+    lines = []
+    lines.append(f"SmolLM2-135M-Instruct Q4_1 (`{os.path.basename(args.model)}`), prompt of "
+                 f"{args.prompt} tokens in one pass, then {args.new} greedy tokens; median of "
+                 f"{args.reps} fresh processes per cell. qkv {qkv.__version__ if hasattr(qkv, '__version__') else ''}"
+                 f" (kernel_isa {qkv.runtime.kernel_isa()}), llama-cpp-python "
+                 f"{llama_cpp.__version__}; {platform.processor() or platform.machine()}, "
+                 f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())} at the end, "
+                 f"{datetime.datetime.now():%Y-%m-%d %H:%M}.")
+    lines.append("")
+    lines.append("| threads | qkv prompt tok/s | llama.cpp prompt tok/s | qkv / llama.cpp | "
+                 "qkv generation tok/s | llama.cpp generation tok/s | qkv / llama.cpp | "
+                 "qkv peak MiB | llama.cpp peak MiB | same leading greedy tokens |")
+    lines.append("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for t in threads:
+        qp = med("qkv", t, lambda r: args.prompt / r["prompt_s"])
+        lp = med("llama.cpp", t, lambda r: args.prompt / r["prompt_s"])
+        qg = med("qkv", t, lambda r: args.new / r["gen_s"])
+        lg = med("llama.cpp", t, lambda r: args.new / r["gen_s"])
+        qm = med("qkv", t, lambda r: r["peak_kib"] / 1024)
+        lm = med("llama.cpp", t, lambda r: r["peak_kib"] / 1024)
+        same = leading_agreement(results[("qkv", t)][0]["tokens"],
+                                 results[("llama.cpp", t)][0]["tokens"])
+        lines.append(f"| {t} | {qp:.1f} | {lp:.1f} | **{qp / lp:.2f}** | {qg:.1f} | {lg:.1f} | "
+                     f"**{qg / lg:.2f}** | {qm:.0f} | {lm:.0f} | {same} of {args.new} |")
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if args.out:
+        tmp = args.out + ".partial"
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, args.out)
+
+
+if __name__ == "__main__":
+    main()
