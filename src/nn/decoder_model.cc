@@ -182,6 +182,11 @@ Tensor DecoderModel::forward(std::span<const int64_t> ids, int64_t batch_size, K
   return forward_impl(ids, batch_size, &cache);
 }
 
+Tensor DecoderModel::forward_last(std::span<const int64_t> ids, int64_t batch_size,
+                                  KVCache& cache) {
+  return forward_impl(ids, batch_size, &cache, /*last_only=*/true);
+}
+
 int64_t DecoderModel::sequence_length(std::span<const int64_t> ids, int64_t batch_size) const {
   const int64_t n = static_cast<int64_t>(ids.size());
   QKV_CHECK(batch_size > 0 && n > 0 && n % batch_size == 0, "DecoderModel::forward: ", n,
@@ -203,8 +208,8 @@ Tensor DecoderModel::embed(std::span<const int64_t> ids, int64_t batch_size, int
   return x;
 }
 
-Tensor DecoderModel::forward_impl(std::span<const int64_t> ids, int64_t batch_size,
-                                  KVCache* cache) {
+Tensor DecoderModel::forward_impl(std::span<const int64_t> ids, int64_t batch_size, KVCache* cache,
+                                  bool last_only) {
   const DecoderModelConfig& c = config_;
   const char* m = "DecoderModel::forward";
   const int64_t T = sequence_length(ids, batch_size);
@@ -228,7 +233,8 @@ Tensor DecoderModel::forward_impl(std::span<const int64_t> ids, int64_t batch_si
   Tensor x = embed(ids, batch_size, offset, nullptr);
   for (size_t i = 0; i < blocks_.size(); ++i)
     x = blocks_[i].forward(x, offset, cache, static_cast<int64_t>(i));
-  return head(detail::run(norm_, x));  // [B, T, vocab]
+  if (last_only) x = x.select(1, T - 1).contiguous();  // [B, D]
+  return head(detail::run(norm_, x));                  // [B, T, vocab] or [B, vocab]
 }
 
 void DecoderModel::list_members(MemberList& m) {

@@ -34,8 +34,7 @@ const Tensor& DecoderSession::prefill(std::span<const int64_t> ids) {
   QKV_CHECK(!ids.empty() && static_cast<int64_t>(ids.size()) % batch_size_ == 0,
             "DecoderSession::prefill: ", ids.size(), " ids do not form batch_size = ", batch_size_,
             " non-empty sequences");
-  const Tensor all = model_.forward(ids, batch_size_, cache_);  // [B, T, vocab]
-  logits_.copy_from(all.select(1, all.size(1) - 1));
+  logits_.copy_from(model_.forward_last(ids, batch_size_, cache_));  // [B, vocab]
   return logits_;
 }
 

@@ -125,6 +125,12 @@ class DecoderModel : public ModuleBase<DecoderModel> {
   // ids: B·T ids, row-major [B, T]  ->  [B, T, vocab]
   Tensor forward(std::span<const int64_t> ids, int64_t batch_size, KVCache& cache);
 
+  // As forward(ids, batch_size, cache), but only the last position goes
+  // through the output head (a prompt's prefill: a [B, T, vocab] result
+  // would cost T times the head's work and memory).
+  // ids: B·T ids, row-major [B, T]  ->  [B, vocab]
+  Tensor forward_last(std::span<const int64_t> ids, int64_t batch_size, KVCache& cache);
+
   // Training: forward(ids, batch_size) that also saves what backward() needs
   // (nullptr: as forward(ids, batch_size)).
   // ids: B·T ids, row-major [B, T]  ->  [B, T, vocab]
@@ -167,7 +173,9 @@ class DecoderModel : public ModuleBase<DecoderModel> {
   // The names listed at the top of this file, in that order.
   void list_members(MemberList& m) override;
 
-  Tensor forward_impl(std::span<const int64_t> ids, int64_t batch_size, KVCache* cache);
+  // last_only: the logits of the last position only, [B, vocab].
+  Tensor forward_impl(std::span<const int64_t> ids, int64_t batch_size, KVCache* cache,
+                      bool last_only = false);
   // T of B·T ids, checked.
   int64_t sequence_length(std::span<const int64_t> ids, int64_t batch_size) const;
   // Token embeddings plus positions offset … offset + T - 1 (checked against
