@@ -369,6 +369,23 @@ TEST(Gguf, RejectsTensorsOutsideTheDataOrOverlapping) {
                          {"the data section should start at byte 64", "only 59 bytes"});
 }
 
+TEST(Gguf, LoadsQuantizedTypesDequantized) {
+  // Two rows of one Q4_1 block each: d = 1 (fp16 0x3c00), m = -0.5 (0xb800); byte i holds
+  // weight i (low nibble) and weight i + 16 (high nibble).
+  std::string block = le<uint16_t>(0x3c00) + le<uint16_t>(0xb800);
+  for (int i = 0; i < 16; ++i) block += static_cast<char>(i | (15 - i) << 4);
+  GgufWriter w;
+  w.tensor("q", {32, 2}, kQ4_1, block + block);
+  const GgufFile f = read(w);
+  const Tensor q = f.load("q");
+  ASSERT_EQ(q.shape(), (Shape{2, 32}));
+  for (int r = 0; r < 2; ++r)
+    for (int i = 0; i < 16; ++i) {
+      EXPECT_EQ(q.data<float>()[r * 32 + i], static_cast<float>(i) - 0.5f);
+      EXPECT_EQ(q.data<float>()[r * 32 + 16 + i], static_cast<float>(15 - i) - 0.5f);
+    }
+}
+
 TEST(Gguf, LoadsPlainTypesExactly) {
   GgufWriter w;
   w.tensor("f64", {2}, kF64, le(0.1) + le(-2.5))
@@ -380,6 +397,7 @@ TEST(Gguf, LoadsPlainTypesExactly) {
           "h", {4}, kF16,
           le<uint16_t>(0x7c00) + le<uint16_t>(0xfc00) + le<uint16_t>(0x7e00) + le<uint16_t>(0x03ff))
       .tensor("q", {32}, kQ4_1, std::string(20, '\0'))
+      .tensor("q5", {32}, 6, std::string(22, '\0'))  // Q5_0: no dequantizer
       .tensor("s", {}, kF32, floats({3.5f}));
   const GgufFile f = read(w);
   const Tensor f64 = f.load("f64");
@@ -402,8 +420,8 @@ TEST(Gguf, LoadsPlainTypesExactly) {
   EXPECT_EQ(f.load("s").shape(), Shape{});
   EXPECT_EQ(f.load("s").data<float>()[0], 3.5f);
   EXPECT_EQ(f.tensor("q").data.size(), 20u);
-  qkv_test::expect_error([&] { f.load("q"); }, ErrorKind::kType,
-                         {"'t.gguf'", "tensor \"q\" is Q4_1", "dequantizer"});
+  qkv_test::expect_error([&] { f.load("q5"); }, ErrorKind::kType,
+                         {"'t.gguf'", "tensor \"q5\" is Q5_0", "Q4_1, Q8_0, Q4_K and Q6_K only"});
   qkv_test::expect_error([&] { f.tensor("nope"); }, {"'t.gguf' has no tensor \"nope\""});
   EXPECT_FALSE(f.has_tensor("nope"));
   EXPECT_TRUE(f.has_tensor("q"));
@@ -501,7 +519,10 @@ TEST(GgufSmolLM2, ReadsTheWholeFile) {
   const Tensor norm = f.load("output_norm.weight");
   EXPECT_EQ(norm.shape(), (Shape{576}));
   for (int64_t i = 0; i < norm.numel(); ++i) ASSERT_TRUE(std::isfinite(norm.data<float>()[i]));
-  qkv_test::expect_error([&] { f.load("blk.0.attn_q.weight"); }, ErrorKind::kType, "is Q4_1");
+  // Quantized tensors load dequantized: Q4_1 rows of blocks w = d·q + m.
+  const Tensor q = f.load("blk.0.attn_q.weight");
+  EXPECT_EQ(q.shape(), (Shape{576, 576}));
+  for (int64_t i = 0; i < q.numel(); ++i) ASSERT_TRUE(std::isfinite(q.data<float>()[i]));
 }
 
 }  // namespace

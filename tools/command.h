@@ -24,6 +24,9 @@ Command add_demo_command(CLI::App& parent);
 // `qkv generate`: text token by token from a decoder-only model file (tools/generate.cc).
 Command add_generate_command(CLI::App& parent);
 
+// `qkv chat`: an interactive conversation with a GGUF chat model (tools/chat.cc).
+Command add_chat_command(CLI::App& parent);
+
 // `qkv embed` and `qkv similarity`: sentence embeddings and their cosines (tools/embed.cc,
 // tools/similarity.cc).
 Command add_embed_command(CLI::App& parent);

@@ -10,6 +10,7 @@
 
 #include "cli_options.h"
 #include "command.h"
+#include "gguf_generation.h"
 #include "qkv/error.h"
 #include "qkv/io/char_vocabulary.h"
 #include "qkv/models/decoder_model_file.h"
@@ -32,9 +33,24 @@ struct GenerateOptions {
   uint64_t seed = 0;
   std::string precision = "float32";
   bool stats = false;
+  bool exact = false;
+  int threads = 0;
 };
 
 int run_generate(const GenerateOptions& o) {
+  if (o.threads > 0) set_num_threads(o.threads);
+  if (is_gguf_file(o.model))
+    return run_generate_gguf({.model = o.model,
+                              .prompt = o.prompt,
+                              .max_new_tokens = o.max_new_tokens,
+                              .sampling = {.temperature = o.greedy ? 0.0 : o.temperature,
+                                           .top_k = o.top_k,
+                                           .top_p = o.top_p},
+                              .seed = o.seed,
+                              .precision = o.precision,
+                              .exact = o.exact,
+                              .stats = o.stats});
+  QKV_CHECK(!o.exact, "--exact is for GGUF files (their weights dequantized to float32)");
   io::SafetensorsMetadata metadata;
   nn::DecoderModel model = models::load_decoder_model(o.model, &metadata);
   model.set_precision(parse_precision(o.precision));
@@ -85,7 +101,9 @@ Command add_generate_command(CLI::App& parent) {
       "Print text token by token from a decoder-only model file (KV-cached decoding)", run_generate,
       [](CLI::App& app, GenerateOptions& options) {
         app.add_option("model", options.model,
-                       "Model file written by qkv train lm (models::save_decoder_model)")
+                       "Model file written by qkv train lm (models::save_decoder_model), or a "
+                       "GGUF file of a llama-architecture model (e.g. "
+                       "models/SmolLM2-135M-Instruct.Q4_1.gguf)")
             ->required()
             ->check(CLI::ExistingFile)
             ->type_name("FILE");
@@ -103,9 +121,16 @@ Command add_generate_command(CLI::App& parent) {
                      "Always take the most likely token (temperature 0)");
         add_defaulted(app, "--seed", options.seed, "Seed of the sampler: same seed, same text");
         add_precision_option(app, options.precision);
-        app.add_flag("--stats", options.stats, "Print tokens per second to stderr at the end");
+        app.add_flag("--stats", options.stats,
+                     "Print tokens per second to stderr at the end (GGUF: prompt and generation "
+                     "separately)");
+        app.add_flag("--exact", options.exact,
+                     "GGUF: dequantize every weight to float32 (slower, more memory) instead of "
+                     "multiplying with the quantized blocks");
+        add_threads_option(app, options.threads);
         app.footer(
-            "Tokens are bytes unless the file's metadata holds a vocabulary (qkv.vocabulary).\n"
+            "Tokens are bytes unless the file's metadata holds a vocabulary (qkv.vocabulary);\n"
+            "GGUF files bring their BPE tokenizer, and generation stops at <|im_end|>/eos.\n"
             "The prompt is fed in one pass; each new token then costs one cached decoding "
             "step.");
       });

@@ -51,11 +51,9 @@ int main(int argc, char** argv) {
   app.footer("Run 'qkv <command> --help' for the options of a command.");
 
   std::vector<qkv::cli::Command> commands = {
-      qkv::cli::add_demo_command(app),
-      qkv::cli::add_generate_command(app),
-      qkv::cli::add_embed_command(app),
-      qkv::cli::add_similarity_command(app),
-      qkv::cli::add_train_command(app),
+      qkv::cli::add_demo_command(app),       qkv::cli::add_generate_command(app),
+      qkv::cli::add_chat_command(app),       qkv::cli::add_embed_command(app),
+      qkv::cli::add_similarity_command(app), qkv::cli::add_train_command(app),
   };
 
   try {

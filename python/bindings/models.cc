@@ -12,6 +12,7 @@
 #include "convert.h"
 #include "module_common.h"
 #include "qkv/models/bert.h"
+#include "qkv/models/gguf_model.h"
 #include "qkv/models/sentence_encoder.h"
 
 namespace qkv::python {
@@ -142,6 +143,25 @@ void bind_models(py::module_& m) {
                                return std::string(models::pooling_name(self.pooling()));
                              })
       .def_property_readonly("normalize", &SentenceEncoder::normalize);
+
+  // qkv.models.load_gguf's compiled half: (DecoderModel, BpeTokenizer, info dict).
+  m.def(
+      "load_gguf",
+      [](const std::string& path, bool exact, int64_t max_seq_len) {
+        models::GgufModel g = [&] {
+          py::gil_scoped_release release;
+          return models::load_gguf_model(path, {.exact = exact, .max_seq_len = max_seq_len});
+        }();
+        py::dict info;
+        info["architecture"] = g.architecture;
+        info["name"] = g.name;
+        info["exact"] = g.exact;
+        info["chat_template"] =
+            g.chat_template_source ? py::cast(*g.chat_template_source) : py::none();
+        info["end_of_turn"] = g.end_of_turn() ? py::cast(*g.end_of_turn()) : py::none();
+        return py::make_tuple(std::move(g.model), std::move(g.tokenizer), info);
+      },
+      py::arg("path"), py::arg("exact"), py::arg("max_seq_len"));
 }
 
 }  // namespace qkv::python

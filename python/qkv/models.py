@@ -181,3 +181,58 @@ class DecoderSession:
     length = property(lambda self: self._session.length)
     max_len = property(lambda self: self._session.max_len)
     batch_size = property(lambda self: self._session.batch_size)
+
+
+class GgufModel:
+    """A pretrained model from a GGUF file (qkv::models::load_gguf_model):
+    a DecoderModel, its byte-level BPE tokenizer and its chat template.
+
+        m = qkv.models.load_gguf("models/SmolLM2-135M-Instruct.Q4_1.gguf")
+        ids = m.generate("The capital of France is", max_new_tokens=20)   # greedy
+        print(m.tokenizer.decode(ids))
+        logits = m.logits(m.tokenizer.encode("Hello"))   # [1, T, vocab]
+
+    Attributes: model (DecoderModel), tokenizer (qkv.text.BpeTokenizer),
+    architecture, name, exact, chat_template (jinja source or None),
+    end_of_turn (the id that ends a reply: <|im_end|> or eos, or None).
+    """
+
+    def __init__(self, core_model, core_tokenizer, info):
+        from .text import BpeTokenizer
+
+        self.model = DecoderModel._wrap(core_model, {})
+        self.tokenizer = BpeTokenizer.__new__(BpeTokenizer)
+        self.tokenizer._impl = core_tokenizer
+        self.architecture = info["architecture"]
+        self.name = info["name"]
+        self.exact = info["exact"]
+        self.chat_template = info["chat_template"]
+        self.end_of_turn = info["end_of_turn"]
+
+    def logits(self, ids):
+        """ids: [T] or [B, T] ints  ->  logits [B, T, vocab] (numpy float32)."""
+        return self.model.forward(ids)
+
+    def generate(self, prompt, max_new_tokens, greedy=True, temperature=1.0, top_k=0, top_p=1.0,
+                 seed=0, stop_at_end_of_turn=True):
+        """Continues `prompt` (text, encoded with the tokenizer, or [T] ids)
+        with up to max_new_tokens new ids (a list; tokenizer.decode gives the
+        text). Greedy unless greedy=False (then temperature/top_k/top_p/seed
+        sample). Stops after end_of_turn when stop_at_end_of_turn."""
+        ids = self.tokenizer.encode(prompt) if isinstance(prompt, (str, bytes)) else prompt
+        stop = self.end_of_turn if stop_at_end_of_turn else None
+        return self.model.generate(ids, max_new_tokens, 0.0 if greedy else temperature, top_k,
+                                   top_p, seed, stop)
+
+
+def load_gguf(path, exact=False, max_seq_len=8192):
+    """Loads a llama-architecture GGUF file -> GgufModel.
+
+    exact=False keeps the weights in their quantized blocks (read in place from
+    the file's mapping); exact=True dequantizes every weight to float32.
+    max_seq_len caps the file's context length (the KV cache size).
+    """
+    return GgufModel(*_core.load_gguf(str(path), bool(exact), int(max_seq_len)))
+
+
+__all__ += ["GgufModel", "load_gguf"]

@@ -1,4 +1,5 @@
-// GGUF: finding tensors and converting the plain types to qkv tensors.
+// GGUF: finding tensors and converting them to qkv tensors (the block-quantized types through
+// qkv::dequantize_row).
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -7,6 +8,7 @@
 #include "io/gguf_util.h"
 #include "io/stored_values.h"
 #include "qkv/io/gguf.h"
+#include "qkv/quantized_linear.h"
 
 namespace qkv::io {
 
@@ -91,15 +93,31 @@ Tensor GgufFile::load(std::string_view name) const {
       }
       return t;
     }
+    case GgmlType::kQ4_0:
+    case GgmlType::kQ4_1:
+    case GgmlType::kQ8_0:
+    case GgmlType::kQ4_K:
+    case GgmlType::kQ6_K: {
+      // The reader checked that dims[0] is a multiple of the block and the byte size, so the
+      // blocks cover every element; rows of dims[0] elements are dequantized in one go.
+      const QuantFormat format = quant_format_from_ggml_type(static_cast<uint32_t>(info.type));
+      Tensor t = empty(DType::kFloat32);
+      if (n == 0) return t;
+      const int64_t row = info.dims.empty() ? 1 : info.dims[0];
+      const int64_t row_bytes = row / quant_block_elements(format) * quant_block_bytes(format);
+      float* out = t.data<float>();
+      for (int64_t r = 0; r < n / row; ++r)
+        dequantize_row(format, src + r * row_bytes, out + r * row, row);
+      return t;
+    }
     default:
       break;
   }
   throw Error(ErrorKind::kType,
               detail::concat("GGUF file '", source_, "': tensor ", quoted(name), " is ",
                              ggml_type_name(info.type),
-                             "; GgufFile::load converts F32, F16, BF16, F64 and I8..I64 only, ",
-                             "quantized tensors are read from their blocks "
-                             "(tensor(name).data) by the dequantizer"));
+                             "; GgufFile::load converts F32, F16, BF16, F64, I8..I64, Q4_0, "
+                             "Q4_1, Q8_0, Q4_K and Q6_K only"));
 }
 
 }  // namespace qkv::io

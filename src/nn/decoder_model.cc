@@ -8,6 +8,7 @@
 #include "nn/module_util.h"
 #include "qkv/functional.h"
 #include "qkv/linear.h"
+#include "qkv/nn/skip_weight_init.h"
 
 namespace qkv::nn {
 
@@ -80,7 +81,7 @@ DecoderModel::DecoderModel(const DecoderModelConfig& config, Generator* gen)
         .d_model = c.d_model, .max_len = c.max_seq_len, .batch_first = true, .dtype = c.dtype});
   blocks_.reserve(static_cast<size_t>(c.num_layers));
   for (int64_t i = 0; i < c.num_layers; ++i) blocks_.emplace_back(block_options(c), gen);
-  if (!c.tie_embeddings) {
+  if (!c.tie_embeddings && !SkipWeightInit::active()) {
     Generator& g = gen ? *gen : default_generator();
     output_ = detail::uniform_fan_in({c.vocab_size, c.d_model}, c.d_model, g, c.dtype);
   }
@@ -88,6 +89,71 @@ DecoderModel::DecoderModel(const DecoderModelConfig& config, Generator* gen)
 
 const Tensor& DecoderModel::output_weight() const {
   return config_.tie_embeddings ? tok_embeddings_.weight() : output_;
+}
+
+namespace {
+
+// Which weight the head multiplies with; throws when it has none.
+struct HeadWeight {
+  const Tensor* dense = nullptr;
+  const QuantizedWeight* quantized = nullptr;
+};
+
+HeadWeight head_weight(const DecoderModelConfig& c, const Embedding& tok, const Tensor& output,
+                       const QuantizedWeight& quantized_output) {
+  if (c.tie_embeddings) {
+    if (!tok.quantized_weight().empty()) return {nullptr, &tok.quantized_weight()};
+    QKV_CHECK(tok.weight().defined(), "DecoderModel: the (tied) output head has no weight: ",
+              "tok_embeddings was built under nn::SkipWeightInit and never set");
+    return {&tok.weight(), nullptr};
+  }
+  if (!quantized_output.empty()) return {nullptr, &quantized_output};
+  QKV_CHECK(output.defined(), "DecoderModel: the output head has no weight (built under ",
+            "nn::SkipWeightInit; give one with set_output_weight)");
+  return {&output, nullptr};
+}
+
+}  // namespace
+
+Tensor DecoderModel::head(const Tensor& x) const {
+  const HeadWeight w = head_weight(config_, tok_embeddings_, output_, quantized_output_);
+  return w.quantized ? linear(x, *w.quantized) : linear(x, *w.dense);
+}
+
+void DecoderModel::head_into(Tensor& out, const Tensor& x) const {
+  const HeadWeight w = head_weight(config_, tok_embeddings_, output_, quantized_output_);
+  if (w.quantized) return linear_into(out, x, *w.quantized);
+  linear_into(out, x, *w.dense);
+}
+
+void DecoderModel::set_output_weight(Tensor weight) {
+  const DecoderModelConfig& c = config_;
+  QKV_CHECK(!c.tie_embeddings,
+            "DecoderModel::set_output_weight: the head is tied to tok_embeddings; set that");
+  QKV_CHECK(weight.defined() && weight.dim() == 2 && weight.size(0) == c.vocab_size &&
+                weight.size(1) == c.d_model,
+            "DecoderModel::set_output_weight: expected [", c.vocab_size, ", ", c.d_model, "], got ",
+            weight.defined() ? shape_str(weight.shape()) : std::string("undefined"));
+  QKV_CHECK_TYPE(weight.dtype() == c.dtype, "DecoderModel::set_output_weight: expected dtype ",
+                 dtype_name(c.dtype), ", got ", dtype_name(weight.dtype()));
+  output_ = std::move(weight);
+  quantized_output_ = QuantizedWeight();
+}
+
+void DecoderModel::set_quantized_output_weight(QuantizedWeight weight) {
+  const DecoderModelConfig& c = config_;
+  const char* m = "DecoderModel::set_quantized_output_weight";
+  QKV_CHECK(!c.tie_embeddings, m, ": the head is tied to tok_embeddings; set that");
+  QKV_CHECK(
+      !weight.empty() && weight.out_features() == c.vocab_size && weight.in_features() == c.d_model,
+      m, ": expected [", c.vocab_size, ", ", c.d_model, "], got ",
+      weight.empty()
+          ? std::string("an empty weight")
+          : qkv::detail::concat("[", weight.out_features(), ", ", weight.in_features(), "]"));
+  QKV_CHECK_TYPE(c.dtype == DType::kFloat32, m, ": needs a float32 model, this one is ",
+                 dtype_name(c.dtype));
+  quantized_output_ = std::move(weight);
+  output_ = Tensor();
 }
 
 Tensor DecoderModel::position_table() const {
@@ -116,6 +182,11 @@ Tensor DecoderModel::forward(std::span<const int64_t> ids, int64_t batch_size, K
   return forward_impl(ids, batch_size, &cache);
 }
 
+Tensor DecoderModel::forward_last(std::span<const int64_t> ids, int64_t batch_size,
+                                  KVCache& cache) {
+  return forward_impl(ids, batch_size, &cache, /*last_only=*/true);
+}
+
 int64_t DecoderModel::sequence_length(std::span<const int64_t> ids, int64_t batch_size) const {
   const int64_t n = static_cast<int64_t>(ids.size());
   QKV_CHECK(batch_size > 0 && n > 0 && n % batch_size == 0, "DecoderModel::forward: ", n,
@@ -137,8 +208,8 @@ Tensor DecoderModel::embed(std::span<const int64_t> ids, int64_t batch_size, int
   return x;
 }
 
-Tensor DecoderModel::forward_impl(std::span<const int64_t> ids, int64_t batch_size,
-                                  KVCache* cache) {
+Tensor DecoderModel::forward_impl(std::span<const int64_t> ids, int64_t batch_size, KVCache* cache,
+                                  bool last_only) {
   const DecoderModelConfig& c = config_;
   const char* m = "DecoderModel::forward";
   const int64_t T = sequence_length(ids, batch_size);
@@ -162,7 +233,8 @@ Tensor DecoderModel::forward_impl(std::span<const int64_t> ids, int64_t batch_si
   Tensor x = embed(ids, batch_size, offset, nullptr);
   for (size_t i = 0; i < blocks_.size(); ++i)
     x = blocks_[i].forward(x, offset, cache, static_cast<int64_t>(i));
-  return linear(detail::run(norm_, x), output_weight());  // [B, T, vocab]
+  if (last_only) x = x.select(1, T - 1).contiguous();  // [B, D]
+  return head(detail::run(norm_, x));                  // [B, T, vocab] or [B, vocab]
 }
 
 void DecoderModel::list_members(MemberList& m) {

@@ -34,8 +34,7 @@ const Tensor& DecoderSession::prefill(std::span<const int64_t> ids) {
   QKV_CHECK(!ids.empty() && static_cast<int64_t>(ids.size()) % batch_size_ == 0,
             "DecoderSession::prefill: ", ids.size(), " ids do not form batch_size = ", batch_size_,
             " non-empty sequences");
-  const Tensor all = model_.forward(ids, batch_size_, cache_);  // [B, T, vocab]
-  logits_.copy_from(all.select(1, all.size(1) - 1));
+  logits_.copy_from(model_.forward_last(ids, batch_size_, cache_));  // [B, vocab]
   return logits_;
 }
 
@@ -51,7 +50,7 @@ const Tensor& DecoderSession::step(std::span<const int64_t> tokens) {
   QKV_CHECK(pos < cache_.max_len(), m, ": the cache is full (", cache_.max_len(),
             " positions); reset() the session or make one with a larger max_len");
 
-  embedding_into(x_, tokens, model_.tok_embeddings().weight());
+  model_.tok_embeddings().forward_into(x_, tokens);
   if (position_table_.defined()) {
     const Tensor row = position_table_.select(0, pos);
     for (int64_t b = 0; b < batch_size_; ++b) {
@@ -62,7 +61,7 @@ const Tensor& DecoderSession::step(std::span<const int64_t> tokens) {
   for (int64_t i = 0; i < c.num_layers; ++i)
     model_.blocks()[i].step_into(x_, pos, cache_, i, buffers_);
   detail::norm_into(buffers_.h, x_, model_.norm());
-  linear_into(logits_, buffers_.h, model_.output_weight());
+  model_.head_into(logits_, buffers_.h);
   return logits_;
 }
 

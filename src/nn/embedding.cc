@@ -3,6 +3,7 @@
 
 #include "nn/module_util.h"
 #include "qkv/functional.h"
+#include "qkv/nn/skip_weight_init.h"
 
 namespace qkv::nn {
 
@@ -21,6 +22,7 @@ Embedding::Embedding(const EmbeddingOptions& options, Generator* gen)
               -o.num_embeddings, ", ", o.num_embeddings, "), got ", p);
     if (p < 0) p += o.num_embeddings;
   }
+  if (SkipWeightInit::active()) return;
   Generator& g = gen ? *gen : default_generator();
   weight_ = Tensor::randn({o.num_embeddings, o.embedding_dim}, g, o.dtype);
   if (o.padding_idx) weight_.select(0, *o.padding_idx).fill(0.0);
@@ -28,9 +30,56 @@ Embedding::Embedding(const EmbeddingOptions& options, Generator* gen)
 
 Tensor Embedding::forward(const std::vector<int64_t>& ids, const Shape& shape,
                           EmbeddingRecord* record) const {
-  Tensor out = embedding(ids, shape, weight_);
+  check_weight();
+  QKV_CHECK(!record || quantized_weight_.empty(),
+            "Embedding::forward with a record: the table is quantized (inference only)");
+  Tensor out = quantized_weight_.empty() ? embedding(ids, shape, weight_)
+                                         : embedding(ids, shape, quantized_weight_);
   if (record) *record = {ids, shape};
   return out;
+}
+
+void Embedding::forward_into(Tensor& out, std::span<const int64_t> ids) const {
+  check_weight();
+  if (quantized_weight_.empty()) return embedding_into(out, ids, weight_);
+  embedding_into(out, ids, quantized_weight_);
+}
+
+void Embedding::set_weight(Tensor weight) {
+  const EmbeddingOptions& o = options_;
+  QKV_CHECK(weight.defined() && weight.dim() == 2 && weight.size(0) == o.num_embeddings &&
+                weight.size(1) == o.embedding_dim,
+            "Embedding::set_weight: expected a table of shape [", o.num_embeddings, ", ",
+            o.embedding_dim, "], got ",
+            weight.defined() ? shape_str(weight.shape()) : std::string("an undefined tensor"));
+  QKV_CHECK_TYPE(weight.dtype() == o.dtype, "Embedding::set_weight: expected dtype ",
+                 dtype_name(o.dtype), ", got ", dtype_name(weight.dtype()));
+  weight_ = std::move(weight);
+  quantized_weight_ = QuantizedWeight();
+}
+
+void Embedding::set_quantized_weight(QuantizedWeight weight) {
+  const EmbeddingOptions& o = options_;
+  QKV_CHECK(!weight.empty() && weight.out_features() == o.num_embeddings &&
+                weight.in_features() == o.embedding_dim,
+            "Embedding::set_quantized_weight: expected a table of shape [", o.num_embeddings, ", ",
+            o.embedding_dim, "], got ",
+            weight.empty()
+                ? std::string("an empty one")
+                : qkv::detail::concat("[", weight.out_features(), ", ", weight.in_features(), "]"));
+  QKV_CHECK_TYPE(o.dtype == DType::kFloat32,
+                 "Embedding::set_quantized_weight: quantized tables need a float32 module, this "
+                 "one is ",
+                 dtype_name(o.dtype));
+  quantized_weight_ = std::move(weight);
+  weight_ = Tensor();
+}
+
+void Embedding::check_weight() const {
+  QKV_CHECK(weight_.defined() || !quantized_weight_.empty(), "Embedding [", options_.num_embeddings,
+            ", ", options_.embedding_dim,
+            "]: no table (built under nn::SkipWeightInit; give one with set_weight or "
+            "set_quantized_weight)");
 }
 
 void Embedding::list_members(MemberList& m) { m.parameter("weight", weight_); }

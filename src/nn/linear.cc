@@ -3,6 +3,7 @@
 
 #include "nn/module_util.h"
 #include "qkv/linear.h"
+#include "qkv/nn/skip_weight_init.h"
 
 namespace qkv::nn {
 
@@ -13,9 +14,53 @@ Linear::Linear(const LinearOptions& options, Generator* gen) : ModuleBase("Linea
   QKV_CHECK(o.in_features >= 0 && o.out_features >= 0,
             "Linear: in_features and out_features must be >= 0, got in_features=", o.in_features,
             " and out_features=", o.out_features);
+  if (SkipWeightInit::active()) {
+    if (o.bias) bias_ = Tensor::zeros({o.out_features}, o.dtype);
+    return;
+  }
   Generator& g = gen ? *gen : default_generator();
   weight_ = detail::uniform_fan_in({o.out_features, o.in_features}, o.in_features, g, o.dtype);
   if (o.bias) bias_ = detail::uniform_fan_in({o.out_features}, o.in_features, g, o.dtype);
+}
+
+void Linear::set_weight(Tensor weight) {
+  const LinearOptions& o = options_;
+  QKV_CHECK(weight.defined() && weight.dim() == 2 && weight.size(0) == o.out_features &&
+                weight.size(1) == o.in_features,
+            "Linear::set_weight: expected a weight of shape [", o.out_features, ", ", o.in_features,
+            "], got ",
+            weight.defined() ? shape_str(weight.shape()) : std::string("an undefined tensor"));
+  QKV_CHECK_TYPE(weight.dtype() == o.dtype, "Linear::set_weight: expected dtype ",
+                 dtype_name(o.dtype), ", got ", dtype_name(weight.dtype()));
+  weight_ = std::move(weight);
+  quantized_weight_ = QuantizedWeight();
+  update_precision();
+}
+
+void Linear::set_quantized_weight(QuantizedWeight weight) {
+  const LinearOptions& o = options_;
+  QKV_CHECK(!weight.empty() && weight.out_features() == o.out_features &&
+                weight.in_features() == o.in_features,
+            "Linear::set_quantized_weight: expected a weight of shape [", o.out_features, ", ",
+            o.in_features, "], got ",
+            weight.empty()
+                ? std::string("an empty one")
+                : qkv::detail::concat("[", weight.out_features(), ", ", weight.in_features(), "]"));
+  QKV_CHECK_TYPE(o.dtype == DType::kFloat32,
+                 "Linear::set_quantized_weight: quantized weights need a float32 module, this "
+                 "one is ",
+                 dtype_name(o.dtype));
+  check_float32_precision("Linear::set_quantized_weight");
+  quantized_weight_ = std::move(weight);
+  weight_ = Tensor();
+  low_precision_weight_ = LowPrecisionWeight();
+}
+
+void Linear::check_weight() const {
+  QKV_CHECK(weight_.defined() || !quantized_weight_.empty(), "Linear [", options_.out_features,
+            ", ", options_.in_features,
+            "]: no weight (built under nn::SkipWeightInit; give one with set_weight or "
+            "set_quantized_weight)");
 }
 
 Tensor Linear::forward(const Tensor& x, LinearRecord* record) const {
@@ -25,24 +70,33 @@ Tensor Linear::forward(const Tensor& x, LinearRecord* record) const {
   QKV_CHECK(x.dim() >= 1 && x.size(-1) == options_.in_features,
             "Linear: input must be [..., in_features=", options_.in_features, "], got shape ",
             shape_str(x.shape()));
+  check_weight();
   if (record) {
     check_float32_precision("Linear::forward with a record");
+    QKV_CHECK(quantized_weight_.empty(),
+              "Linear::forward with a record: the weight is quantized (inference only)");
     record->input = x;
   }
   note_input_range({"weight"}, x);
+  if (!quantized_weight_.empty()) return linear(x, quantized_weight_, bias_);
   if (!low_precision_weight_.empty()) return linear(x, low_precision_weight_, bias_);
   return linear(x, weight_, bias_);
 }
 
 void Linear::forward_into(Tensor& out, const Tensor& x) const {
+  check_weight();
   note_input_range({"weight"}, x);
+  if (!quantized_weight_.empty()) return linear_into(out, x, quantized_weight_, bias_);
   if (!low_precision_weight_.empty()) return linear_into(out, x, low_precision_weight_, bias_);
   linear_into(out, x, weight_, bias_);
 }
 
 void Linear::update_precision() {
+  QKV_CHECK(quantized_weight_.empty() || precision() == Precision::kFloat32,
+            "Linear::set_precision: the weight is quantized (",
+            quant_format_name(quantized_weight_.format()), "); it has no other precision");
   low_precision_weight_ =
-      precision() == Precision::kFloat32
+      !weight_.defined() || precision() == Precision::kFloat32
           ? LowPrecisionWeight()
           : detail::low_precision_weight(weight_, precision(), type_name(), input_range("weight"));
 }

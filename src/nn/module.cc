@@ -28,6 +28,16 @@ class ModuleWalk final : public Module::MemberList {
   using OnParameter = std::function<void(Module& owner, const std::string& own_name,
                                          const std::string& full_name, Tensor& value)>;
   using OnModule = std::function<void(Module& module)>;
+  using OnNamedModule = std::function<void(const std::string& name, Module& module)>;
+
+  static void run_named(Module& root, const OnNamedModule& on_named) {
+    const OnParameter no_parameter;  // the walk holds references: these must outlive it
+    const OnModule no_module;
+    ModuleWalk walk(root, "", no_parameter, no_module);
+    walk.on_named_ = &on_named;
+    on_named("", root);
+    walk.list(root);
+  }
 
   static void run(Module& root, const OnParameter& on_parameter, const OnModule& on_module = {}) {
     ModuleWalk walk(root, "", on_parameter, on_module);
@@ -41,7 +51,9 @@ class ModuleWalk final : public Module::MemberList {
 
   void module(const std::string& name, Module& child) override {
     ModuleWalk walk(child, joined(prefix_, name), on_parameter_, on_module_);
+    walk.on_named_ = on_named_;
     if (on_module_) on_module_(child);
+    if (on_named_) (*on_named_)(walk.prefix_, child);
     walk.list(child);
   }
 
@@ -59,6 +71,7 @@ class ModuleWalk final : public Module::MemberList {
   std::string prefix_;
   const OnParameter& on_parameter_;
   const OnModule& on_module_;
+  const OnNamedModule* on_named_ = nullptr;
 };
 
 std::vector<Parameter> Module::parameters() {
@@ -68,6 +81,13 @@ std::vector<Parameter> Module::parameters() {
         params.push_back({full, value, owner.grad_buffer(own, value)});
       });
   return params;
+}
+
+std::vector<std::pair<std::string, Module*>> Module::named_modules() {
+  std::vector<std::pair<std::string, Module*>> out;
+  ModuleWalk::run_named(*this,
+                        [&](const std::string& name, Module& m) { out.emplace_back(name, &m); });
+  return out;
 }
 
 void Module::zero_grad() {

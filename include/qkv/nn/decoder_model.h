@@ -34,6 +34,11 @@
 //   layers.<i>.feed_forward.linear1/linear2.*    GELU (nn::FeedForward)
 //   norm.weight                           [D]
 //   output.weight                         [vocab, D]   untied head only
+//
+// Pretrained models (models::load_gguf_model) are built under
+// nn::SkipWeightInit and given their weights module by module
+// (named_modules(), set_output_weight); linear layers, the embedding table
+// and the head may keep them block-quantized (inference only).
 #pragma once
 
 #include <cstdint>
@@ -54,6 +59,7 @@
 #include "qkv/nn/parameter.h"
 #include "qkv/nn/positional_encoding.h"
 #include "qkv/nn/rms_norm.h"
+#include "qkv/quantized_linear.h"
 #include "qkv/tensor.h"
 
 namespace qkv::nn {
@@ -105,7 +111,8 @@ class DecoderModel : public ModuleBase<DecoderModel> {
  public:
   // Parameters initialised as the torch modules they mirror (embeddings
   // N(0, 1), linears U(±1/√fan_in), norms 1), drawn from `gen` in the order
-  // of the parameter list above.
+  // of the parameter list above. Under nn::SkipWeightInit the embedding,
+  // linear and untied head weights are left unset.
   explicit DecoderModel(const DecoderModelConfig& config, Generator* gen = nullptr);
 
   // Logits of every position of B sequences of T tokens (causal attention).
@@ -117,6 +124,12 @@ class DecoderModel : public ModuleBase<DecoderModel> {
   // (one step or a whole prompt at once).
   // ids: B·T ids, row-major [B, T]  ->  [B, T, vocab]
   Tensor forward(std::span<const int64_t> ids, int64_t batch_size, KVCache& cache);
+
+  // As forward(ids, batch_size, cache), but only the last position goes
+  // through the output head (a prompt's prefill: a [B, T, vocab] result
+  // would cost T times the head's work and memory).
+  // ids: B·T ids, row-major [B, T]  ->  [B, vocab]
+  Tensor forward_last(std::span<const int64_t> ids, int64_t batch_size, KVCache& cache);
 
   // Training: forward(ids, batch_size) that also saves what backward() needs
   // (nullptr: as forward(ids, batch_size)).
@@ -137,11 +150,22 @@ class DecoderModel : public ModuleBase<DecoderModel> {
 
   // The pieces, for nn::DecoderSession and for inspection.
   const Embedding& tok_embeddings() const { return tok_embeddings_; }
+  Embedding& tok_embeddings() { return tok_embeddings_; }
   std::vector<DecoderBlock>& blocks() { return blocks_; }
   const std::vector<DecoderBlock>& blocks() const { return blocks_; }
   const std::variant<RMSNorm, LayerNorm>& norm() const { return norm_; }
-  // [vocab, D]: tok_embeddings.weight when tied.
+  // [vocab, D]: tok_embeddings.weight when tied; undefined when quantized.
   const Tensor& output_weight() const;
+  // The output head, through whichever weight it has (float or quantized,
+  // its own or the tied table).
+  // x: [..., D]  ->  [..., vocab]
+  Tensor head(const Tensor& x) const;
+  // The same into a preallocated contiguous `out` [..., vocab], not overlapping x.
+  void head_into(Tensor& out, const Tensor& x) const;
+  // Untied models: a new head weight [vocab, D] (held, not copied) ...
+  void set_output_weight(Tensor weight);
+  // ... or one kept quantized (float32 models, inference only).
+  void set_quantized_output_weight(QuantizedWeight weight);
   // [max_seq_len, D] added to the embeddings; undefined with RoPE.
   Tensor position_table() const;
 
@@ -149,7 +173,9 @@ class DecoderModel : public ModuleBase<DecoderModel> {
   // The names listed at the top of this file, in that order.
   void list_members(MemberList& m) override;
 
-  Tensor forward_impl(std::span<const int64_t> ids, int64_t batch_size, KVCache* cache);
+  // last_only: the logits of the last position only, [B, vocab].
+  Tensor forward_impl(std::span<const int64_t> ids, int64_t batch_size, KVCache* cache,
+                      bool last_only = false);
   // T of B·T ids, checked.
   int64_t sequence_length(std::span<const int64_t> ids, int64_t batch_size) const;
   // Token embeddings plus positions offset … offset + T - 1 (checked against
@@ -164,7 +190,8 @@ class DecoderModel : public ModuleBase<DecoderModel> {
   std::optional<SinusoidalPositionalEncoding> sinusoidal_positions_;
   std::vector<DecoderBlock> blocks_;
   std::variant<RMSNorm, LayerNorm> norm_;
-  Tensor output_;  // [vocab, D] when untied
+  Tensor output_;                     // [vocab, D] when untied
+  QuantizedWeight quantized_output_;  // used instead of output_ when set
 };
 
 }  // namespace qkv::nn

@@ -7,6 +7,11 @@
 //   nn::LinearRecord rec;
 //   Tensor y = proj.forward(x, &rec);
 //   Tensor grad_x = proj.backward(grad_y, rec);   // adds into proj's weight/bias grads
+//
+// Pretrained weights kept block-quantized (a GGUF file's Q4_1 rows, read in
+// place from its mapping) replace the float weight:
+//   proj.set_quantized_weight(QuantizedWeight(QuantFormat::kQ4_1, 16, 32, data, bytes, owner));
+//   Tensor y = proj.forward(x);   // qkv::linear(x, quantized weight, bias)
 #pragma once
 
 #include <map>
@@ -16,6 +21,7 @@
 #include "qkv/generator.h"
 #include "qkv/linear.h"
 #include "qkv/nn/module.h"
+#include "qkv/quantized_linear.h"
 #include "qkv/tensor.h"
 
 namespace qkv::nn {
@@ -35,7 +41,8 @@ struct LinearRecord {
 class Linear : public ModuleBase<Linear, LinearOptions> {
  public:
   // torch's initialisation: weight and bias U(-1/√in, 1/√in), drawn from
-  // `gen` (default_generator() when null).
+  // `gen` (default_generator() when null). Under nn::SkipWeightInit: no
+  // weight (set one before use) and a zero bias.
   explicit Linear(const LinearOptions& options, Generator* gen = nullptr);
 
   // x: [..., in_features]  ->  [..., out_features]
@@ -52,17 +59,32 @@ class Linear : public ModuleBase<Linear, LinearOptions> {
   // grad_output: [..., out_features]  ->  like record.input
   Tensor backward(const Tensor& grad_output, const LinearRecord& record);
 
+  // A new float weight [out_features, in_features] of the module's dtype
+  // (held, not copied); drops a quantized one.
+  void set_weight(Tensor weight);
+  // Multiplies with `weight` ([out_features, in_features], float32 modules
+  // only) kept quantized from now on: the float weight is released (weight()
+  // and state_dict() then have none), and the module is for inference —
+  // forward with a record, backward and set_precision throw.
+  void set_quantized_weight(QuantizedWeight weight);
+
+  // Undefined when the weight is quantized (or not set yet).
   const Tensor& weight() const { return weight_; }
   const Tensor& bias() const { return bias_; }
+  // Empty unless set_quantized_weight was called.
+  const QuantizedWeight& quantized_weight() const { return quantized_weight_; }
 
  private:
   // "weight" [out, in], "bias" [out] (if bias).
   void list_members(MemberList& m) override;
   void update_precision() override;
+  // Throws naming the module when there is no weight of either kind.
+  void check_weight() const;
 
   Tensor weight_;                            // [out, in]
   Tensor bias_;                              // [out] or undefined
   LowPrecisionWeight low_precision_weight_;  // empty in float32
+  QuantizedWeight quantized_weight_;         // used instead of weight_ when set
 };
 
 }  // namespace qkv::nn

@@ -23,6 +23,7 @@
 #include <map>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "qkv/generator.h"
@@ -44,6 +45,11 @@ class Module {
   std::vector<Parameter> parameters();
   // Sets every allocated gradient buffer of the module and its children to 0.
   void zero_grad();
+
+  // The module ("") and every descendant by its state_dict prefix
+  // ("layers.0.attention.q_proj"), parents first, as torch's named_modules.
+  // The pointers are into this module: valid while it lives and is not moved.
+  std::vector<std::pair<std::string, Module*>> named_modules();
 
   // The parameters by torch's names and in its order. Shared, not copied:
   // changing an entry in place changes the module.

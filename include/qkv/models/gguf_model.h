@@ -1,0 +1,88 @@
+// Pretrained language models from GGUF files (llama.cpp's format) on qkv's
+// decoder blocks: the model, its byte-level BPE tokenizer and its chat format.
+//
+//   models::GgufModel m = models::load_gguf_model("models/SmolLM2-135M-Instruct.Q4_1.gguf");
+//   std::vector<int32_t> ids = m.tokenizer.encode("The capital of France is");
+//   std::vector<int64_t> prompt(ids.begin(), ids.end());
+//   std::vector<int64_t> out = nn::generate(m.model, prompt, {.max_new_tokens = 20});
+//   std::cout << m.tokenizer.decode(std::vector<int32_t>(out.begin(), out.end()));
+//
+// Architectures: "llama" (LLaMA 1-3, SmolLM, TinyLlama, ...): RMSNorm, RoPE,
+// GQA, SwiGLU, tied or untied output. Any other general.architecture is an
+// error naming it.
+//
+// Config from the metadata (llama.*): block_count, embedding_length,
+// feed_forward_length, attention.head_count, attention.head_count_kv (default:
+// head_count), rope.freq_base (default 10000), attention.layer_norm_rms_epsilon,
+// context_length (max_seq_len = min(context_length, options.max_seq_len)); the
+// vocabulary size from tokenizer.ggml.tokens. Every tensor is checked (present,
+// shape, type) before the model is built, and errors name the file and the
+// missing key or tensor, or what was found and expected.
+//
+// RoPE: GGUF files store the rows of attn_q and attn_k permuted for llama.cpp's
+// rotation of adjacent pairs (convert_hf_to_gguf.py's `permute`). The rows are
+// kept as stored and the model rotates adjacent pairs (RopeStyle::kInterleaved):
+// each head's q and k are permuted alike, so every q·k, and so the output, is
+// that of the original model with half-split RoPE (transformers' LLaMA).
+//
+// Two modes:
+//   fast (default)  linear weights, the token embedding and the output head stay
+//                   in their quantized blocks (Q4_0, Q4_1, Q8_0, Q4_K, Q6_K),
+//                   read in place from the file's mapping, which they keep
+//                   alive; no float32 copy is made (the model is built under
+//                   nn::SkipWeightInit), so memory stays near the file's size.
+//                   F32/F16/BF16 weights are converted to float32.
+//   exact           every weight dequantized to float32 once (GgufFile::load):
+//                   plain nn modules, the reference the fast mode is checked on.
+// Both are inference-only in practice (fast mode's quantized modules refuse
+// records); the model is float32.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+
+#include "qkv/io/gguf.h"
+#include "qkv/nn/decoder_model.h"
+#include "qkv/text/bpe_tokenizer.h"
+#include "qkv/text/chat_template.h"
+
+namespace qkv::models {
+
+struct GgufModelOptions {
+  bool exact = false;          // dequantize every weight to float32 (see above)
+  int64_t max_seq_len = 8192;  // cap on the file's context_length (KV cache size), > 0
+};
+
+struct GgufModel {
+  std::string architecture;  // general.architecture ("llama")
+  std::string name;          // general.name, or ""
+  bool exact = false;        // the mode it was loaded in
+  nn::DecoderModel model;
+  text::BpeTokenizer tokenizer;
+  // tokenizer.chat_template (jinja source), when the file has one.
+  std::optional<std::string> chat_template_source;
+
+  // The file's chat format (text::ChatTemplate::from_jinja): an error when the
+  // file has no template or one that is not ChatML.
+  text::ChatTemplate chat_template() const;
+  // The token that ends an assistant turn: "<|im_end|>" when the vocabulary
+  // has it, else eos (nullopt when neither).
+  std::optional<int32_t> end_of_turn() const;
+};
+
+// The model config from a llama GGUF file's metadata (see above); max_seq_len
+// caps context_length. Checks the keys only, not the tensors.
+nn::DecoderModelConfig gguf_decoder_config(const io::GgufFile& file, int64_t max_seq_len = 8192);
+
+// The byte-level BPE tokenizer of tokenizer.ggml.* (model "gpt2": tokens,
+// merges, token_type, pre, bos/eos/unknown/padding_token_id, add_bos_token,
+// add_eos_token). Another tokenizer.ggml.model is an error naming it.
+text::BpeTokenizer gguf_bpe_tokenizer(const io::GgufFile& file);
+
+// Model, tokenizer and chat template of a GGUF file.
+GgufModel load_gguf_model(const io::GgufFile& file, const GgufModelOptions& options = {});
+GgufModel load_gguf_model(const std::filesystem::path& path, const GgufModelOptions& options = {});
+
+}  // namespace qkv::models

@@ -1,0 +1,78 @@
+// `qkv generate MODEL.gguf` and `qkv chat`, run as a user would: on a tiny llama GGUF
+// file written here, and on SmolLM2 when scripts/fetch_model.sh has put it in models/.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <string>
+
+#include "cli_runner.h"
+#include "tiny_llama_gguf.h"
+
+namespace {
+
+using namespace qkv_test;
+
+fs::path write_tiny(const fs::path& dir) {
+  const fs::path path = dir / "tiny.gguf";
+  const std::vector<std::byte> bytes = tiny_llama();
+  std::ofstream(path, std::ios::binary)
+      .write(reinterpret_cast<const char*>(bytes.data()),
+             static_cast<std::streamsize>(bytes.size()));
+  return path;
+}
+
+fs::path write_text(const fs::path& path, const std::string& text) {
+  std::ofstream(path) << text;
+  return path;
+}
+
+fs::path smollm2() {
+  return fs::path(QKV_SOURCE_DIR) / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf";
+}
+
+TEST_F(Cli, GenerateReadsGgufFiles) {
+  const fs::path model = write_tiny(dir_);
+  for (const char* mode : {"", " --exact"}) {
+    const CliRun run = run_qkv("generate '" + model.string() +
+                               "' --prompt ab --greedy --max-new-tokens 6 --stats" + mode);
+    EXPECT_EQ(run.exit_code, 0) << run.output;
+    expect_output_has(run, {"ab", "prompt: 1 tokens", "tokens/s); generation: "});
+  }
+  // Same seed, same text; the fast mode has no other precision.
+  const std::string args =
+      "generate '" + model.string() + "' --prompt ab --max-new-tokens 8 --seed 3";
+  EXPECT_EQ(run_qkv(args).output, run_qkv(args).output);
+  expect_failure(run_qkv("generate '" + model.string() + "' --prompt ab --precision int8"),
+                 {"--precision int8 needs --exact"});
+}
+
+TEST_F(Cli, ChatReadsTurnsFromStdin) {
+  const fs::path model = write_tiny(dir_);
+  const fs::path input = write_text(dir_ / "turns.txt", "a\n\nab c\n");
+  const CliRun run = run_qkv("chat '" + model.string() +
+                             "' --greedy --max-new-tokens 4 --stats < '" + input.string() + "'");
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  expect_output_has(run, {"tiny (fast mode)", "> ", "generation: "});
+  // A file without GGUF magic is refused by name.
+  const fs::path text = write_text(dir_ / "not.gguf", "hello");
+  expect_failure(run_qkv("chat '" + text.string() + "' < '" + input.string() + "'"),
+                 {"is not a GGUF file"});
+}
+
+TEST_F(Cli, SmolLM2GeneratesAndChats) {
+  if (!fs::exists(smollm2()))
+    GTEST_SKIP() << smollm2() << " is missing: run scripts/fetch_model.sh";
+  const CliRun gen = run_qkv("generate '" + smollm2().string() +
+                             "' --prompt 'The capital of France is' --greedy --max-new-tokens 8");
+  EXPECT_EQ(gen.exit_code, 0) << gen.output;
+  expect_output_has(gen, {"The capital of France is", "Paris"});
+  const fs::path input = write_text(dir_ / "turns.txt", "What is the capital of France?\n");
+  const CliRun chat =
+      run_qkv("chat '" + smollm2().string() + "' --greedy --max-new-tokens 24 --context 512 < '" +
+              input.string() + "'");
+  EXPECT_EQ(chat.exit_code, 0) << chat.output;
+  expect_output_has(chat, {"Paris"});
+  expect_output_lacks(chat, {"<|im_end|>"});
+}
+
+}  // namespace

@@ -1,0 +1,182 @@
+// `qkv chat MODEL.gguf`: an interactive conversation with a GGUF chat model.
+// Each line read from stdin is a user turn; the conversation is formatted with
+// the file's ChatML template and the reply streamed as it is generated. The KV
+// cache keeps the conversation: each turn feeds only the tokens after the
+// longest prefix the cache already holds. Ctrl-C ends the current reply (the
+// part generated stays in the conversation); EOF (Ctrl-D) exits.
+#include <signal.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "cli_options.h"
+#include "command.h"
+#include "gguf_generation.h"
+#include "qkv/error.h"
+#include "qkv/runtime.h"
+
+namespace qkv::cli {
+
+namespace {
+
+struct ChatOptions {
+  std::string model;
+  std::string system;
+  int64_t max_new_tokens = 512;
+  double temperature = 0.7;
+  int64_t top_k = 0;
+  double top_p = 0.9;
+  bool greedy = false;
+  uint64_t seed = 0;
+  int64_t context = 4096;
+  bool exact = false;
+  bool stats = false;
+  int threads = 0;
+};
+
+std::atomic<bool> interrupted{false};
+
+extern "C" void on_sigint(int) { interrupted.store(true); }
+
+// Long kernel calls (a prefill's attention) poll this and stop with kInterrupted.
+bool interrupt_requested() { return interrupted.load(); }
+
+// SIGINT sets the flag instead of ending the process; reads from stdin restart.
+class SigintAsFlag {
+ public:
+  SigintAsFlag() {
+    struct sigaction action = {};
+    action.sa_handler = on_sigint;
+    sigemptyset(&action.sa_mask);
+    action.sa_flags = SA_RESTART;
+    sigaction(SIGINT, &action, &previous_);
+    set_interrupt_check(interrupt_requested);
+  }
+  ~SigintAsFlag() {
+    set_interrupt_check(nullptr);
+    sigaction(SIGINT, &previous_, nullptr);
+  }
+
+ private:
+  struct sigaction previous_ = {};
+};
+
+int run_chat(const ChatOptions& o) {
+  if (o.threads > 0) set_num_threads(o.threads);
+  QKV_CHECK(is_gguf_file(o.model), "'", o.model, "' is not a GGUF file; qkv chat needs one");
+  models::GgufModel m =
+      models::load_gguf_model(o.model, {.exact = o.exact, .max_seq_len = o.context});
+  const text::ChatTemplate chat = m.chat_template();
+  const std::optional<int32_t> end = m.end_of_turn();
+
+  nn::GenerationOptions g;
+  g.max_new_tokens = o.max_new_tokens;
+  g.sampling = {.temperature = o.greedy ? 0.0 : o.temperature, .top_k = o.top_k, .top_p = o.top_p};
+  g.seed = o.seed;
+  if (end) g.stop_token = *end;
+  check_sampling_options(g.sampling);
+
+  nn::DecoderSession session(m.model, 1, m.model.config().max_seq_len);
+  std::vector<int64_t> cached;  // the ids whose keys and values the session holds
+  std::vector<text::ChatMessage> messages;
+  if (!o.system.empty()) messages.push_back({"system", o.system});
+
+  SigintAsFlag sigint;
+  std::fprintf(stderr, "%s (%s mode); Ctrl-C ends a reply, Ctrl-D exits.\n",
+               m.name.empty() ? o.model.c_str() : m.name.c_str(), o.exact ? "exact" : "fast");
+  std::string line;
+  while (true) {
+    std::cout << "> " << std::flush;
+    interrupted.store(false);
+    if (!std::getline(std::cin, line)) break;
+    if (line.empty()) continue;
+    messages.push_back({"user", line});
+    const std::vector<int32_t> ids32 = m.tokenizer.encode(chat.apply(messages, true));
+    std::vector<int64_t> ids(ids32.begin(), ids32.end());
+    // Reuse the cached prefix; never the whole prompt (prefill needs a token).
+    size_t keep =
+        std::mismatch(cached.begin(), cached.end(), ids.begin(), ids.end()).first - cached.begin();
+    keep = std::min(keep, ids.size() - 1);
+    const int64_t needed = static_cast<int64_t>(ids.size()) + g.max_new_tokens;
+    if (needed > session.max_len()) {
+      std::cerr << "[the conversation (" << ids.size() << " tokens, plus up to " << g.max_new_tokens
+                << " for the reply) exceeds the context of " << session.max_len()
+                << " tokens; starting over]\n";
+      const text::ChatMessage last = messages.back();
+      messages.clear();
+      if (!o.system.empty()) messages.push_back({"system", o.system});
+      messages.push_back(last);
+      const std::vector<int32_t> again = m.tokenizer.encode(chat.apply(messages, true));
+      ids.assign(again.begin(), again.end());
+      keep = 0;
+    }
+    session.cache().truncate(static_cast<int64_t>(keep));
+    cached.resize(keep);
+    const std::span<const int64_t> fresh(ids.data() + keep, ids.size() - keep);
+    std::vector<int64_t> reply;
+    GenerationTimes times;
+    try {
+      reply = stream_reply(session, m.tokenizer, fresh, g, std::cout, &times,
+                           [] { return !interrupted.load(); });
+    } catch (const Error& e) {
+      if (e.kind() != ErrorKind::kInterrupted) throw;
+      session.cache().truncate(static_cast<int64_t>(keep));  // the prefill did not finish
+    }
+    std::cout << "\n" << std::flush;
+    if (interrupted.load()) std::cerr << "[interrupted]\n";
+    if (o.stats && times.prompt_tokens > 0)
+      std::fprintf(stderr, "%s\n", format_times(times).c_str());
+    // The cache now holds the fed ids and every reply token but the last.
+    if (session.length() > static_cast<int64_t>(keep)) {
+      cached.insert(cached.end(), fresh.begin(), fresh.end());
+      cached.insert(cached.end(), reply.begin(), reply.end() - (reply.empty() ? 0 : 1));
+    }
+    cached.resize(std::min<size_t>(cached.size(), static_cast<size_t>(session.length())));
+    if (!reply.empty() && end && reply.back() == *end) reply.pop_back();
+    const std::vector<int32_t> reply32(reply.begin(), reply.end());
+    messages.push_back({"assistant", m.tokenizer.decode(reply32, /*skip_special=*/true)});
+  }
+  std::cout << "\n" << std::flush;
+  return 0;
+}
+
+}  // namespace
+
+Command add_chat_command(CLI::App& parent) {
+  return make_command(
+      parent, "chat", "Chat with a GGUF chat model (ChatML), replies streamed as generated",
+      run_chat, [](CLI::App& app, ChatOptions& options) {
+        app.add_option("model", options.model,
+                       "GGUF file of a llama-architecture chat model with a ChatML template "
+                       "(e.g. models/SmolLM2-135M-Instruct.Q4_1.gguf)")
+            ->required()
+            ->check(CLI::ExistingFile)
+            ->type_name("FILE");
+        app.add_option("--system", options.system,
+                       "System prompt (default: the template's own, if it has one)");
+        add_positive(app, "--max-new-tokens", options.max_new_tokens, "Longest reply, in tokens");
+        add_defaulted(app, "--temperature", options.temperature,
+                      "Divides the logits: < 1 sharper, > 1 flatter, 0 greedy");
+        add_defaulted(app, "--top-k", options.top_k,
+                      "Draw only among the k most likely tokens (0 = all)");
+        add_defaulted(app, "--top-p", options.top_p,
+                      "Draw only from the nucleus of probability p, in (0, 1] (1 = all)");
+        app.add_flag("--greedy", options.greedy,
+                     "Always take the most likely token (temperature 0)");
+        add_defaulted(app, "--seed", options.seed, "Seed of the sampler");
+        add_positive(app, "--context", options.context,
+                     "Longest conversation in tokens (capped by the model's context length)");
+        app.add_flag("--exact", options.exact, "Dequantize every weight to float32");
+        app.add_flag("--stats", options.stats, "Print tokens per second after each reply");
+        add_threads_option(app, options.threads);
+        app.footer(
+            "Reads one user message per line from stdin. Ctrl-C ends the current reply, "
+            "Ctrl-D exits.");
+      });
+}
+
+}  // namespace qkv::cli
