@@ -82,10 +82,15 @@ def run_llamacpp(model_path, ids, new, threads):
     start = time.perf_counter()
     llm.eval(ids)
     prompt_s = time.perf_counter() - start
+    vocab = llm.n_vocab()
+
+    def last_logits():  # the one row llama.cpp computes without logits_all
+        return np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(vocab,))
+
     out = []
     start = time.perf_counter()
     for _ in range(new):
-        token = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+        token = int(np.argmax(last_logits()))
         out.append(token)
         llm.eval([token])
     gen_s = time.perf_counter() - start
