@@ -15,7 +15,7 @@
 // give the low nibbles (elements 0..15 of each block, one 128-bit lane per
 // block) and the high ones (16..31), so x of those 4 blocks is stored in that
 // order; for Q8_0 two zmm of 2 blocks each, x in its own order. The int32
-// lanes of a block are scaled by its d·dx (a permute of the gathered scales)
+// lanes of a block are scaled by its d·dx (a permute of the loaded scales)
 // and multiply-added into float32 lanes, reduced once per row of W. Blocks
 // past the last multiple of 4 go one at a time in 128/256-bit registers.
 #include <immintrin.h>
@@ -23,6 +23,7 @@
 #include <algorithm>
 #include <bit>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "kernels/simd/quant_rows.h"
@@ -95,6 +96,11 @@ RoundedX round_x(const float* x, int64_t ldx, int64_t m, int64_t k, BlockFormat 
 }
 
 inline float half(const uint8_t* p) { return _cvtsh_ss(load_u16(p)); }
+inline int load_u32(const uint8_t* p) {
+  int v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
 
 // y[r, j] for R rows of x from row r0 and channels [j0, j1), Q4_1.
 template <int R>
@@ -102,7 +108,6 @@ void q4_1_rows(const RoundedX& xq, int64_t r0, const QuantMatrix& w, const float
                int64_t ldy, int64_t j0, int64_t j1) {
   const int64_t nb = xq.nb, groups = nb / 4;
   const __m512i nibble = _mm512_set1_epi8(0x0f);
-  const __m128i offsets = _mm_setr_epi32(0, 20, 40, 60);
   // lanes {d·dx, m·sx} of 4 blocks → d·dx of block i on 128-bit lane i
   const __m512i spread = _mm512_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2, 4, 4, 4, 4, 6, 6, 6, 6);
   for (int64_t j = j0; j < j1; ++j) {
@@ -119,8 +124,8 @@ void q4_1_rows(const RoundedX& xq, int64_t r0, const QuantMatrix& w, const float
       const __m512i lo = _mm512_and_si512(v, nibble);
       const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), nibble);
       // {d, m} of the 4 blocks as 8 halves → floats d0 m0 d1 m1 ...
-      const __m256 dm =
-          _mm256_cvtph_ps(_mm_i32gather_epi32(reinterpret_cast<const int*>(b), offsets, 1));
+      const __m256 dm = _mm256_cvtph_ps(
+          _mm_setr_epi32(load_u32(b), load_u32(b + 20), load_u32(b + 40), load_u32(b + 60)));
 #pragma GCC unroll 4
       for (int r = 0; r < R; ++r) {
         const uint8_t* xr = xq.q + (r0 + r) * xq.k + 128 * g;
@@ -166,7 +171,6 @@ void q8_0_rows(const RoundedX& xq, int64_t r0, const QuantMatrix& w, const float
                int64_t ldy, int64_t j0, int64_t j1) {
   const int64_t nb = xq.nb, groups = nb / 4;
   const __m512i u128 = _mm512_set1_epi8(static_cast<char>(0x80));
-  const __m128i offsets = _mm_setr_epi32(0, 34, 68, 102);
   const __m512i spread_a = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2);
   const __m512i spread_b = _mm512_setr_epi32(4, 4, 4, 4, 4, 4, 4, 4, 6, 6, 6, 6, 6, 6, 6, 6);
   const auto load256 = [](const uint8_t* p) {
@@ -188,8 +192,8 @@ void q8_0_rows(const RoundedX& xq, int64_t r0, const QuantMatrix& w, const float
       const __m512i cb = _mm512_sub_epi32(_mm512_setzero_si512(),
                                           _mm512_dpbusd_epi32(_mm512_setzero_si512(), u128, wb));
       // d of the 4 blocks in the even halves, 0 in the odd ones (not the q bytes)
-      const __m128i dbits = _mm_and_si128(
-          _mm_i32gather_epi32(reinterpret_cast<const int*>(b), offsets, 1), _mm_set1_epi32(0xffff));
+      const __m128i dbits =
+          _mm_setr_epi32(load_u16(b), load_u16(b + 34), load_u16(b + 68), load_u16(b + 102));
       const __m256 dd = _mm256_cvtph_ps(dbits);
 #pragma GCC unroll 4
       for (int r = 0; r < R; ++r) {
