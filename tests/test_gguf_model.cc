@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "gguf_writer.h"
+#include "kernels/quant_gemm.h"
 #include "qkv/models/gguf_model.h"
 #include "qkv/nn/decoder_session.h"
 #include "qkv/nn/skip_weight_init.h"
@@ -114,10 +115,28 @@ TEST(GgufModel, FastMatchesExactAndF32Loads) {
   EXPECT_EQ(f32.model.forward(std::vector<int64_t>{1, 2, 3}, 1).shape(), (Shape{1, 3, kVocab}));
 }
 
+// Pins the fastest quantised-linear table that does not round x to 8 bits on
+// the decoding route (kernels/quant_gemm.h: avx512_vnni does, as llama.cpp,
+// and the prompt route never does), so that decoding and recomputing differ
+// by float32 summation order only.
+struct FloatQuantKernels {
+  FloatQuantKernels() {
+    for (const auto* t : qkv::kernels::supported_quant_kernels())
+      if (!t->int8_gemv) {
+        qkv::kernels::override_quant_kernels(t);
+        break;
+      }
+  }
+  ~FloatQuantKernels() { qkv::kernels::override_quant_kernels(nullptr); }
+  FloatQuantKernels(const FloatQuantKernels&) = delete;
+  FloatQuantKernels& operator=(const FloatQuantKernels&) = delete;
+};
+
 // Decoding with the cache (prefill, then one token at a time) gives the logits of
 // recomputing the whole sequence, in both modes.
 void expect_cache_matches_recompute(GgufModel& m, const std::vector<int64_t>& prompt, int64_t steps,
                                     double tolerance) {
+  const FloatQuantKernels float_kernels;
   qkv::nn::DecoderSession session(m.model);
   const int64_t V = m.model.config().vocab_size;
   std::vector<int64_t> seq = prompt;

@@ -3,7 +3,8 @@
 // on golden values from the gguf Python package (llama.cpp's own reader);
 // every kernel table this CPU has against a float64 product of the
 // dequantised weights, on random blocks of every format, both routes (few
-// rows, sgemm), strided x and y; NaN and Inf in x; the embedding gather; and
+// rows, sgemm), strided x and y; the int8 decoding path against the rounded
+// and the unrounded x; NaN and Inf in x; the embedding gather; and
 // the errors of malformed weights and arguments.
 #include <gtest/gtest.h>
 
@@ -334,6 +335,10 @@ TEST_P(QuantKernelTable, AgainstFloat64OfDequantized) {
       const int64_t block = qkv::quant_block_elements(f);
       for (int64_t k : {block, 3 * block}) {
         for (int64_t m : {1, 2, 7, 64, 513}) {
+          // the int8 path rounds x: Int8GemvAgainstRoundedX
+          if (GetParam()->int8_gemv && m <= qkv::kernels::quant_gemv_max_rows() &&
+              (f == QuantFormat::kQ4_1 || f == QuantFormat::kQ8_0))
+            continue;
           const int64_t n = m == 513 ? 37 : 53;  // not multiples of 16
           const int64_t ldx = k + 5, ldy = n + 3;
           const std::vector<uint8_t> bytes = random_weight(f, n, k, gen);
@@ -415,6 +420,106 @@ TEST_P(QuantKernelTable, EmbeddingRowsAreDequantizedRows) {
     Tensor out = Tensor::empty({6, k});
     qkv::embedding_into(out, ids, w);
     ASSERT_EQ(std::memcmp(out.data<float>(), e.data<float>(), 6 * k * 4), 0);
+  }
+}
+
+// ---- The 8-bit decoding path (tables with int8_gemv) ------------------------------
+
+// |d·q| + |m| of weight p of row j (Q4_1 / Q8_0), from its block's bytes: the
+// magnitudes the int8 kernels sum before cancellation.
+double term_magnitude(QuantFormat f, const std::vector<uint8_t>& bytes, int64_t k, int64_t j,
+                      int64_t p) {
+  const int64_t bb = qkv::quant_block_bytes(f);
+  const uint8_t* b = bytes.data() + (j * k + p) / 32 * bb;
+  const int e = static_cast<int>(p % 32);
+  const double d = qkv::kernels::half_to_float(qkv::kernels::load_u16(b));
+  if (f == QuantFormat::kQ8_0) return std::fabs(d * static_cast<int8_t>(b[2 + e]));
+  const int q = e < 16 ? b[4 + e] & 15 : b[4 + e - 16] >> 4;
+  return std::fabs(d * q) + std::fabs(qkv::kernels::half_to_float(qkv::kernels::load_u16(b + 2)));
+}
+
+// The few-rows route of an int8 table on Q4_1 and Q8_0: (1) against float64
+// on the dequantised weights and x̂ = dx·q (quantize_x_q8_reference's
+// rounding, which the kernel must reproduce): the int32 sums are exact, so
+// only the float32 scaling and summation of the nb = k / 32 block terms
+// (each |d·dx·Σq_w·q_x| + |m·dx·Σq_x| ≤ its part of A) and the dequantised
+// weight's own rounding remain, ≤ (nb + 24)·u·A; (2) against the unrounded
+// product, adding Σ_p |w_p|·dx_b/2 (|x − x̂| ≤ dx/2 per element).
+TEST_P(QuantKernelTable, Int8GemvAgainstRoundedX) {
+  if (!GetParam()->int8_gemv) GTEST_SKIP() << GetParam()->name << " has no int8 path";
+  std::mt19937 gen(9);
+  for (int threads : {1, 2}) {
+    qkv::set_num_threads(threads);
+    for (QuantFormat f : {QuantFormat::kQ4_1, QuantFormat::kQ8_0}) {
+      for (int64_t k : {32, 96, 128, 224, 576}) {  // blocks: tail only, 4 + 0, 4 + 3, 16 + 2
+        for (int64_t m = 1; m <= qkv::kernels::quant_gemv_max_rows(); ++m) {
+          const int64_t n = 37, ldx = k + 5, ldy = n + 3, nb = k / 32;
+          const std::vector<uint8_t> bytes = random_weight(f, n, k, gen);
+          const QuantizedWeight w(f, n, k, std::as_bytes(std::span(bytes)));
+          const std::vector<float> wf = dequantize_ref(f, bytes, n * k);
+          std::vector<float> x = random_floats(m * ldx, gen);
+          for (size_t p = 0; p < x.size(); p += 7) x[p] *= 50.0f;  // uneven block maxima
+          const std::vector<float> bias = random_floats(n, gen);
+          const bool with_bias = m % 2 == 1;
+          std::vector<float> y(m * ldy, kSentinel);
+          qkv::kernels::quant_gemm(x.data(), ldx, m, w.matrix(), with_bias ? bias.data() : nullptr,
+                                   y.data(), ldy);
+          int failures = 0;
+          for (int64_t i = 0; i < m && failures < 5; ++i) {
+            std::vector<int8_t> q(k);
+            std::vector<float> dx(nb);
+            qkv::kernels::quantize_x_q8_reference(x.data() + i * ldx, k, q.data(), dx.data());
+            for (int64_t j = 0; j < n; ++j) {
+              const double b0 = with_bias ? bias[j] : 0.0;
+              double rounded = b0, exact = b0, mag = std::fabs(b0), abs_exact = std::fabs(b0),
+                     rounding = 0;
+              for (int64_t p = 0; p < k; ++p) {
+                const double wv = wf[j * k + p], xv = x[i * ldx + p];
+                const double xh = static_cast<double>(dx[p / 32]) * q[p];
+                ASSERT_LE(std::fabs(xv - xh), dx[p / 32] * 0.5 * 1.001) << p;
+                rounded += wv * xh;
+                exact += wv * xv;
+                mag += term_magnitude(f, bytes, k, j, p) * std::fabs(xh);
+                abs_exact += std::fabs(wv * xv);
+                rounding += std::fabs(wv) * dx[p / 32] * 0.5 * 1.001;
+              }
+              const double tight = (nb + 24) * kU * mag * 1.01 + 1e-30;
+              const double loose = tight + rounding + (k + 1) * kU * abs_exact * 1.01;
+              const double got = y[i * ldy + j];
+              if (!(std::fabs(got - rounded) <= tight) && failures++ < 5)
+                ADD_FAILURE() << qkv::quant_format_name(f) << " m=" << m << " k=" << k
+                              << " threads=" << threads << ": y[" << i << ", " << j << "] = " << got
+                              << ", expected " << rounded << " ± " << tight << " (rounded x)";
+              if (!(std::fabs(got - exact) <= loose) && failures++ < 5)
+                ADD_FAILURE() << qkv::quant_format_name(f) << " m=" << m << " k=" << k << ": y["
+                              << i << ", " << j << "] = " << got << ", expected " << exact << " ± "
+                              << loose << " (unrounded x)";
+            }
+            for (int64_t j = n; j < ldy; ++j)
+              if (y[i * ldy + j] != kSentinel && failures++ < 5)
+                ADD_FAILURE() << "wrote the padding y[" << i << ", " << j << "]";
+          }
+        }
+      }
+    }
+  }
+}
+
+// The reference rounding: dx = max|x| / 127 per block of 32, q = round(x / dx)
+// in [−127, 127], ties to even; an all-zero (or < 2^-120) block gives dx = 0.
+TEST(QuantizeX, ReferenceRounding) {
+  std::vector<float> x(64, 0.0f);
+  for (int i = 0; i < 32; ++i) x[i] = (i - 16) * 0.25f;  // max |x| = 4 → dx = 4 / 127
+  std::vector<int8_t> q(64);
+  float dx[2];
+  qkv::kernels::quantize_x_q8_reference(x.data(), 64, q.data(), dx);
+  EXPECT_EQ(dx[0], 4.0f / 127.0f);
+  EXPECT_EQ(dx[1], 0.0f);
+  EXPECT_EQ(q[0], -127);
+  EXPECT_EQ(q[16], 0);
+  for (int i = 0; i < 32; ++i) {
+    EXPECT_EQ(q[i], static_cast<int>(std::nearbyint((i - 16) * 0.25f * (127.0f / 4.0f)))) << i;
+    EXPECT_EQ(q[32 + i], 0) << i;
   }
 }
 

@@ -4,11 +4,15 @@
 //
 //   QuantizedWeight w(QuantFormat::kQ4_1, out, in, bytes);   // [out, in]
 //   Tensor y = linear(x, w, bias);        // = linear(x, w.dequantize(), bias)
-//                                         //   up to float32 rounding
+//                                         //   up to float32 rounding (but see below)
 //
-// The products are float32 products with the dequantised weights (x is not
-// rounded): one or a few rows (decoding) decode each block in registers and
-// stream W once; more rows (a prompt) dequantise panels of W and run sgemm.
+// The products are float32 products with the dequantised weights: one or a
+// few rows (decoding) decode each block in registers and stream W once; more
+// rows (a prompt) dequantise panels of W and run sgemm, x not rounded.
+// Exception, as in llama.cpp: on CPUs with AVX512_VNNI the few-rows path of
+// Q4_1 and Q8_0 weights rounds x to 8 bits per block of 32 (dx = max|x| / 127,
+// |x − x̂| ≤ dx / 2) and sums exact int8 products, so decoding and prompt
+// results differ by that rounding (relative error ~1e-3 per product).
 // NaN and Inf in x propagate to the outputs they meet.
 #pragma once
 

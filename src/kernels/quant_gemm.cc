@@ -8,6 +8,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
+#include <cmath>
 #include <memory>
 #include <new>
 #include <string>
@@ -16,6 +18,7 @@
 
 namespace qkv::kernels {
 
+extern const QuantKernels kQuantAvx512Vnni;
 extern const QuantKernels kQuantAvx512;
 extern const QuantKernels kQuantAvx2;
 extern const QuantKernels kQuantPortable;
@@ -23,8 +26,11 @@ extern const QuantKernels kQuantPortable;
 std::vector<const QuantKernels*> supported_quant_kernels() {
   std::vector<const QuantKernels*> tables;
   __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw"))
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw")) {
+    if (__builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni"))
+      tables.push_back(&kQuantAvx512Vnni);
     tables.push_back(&kQuantAvx512);
+  }
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
     tables.push_back(&kQuantAvx2);
   tables.push_back(&kQuantPortable);
@@ -119,6 +125,25 @@ void gemm(const QuantKernels& table, const float* x, int64_t ldx, int64_t m, con
 }  // namespace
 
 int64_t quant_gemv_max_rows() { return 8; }
+
+void quantize_x_q8_reference(const float* x, int64_t k, int8_t* q, float* dx) {
+  for (int64_t b = 0; b < k / 32; ++b) {
+    const float* xb = x + 32 * b;
+    uint32_t bits = 0;  // max |x| as bits: NaN and Inf above every finite value
+    for (int i = 0; i < 32; ++i)
+      bits = std::max(bits, std::bit_cast<uint32_t>(xb[i]) & 0x7fffffffu);
+    const float amax = std::bit_cast<float>(bits);
+    const bool tiny = amax < 0x1p-120f;
+    dx[b] = tiny ? 0.0f : amax / 127.0f;
+    const float id = tiny ? 0.0f : 127.0f / amax;
+    for (int i = 0; i < 32; ++i) {
+      const float v = xb[i] * id;
+      q[32 * b + i] = std::isfinite(v)
+                          ? static_cast<int8_t>(std::clamp(std::nearbyint(v), -128.0f, 127.0f))
+                          : 0;
+    }
+  }
+}
 
 void quant_gemm(const float* x, int64_t ldx, int64_t m, const QuantMatrix& w, const float* bias,
                 float* y, int64_t ldy) {

@@ -5,10 +5,15 @@
 //
 // Two routes, both the float32 product with the dequantised weights (no
 // rounding of x: the same numbers as a float32 linear on W.dequantize(),
-// summed in another order):
+// summed in another order), except where noted:
 //   few rows (m ≤ quant_gemv_max_rows(), decoding): each block is decoded to
 //     float32 in registers once and multiply-added into up to 4 rows at a
 //     time; W streams in once (memory-bound), threads split the channels.
+//     Exception: on a table with int8_gemv (avx512_vnni), Q4_1 and Q8_0
+//     weights meet x rounded to 8 bits per block of 32, as llama.cpp's
+//     decoding does (quantize_x_q8_reference: |x − x̂| ≤ dx / 2 with dx =
+//     max|x| / 127 per block), in exact int32 dot products, then scaled.
+//     The prompt route below never rounds x.
 //   more rows (prompts): panels of channels dequantised to float32 once per
 //     call (threaded), multiplied by the BLAS's sgemm (compute-bound; the
 //     decode costs O(n·k), the product O(m·n·k)).
@@ -32,7 +37,7 @@ struct QuantMatrix {
 
 // One instruction set's kernels.
 struct QuantKernels {
-  const char* name;  // "avx512", "avx2", "portable"
+  const char* name;  // "avx512_vnni", "avx512", "avx2", "portable"
   // y[0:m, c0:c1] (row stride ldy) = x[0:m] (row stride ldx) · W[c0:c1]ᵀ + bias
   // (bias may be null), the few-rows route, on the calling thread.
   void (*gemv_block)(const float* x, int64_t ldx, int64_t m, const QuantMatrix& w,
@@ -40,7 +45,18 @@ struct QuantKernels {
   // out[(j − j0) · ldo + p] = W[j, p] for rows j in [j0, j1), bit-equal to
   // dequantize_row_reference.
   void (*dequantize_rows)(const QuantMatrix& w, int64_t j0, int64_t j1, float* out, int64_t ldo);
+  // gemv_block rounds x to 8 bits per block of 32 for Q4_1 and Q8_0
+  // (quantize_x_q8_reference) and sums int8 products.
+  bool int8_gemv = false;
 };
+
+// The rounding of x of the int8 few-rows kernels, in scalar code: per block b
+// of 32 (k a multiple of 32), amax = max|x|, dx[b] = amax / 127 and q =
+// round-to-even(x · (127 / amax)) (float32 operations), so x ≈ dx[b] · q with
+// q in [−127, 127]. A block with amax < 2^-120 gets dx = 0, q = 0 (127 / amax
+// could overflow); a block holding NaN or Inf gets a NaN or Inf dx (its q are
+// then unspecified; here 0), which makes the products it meets non-finite.
+void quantize_x_q8_reference(const float* x, int64_t k, int8_t* q, float* dx);
 
 // The tables this CPU runs, fastest first (tests, benchmarks).
 std::vector<const QuantKernels*> supported_quant_kernels();
