@@ -16,10 +16,11 @@ interpreter with the binding) and does the same work:
   2. generation: --new greedy tokens, each fed back, timed (qkv: session.decode,
      the loop in C++; llama.cpp: Llama.eval of one token, argmax of its logits).
 
-Processes alternate qkv, llama.cpp, qkv, …; the table gives medians over --reps for
-each thread count, and how many leading greedy tokens the two agree on (both
-compute with the same quantized weights but in different arithmetic: llama.cpp
-rounds activations to 8 bits, qkv does not, so long continuations may part).
+qkv runs twice: as it is by default (x kept in float32: the products of the
+dequantized weights with x) and with QKV_INT8_DECODE=1 (decoding rounds x to 8 bits
+per block of 32 and sums int8 products, as llama.cpp always does; "qkv 8-bit x").
+Processes alternate; the table gives medians over --reps for each thread count, and
+how many leading greedy tokens each qkv agrees on with llama.cpp.
 """
 
 import argparse
@@ -99,7 +100,7 @@ def run_llamacpp(model_path, ids, new, threads):
 
 def worker(args):
     ids = json.loads(args.ids)
-    run = run_qkv if args.worker == "qkv" else run_llamacpp
+    run = run_llamacpp if args.worker == "llama.cpp" else run_qkv
     prompt_s, gen_s, out = run(args.model, ids, args.new, args.worker_threads)
     peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     print(json.dumps({"prompt_s": prompt_s, "gen_s": gen_s, "tokens": out, "peak_kib": peak_kib}))
@@ -109,6 +110,9 @@ def measure(engine, args, ids, threads):
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", engine, "--worker-threads",
            str(threads), "--model", args.model, "--new", str(args.new), "--ids", json.dumps(ids)]
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+    env.pop("QKV_INT8_DECODE", None)
+    if engine == "qkv 8-bit x":
+        env["QKV_INT8_DECODE"] = "1"
     done = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
     if done.returncode != 0:
         raise SystemExit(f"{engine} at {threads} thread(s) failed:\n{done.stderr[-3000:]}")
@@ -132,7 +136,8 @@ def main():
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--out", help="also write the markdown here")
-    ap.add_argument("--worker", choices=["qkv", "llama.cpp"], help=argparse.SUPPRESS)
+    ap.add_argument("--worker", choices=["qkv", "qkv 8-bit x", "llama.cpp"],
+                    help=argparse.SUPPRESS)
     ap.add_argument("--worker-threads", type=int, default=1, help=argparse.SUPPRESS)
     ap.add_argument("--ids", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -149,7 +154,7 @@ def main():
 
     ids = prompt_ids(args.model, args.prompt)
     threads = [int(t) for t in args.threads.split(",")]
-    engines = ["qkv", "llama.cpp"]
+    engines = ["qkv", "qkv 8-bit x", "llama.cpp"]
     results = {(e, t): [] for e in engines for t in threads}
     for rep in range(args.reps):
         for t in threads:
@@ -172,21 +177,20 @@ def main():
                  f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())} at the end, "
                  f"{datetime.datetime.now():%Y-%m-%d %H:%M}.")
     lines.append("")
-    lines.append("| threads | qkv prompt tok/s | llama.cpp prompt tok/s | qkv / llama.cpp | "
-                 "qkv generation tok/s | llama.cpp generation tok/s | qkv / llama.cpp | "
-                 "qkv peak MiB | llama.cpp peak MiB | same leading greedy tokens |")
-    lines.append("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    lines.append("| threads | engine | prompt tok/s | / llama.cpp | generation tok/s | / llama.cpp | "
+                 "peak MiB | same leading greedy tokens as llama.cpp |")
+    lines.append("|---:|---|---:|---:|---:|---:|---:|---:|")
     for t in threads:
-        qp = med("qkv", t, lambda r: args.prompt / r["prompt_s"])
         lp = med("llama.cpp", t, lambda r: args.prompt / r["prompt_s"])
-        qg = med("qkv", t, lambda r: args.new / r["gen_s"])
         lg = med("llama.cpp", t, lambda r: args.new / r["gen_s"])
-        qm = med("qkv", t, lambda r: r["peak_kib"] / 1024)
-        lm = med("llama.cpp", t, lambda r: r["peak_kib"] / 1024)
-        same = leading_agreement(results[("qkv", t)][0]["tokens"],
-                                 results[("llama.cpp", t)][0]["tokens"])
-        lines.append(f"| {t} | {qp:.1f} | {lp:.1f} | **{qp / lp:.2f}** | {qg:.1f} | {lg:.1f} | "
-                     f"**{qg / lg:.2f}** | {qm:.0f} | {lm:.0f} | {same} of {args.new} |")
+        for e in engines:
+            p = med(e, t, lambda r: args.prompt / r["prompt_s"])
+            g = med(e, t, lambda r: args.new / r["gen_s"])
+            mib = med(e, t, lambda r: r["peak_kib"] / 1024)
+            same = leading_agreement(results[(e, t)][0]["tokens"],
+                                     results[("llama.cpp", t)][0]["tokens"])
+            lines.append(f"| {t} | {e} | {p:.1f} | **{p / lp:.2f}** | {g:.1f} | **{g / lg:.2f}** | "
+                         f"{mib:.0f} | {same} of {args.new} |")
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out:

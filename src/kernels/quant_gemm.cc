@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <bit>
 #include <cmath>
 #include <memory>
@@ -41,8 +42,18 @@ namespace {
 std::atomic<const QuantKernels*> g_override{nullptr};
 }  // namespace
 
+// The default table: the fastest whose decoding keeps x as it is, unless
+// QKV_INT8_DECODE=1 asks for 8-bit x (quant_gemm.h).
+const QuantKernels* default_quant_kernels() {
+  const char* env = std::getenv("QKV_INT8_DECODE");
+  const bool round_x = env != nullptr && std::string(env) == "1";
+  for (const QuantKernels* table : supported_quant_kernels())
+    if (round_x || !table->int8_gemv) return table;
+  return &kQuantPortable;
+}
+
 const QuantKernels& active_quant_kernels() {
-  static const QuantKernels* const fastest = supported_quant_kernels().front();
+  static const QuantKernels* const fastest = default_quant_kernels();
   const QuantKernels* forced = g_override.load(std::memory_order_relaxed);
   return forced != nullptr ? *forced : *fastest;
 }

@@ -60,7 +60,10 @@ void quantize_x_q8_reference(const float* x, int64_t k, int8_t* q, float* dx);
 
 // The tables this CPU runs, fastest first (tests, benchmarks).
 std::vector<const QuantKernels*> supported_quant_kernels();
-// The fastest of them, unless override_quant_kernels chose another.
+// The fastest of them that keeps x as it is — unless the environment has
+// QKV_INT8_DECODE=1, which lets an int8_gemv table (8-bit x, as llama.cpp;
+// about 2-3x faster decoding, with greedy choices that part from the float
+// path's now and then) be chosen — or override_quant_kernels chose another.
 const QuantKernels& active_quant_kernels();
 // Tests and benchmarks: use `table` from now on (nullptr: back to the fastest).
 void override_quant_kernels(const QuantKernels* table);
