@@ -10,6 +10,7 @@
   whole sequence.
 """
 
+import os
 import pathlib
 
 import numpy as np
@@ -107,6 +108,9 @@ def test_fast_greedy_agrees_with_exact(exact, fast):
     assert agree / total >= 0.99, f"{agree} of {total}"
 
 
+@pytest.mark.skipif(os.environ.get("QKV_INT8_DECODE") == "1",
+                    reason="QKV_INT8_DECODE=1 rounds x in decoding only, by design "
+                           "(include/qkv/quantized_linear.h)")
 def test_cached_generation_equals_recomputing(fast):
     prompt = fast.tokenizer.encode(PROMPTS[0])
     new = fast.generate(prompt, max_new_tokens=16, stop_at_end_of_turn=False)
