@@ -90,7 +90,8 @@ def _sdpa_signature(core, need_weights=False, autograd=None):
             torch = _torch_io.torch_if_any(query, key, value, attn_mask, dropout_mask,
                                            alibi_slopes)
             if autograd is not None and torch is not None and _torch_io.needs_grad(
-                    torch, query, key, value, attn_mask):
+                    torch, query, key, value, attn_mask) and _torch_io.plain_tensors(
+                        torch, query, key, value, attn_mask, dropout_mask, alibi_slopes):
                 return autograd(torch, *args)
             output, weights, keep, kernel = core(args, need_weights, name)
             if torch is not None:
