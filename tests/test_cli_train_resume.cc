@@ -210,8 +210,9 @@ TEST_F(Cli, TrainResumeNamesATruncatedOrForeignCheckpoint) {
   ASSERT_TRUE(fs::exists(ckpt)) << recall.output;
 
   const CliRun foreign = run_qkv(lm_args(text, 10) + " --resume '" + ckpt.string() + "'");
-  expect_failure(foreign, {"--resume: checkpoint '" + ckpt.string() + "' is for 'recall' with",
-                           "this run is 'lm' with"});
+  expect_failure(foreign,
+                 {"--resume: checkpoint '" + ckpt.string() + "' is for 'recall' with d_model 64",
+                  "this run is 'lm' with d_model 16"});
 
   const CliRun other_steps =
       run_qkv("train recall --steps 30 --examples 0 --resume '" + ckpt.string() + "'");
@@ -229,6 +230,29 @@ TEST_F(Cli, TrainResumeNamesATruncatedOrForeignCheckpoint) {
       run_qkv("train recall --steps 20 --examples 0 --resume '" + ckpt.string() + "'");
   ASSERT_EQ(rest.exit_code, 0) << rest.output;
   EXPECT_TRUE(fs::exists(r / "last.safetensors"));
+}
+
+// Recall trains two models in turn: stopped in the first, then in the second
+// (the baseline), and resumed, it ends as the straight run.
+TEST_F(Cli, TrainRecallResumesInEitherPhase) {
+  const std::string args = "train recall --steps 30 --examples 0 --threads 1";
+  const CliRun straight = run_qkv(args + " --out '" + (dir_ / "s").string() + "'");
+  ASSERT_EQ(straight.exit_code, 0) << straight.output;
+  const fs::path p = dir_ / "p", ckpt = p / "checkpoint.safetensors";
+  const CliRun first = run_qkv(args + " --stop-after 3 --out '" + p.string() + "'");
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  const CliRun second = run_qkv(args + " --stop-after 3 --resume '" + ckpt.string() + "'");
+  ASSERT_EQ(second.exit_code, 0) << second.output;
+  expect_output_has(second, {"Resuming the attention model after step 3", "Stopped after step 3"});
+  const CliRun rest = run_qkv(args + " --resume '" + ckpt.string() + "'");
+  ASSERT_EQ(rest.exit_code, 0) << rest.output;
+  expect_output_has(rest, {"Resuming the mean-pool model after step 3"});
+  expect_same_tensors(dir_ / "s" / "last.safetensors", p / "last.safetensors");
+  expect_same_tensors(dir_ / "s" / "best.safetensors", p / "best.safetensors");
+  const auto summary = [](const std::string& output) {
+    return output.substr(output.find("mean-pool  accuracy"), 28);
+  };
+  EXPECT_EQ(summary(rest.output), summary(straight.output));
 }
 
 TEST_F(Cli, TrainRecallWritesUnderRunsByDefault) {

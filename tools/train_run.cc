@@ -168,14 +168,27 @@ io::Checkpoint load_resume(const std::string& path, const RunIdentity& identity)
   const std::string hint =
       command == c.metadata.end() ? std::string() : "; it resumes with: " + command->second;
   if (task->second != identity.task) {
-    // Different tasks: the entries they share, else the first of each.
-    std::vector<std::string> shared;
-    for (const std::string& key : our_keys)
-      if (theirs.count(key)) shared.push_back(key);
+    // Different tasks: the settings both have under one name ("--d-model" is
+    // "d_model") that differ, else the first settings of each.
+    const auto norm = [](std::string key) {
+      if (key.starts_with("--")) key = key.substr(2);
+      for (char& ch : key) ch = ch == '-' ? '_' : ch;
+      return key;
+    };
+    std::map<std::string, std::string> their_norm, our_norm;
+    for (const auto& [key, value] : theirs) their_norm[norm(key)] = value;
+    std::vector<std::string> shared, our_norm_keys, their_norm_keys;
+    for (const std::string& key : our_keys) {
+      our_norm[norm(key)] = ours[key];
+      our_norm_keys.push_back(norm(key));
+      const auto it = their_norm.find(norm(key));
+      if (it != their_norm.end() && it->second != ours[key]) shared.push_back(norm(key));
+    }
+    for (const std::string& key : their_keys) their_norm_keys.push_back(norm(key));
     QKV_CHECK(false, "--resume: checkpoint '", path, "' is for ",
-              describe(task->second, theirs, shared.empty() ? their_keys : shared),
-              ", this run is ", describe(identity.task, ours, shared.empty() ? our_keys : shared),
-              hint);
+              describe(task->second, their_norm, shared.empty() ? their_norm_keys : shared),
+              ", this run is ",
+              describe(identity.task, our_norm, shared.empty() ? our_norm_keys : shared), hint);
   }
   std::vector<std::string> differ;
   for (const std::string& key : our_keys)
