@@ -315,7 +315,9 @@ Command add_train_lm(CLI::App& train) {
             "Every 10th entry is held out; the held-out loss is measured on text never trained "
             "on.\n"
             "The unigram baseline is the entropy of the character frequencies: the loss of a\n"
-            "model that ignores context.");
+            "model that ignores context.\n"
+            "Ctrl-C finishes the step, saves checkpoint.safetensors in --out and prints the\n"
+            "command that resumes it (a second Ctrl-C stops at once).");
       });
 }
 

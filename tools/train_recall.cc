@@ -315,7 +315,9 @@ Command add_train_recall(CLI::App& train) {
                          "Held-out sequences drawn as heatmaps");
         app.footer(
             "Sequences are v1 k1 ... vk kk ? kq; the label is the value paired with kq.\n"
-            "The heatmaps have no text: tokens.txt in --out lists each example's tokens.");
+            "The heatmaps have no text: tokens.txt in --out lists each example's tokens.\n"
+            "Ctrl-C finishes the step, saves checkpoint.safetensors in --out and prints the\n"
+            "command that resumes it (a second Ctrl-C stops at once).");
       });
 }
 

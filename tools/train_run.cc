@@ -140,6 +140,14 @@ fs::path prepare_run_dir(const RunOptions& o, const std::string& task) {
   fs::create_directories(dir, ec);
   QKV_CHECK(!ec && fs::is_directory(dir), "--out: cannot create directory '", dir.string(),
             "': ", ec ? ec.message() : "exists and is not a directory");
+  // Resumed into another directory: the best model so far comes along.
+  if (!o.resume.empty()) {
+    fs::path from_dir = fs::path(o.resume).parent_path();
+    if (from_dir.empty()) from_dir = ".";
+    const fs::path from = from_dir / kBestModelFile;
+    if (fs::exists(from, ec) && !fs::equivalent(from_dir, dir, ec))
+      fs::copy_file(from, dir / kBestModelFile, fs::copy_options::overwrite_existing, ec);
+  }
   return dir;
 }
 
