@@ -27,16 +27,18 @@ void write_fortunes(const fs::path& path) {
 TEST_F(Cli, TrainLmWritesAModelThatGenerateReads) {
   const fs::path text = dir_ / "tiny.fortunes";
   write_fortunes(text);
-  const fs::path model = dir_ / "tiny.safetensors";
+  const fs::path out = dir_ / "tiny";
   const CliRun run = run_qkv("train lm --text '" + text.string() +
                              "' --steps 12 --batch-size 4 --context 16 --layers 1 --d-model 16 "
                              "--heads 2 --sample-tokens 30 --threads 1 --out '" +
-                             model.string() + "'");
+                             out.string() + "'");
   ASSERT_EQ(run.exit_code, 0) << run.output;
-  expect_output_has(
-      run, {"bits/char", "unigram baseline", "step    12/12", "qkv generate", model.string()});
+  const fs::path model = out / "last.safetensors";
+  expect_output_has(run, {"bits/char", "unigram baseline", "step    12/12", "qkv generate",
+                          model.string(), (out / "best.safetensors").string()});
   EXPECT_FALSE(contains(run.output, "\x1b[")) << run.output;  // piped: no colour
   ASSERT_TRUE(fs::exists(model));
+  ASSERT_TRUE(fs::exists(out / "best.safetensors"));
 
   const CliRun gen = run_qkv("generate '" + model.string() + "' --max-new-tokens 20 --seed 3");
   ASSERT_EQ(gen.exit_code, 0) << gen.output;
@@ -94,18 +96,28 @@ TEST_F(Cli, TrainLmRejectsInvalidUtf8BeforeTraining) {
   }
 }
 
-// An --out that cannot be written is found before the first step.
+// An --out that cannot be written, exists or names a file is found before the first step.
 TEST_F(Cli, TrainLmChecksItsOutputBeforeTraining) {
   const fs::path text = dir_ / "tiny.fortunes";
   write_fortunes(text);
-  for (const std::string& out : {(dir_ / "no-such-dir" / "m.safetensors").string(),
-                                 std::string("/proc/qkv-test.safetensors"), dir_.string()}) {
-    const CliRun run = run_qkv("train lm --text '" + text.string() +
-                               "' --steps 100000 --threads 1 --out '" + out + "'");
+  const auto train_into = [&](const std::string& out) {
+    return run_qkv("train lm --text '" + text.string() + "' --steps 100000 --threads 1 --out '" +
+                   out + "'");
+  };
+  for (const std::string& out :
+       {std::string("/proc/qkv-test"), (text / "sub").string()}) {  // text is a file
+    const CliRun run = train_into(out);
     EXPECT_EQ(run.exit_code, 1) << run.output;
-    expect_output_has(run, {"cannot write '" + out + "'"});
+    expect_output_has(run, {"cannot create directory '" + out + "'"});
     expect_output_lacks(run, {"step "});
   }
+  const CliRun exists = train_into(dir_.string());
+  EXPECT_EQ(exists.exit_code, 1) << exists.output;
+  expect_output_has(exists, {dir_.string(), "exists", "--force"});
+  const CliRun file_name = train_into((dir_ / "lm.safetensors").string());
+  EXPECT_EQ(file_name.exit_code, 1) << file_name.output;
+  expect_output_has(file_name, {"looks like a file name", "last.safetensors"});
+  expect_output_lacks(file_name, {"step "});
 }
 
 }  // namespace

@@ -6,12 +6,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,6 +26,7 @@
 #include "qkv/runtime.h"
 #include "tasks/char_lm.h"
 #include "terminal.h"
+#include "train_run.h"
 #include "train_tasks.h"
 #include "training_progress.h"
 
@@ -52,7 +55,7 @@ struct LmOptions {
   double lr = 3e-3;
   uint64_t seed = 0;
   int threads = 1;
-  std::string out = "lm.safetensors";
+  RunOptions run;
   int64_t sample_tokens = 200;
   double temperature = 0.8;
 };
@@ -73,16 +76,62 @@ std::string grouped(int64_t n) {
   return out;
 }
 
-// The shell can paste it back: quoted unless it is plainly safe.
-std::string shell_word(const std::string& s) {
-  const bool plain = !s.empty() && s.find_first_not_of(
-                                       "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-                                       "0123456789-_./+=:,@") == std::string::npos;
-  if (plain) return s;
-  std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
+// The shortest text that reads back as the same double ("0.003").
+std::string exact(double value) {
+  char buffer[32];
+  const auto end = std::to_chars(buffer, buffer + sizeof buffer, value).ptr;
+  return std::string(buffer, end);
 }
+
+// FNV-1a of the text: a resumed run must train on the same characters.
+std::string fingerprint(const std::string& text) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : text) h = (h ^ c) * 0x100000001b3ull;
+  char buffer[48];
+  std::snprintf(buffer, sizeof buffer, "%zu chars, fnv1a %016llx", text.size(),
+                static_cast<unsigned long long>(h));
+  return buffer;
+}
+
+// What a checkpoint of this run must agree on (train_run.h).
+RunIdentity lm_identity(const LmOptions& o, const train::CharCorpus& corpus) {
+  std::string text;
+  for (const std::string& f : o.text) text += (text.empty() ? "" : " ") + shell_word(f);
+  return {"lm",
+          {{"--d-model", std::to_string(o.d_model)},
+           {"--layers", std::to_string(o.layers)},
+           {"--heads", std::to_string(o.heads)},
+           {"--context", std::to_string(o.context)},
+           {"--batch-size", std::to_string(o.batch_size)},
+           {"--steps", std::to_string(o.steps)},
+           {"--lr", exact(o.lr)},
+           {"--seed", std::to_string(o.seed)},
+           {"--text", text},
+           {"corpus", fingerprint(corpus.train_text + corpus.held_out_text)}}};
+}
+
+// The best periodic held-out score so far, carried through checkpoints.
+struct Best {
+  int64_t step = 0;  // 0: none yet
+  double bits = 0;
+  void put(io::Checkpoint& c) const {
+    c.metadata["best.step"] = std::to_string(step);
+    c.metadata["best.bits"] = exact(bits);
+  }
+  void restore(const io::Checkpoint& c, const std::string& path) {
+    const auto s = c.metadata.find("best.step"), b = c.metadata.find("best.bits");
+    bool ok = s != c.metadata.end() && b != c.metadata.end();
+    if (ok) {
+      const auto [p1, e1] =
+          std::from_chars(s->second.data(), s->second.data() + s->second.size(), step);
+      const auto [p2, e2] =
+          std::from_chars(b->second.data(), b->second.data() + b->second.size(), bits);
+      ok = e1 == std::errc() && e2 == std::errc() && step >= 0 && step <= c.step;
+    }
+    QKV_CHECK(ok, "--resume: '", path, "' has no valid \"best.step\" / \"best.bits\" metadata ",
+              "(the best held-out score so far)");
+  }
+};
 
 int run_lm(const LmOptions& o) {
   if (o.threads > 0) set_num_threads(o.threads);
@@ -115,8 +164,22 @@ int run_lm(const LmOptions& o) {
   Generator init(o.seed);
   nn::DecoderModel model(config, &init);
   train::init_gpt2(model, init);
+
+  // The checkpoint is checked before anything is written.
+  const RunIdentity identity = lm_identity(o, corpus);
+  std::optional<io::Checkpoint> resume;
+  Best best;
+  if (!o.run.resume.empty()) {
+    resume = load_resume(o.run.resume, identity);
+    QKV_CHECK(resume->step < o.steps, "--resume: checkpoint '", o.run.resume, "' is at step ",
+              resume->step, " of ", o.steps, ": that run is finished");
+    best.restore(*resume, o.run.resume);
+  }
+  const std::filesystem::path dir = prepare_run_dir(o.run, "lm");
+  const std::filesystem::path last_path = dir / kLastModelFile, best_path = dir / kBestModelFile;
   // The model is written after training: find out now if it cannot be.
-  io::check_writable(o.out, static_cast<std::uintmax_t>(model.num_parameters()) * 4 + (1 << 20));
+  io::check_writable(last_path,
+                     static_cast<std::uintmax_t>(model.num_parameters()) * 12 + (3 << 20));
   const nn::DecoderModelConfig& c = model.config();
   std::cout << "\n"
             << style.strong("Decoder") << " (" << c.num_layers << " layers, d_model " << c.d_model
@@ -126,9 +189,18 @@ int run_lm(const LmOptions& o) {
                            std::to_string(o.batch_size) + ", " + std::to_string(o.steps) +
                            " steps, " + std::to_string(num_threads()) +
                            (num_threads() == 1 ? " thread" : " threads") +
-                           "; loss in bits per character")
+                           "; loss in bits per character; Ctrl-C saves a checkpoint")
             << "\n";
+  if (resume)
+    std::cout << "Resuming after step " << resume->step << " from " << o.run.resume << "\n";
 
+  const auto model_metadata = [&](int64_t step, double bits) -> io::SafetensorsMetadata {
+    return {{"qkv.train.task", "lm"},
+            {"qkv.train.step", std::to_string(step)},
+            {"qkv.train.held_out_bits_per_char", fixed(bits, 4)}};
+  };
+  InterruptToSave interrupt;
+  CheckpointSaver saver(o.run, identity, dir, o.steps);
   train::CharLmTrainOptions t;
   t.steps = o.steps;
   t.batch_size = o.batch_size;
@@ -138,6 +210,10 @@ int run_lm(const LmOptions& o) {
   t.seed = o.seed;
   t.eval_every = std::max<int64_t>(1, o.steps / 5);
   t.eval_predictions = 8192;
+  t.control.resume = resume ? &*resume : nullptr;
+  t.control.after_step = [&](int64_t step, const train::Snapshot& snapshot) {
+    return saver.after_step(step, snapshot, [&](io::Checkpoint& ck) { best.put(ck); });
+  };
   ProgressLine progress("lm", in_place, std::max<int64_t>(1, o.steps / 30));
   const train::CharLmTrainResult result =
       train::train_char_lm(model, corpus, t, [&](const train::CharLmProgress& p) {
@@ -151,19 +227,32 @@ int run_lm(const LmOptions& o) {
         progress.update(report, p.held_out_bits.has_value());
         if (p.held_out_bits) {
           if (!in_place) std::cout << "   ";
-          std::cout << "  held-out " << fixed(*p.held_out_bits, 3) << " bits/char\n" << std::flush;
+          std::cout << "  held-out " << fixed(*p.held_out_bits, 3) << " bits/char";
+          if (best.step == 0 || *p.held_out_bits < best.bits) {
+            best = {.step = p.step, .bits = *p.held_out_bits};
+            train::save_char_lm(model, corpus.vocabulary, best_path,
+                                model_metadata(p.step, *p.held_out_bits));
+            std::cout << style.muted("  (best so far: " + best_path.string() + ")");
+          }
+          std::cout << "\n" << std::flush;
         }
       });
+  if (result.stopped) return saver.report_stop(std::cout);
 
-  train::save_char_lm(model, corpus.vocabulary, o.out,
-                      {{"qkv.train.task", "lm"},
-                       {"qkv.train.held_out_bits_per_char", fixed(result.held_out_bits, 4)}});
+  train::save_char_lm(model, corpus.vocabulary, last_path,
+                      model_metadata(result.steps, result.held_out_bits));
 
   std::cout << "\n" << style.heading("Summary") << "\n";
   std::cout << "  held-out loss  " << style.good(fixed(result.held_out_bits, 3) + " bits/char")
-            << "  (unigram baseline " << fixed(unigram, 3) << ", uniform over " << vocab << " "
-            << fixed(std::log2(static_cast<double>(vocab)), 3) << ")\n";
-  std::cout << "  trained " << result.steps << " steps in " << seconds(result.seconds) << "\n";
+            << "  (all held-out text; unigram baseline " << fixed(unigram, 3) << ", uniform over "
+            << vocab << " " << fixed(std::log2(static_cast<double>(vocab)), 3) << ")\n";
+  std::cout << "  best periodic held-out " << fixed(best.bits, 3) << " bits/char at step "
+            << best.step << " of " << result.steps
+            << style.muted(" (first " + std::to_string(t.eval_predictions) +
+                           " held-out predictions)")
+            << "\n";
+  std::cout << "  trained " << result.steps << " steps in " << seconds(result.seconds)
+            << (resume ? " (since the resume)" : "") << "\n";
 
   if (o.sample_tokens > 0) {
     nn::GenerationOptions g;
@@ -177,15 +266,18 @@ int run_lm(const LmOptions& o) {
     std::string text;
     nn::generate(model, prompt, g, [&](int64_t id) {
       text += corpus.vocabulary.decode(id);
-      return true;
+      return !InterruptToSave::requested();
     });
     // Indented, so that the sample stands apart from the report.
     std::cout << "  ";
     for (char ch : text) std::cout << ch << (ch == '\n' ? "  " : "");
     std::cout << "\n";
   }
-  std::cout << "\n  Model: " << style.good(o.out) << "\n  Generate more with:\n    qkv generate "
-            << shell_word(o.out) << " --temperature 0.8 --max-new-tokens "
+  std::cout << "\n  Last model: " << style.good(last_path.string())
+            << "\n  Best model: " << style.good(best_path.string()) << " (step " << best.step
+            << ", " << fixed(best.bits, 3)
+            << " bits/char)\n  Generate more with:\n    qkv generate "
+            << shell_word(best_path.string()) << " --temperature 0.8 --max-new-tokens "
             << std::min<int64_t>(o.context, 400) << "\n";
   return 0;
 }
@@ -212,9 +304,9 @@ Command add_train_lm(CLI::App& train) {
                      "Peak learning rate (AdamW, warmup then cosine to lr/10)");
         add_defaulted(app, "--seed", options.seed, "Seeds the initialisation, batches and sample");
         add_threads_option(app, options.threads);
-        add_defaulted(app, "--out", options.out,
-                      "Model file to write (safetensors, with the vocabulary)")
-            ->type_name("FILE");
+        add_run_options(app, options.run,
+                        "Directory for last.safetensors, best.safetensors (the best held-out "
+                        "score) and checkpoint.safetensors");
         add_non_negative(app, "--sample-tokens", options.sample_tokens,
                          "Characters of sample text to print at the end (0: none)");
         add_non_negative(app, "--temperature", options.temperature,
@@ -223,7 +315,9 @@ Command add_train_lm(CLI::App& train) {
             "Every 10th entry is held out; the held-out loss is measured on text never trained "
             "on.\n"
             "The unigram baseline is the entropy of the character frequencies: the loss of a\n"
-            "model that ignores context.");
+            "model that ignores context.\n"
+            "Ctrl-C finishes the step, saves checkpoint.safetensors in --out and prints the\n"
+            "command that resumes it (a second Ctrl-C stops at once).");
       });
 }
 

@@ -5,9 +5,21 @@
 // The same seed gives the same numbers on every machine.
 #pragma once
 
+#include <array>
 #include <cstdint>
 
 namespace qkv {
+
+// Everything a Generator's future draws depend on: a Generator given this
+// state draws exactly what the one it came from would have drawn next
+// (checkpoints save it so that a resumed run repeats an uninterrupted one).
+struct GeneratorState {
+  std::array<uint64_t, 4> words{};  // xoshiro256** state
+  bool has_spare_normal = false;    // normal() makes two values and keeps one
+  double spare_normal = 0.0;
+
+  bool operator==(const GeneratorState&) const = default;
+};
 
 class Generator {
  public:
@@ -19,6 +31,10 @@ class Generator {
   double uniform();
   // Standard normal (Box-Muller).
   double normal();
+
+  GeneratorState state() const;
+  // The all-zero word state is xoshiro's fixed point (every draw 0): an Error.
+  void set_state(const GeneratorState& state);
 
  private:
   uint64_t state_[4];

@@ -2,8 +2,12 @@
 // "qkv.*" metadata, written through save_safetensors (atomic and streamed).
 #include "qkv/io/checkpoint.h"
 
+#include <bit>
 #include <charconv>
+#include <cstdio>
 #include <optional>
+#include <sstream>
+#include <vector>
 
 #include "qkv/io/safetensors.h"
 
@@ -85,6 +89,49 @@ Checkpoint load_checkpoint(const std::filesystem::path& path) {
     }
   }
   return checkpoint;
+}
+
+std::string generator_state_text(const Generator& gen) {
+  const GeneratorState state = gen.state();
+  std::string text = "xoshiro256";
+  char word[24];
+  for (uint64_t w : state.words) {
+    std::snprintf(word, sizeof word, " %016llx", static_cast<unsigned long long>(w));
+    text += word;
+  }
+  if (state.has_spare_normal) {
+    std::snprintf(word, sizeof word, " %016llx",
+                  static_cast<unsigned long long>(std::bit_cast<uint64_t>(state.spare_normal)));
+    text += word;
+  } else {
+    text += " -";
+  }
+  return text;
+}
+
+void restore_generator_state(Generator& gen, const std::string& text, const std::string& what) {
+  std::istringstream in(text);
+  std::vector<std::string> fields;
+  for (std::string field; in >> field;) fields.push_back(field);
+  const auto hex = [](const std::string& field, uint64_t& value) {
+    const char* end = field.data() + field.size();
+    const auto [ptr, ec] = std::from_chars(field.data(), end, value, 16);
+    return field.size() == 16 && ec == std::errc() && ptr == end;
+  };
+  GeneratorState state;
+  bool ok = fields.size() == 6 && fields[0] == "xoshiro256";
+  for (size_t i = 0; ok && i < 4; ++i) ok = hex(fields[i + 1], state.words[i]);
+  if (ok && fields[5] != "-") {
+    uint64_t bits = 0;
+    ok = hex(fields[5], bits);
+    state.has_spare_normal = true;
+    state.spare_normal = std::bit_cast<double>(bits);
+  }
+  ok = ok && (state.words[0] | state.words[1] | state.words[2] | state.words[3]) != 0;
+  QKV_CHECK(ok, what, ": \"", text.substr(0, 120),
+            "\" is not a random generator state (expected \"xoshiro256\", four 16-digit hex words "
+            "not all zero, then \"-\" or a 16-digit hex word)");
+  gen.set_state(state);
 }
 
 }  // namespace qkv::io

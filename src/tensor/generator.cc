@@ -4,6 +4,8 @@
 #include <cmath>
 #include <numbers>
 
+#include "qkv/error.h"
+
 namespace qkv {
 
 namespace {
@@ -49,6 +51,23 @@ double Generator::normal() {
   spare_normal_ = radius * std::sin(angle);
   has_spare_normal_ = true;
   return radius * std::cos(angle);
+}
+
+GeneratorState Generator::state() const {
+  GeneratorState s;
+  for (int i = 0; i < 4; ++i) s.words[i] = state_[i];
+  s.has_spare_normal = has_spare_normal_;
+  s.spare_normal = has_spare_normal_ ? spare_normal_ : 0.0;
+  return s;
+}
+
+void Generator::set_state(const GeneratorState& s) {
+  QKV_CHECK(s.words[0] | s.words[1] | s.words[2] | s.words[3],
+            "Generator::set_state: the state words are all zero, which xoshiro256** never "
+            "reaches (every draw would be 0)");
+  for (int i = 0; i < 4; ++i) state_[i] = s.words[i];
+  has_spare_normal_ = s.has_spare_normal;
+  spare_normal_ = s.has_spare_normal ? s.spare_normal : 0.0;
 }
 
 Generator& default_generator() {

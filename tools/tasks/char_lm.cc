@@ -304,11 +304,31 @@ CharLmTrainResult train_char_lm(nn::DecoderModel& model, const CharCorpus& corpu
   Generator gen(options.seed);
   const int64_t B = options.batch_size, T = options.context;
 
+  int64_t first = 0;
+  if (const io::Checkpoint* resume = options.control.resume) {
+    QKV_CHECK(resume->step >= 0 && resume->step < options.steps, m, ": the checkpoint is at step ",
+              resume->step, ", this run has ", options.steps, " steps");
+    restore_parameters(*resume, params);
+    restore_optimizer(*resume, "decayed", opt_decayed);
+    if (opt_plain) restore_optimizer(*resume, "plain", *opt_plain);
+    restore_generator(*resume, "batches", gen);
+    first = resume->step;
+  }
+  const auto snapshot = [&](int64_t steps_done) {
+    io::Checkpoint c;
+    c.step = steps_done;
+    put_parameters(c, params);
+    put_optimizer(c, "decayed", opt_decayed);
+    if (opt_plain) put_optimizer(c, "plain", *opt_plain);
+    put_generator(c, "batches", gen);
+    return c;
+  };
+
   CharLmTrainResult result;
   CharLmProgress progress;
   progress.steps = options.steps;
   const auto start = std::chrono::steady_clock::now();
-  for (int64_t step = 0; step < options.steps; ++step) {
+  for (int64_t step = first; step < options.steps; ++step) {
     const CharBatch batch = sample_windows(corpus.train_ids, B, T, gen);
     model.zero_grad();
     nn::DecoderModelRecord record;
@@ -330,24 +350,34 @@ CharLmTrainResult train_char_lm(nn::DecoderModel& model, const CharCorpus& corpu
     progress.step = step + 1;
     progress.bits = loss * kBitsPerNat;
     progress.held_out_bits.reset();
-    if (progress.step % options.eval_every == 0 && progress.step < options.steps)
+    if (progress.step % options.eval_every == 0 || progress.step == options.steps)
       progress.held_out_bits =
           bits_per_char(model, corpus.held_out_ids, T, options.eval_predictions);
     const double elapsed =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const int64_t done_here = progress.step - first;  // steps of this process
     progress.elapsed_seconds = elapsed;
     progress.tokens_per_second =
-        elapsed > 0 ? static_cast<double>(progress.step * B * T) / elapsed : 0.0;
-    progress.seconds_left = elapsed / progress.step * (options.steps - progress.step);
+        elapsed > 0 ? static_cast<double>(done_here * B * T) / elapsed : 0.0;
+    progress.seconds_left = elapsed / done_here * (options.steps - progress.step);
     result.steps = progress.step;
     result.final_bits = progress.bits;
     result.seconds = elapsed;
+    // The last step also measures all held-out text (the result; not reported per step).
     if (progress.step == options.steps) {
-      // The last step reports the evaluation on all held-out text.
-      result.held_out_bits = bits_per_char(model, corpus.held_out_ids, T);
-      progress.held_out_bits = result.held_out_bits;
+      const bool all =
+          options.eval_predictions == 0 ||
+          options.eval_predictions >= static_cast<int64_t>(corpus.held_out_ids.size()) - 1;
+      result.held_out_bits =
+          all ? *progress.held_out_bits : bits_per_char(model, corpus.held_out_ids, T);
     }
     if (on_progress) on_progress(progress);
+    if (options.control.after_step &&
+        !options.control.after_step(progress.step, [&] { return snapshot(progress.step); }) &&
+        progress.step < options.steps) {
+      result.stopped = true;
+      break;
+    }
   }
   return result;
 }

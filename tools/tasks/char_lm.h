@@ -33,6 +33,7 @@
 #include "qkv/io/char_vocabulary.h"
 #include "qkv/io/safetensors.h"
 #include "qkv/nn/decoder_model.h"
+#include "tasks/loop_checkpoint.h"
 
 namespace qkv::train {
 
@@ -119,6 +120,9 @@ struct CharLmTrainOptions {
   // Predictions per periodic held-out evaluation (0: all); the final one uses all.
   int64_t eval_predictions = 16384;
   uint64_t seed = 0;  // the batches (the model's own generator initialises it)
+  // Checkpoints: the generator "batches", optimizers "decayed" (matrices)
+  // and "plain" (norms, biases). A resumed run evaluates at the same steps.
+  LoopControl control;
 };
 
 // Reported after every step; held_out_bits on the steps that evaluated.
@@ -126,6 +130,8 @@ struct CharLmProgress {
   int64_t step = 0;   // steps done, 1 .. steps
   int64_t steps = 0;  // the total
   double bits = 0;    // this batch's training loss, bits per character
+  // Periodic evaluations (the first eval_predictions held-out predictions),
+  // the last step included: the same measure at every step that has one.
   std::optional<double> held_out_bits;
   double tokens_per_second = 0;  // predictions trained on per second
   double elapsed_seconds = 0;
@@ -133,9 +139,10 @@ struct CharLmProgress {
 };
 
 struct CharLmTrainResult {
-  int64_t steps = 0;
+  int64_t steps = 0;         // steps done, those before a resumed checkpoint included
+  bool stopped = false;      // control.after_step stopped the loop before the last step
   double final_bits = 0;     // the last batch's training loss
-  double held_out_bits = 0;  // on all held-out text, after the last step
+  double held_out_bits = 0;  // on all held-out text, after the last step (not when stopped)
   double seconds = 0;        // training, without the final evaluation
 };
 
@@ -145,8 +152,8 @@ CharLmTrainResult train_char_lm(nn::DecoderModel& model, const CharCorpus& corpu
                                 const CharLmTrainOptions& options,
                                 const std::function<void(const CharLmProgress&)>& on_progress = {});
 
-// models::save_decoder_model(model, path) with the vocabulary's JSON under io::CharVocabulary::kMetadataKey
-// (what `qkv generate` reads) plus `metadata`; written atomically.
+// models::save_decoder_model(model, path) with the vocabulary's JSON under
+// io::CharVocabulary::kMetadataKey (what `qkv generate` reads) plus `metadata`; written atomically.
 void save_char_lm(const nn::DecoderModel& model, const io::CharVocabulary& vocabulary,
                   const std::filesystem::path& path, const io::SafetensorsMetadata& metadata = {});
 

@@ -57,11 +57,22 @@ RecallTrainResult train_recall(RecallModel& model, const RecallTask& task,
   Generator gen(options.seed);
   const RecallBatch held_out = held_out_batch(task, options.eval_examples, options.seed);
 
+  int64_t first = 0;
+  if (const io::Checkpoint* resume = options.control.resume) {
+    QKV_CHECK(resume->step >= 0 && resume->step < options.steps,
+              "train_recall: the checkpoint is at step ", resume->step, ", this run has ",
+              options.steps, " steps");
+    restore_parameters(*resume, params);
+    restore_optimizer(*resume, "adamw", opt);
+    restore_generator(*resume, "batches", gen);
+    first = resume->step;
+  }
+
   RecallTrainResult result;
   RecallProgress progress;
   progress.steps = options.steps;
   const auto start = std::chrono::steady_clock::now();
-  for (int64_t step = 0; step < options.steps; ++step) {
+  for (int64_t step = first; step < options.steps; ++step) {
     const RecallBatch batch = task.sample(options.batch_size, gen);
     opt.zero_grad();
     RecallModelRecord record;
@@ -88,9 +99,10 @@ RecallTrainResult train_recall(RecallModel& model, const RecallTask& task,
     const double elapsed =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     progress.elapsed_seconds = elapsed;
+    const int64_t done_here = progress.step - first;  // steps of this process
     progress.tokens_per_second =
-        elapsed > 0 ? progress.step * options.batch_size * batch.length / elapsed : 0.0;
-    progress.seconds_left = elapsed / progress.step * (options.steps - progress.step);
+        elapsed > 0 ? done_here * options.batch_size * batch.length / elapsed : 0.0;
+    progress.seconds_left = elapsed / done_here * (options.steps - progress.step);
     const bool reached =
         progress.eval_accuracy.has_value() && *progress.eval_accuracy >= options.target_accuracy;
     if (reached && !result.step_at_target) {
@@ -102,6 +114,18 @@ RecallTrainResult train_recall(RecallModel& model, const RecallTask& task,
     result.seconds = elapsed;
     if (on_progress) on_progress(progress);
     if (reached && options.stop_at_target) break;
+    if (options.control.after_step && progress.step < options.steps &&
+        !options.control.after_step(progress.step, [&] {
+          io::Checkpoint c;
+          c.step = progress.step;
+          put_parameters(c, params);
+          put_optimizer(c, "adamw", opt);
+          put_generator(c, "batches", gen);
+          return c;
+        })) {
+      result.stopped = true;
+      break;
+    }
   }
   return result;
 }

@@ -17,6 +17,7 @@
 #include <optional>
 #include <vector>
 
+#include "tasks/loop_checkpoint.h"
 #include "tasks/recall_model.h"
 #include "tasks/recall_task.h"
 
@@ -35,6 +36,8 @@ struct RecallTrainOptions {
   double target_accuracy = 0.99;
   bool stop_at_target = true;
   uint64_t seed = 0;  // batches and the held-out set (the model's own seed initialises it)
+  // Checkpoints: the generator "batches", the optimizer "adamw".
+  LoopControl control;
 };
 
 // Reported after every step. eval_accuracy is set on the steps that evaluated.
@@ -51,7 +54,8 @@ struct RecallProgress {
 };
 
 struct RecallTrainResult {
-  int64_t steps = 0;  // steps taken
+  int64_t steps = 0;     // steps taken (those before a resumed checkpoint included)
+  bool stopped = false;  // control.after_step stopped the loop
   double final_loss = 0;
   double eval_accuracy = 0;  // on the held-out set, after the last step
   double seconds = 0;

@@ -15,9 +15,9 @@
 // step in decimal, plus the caller's metadata strings (keys must not start
 // with "qkv."). Any safetensors reader can open the file.
 //
-// Random state: qkv::Generator does not expose its state, so a run that needs
-// reproducible randomness after resuming should derive its generators from
-// values it stores in `metadata` (e.g. a seed, reseeded with seed + step).
+// Random state: generator_state_text() turns a qkv::Generator's state into a
+// metadata string and restore_generator_state() sets a Generator from it, so
+// that a resumed run draws what the uninterrupted one would have drawn.
 #pragma once
 
 #include <cstdint>
@@ -25,6 +25,7 @@
 #include <map>
 #include <string>
 
+#include "qkv/generator.h"
 #include "qkv/tensor.h"
 
 namespace qkv::io {
@@ -43,5 +44,12 @@ void save_checkpoint(const std::filesystem::path& path, const Checkpoint& checkp
 // Reads a file written by save_checkpoint. A missing, unreadable, corrupt or
 // foreign file is a qkv::Error naming the path and what is wrong.
 Checkpoint load_checkpoint(const std::filesystem::path& path);
+
+// "xoshiro256 <w0> <w1> <w2> <w3> <spare>": the four state words in hex, then
+// "-" or the spare normal's bits in hex. Exact: a double's bits, not its digits.
+std::string generator_state_text(const Generator& gen);
+// Sets `gen` from generator_state_text(); anything else is a qkv::Error that
+// names `what` (e.g. "checkpoint 'run/ckpt.safetensors', metadata \"rng.batches\"").
+void restore_generator_state(Generator& gen, const std::string& text, const std::string& what);
 
 }  // namespace qkv::io
