@@ -1,19 +1,21 @@
 #!/usr/bin/env bash
-# Builds the libFuzzer harnesses of fuzz/ (clang, with ASan and UBSan) into
-# build-fuzz/, replays every seed of fuzz/corpus/<name>/, then fuzzes each
+# Builds the libFuzzer harnesses of fuzz/ (clang, with ASan and UBSan), replays every seed of fuzz/corpus/<name>/, then fuzzes each
 # harness for a bounded time from its seeds. Any crash, sanitizer report, leak, uncaught exception
 # other than qkv::Error, allocation over 2 GB or input slower than 10 s fails
 # the run; the reproducer's path is printed. Called by scripts/test.sh;
 # see docs/testing.md.
 #   scripts/fuzz.sh                        # every fuzzer
 #   scripts/fuzz.sh tokenize safetensors   # only these
-# Environment: QKV_FUZZ_BUILD_DIR (default build-fuzz), QKV_FUZZ_SECONDS
+# The harnesses come from the sanitizer build when scripts/sanitize.sh has
+# configured one (build-asan/fuzz/, built there), else from a build of their own
+# (build-fuzz/).
+# Environment: QKV_FUZZ_BUILD_DIR (default: as above), QKV_FUZZ_SECONDS
 # (per fuzzer, default 20), QKV_FUZZ_JOBS (fuzzers at once, default nproc),
 # QKV_FUZZ_OUT (new corpus entries, logs and crash files; default a new
 # temporary directory: the corpora in the repository are never written).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-BUILD_DIR=${QKV_FUZZ_BUILD_DIR:-build-fuzz}
+ASAN_DIR=${QKV_ASAN_BUILD_DIR:-build-asan}
 SECONDS_EACH=${QKV_FUZZ_SECONDS:-20}
 JOBS=${QKV_FUZZ_JOBS:-$(nproc)}
 step() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
@@ -22,12 +24,22 @@ step() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
 source scripts/clang_toolchain.sh
 
 # --- Build ---------------------------------------------------------------------
-if [[ ! -f "$BUILD_DIR/build.ninja" ]]; then
-  step "configuring the fuzzers in $BUILD_DIR"
-  cmake -S fuzz -B "$BUILD_DIR" -G Ninja -DCMAKE_CXX_COMPILER=clang++ >/dev/null
+if [[ -z "${QKV_FUZZ_BUILD_DIR:-}" ]] &&
+   grep -q '^QKV_BUILD_FUZZERS:BOOL=ON' "$ASAN_DIR/CMakeCache.txt" 2>/dev/null; then
+  step "building the fuzzers in the sanitizer build ($ASAN_DIR)"
+  fuzz_targets=()
+  for f in fuzz/fuzz_*.cc; do f=${f#fuzz/}; fuzz_targets+=("${f%.cc}"); done
+  cmake --build "$ASAN_DIR" -j"$(nproc)" --target "${fuzz_targets[@]}"
+  BUILD_DIR=$ASAN_DIR/fuzz
+else
+  BUILD_DIR=${QKV_FUZZ_BUILD_DIR:-build-fuzz}
+  if [[ ! -f "$BUILD_DIR/build.ninja" ]]; then
+    step "configuring the fuzzers in $BUILD_DIR"
+    cmake -S fuzz -B "$BUILD_DIR" -G Ninja -DCMAKE_CXX_COMPILER=clang++ >/dev/null
+  fi
+  step "building the fuzzers ($BUILD_DIR)"
+  time cmake --build "$BUILD_DIR" -j"$(nproc)"
 fi
-step "building the fuzzers ($BUILD_DIR)"
-time cmake --build "$BUILD_DIR" -j"$(nproc)"
 
 # --- Run -----------------------------------------------------------------------
 if (($#)); then fuzzers=("$@"); else

@@ -4,7 +4,7 @@
 #   2. the CMake package: install, then build and run the C++ example against it
 #   3. the Python module: pip install . into the venv, then pytest (torch 2.13 parity)
 #   4. the C++ tests again, built with ASan + UBSan (scripts/sanitize.sh, build-asan/)
-#   5. the libFuzzer harnesses of fuzz/, a bounded time each (scripts/fuzz.sh, build-fuzz/)
+#   5. the libFuzzer harnesses of fuzz/, a bounded time each (scripts/fuzz.sh; built in 4)
 # QKV_SKIP_SANITIZERS=1 skips 4 and 5 (quick local runs; CI runs them),
 # QKV_SKIP_FUZZ=1 skips 5 only. See docs/testing.md.
 set -euo pipefail
