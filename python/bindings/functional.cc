@@ -221,6 +221,65 @@ py::tuple sdpa_entry(py::handle args, bool need_weights, py::str function) {
   }
 }
 
+// qkv.torch's custom ops (python/qkv/torch.py): a forward that returns what
+// the backward needs, and that backward as a separate call, so that torch
+// (autograd, torch.compile) holds the saved tensors instead of a handle.
+// `args` is the tuple of scaled_dot_product_attention's arguments (see
+// parse_call). Dropout comes from the qkv.Generator in it: the op passes a
+// fresh Generator(seed) to both calls, and the backward replays the
+// forward's one draw from it (the kernel's dropout seed).
+
+// -> (output, logsumexp [..., H, L] float64, keep mask or None, kernel name)
+py::tuple sdpa_op_forward(py::handle args, py::str function) {
+  Options options(args, PyUnicode_AsUTF8(function.ptr()));
+  const SdpaCall call = parse_call(options, /*need_weights=*/false);
+  const SdpaResult result = run_forward(call);
+  return py::make_tuple(to_python_or_none(result.output), to_numpy(result.logsumexp),
+                        exported_keep_mask(result, call.options), result.kernel);
+}
+
+// grad_output, output and logsumexp as the forward gave them (output and
+// grad_output in the query's dtype, logsumexp float64 [..., H, L]).
+// -> (grad_query, grad_key, grad_value, grad_attn_mask or None)
+py::tuple sdpa_op_backward(py::handle grad_output, py::handle output, py::handle logsumexp,
+                           py::handle args, py::str function) {
+  Options options(args, PyUnicode_AsUTF8(function.ptr()));
+  const char* fn = options.function();
+  SdpaCall call = parse_call(options, /*need_weights=*/false);
+  const Tensor go = to_tensor(grad_output, fn, "grad_output", Accept::kFloat);
+  SdpaResult forward;
+  forward.output = to_tensor(output, fn, "output", Accept::kFloat);
+  forward.logsumexp = to_tensor(logsumexp, fn, "logsumexp", Accept::kFloat);
+  if (forward.output.dtype() != call.q.dtype())
+    throw py::type_error(std::string(fn) + "(): argument 'output' must have the query's dtype " +
+                         dtype_name(call.q.dtype()) + ", got " +
+                         dtype_name(forward.output.dtype()));
+  Shape lse_shape = forward.output.shape();
+  if (!lse_shape.empty()) lse_shape.pop_back();
+  if (forward.logsumexp.dtype() != DType::kFloat64 || forward.logsumexp.shape() != lse_shape)
+    throw py::value_error(std::string(fn) + "(): argument 'logsumexp' must be float64 of shape " +
+                          shape_str(lse_shape) + " (the output's without its last dim), got " +
+                          dtype_name(forward.logsumexp.dtype()) + " " +
+                          shape_str(forward.logsumexp.shape()));
+  SdpaOptions& o = call.options;
+  if (o.dropout_p > 0.0 && !o.dropout_mask.defined()) {
+    if (o.generator == nullptr)
+      throw py::value_error(std::string(fn) +
+                            "(): dropout_p > 0 needs the qkv.Generator the forward was given "
+                            "(a fresh one with the same seed) to replay its dropout");
+    forward.dropout_seed = o.generator->next_u64();  // the forward's one draw
+  }
+  o.generator = nullptr;
+  o.return_dropout_mask = false;
+  SdpaGradients grads;
+  {
+    py::gil_scoped_release release;
+    grads = scaled_dot_product_attention_backward(go, call.q, call.k, call.v, forward, o);
+  }
+  return py::make_tuple(to_python_or_none(grads.query), to_python_or_none(grads.key),
+                        to_python_or_none(grads.value), to_python_or_none(grads.attn_mask));
+}
+
 const char* kind_name(ScoreFunction::Kind kind) {
   switch (kind) {
     case ScoreFunction::Kind::kDot:
@@ -264,6 +323,10 @@ void bind_functional(py::module_& m) {
         py::arg("need_weights"), py::arg("function"));
   m.def("scaled_dot_product_attention_with_grad", &sdpa_entry<true>, py::arg("args"),
         py::arg("need_weights"), py::arg("function"));
+
+  m.def("scaled_dot_product_attention_op", &sdpa_op_forward, py::arg("args"), py::arg("function"));
+  m.def("scaled_dot_product_attention_op_backward", &sdpa_op_backward, py::arg("grad_output"),
+        py::arg("output"), py::arg("logsumexp"), py::arg("args"), py::arg("function"));
 
   py::class_<SdpaBackward>(m, "SdpaBackward")
       .def("__call__", &SdpaBackward::operator(), py::arg("grad_output"))

@@ -25,12 +25,30 @@ and two companions with the same arguments:
                                attn_mask (the backward pass, without torch.autograd)
 
 qkv.runtime.last_sdpa_kernel() names the kernel the last call ran.
+
+Torch in, torch out. Arguments may be numpy arrays or CPU torch tensors, mixed
+freely. The rule: if any tensor argument (query, key, value, attn_mask,
+dropout_mask, alibi_slopes; input, weight, bias) is a torch.Tensor, every
+array result is a torch tensor (sharing qkv's output memory, no copy; gradients
+from a grad_fn too); otherwise the results are numpy arrays. bfloat16 inputs
+are torch tensors, so their results are too.
+
+Autograd is never dropped silently: when an input requires grad and grad
+mode is on, scaled_dot_product_attention runs as the torch operator
+torch.ops.qkv.scaled_dot_product_attention (see qkv.torch), whose output
+autograd differentiates with qkv's fused backward; with dropout its seed is
+one draw from `generator` (or qkv's default generator), so the keep mask
+differs from the one the same generator gives without grad.
+scaled_dot_product_attention_with_weights and linear have no autograd and
+raise RuntimeError there (call them under torch.no_grad()).
+scaled_dot_product_attention_with_grad returns a detached output by design:
+its grad_fn is the backward.
 """
 
 import collections
 import threading
 
-from .. import _core
+from .. import _core, _torch_io
 
 __all__ = [
     "SdpaBackward",
@@ -45,7 +63,7 @@ __all__ = [
 _last_call = threading.local()
 
 
-def _sdpa_signature(core, need_weights=False):
+def _sdpa_signature(core, need_weights=False, autograd=None):
     """Gives the function it decorates scaled_dot_product_attention's signature.
 
     That signature is written once, here. The returned function passes all its
@@ -53,6 +71,10 @@ def _sdpa_signature(core, need_weights=False):
     bindings read them in that order), and hands the result (output, weights or
     None, keep mask or None, kernel or backward) and return_dropout_mask to the
     decorated function, which shapes what the caller gets.
+
+    Torch in, torch out: with a torch tensor among the tensor arguments, the
+    results are torch tensors. When one of them also requires grad (and grad
+    mode is on), `autograd(torch, *arguments)` gives the result instead.
     """
 
     def decorate(finish):
@@ -62,10 +84,20 @@ def _sdpa_signature(core, need_weights=False):
                  enable_gqa=False, *, causal=None, dropout_mask=None, return_dropout_mask=False,
                  generator=None, window_left=None, window_right=None, alibi_slopes=None,
                  softcap=None, backend="auto", precision="float32"):
-            output, weights, keep, kernel = core(
-                (query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, causal,
-                 dropout_mask, return_dropout_mask, generator, window_left, window_right,
-                 alibi_slopes, softcap, backend, precision), need_weights, name)
+            args = (query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, causal,
+                    dropout_mask, return_dropout_mask, generator, window_left, window_right,
+                    alibi_slopes, softcap, backend, precision)
+            torch = _torch_io.torch_if_any(query, key, value, attn_mask, dropout_mask,
+                                           alibi_slopes)
+            if autograd is not None and torch is not None and _torch_io.needs_grad(
+                    torch, query, key, value, attn_mask):
+                return autograd(torch, *args)
+            output, weights, keep, kernel = core(args, need_weights, name)
+            if torch is not None:
+                output, weights, keep = (_torch_io.as_torch(torch, x)
+                                         for x in (output, weights, keep))
+                if isinstance(kernel, _core.SdpaBackward):
+                    kernel = _TorchResults(kernel, torch)
             return finish(output, weights, keep, kernel, return_dropout_mask)
 
         sdpa.__name__ = sdpa.__qualname__ = name
@@ -77,9 +109,62 @@ def _sdpa_signature(core, need_weights=False):
     return decorate
 
 
+class _TorchResults:
+    """A _core.SdpaBackward whose results come back as torch tensors."""
+
+    __slots__ = ("_impl", "_torch")
+
+    def __init__(self, impl, torch):
+        self._impl = impl
+        self._torch = torch
+
+    @property
+    def kernel(self):
+        return self._impl.kernel
+
+    @property
+    def logsumexp(self):
+        return _torch_io.as_torch(self._torch, self._impl.logsumexp)
+
+    def __call__(self, grad_output):
+        return _torch_io.as_torch(self._torch, self._impl(grad_output))
+
+
+def _sdpa_autograd(torch, query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa,
+                   causal, dropout_mask, return_dropout_mask, generator, window_left,
+                   window_right, alibi_slopes, softcap, backend, precision):
+    """scaled_dot_product_attention through the torch operator qkv.torch
+    registers, so that autograd differentiates it (inputs that require grad)."""
+    from .. import torch as qkv_torch
+
+    seed = None
+    if dropout_p > 0 and dropout_mask is None:
+        # One draw from qkv's generator seeds the op's dropout.
+        seed = qkv_torch._dropout_seed(generator if generator is not None else
+                                       _core.default_generator())
+    query, key, value, dropout_mask = (_torch_io.torch_input(torch, x)
+                                       for x in (query, key, value, dropout_mask))
+    if attn_mask is not None and not isinstance(attn_mask, torch.Tensor):
+        attn_mask = _torch_io.torch_input(torch, attn_mask)
+    output, keep = qkv_torch._call_op(query, key, value, attn_mask, dropout_p, is_causal, scale,
+                                      enable_gqa, causal, window_left, window_right,
+                                      alibi_slopes, softcap, seed, dropout_mask,
+                                      return_dropout_mask and dropout_p > 0, backend, precision)
+    if return_dropout_mask:
+        return output, keep if dropout_p > 0 else None
+    return output
+
+
+def _weights_autograd(torch, *args):
+    raise RuntimeError(
+        "scaled_dot_product_attention_with_weights(): an input requires grad, but qkv has no "
+        "autograd for the attention weights; call it under torch.no_grad() (inspection), or "
+        "call scaled_dot_product_attention, whose output autograd differentiates")
+
+
 # The three SDPA functions: each has the signature _sdpa_signature writes;
 # the bodies below only shape what _core returned.
-@_sdpa_signature(_core.scaled_dot_product_attention)
+@_sdpa_signature(_core.scaled_dot_product_attention, autograd=_sdpa_autograd)
 def scaled_dot_product_attention(output, weights, keep, kernel, return_dropout_mask):
     """softmax(query @ keyᵀ · scale + mask) @ value, as torch.nn.functional's.
 
@@ -132,7 +217,8 @@ def scaled_dot_product_attention(output, weights, keep, kernel, return_dropout_m
     return output
 
 
-@_sdpa_signature(_core.scaled_dot_product_attention, need_weights=True)
+@_sdpa_signature(_core.scaled_dot_product_attention, need_weights=True,
+                 autograd=_weights_autograd)
 def scaled_dot_product_attention_with_weights(output, weights, keep, kernel, return_dropout_mask):
     """scaled_dot_product_attention that also returns the attention weights.
 
@@ -226,5 +312,12 @@ def linear(input, weight, bias=None):
     """y = input @ weightᵀ + bias, as torch.nn.functional.linear.
 
     input: [..., in]  weight: [out, in]  bias: [out] or None  ->  [..., out]
+
+    No autograd: with an input that requires grad (grad mode on) it raises
+    instead of returning a detached result.
     """
-    return _core.linear((input, weight, bias))
+    torch = _torch_io.torch_if_any(input, weight, bias)
+    if torch is not None and _torch_io.needs_grad(torch, input, weight, bias):
+        raise RuntimeError("linear(): an input requires grad, but qkv's linear has no autograd; "
+                           "call it under torch.no_grad(), or use torch.nn.functional.linear")
+    return _torch_io.as_torch(torch, _core.linear((input, weight, bias)))

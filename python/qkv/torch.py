@@ -1,0 +1,295 @@
+"""qkv.torch: qkv's attention as PyTorch operators, with autograd.
+
+    import qkv.torch
+    out = qkv.torch.scaled_dot_product_attention(q, k, v, is_causal=True)
+    out.sum().backward()                      # qkv's fused backward
+
+Importing this module registers two custom operators (torch.library):
+
+    torch.ops.qkv.scaled_dot_product_attention            (see FORWARD_SCHEMA)
+    torch.ops.qkv.scaled_dot_product_attention_backward   (see BACKWARD_SCHEMA)
+
+The forward's autograd formula calls the backward op, qkv's fused backward
+(FlashAttention-2 recomputation from the forward's output and per-row
+log-sum-exp: no L×S matrix is kept). Both ops have fake (meta) kernels, so
+torch.compile(fullgraph=True) traces them, forward and backward, without a
+graph break. CPU tensors of dtype float32, float64 or bfloat16.
+
+Dropout is deterministic given a seed: the op takes `dropout_seed`, a 0-d
+int64 tensor, and samples its keep mask from qkv.Generator(seed); the
+backward replays the same mask from the same seed. The public function
+draws that seed from the `generator` it is given (a torch.Generator or a
+qkv.Generator) or, by default, from torch's global RNG (torch.manual_seed
+makes it repeatable; under torch.compile the draw is part of the graph).
+
+Only torch is imported here; the rest of qkv stays usable without it.
+"""
+
+import torch
+
+from . import _core
+from .nn import functional as _functional
+
+__all__ = ["BACKWARD_SCHEMA", "FORWARD_SCHEMA", "scaled_dot_product_attention"]
+
+# The arguments qkv's SDPA takes, shared by both ops. causal is "none",
+# "top_left" or "bottom_right"; alibi_slopes is one slope per query head;
+# softcap None or 0 is off; dropout_seed is a 0-d int64 tensor (needed when
+# dropout_p > 0 and no dropout_mask is given); dropout_mask a bool keep mask;
+# backend and precision as in qkv.nn.functional.scaled_dot_product_attention.
+_OPTIONS = ("Tensor? attn_mask=None, float dropout_p=0.0, str causal=\"none\", "
+            "float? scale=None, bool enable_gqa=False, int? window_left=None, "
+            "int? window_right=None, Tensor? alibi_slopes=None, float? softcap=None, "
+            "Tensor? dropout_seed=None, Tensor? dropout_mask=None, "
+            "bool return_dropout_mask=False, str backend=\"auto\", str precision=\"float32\"")
+
+# -> (output [..., H, L, Ev], logsumexp [..., H, L] float64, keep mask
+#     [..., H, L, S] bool when return_dropout_mask and dropout_p > 0, else empty)
+FORWARD_SCHEMA = ("(Tensor query, Tensor key, Tensor value, " + _OPTIONS +
+                  ") -> (Tensor, Tensor, Tensor)")
+
+# -> (grad_query, grad_key, grad_value, grad_attn_mask: like a float attn_mask,
+#     else empty). output and logsumexp are the forward's.
+BACKWARD_SCHEMA = ("(Tensor grad_output, Tensor query, Tensor key, Tensor value, Tensor output, "
+                   "Tensor logsumexp, " + _OPTIONS + ") -> (Tensor, Tensor, Tensor, Tensor)")
+
+_NAME = "scaled_dot_product_attention"
+
+
+def _core_args(query, key, value, attn_mask, dropout_p, causal, scale, enable_gqa, window_left,
+               window_right, alibi_slopes, softcap, dropout_seed, dropout_mask,
+               return_dropout_mask, backend, precision):
+    """The tuple _core reads, in qkv.nn.functional.scaled_dot_product_attention's order."""
+    generator = None
+    if dropout_seed is not None:
+        generator = _core.Generator(int(dropout_seed) % (1 << 64))
+    return (query, key, value, attn_mask, dropout_p, False, scale, enable_gqa,
+            None if causal == "none" else causal, dropout_mask, return_dropout_mask, generator,
+            window_left, window_right, alibi_slopes, softcap, backend, precision)
+
+
+def _as_torch(x, dtype):
+    """A torch tensor over _core's result (numpy shares its memory); None -> empty."""
+    if x is None:
+        return torch.empty(0, dtype=dtype)
+    return x if isinstance(x, torch.Tensor) else torch.from_numpy(x)
+
+
+@torch.library.custom_op("qkv::scaled_dot_product_attention", mutates_args=(),
+                         device_types="cpu", schema=FORWARD_SCHEMA)
+def _forward(query, key, value, attn_mask=None, dropout_p=0.0, causal="none", scale=None,
+             enable_gqa=False, window_left=None, window_right=None, alibi_slopes=None,
+             softcap=None, dropout_seed=None, dropout_mask=None, return_dropout_mask=False,
+             backend="auto", precision="float32"):
+    args = _core_args(query, key, value, attn_mask, dropout_p, causal, scale, enable_gqa,
+                      window_left, window_right, alibi_slopes, softcap, dropout_seed, dropout_mask,
+                      return_dropout_mask, backend, precision)
+    output, lse, keep, kernel = _core.scaled_dot_product_attention_op(args, _NAME)
+    _functional._last_call.kernel = kernel  # for qkv.runtime.last_sdpa_kernel()
+    return _as_torch(output, query.dtype), _as_torch(lse, torch.float64), _as_torch(
+        keep, torch.bool)
+
+
+@torch.library.custom_op("qkv::scaled_dot_product_attention_backward", mutates_args=(),
+                         device_types="cpu", schema=BACKWARD_SCHEMA)
+def _backward(grad_output, query, key, value, output, logsumexp, attn_mask=None, dropout_p=0.0,
+              causal="none", scale=None, enable_gqa=False, window_left=None, window_right=None,
+              alibi_slopes=None, softcap=None, dropout_seed=None, dropout_mask=None,
+              return_dropout_mask=False, backend="auto", precision="float32"):
+    args = _core_args(query, key, value, attn_mask, dropout_p, causal, scale, enable_gqa,
+                      window_left, window_right, alibi_slopes, softcap, dropout_seed, dropout_mask,
+                      False, backend, precision)
+    grads = _core.scaled_dot_product_attention_op_backward(grad_output, output, logsumexp, args,
+                                                           _NAME + "_backward")
+    return tuple(_as_torch(g, query.dtype) for g in grads)
+
+
+def _output_lead(query, key, value, enable_gqa):
+    """The output's dims before [L, Ev]: batch dims broadcast, heads from the query
+    (as qkv's prepare_sdpa)."""
+    if enable_gqa and query.dim() >= 3 and key.dim() >= 3 and value.dim() >= 3:
+        batch = torch.broadcast_shapes(query.shape[:-3], key.shape[:-3], value.shape[:-3])
+        return (*batch, query.shape[-3])
+    return tuple(torch.broadcast_shapes(query.shape[:-2], key.shape[:-2], value.shape[:-2]))
+
+
+@_forward.register_fake
+def _forward_fake(query, key, value, attn_mask=None, dropout_p=0.0, causal="none", scale=None,
+                  enable_gqa=False, window_left=None, window_right=None, alibi_slopes=None,
+                  softcap=None, dropout_seed=None, dropout_mask=None, return_dropout_mask=False,
+                  backend="auto", precision="float32"):
+    lead = _output_lead(query, key, value, enable_gqa)
+    L, S, Ev = query.shape[-2], key.shape[-2], value.shape[-1]
+    output = query.new_empty((*lead, L, Ev))
+    lse = query.new_empty((*lead, L), dtype=torch.float64)
+    keep_shape = (*lead, L, S) if return_dropout_mask and dropout_p > 0 else (0,)
+    return output, lse, query.new_empty(keep_shape, dtype=torch.bool)
+
+
+@_backward.register_fake
+def _backward_fake(grad_output, query, key, value, output, logsumexp, attn_mask=None,
+                   dropout_p=0.0, causal="none", scale=None, enable_gqa=False, window_left=None,
+                   window_right=None, alibi_slopes=None, softcap=None, dropout_seed=None,
+                   dropout_mask=None, return_dropout_mask=False, backend="auto",
+                   precision="float32"):
+    float_mask = attn_mask is not None and attn_mask.dtype != torch.bool
+    mask_shape = attn_mask.shape if float_mask else (0,)
+    # qkv returns contiguous gradients, whatever the inputs' strides.
+    return (query.new_empty(query.shape), query.new_empty(key.shape),
+            query.new_empty(value.shape), query.new_empty(mask_shape))
+
+
+# The op's inputs in schema order (the backward op takes them after its own
+# grad_output, output and logsumexp).
+_INPUTS = ("query", "key", "value", "attn_mask", "dropout_p", "causal", "scale", "enable_gqa",
+           "window_left", "window_right", "alibi_slopes", "softcap", "dropout_seed",
+           "dropout_mask", "return_dropout_mask", "backend", "precision")
+_TENSOR_INPUTS = ("query", "key", "value", "attn_mask", "alibi_slopes", "dropout_seed",
+                  "dropout_mask")
+
+
+def _setup_context(ctx, inputs, output):
+    ctx.options = {name: value for name, value in zip(_INPUTS, inputs)
+                   if name not in _TENSOR_INPUTS}
+    ctx.options["return_dropout_mask"] = False
+    tensors = [inputs[_INPUTS.index(name)] for name in _TENSOR_INPUTS]
+    ctx.tensor_present = [t is not None for t in tensors]
+    ctx.save_for_backward(*[t for t in tensors if t is not None], output[0], output[1])
+    ctx.mark_non_differentiable(output[1], output[2])
+
+
+def _autograd_backward(ctx, grad_output, _grad_lse, _grad_keep):
+    saved = list(ctx.saved_tensors)
+    out, lse = saved[-2:]
+    present = iter(saved[:-2])
+    tensors = {name: next(present) if there else None
+               for name, there in zip(_TENSOR_INPUTS, ctx.tensor_present)}
+    if grad_output is None:
+        grad_output = torch.zeros_like(out)
+    kwargs = dict(ctx.options)
+    kwargs.update({k: v for k, v in tensors.items() if k not in ("query", "key", "value")})
+    dq, dk, dv, dmask = torch.ops.qkv.scaled_dot_product_attention_backward(
+        grad_output, tensors["query"], tensors["key"], tensors["value"], out, lse, **kwargs)
+    # One gradient per argument the call passed: the dispatcher drops trailing
+    # arguments equal to their defaults, so there may be fewer than _INPUTS.
+    need = ctx.needs_input_grad
+    grads = [None] * len(need)
+    float_mask = tensors["attn_mask"] is not None and tensors["attn_mask"].dtype != torch.bool
+    for i, grad in enumerate((dq, dk, dv, dmask if float_mask else None)):
+        if i < len(need) and need[i]:
+            grads[i] = grad
+    return tuple(grads)
+
+
+_forward.register_autograd(_autograd_backward, setup_context=_setup_context)
+
+
+def _causal_bias_alignment(mask, query, key):
+    """"top_left" / "bottom_right" for a torch CausalBias attn_mask, else None."""
+    kind = type(mask)
+    if kind.__name__ != "CausalBias" or not kind.__module__.startswith("torch."):
+        return None
+    L, S = query.shape[-2], key.shape[-2]
+    if (mask.seq_len_q, mask.seq_len_kv) != (L, S):
+        raise ValueError(f"{_NAME}(): attn_mask is a torch CausalBias for {mask.seq_len_q} "
+                         f"queries and {mask.seq_len_kv} keys, but the query has {L} and the "
+                         f"key {S}")
+    variant = mask.variant.name
+    alignments = {"UPPER_LEFT": "top_left", "LOWER_RIGHT": "bottom_right"}
+    if variant not in alignments:
+        raise ValueError(f"{_NAME}(): attn_mask is a torch CausalBias of variant {variant}, "
+                         "which qkv does not know (UPPER_LEFT and LOWER_RIGHT it does)")
+    return alignments[variant]
+
+
+def _causal_name(is_causal, causal, attn_mask, query, key):
+    """(causal as the op's str, attn_mask) from torch's and qkv's causal arguments."""
+    if causal is None or causal is False:
+        name = "top_left" if is_causal else "none"
+    else:
+        if is_causal:
+            raise ValueError(f"{_NAME}(): pass either is_causal=True or causal={causal!r}, "
+                             "not both")
+        name = "top_left" if causal is True else causal
+        if name not in ("top_left", "bottom_right"):
+            raise ValueError(f"{_NAME}(): argument 'causal' must be None, 'top_left' or "
+                             f"'bottom_right', got {causal!r}")
+    if attn_mask is not None:
+        bias = _causal_bias_alignment(attn_mask, query, key)
+        if bias is not None:
+            if name != "none":
+                raise ValueError(f"{_NAME}(): attn_mask is a torch CausalBias; do not also "
+                                 "pass is_causal or causal")
+            return bias, None
+    return name, attn_mask
+
+
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
+
+
+def _dropout_seed(generator):
+    """A 0-d int64 tensor drawn from `generator`: a torch.Generator, a
+    qkv.Generator, or None for torch's global RNG."""
+    if isinstance(generator, _core.Generator):
+        seed = generator.next_u64()
+        return torch.tensor(seed - (1 << 64) if seed > _INT64_MAX else seed, dtype=torch.int64)
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise TypeError(f"{_NAME}(): argument 'generator' must be a torch.Generator, a "
+                        f"qkv.Generator or None, got {type(generator).__name__}")
+    return torch.randint(_INT64_MIN, _INT64_MAX, (), dtype=torch.int64, generator=generator)
+
+
+def _alibi_tensor(alibi_slopes):
+    """The slopes as a float64 tensor (the op's Tensor? argument)."""
+    if alibi_slopes is None:
+        return None
+    if isinstance(alibi_slopes, torch.Tensor) and alibi_slopes.requires_grad and \
+            torch.is_grad_enabled():
+        raise ValueError(f"{_NAME}(): argument 'alibi_slopes' requires grad, but qkv has no "
+                         "gradient for ALiBi slopes; pass alibi_slopes.detach() (or plain "
+                         "numbers)")
+    return torch.as_tensor(alibi_slopes, dtype=torch.float64)
+
+
+def _call_op(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, causal,
+             window_left, window_right, alibi_slopes, softcap, dropout_seed, dropout_mask=None,
+             return_dropout_mask=False, backend="auto", precision="float32"):
+    """torch.ops.qkv.scaled_dot_product_attention from the Python-level arguments;
+    -> (output, keep mask tensor)."""
+    causal, attn_mask = _causal_name(is_causal, causal, attn_mask, query, key)
+    output, _, keep = torch.ops.qkv.scaled_dot_product_attention(
+        query, key, value, attn_mask, float(dropout_p), causal, scale, bool(enable_gqa),
+        window_left, window_right, _alibi_tensor(alibi_slopes), softcap, dropout_seed,
+        dropout_mask, bool(return_dropout_mask), backend, precision)
+    return output, keep
+
+
+def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0,
+                                 is_causal=False, scale=None, enable_gqa=False, *, causal=None,
+                                 window_left=None, window_right=None, alibi_slopes=None,
+                                 softcap=None, generator=None):
+    """torch.nn.functional.scaled_dot_product_attention on qkv's kernels, differentiable.
+
+    query: [..., H, L, E]  key: [..., Hkv, S, E]  value: [..., Hkv, S, Ev]  ->  [..., H, L, Ev]
+
+    CPU torch tensors, all float32, float64 or bfloat16; the output is a torch
+    tensor that autograd differentiates through qkv's fused backward (gradients
+    for query, key, value and a floating attn_mask). torch.compile traces it.
+
+    The arguments are torch's, with its semantics (attn_mask bool or floating,
+    or a torch CausalBias; dropout applied whenever dropout_p > 0), and qkv's
+    extras as in qkv.nn.functional.scaled_dot_product_attention:
+    causal: None, "top_left" (= is_causal) or "bottom_right" (query i sees
+        keys j <= i + S - L).
+    window_left, window_right: sliding window around query i (None = unbounded).
+    alibi_slopes: one ALiBi slope per query head (a sequence or tensor; no
+        gradient flows to it).
+    softcap: scores become softcap·tanh(scores / softcap); None or 0 = off.
+    generator: where dropout's seed comes from: a torch.Generator, a
+        qkv.Generator, or None for torch's global RNG (torch.manual_seed).
+        The same seed gives the same keep mask; the backward reuses it.
+    """
+    seed = _dropout_seed(generator) if dropout_p > 0 else None
+    output, _ = _call_op(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa,
+                         causal, window_left, window_right, alibi_slopes, softcap, seed)
+    return output
