@@ -238,3 +238,23 @@ def test_attention_function_directly():
     out, _ = _hf_attention.attention_forward(Attn(), q, k, v, bias, is_causal=False)
     want = torch.nn.functional.scaled_dot_product_attention(q, kr, vr, attn_mask=bias)
     assert rel(out, want.transpose(1, 2)) <= 1e-12
+
+
+def test_import_qkv_torch_does_not_import_transformers():
+    """Registration waits for transformers to load its interfaces (a hook),
+    and also works when transformers came first."""
+    import subprocess
+    import sys
+    env = {**__import__("os").environ, "PYTHONPATH": str(ROOT / "python")}
+    script = ("import sys, qkv.torch\n"
+              "assert 'transformers' not in sys.modules\n"
+              "from transformers import AttentionInterface\n"
+              "from transformers.masking_utils import AttentionMaskInterface\n"
+              "assert 'qkv' in AttentionInterface._global_mapping\n"
+              "assert 'qkv' in AttentionMaskInterface._global_mapping\n")
+    subprocess.run([sys.executable, "-c", script], check=True, env=env, timeout=600)
+    script = ("import transformers.modeling_utils, transformers.masking_utils as m\n"
+              "import qkv.torch\n"
+              "assert 'qkv' in m.AttentionMaskInterface._global_mapping\n"
+              "assert 'qkv' in transformers.modeling_utils.AttentionInterface._global_mapping\n")
+    subprocess.run([sys.executable, "-c", script], check=True, env=env, timeout=600)
