@@ -12,7 +12,10 @@ The Python face of the qkv C++ library, with PyTorch's names and semantics
 
 Inputs may be numpy arrays or CPU torch tensors of dtype float32 or float64
 (bool for masks); they are read in place, without a copy, whenever their
-strides allow it. Outputs are numpy arrays.
+strides allow it. Outputs are numpy arrays, except that qkv.nn.functional
+returns torch tensors when any tensor argument is one (see its docstring).
+`import qkv.torch` registers qkv's attention as a torch operator with
+autograd and torch.compile support (torch.ops.qkv.scaled_dot_product_attention).
 
 One difference from torch, everywhere: a query whose keys are all masked gives
 output 0 and weights 0, never NaN (torch's SDPA also gives 0; torch's

@@ -28,6 +28,19 @@ def needs_grad(torch, *args):
         isinstance(a, torch.Tensor) and a.requires_grad for a in args)
 
 
+def plain_tensors(torch, *args):
+    """False when a torch tensor among `args` is a subclass other than a
+    Parameter or Buffer (and not a torch CausalBias, which qkv maps to its
+    causal alignments): those the bindings refuse by name."""
+    nn = torch.nn
+    plain = (torch.Tensor, nn.Parameter, getattr(nn, "Buffer", torch.Tensor))
+    for a in args:
+        if isinstance(a, torch.Tensor) and type(a) not in plain and not (
+                type(a).__name__ == "CausalBias" and type(a).__module__.startswith("torch.")):
+            return False
+    return True
+
+
 def as_torch(torch, x):
     """x as a torch tensor: numpy arrays shared (copied if read-only: torch
     tensors are always writable), tuples element-wise, None and others as is."""

@@ -52,7 +52,7 @@ def test_bf16_error_no_worse_than_torch(shape, causal):
 
     # float32 tensors of the same values with bfloat16 products: float32 out
     f32 = [x.float() for x in (q, k, v)]
-    ours32 = torch.from_numpy(F.scaled_dot_product_attention(*f32, precision="bfloat16", **kw))
+    ours32 = F.scaled_dot_product_attention(*f32, precision="bfloat16", **kw)
     p_max, p_mean = errors(ours32, exact)
     print(f"  qkv float32 in, precision=bfloat16: max {p_max:.3e} mean {p_mean:.3e}")
     assert p_max <= q_max and p_mean <= q_mean
@@ -63,12 +63,12 @@ def test_bf16_error_no_worse_than_torch(shape, causal):
 def test_precision_keyword():
     g = torch.Generator().manual_seed(5)
     q, k, v = (torch.randn(1, 2, 40, 64, generator=g) for _ in range(3))
-    exact = torch.from_numpy(F.scaled_dot_product_attention(q, k, v))
+    exact = F.scaled_dot_product_attention(q, k, v)
     for name in ("bfloat16", "bf16", "int8"):
-        out = torch.from_numpy(F.scaled_dot_product_attention(q, k, v, precision=name))
+        out = F.scaled_dot_product_attention(q, k, v, precision=name)
         err = (out - exact).abs().max().item()
         assert 0 < err < 2e-2, name  # bf16 rounding of q, k, v and P: not the float32 result
-    same = torch.from_numpy(F.scaled_dot_product_attention(q, k, v, precision="float32"))
+    same = F.scaled_dot_product_attention(q, k, v, precision="float32")
     assert torch.equal(same, exact)
     out, w = F.scaled_dot_product_attention_with_weights(q, k, v, precision="bfloat16")
     assert abs(w.sum(-1) - 1).max() < 1e-5

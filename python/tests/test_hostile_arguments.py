@@ -65,7 +65,10 @@ def test_other_tensor_subclasses_are_refused_by_name():
         mha(x, x, x, attn_mask=causal_upper_left(5, 5))
     # Parameters are plain tensors.
     out = sdpa(torch.nn.Parameter(q), k, v)
-    np.testing.assert_array_equal(out, sdpa(q, k, v))
+    np.testing.assert_array_equal(out.detach(), sdpa(q, k, v))
+    # A subclass that requires grad is refused too (not handed to autograd).
+    with pytest.raises(TypeError, match=r"argument 'query' is a .*Scaled"):
+        sdpa(odd.detach().requires_grad_(), k, v)
 
 
 @pytest.mark.filterwarnings("ignore:The PyTorch API of nested tensors")

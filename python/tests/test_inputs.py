@@ -30,12 +30,16 @@ def test_numpy_and_torch_inputs_agree(dtype):
     q, k, v = qkv_inputs(dtype)
     mask = np.random.default_rng(1).random((5, 7)) < 0.8
     from_numpy = sdpa(q, k, v, attn_mask=mask)
-    tq, tk, tv = (torch.from_numpy(x).requires_grad_() for x in (q, k, v))  # grad is ignored
+    assert isinstance(from_numpy, np.ndarray) and from_numpy.dtype == dtype
+    tq, tk, tv = (torch.from_numpy(x) for x in (q, k, v))
     from_torch = sdpa(tq, tk, tv, attn_mask=torch.from_numpy(mask))
     mixed = sdpa(tq, k, torch.from_numpy(v), attn_mask=mask)
-    for out in (from_torch, mixed):
-        assert isinstance(out, np.ndarray) and out.dtype == dtype
-        np.testing.assert_array_equal(out, from_numpy)
+    # Inputs that require grad go through autograd (test_torch_op.py), same values.
+    grad = sdpa(*(t.clone().requires_grad_() for t in (tq, tk, tv)), attn_mask=mask)
+    assert grad.requires_grad
+    for out in (from_torch, mixed, grad.detach()):  # torch in, torch out
+        assert isinstance(out, torch.Tensor) and out.numpy().dtype == dtype
+        np.testing.assert_array_equal(out.numpy(), from_numpy)
 
 
 def test_outputs_are_numpy_arrays_that_own_their_memory():

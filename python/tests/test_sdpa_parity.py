@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 
 import qkv
-from helpers import assert_close, sdpa_case_id
+from helpers import as_numpy, assert_close, sdpa_case_id
 
 N_CASES = 640
 HEAD_DIMS = [1, 3, 8, 16, 17, 32, 64, 80, 128]
@@ -128,7 +128,8 @@ def test_sdpa_matches_torch(case):
         kwargs["causal"] = "bottom_right"
 
     out = qkv.nn.functional.scaled_dot_product_attention(*args, **kwargs)
-    assert isinstance(out, np.ndarray) and out.dtype == c["dtype"]
+    expected = torch.Tensor if c["torch_inputs"] else np.ndarray  # torch in, torch out
+    assert isinstance(out, expected) and as_numpy(out).dtype == c["dtype"]
     assert_close(out, ref_out, c["dtype"], f"output of {case_id(c)}")
 
     out2, weights = qkv.nn.functional.scaled_dot_product_attention_with_weights(*args, **kwargs)

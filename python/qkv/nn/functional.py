@@ -90,7 +90,8 @@ def _sdpa_signature(core, need_weights=False, autograd=None):
             torch = _torch_io.torch_if_any(query, key, value, attn_mask, dropout_mask,
                                            alibi_slopes)
             if autograd is not None and torch is not None and _torch_io.needs_grad(
-                    torch, query, key, value, attn_mask):
+                    torch, query, key, value, attn_mask) and _torch_io.plain_tensors(
+                        torch, query, key, value, attn_mask, dropout_mask, alibi_slopes):
                 return autograd(torch, *args)
             output, weights, keep, kernel = core(args, need_weights, name)
             if torch is not None:
@@ -142,10 +143,8 @@ def _sdpa_autograd(torch, query, key, value, attn_mask, dropout_p, is_causal, sc
         # One draw from qkv's generator seeds the op's dropout.
         seed = qkv_torch._dropout_seed(generator if generator is not None else
                                        _core.default_generator())
-    query, key, value, dropout_mask = (_torch_io.torch_input(torch, x)
-                                       for x in (query, key, value, dropout_mask))
-    if attn_mask is not None and not isinstance(attn_mask, torch.Tensor):
-        attn_mask = _torch_io.torch_input(torch, attn_mask)
+    query, key, value, attn_mask, dropout_mask = (
+        _torch_io.torch_input(torch, x) for x in (query, key, value, attn_mask, dropout_mask))
     output, keep = qkv_torch._call_op(query, key, value, attn_mask, dropout_p, is_causal, scale,
                                       enable_gqa, causal, window_left, window_right,
                                       alibi_slopes, softcap, seed, dropout_mask,
