@@ -69,10 +69,11 @@ def resolve_model_dir(model, revision=None, function="SentenceEncoder"):
         if snapshot is not None:
             return snapshot
     if path.exists():
-        raise NotADirectoryError(f"{function}(): model {name!r} is a file; expected a model "
-                                 f"directory (config.json, model.safetensors, tokenizer.json)")
+        raise NotADirectoryError(f"{function}(): model {name!r} is a file, not a directory "
+                                 f"(expected config.json, model.safetensors, tokenizer.json "
+                                 f"in a model directory)")
     looked = ", ".join(f"models--{c.replace('/', '--')}" for c in candidates)
     raise FileNotFoundError(
-        f"{function}(): model {name!r} is neither a directory nor in the Hugging Face cache "
+        f"{function}(): model {name!r} is not a directory, nor in the Hugging Face cache "
         f"{cache} (looked for {looked}, revision {revision!r}; qkv does not download): "
         f"{FETCH_HINT}")
