@@ -4,6 +4,7 @@
 #include <pybind11/numpy.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -46,6 +47,22 @@ IntMatrix int_matrix(py::handle obj, const char* function, const char* name) {
   m.cols = array.ndim() == 2 ? array.shape(1) : array.shape(0);
   m.values.assign(ints.data(), ints.data() + ints.size());
   return m;
+}
+
+// A Python callable(done) as SentenceEncoder::Progress, called with the GIL
+// taken (encode runs without it); None: no callback.
+SentenceEncoder::Progress progress_callback(py::object callback) {
+  if (callback.is_none()) return {};
+  // The std::function may outlive the call's GIL: hold the callable in a
+  // shared_ptr whose deleter takes the GIL to drop the reference.
+  auto held = std::shared_ptr<py::object>(new py::object(std::move(callback)), [](py::object* p) {
+    py::gil_scoped_acquire gil;
+    delete p;
+  });
+  return [held](int64_t done) {
+    py::gil_scoped_acquire gil;
+    (*held)(done);
+  };
 }
 
 py::dict config_dict(const BertConfig& c) {
@@ -118,16 +135,32 @@ void bind_models(py::module_& m) {
           [](const SentenceEncoder& self) { return std::string(precision_name(self.precision())); })
       .def(
           "encode",
-          [](const SentenceEncoder& self, const std::vector<std::string>& texts,
-             int64_t batch_size) {
+          [](const SentenceEncoder& self, const std::vector<std::string>& texts, int64_t batch_size,
+             py::object progress) {
+            const SentenceEncoder::Progress report = progress_callback(progress);
             Tensor out;
             {
               py::gil_scoped_release release;
-              out = self.encode(texts, batch_size);
+              out = self.encode(texts, batch_size, report);
             }
             return to_numpy(out);
           },
-          py::arg("texts"), py::arg("batch_size"))
+          py::arg("texts"), py::arg("batch_size"), py::arg("progress") = py::none())
+      .def(
+          "token_embeddings",
+          [](const SentenceEncoder& self, const std::vector<std::string>& texts, int64_t batch_size,
+             py::object progress) {
+            const SentenceEncoder::Progress report = progress_callback(progress);
+            std::vector<Tensor> out;
+            {
+              py::gil_scoped_release release;
+              out = self.token_embeddings(texts, batch_size, report);
+            }
+            py::list arrays;
+            for (const Tensor& t : out) arrays.append(to_numpy(t));
+            return arrays;
+          },
+          py::arg("texts"), py::arg("batch_size"), py::arg("progress") = py::none())
       .def(
           "calibrate",
           [](SentenceEncoder& self, const std::vector<std::string>& texts) {
@@ -137,7 +170,8 @@ void bind_models(py::module_& m) {
           py::arg("texts"))
       .def("token_ids", &SentenceEncoder::token_ids, py::arg("text"))
       .def_property_readonly("dimension", &SentenceEncoder::dimension)
-      .def_property_readonly("max_seq_length", &SentenceEncoder::max_seq_length)
+      .def_property("max_seq_length", &SentenceEncoder::max_seq_length,
+                    &SentenceEncoder::set_max_seq_length)
       .def_property_readonly("pooling",
                              [](const SentenceEncoder& self) {
                                return std::string(models::pooling_name(self.pooling()));

@@ -27,6 +27,20 @@ py::dict state_dict_to_python(const State& state) {
   return out;
 }
 
+// [(name, array)] in the order of `state`, each array over the parameter's
+// own memory (no copy): writing into it, as an optimizer does, changes the
+// model. The array keeps the memory alive, even past the model.
+template <class State>
+py::list parameter_views(const State& state) {
+  py::list out;
+  for (const auto& [name, t] : state) {
+    if (!t.is_contiguous())  // to_numpy would copy: the view would not be live
+      throw py::value_error("parameters(): parameter '" + name + "' is not contiguous");
+    out.append(py::make_tuple(name, to_numpy(t)));
+  }
+  return out;
+}
+
 // A mapping name -> numpy array or CPU torch tensor, read without copying;
 // `function` names the call in errors ("Linear.load_state_dict").
 inline std::map<std::string, Tensor> state_dict_from_python(const py::dict& state,
@@ -40,11 +54,12 @@ inline std::map<std::string, Tensor> state_dict_from_python(const py::dict& stat
   return tensors;
 }
 
-// state_dict() and load_state_dict(dict) for a model that is not an
+// state_dict(), _parameter_views() and load_state_dict(dict) for a model that is not an
 // nn::Module (BertModel); the modules get theirs from qkv._core.Module.
 template <class Model, class PyClass>
 void def_state_dict(PyClass& cls, std::string load_name) {
   cls.def("state_dict", [](const Model& self) { return state_dict_to_python(self.state_dict()); })
+      .def("_parameter_views", [](const Model& self) { return parameter_views(self.state_dict()); })
       .def(
           "load_state_dict",
           [load_name](Model& self, const py::dict& state) {

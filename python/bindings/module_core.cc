@@ -11,6 +11,9 @@ void bind_module_core(py::module_& m) {
   py::class_<nn::Module>(m, "Module")
       .def("state_dict",
            [](const nn::Module& self) { return state_dict_to_python(self.state_dict()); })
+      // Python's parameters(): the module's own memory, not copies.
+      .def("_parameter_views",
+           [](const nn::Module& self) { return parameter_views(self.state_dict()); })
       .def(
           "load_state_dict",
           [](nn::Module& self, const py::dict& state) {

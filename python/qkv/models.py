@@ -18,6 +18,7 @@ import dataclasses
 import json
 
 from . import _core
+from ._parameters import named_parameters_of, parameter_list
 
 __all__ = ["DecoderModel", "DecoderModelConfig", "DecoderSession"]
 
@@ -114,6 +115,16 @@ class DecoderModel:
         """Strict: the exact names and shapes of state_dict(); numpy arrays or
         CPU torch tensors. A failed load changes nothing."""
         self._model.load_state_dict(dict(state_dict))
+
+    def parameters(self):
+        """The parameters as live numpy arrays over the model's memory, in
+        state_dict() order: `qkv.optim.AdamW(model.parameters())` updates the
+        model itself (qkv/_parameters.py)."""
+        return parameter_list(self.named_parameters())
+
+    def named_parameters(self, prefix=""):
+        """(name, live numpy array) pairs, as parameters()."""
+        return named_parameters_of(self._model, prefix)
 
     def num_parameters(self):
         return self._model.num_parameters()

@@ -30,6 +30,11 @@ copies, from the gradients its backward accumulated, as torch's
     opt.step()                                  # no gradients to pass
     enc.zero_grad()
 
+Or `params` is what a qkv module's parameters() or named_parameters()
+returns (live arrays over the module's memory): `AdamW(model.parameters())`
+updates the model, from the gradients its backward accumulated when it is
+trainable (step()), else from the gradients passed to step(grads).
+
 The arithmetic is torch 2.13's single-tensor update in the parameters' dtype
 (one rounding per torch tensor op), so results agree with torch.optim to the
 last bits or nearly so. Hyperparameters are given once; `opt.lr` may be set
@@ -52,14 +57,27 @@ def _named_params(params, kind):
         if len(handle) == 0:
             raise ValueError(f"{kind}(): optimizer got a module without parameters")
         return handle
+    # A module's parameters() or named_parameters() (qkv/_parameters.py): a
+    # trainable module's own values and gradient buffers.
+    handle = getattr(params, "_module_parameters", None)
+    if handle is not None:
+        if len(handle) == 0:
+            raise ValueError(f"{kind}(): optimizer got a module without parameters")
+        return handle
     if isinstance(params, dict):
         items = [(str(name), array) for name, array in params.items()]
     else:
         try:
-            items = [(str(i), array) for i, array in enumerate(params)]
+            params = list(params)  # a generator too, as torch takes
         except TypeError:
             raise TypeError(f"{kind}(): params must be a list or dict of numpy arrays, "
                             f"got {type(params).__name__}") from None
+        # named_parameters(): (name, array) pairs, as torch's optimizers take them.
+        if params and all(isinstance(p, tuple) and len(p) == 2 and isinstance(p[0], str)
+                          for p in params):
+            items = [(name, array) for name, array in params]
+        else:
+            items = [(str(i), array) for i, array in enumerate(params)]
     if not items:
         raise ValueError(f"{kind}(): optimizer got an empty parameter list")
     return items

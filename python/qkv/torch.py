@@ -293,3 +293,9 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     output, _ = _call_op(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa,
                          causal, window_left, window_right, alibi_slopes, softcap, seed)
     return output
+
+
+# Hugging Face transformers: attn_implementation="qkv" (python/qkv/_hf_attention.py).
+from . import _hf_attention  # noqa: E402
+
+_hf_attention.register()

@@ -9,6 +9,7 @@
 #include <set>
 
 #include "io/json_document.h"
+#include "kernels/interrupt.h"
 #include "nn/module_util.h"
 #include "qkv/attention.h"
 #include "qkv/functional.h"
@@ -425,8 +426,12 @@ Tensor BertModel::forward(std::span<const int64_t> ids, std::span<const int64_t>
     for (int64_t i = 0; i < n; ++i) k[i] = attention_mask[i] != 0;
   }
   nn::Workspace workspace;
-  for (const nn::TransformerEncoderLayer& layer : layers_)
+  // A large batch takes seconds on a loaded machine: Ctrl-C is heard between layers.
+  kernels::InterruptPoll poll;
+  for (const nn::TransformerEncoderLayer& layer : layers_) {
     layer.forward_into(x, keep, /*causal=*/false, workspace);
+    if (poll.stop()) poll.throw_if_stopped(fn);
+  }
   return x;
 }
 

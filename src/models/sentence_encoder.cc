@@ -237,13 +237,30 @@ std::vector<int64_t> SentenceEncoder::token_ids(const std::string& text) const {
   return tokenizer_.encode(text);
 }
 
-Tensor SentenceEncoder::encode(const std::vector<std::string>& texts, int64_t batch_size) const {
-  QKV_CHECK(batch_size > 0, "SentenceEncoder::encode: batch_size must be positive, got ",
+void SentenceEncoder::set_max_seq_length(int64_t length) {
+  const int64_t limit = model_.config().max_position_embeddings;
+  QKV_CHECK(length >= 2 && length <= limit,
+            "SentenceEncoder: max_seq_length must be in [2, max_position_embeddings = ", limit,
+            "], got ", length);
+  max_seq_length_ = length;
+  tokenizer_.set_max_length(length);
+}
+
+void SentenceEncoder::run_batches(const std::vector<std::string>& texts, int64_t batch_size,
+                                  const Progress& progress, const char* function,
+                                  const BatchSink& sink) const {
+  QKV_CHECK(batch_size > 0, "SentenceEncoder::", function, ": batch_size must be positive, got ",
             batch_size);
   const int64_t n = static_cast<int64_t>(texts.size());
-  Tensor out = Tensor::empty({n, dimension()});
+  // Many batches can take minutes: Ctrl-C (runtime.h) is heard while
+  // tokenizing and between batches (and between layers, in BertModel).
+  kernels::InterruptPoll poll;
+  const auto stopped = [&] {
+    poll.throw_if_stopped((std::string("SentenceEncoder::") + function).c_str());
+  };
   std::vector<std::vector<int64_t>> ids(texts.size());
-  for (size_t i = 0; i < texts.size(); ++i) ids[i] = token_ids(texts[i]);
+  for (size_t i = 0; i < texts.size() && !poll.stop(); ++i) ids[i] = token_ids(texts[i]);
+  stopped();
 
   // Longest first, so that each batch pads to a length close to its texts'.
   std::vector<int64_t> order(texts.size());
@@ -251,8 +268,6 @@ Tensor SentenceEncoder::encode(const std::vector<std::string>& texts, int64_t ba
   std::stable_sort(order.begin(), order.end(),
                    [&](int64_t a, int64_t b) { return ids[a].size() > ids[b].size(); });
 
-  // Many batches can take minutes: Ctrl-C (runtime.h) is heard between them.
-  kernels::InterruptPoll poll;
   for (int64_t start = 0; start < n && !poll.stop(); start += batch_size) {
     const std::vector<int64_t> rows(order.begin() + start,
                                     order.begin() + std::min(n, start + batch_size));
@@ -266,9 +281,37 @@ Tensor SentenceEncoder::encode(const std::vector<std::string>& texts, int64_t ba
       std::fill(mask.begin() + b * L, mask.begin() + b * L + row.size(), 1);
       lengths.push_back(static_cast<int64_t>(row.size()));
     }
-    pool(model_.forward(flat, mask, B), lengths, rows, out);
+    sink(model_.forward(flat, mask, B), lengths, rows);
+    if (progress) progress(start + B);
   }
-  poll.throw_if_stopped("SentenceEncoder::encode");
+  stopped();
+}
+
+Tensor SentenceEncoder::encode(const std::vector<std::string>& texts, int64_t batch_size,
+                               const Progress& progress) const {
+  Tensor out = Tensor::empty({static_cast<int64_t>(texts.size()), dimension()});
+  run_batches(texts, batch_size, progress, "encode",
+              [&](const Tensor& hidden, const std::vector<int64_t>& lengths,
+                  const std::vector<int64_t>& rows) { pool(hidden, lengths, rows, out); });
+  return out;
+}
+
+std::vector<Tensor> SentenceEncoder::token_embeddings(const std::vector<std::string>& texts,
+                                                      int64_t batch_size,
+                                                      const Progress& progress) const {
+  std::vector<Tensor> out(texts.size());
+  run_batches(texts, batch_size, progress, "token_embeddings",
+              [&](const Tensor& hidden, const std::vector<int64_t>& lengths,
+                  const std::vector<int64_t>& rows) {
+                const int64_t L = hidden.size(1), D = hidden.size(2);
+                const float* h = hidden.data<float>();
+                for (size_t b = 0; b < rows.size(); ++b) {
+                  Tensor t = Tensor::empty({lengths[b], D});
+                  const float* src = h + static_cast<int64_t>(b) * L * D;
+                  std::copy(src, src + lengths[b] * D, t.data<float>());
+                  out[rows[b]] = std::move(t);
+                }
+              });
   return out;
 }
 

@@ -22,6 +22,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -51,11 +52,24 @@ class SentenceEncoder {
   explicit SentenceEncoder(const std::filesystem::path& model_dir,
                            Precision precision = Precision::kFloat32);
 
+  // Called after each batch with the number of texts encoded so far (a
+  // progress bar); what it throws ends the call.
+  using Progress = std::function<void(int64_t done)>;
+
   // Embeddings of `texts`, row i for texts[i]: [N, D] float32 ([0, D] for no text).
   // Texts are encoded in batches of `batch_size` texts of similar token counts
   // (sorted by length, so that little padding is computed). An interrupt
-  // check (runtime.h: Ctrl-C in Python) is heard between batches.
-  Tensor encode(const std::vector<std::string>& texts, int64_t batch_size = 32) const;
+  // check (runtime.h: Ctrl-C in Python) is heard while tokenizing, between
+  // batches and between the model's layers.
+  Tensor encode(const std::vector<std::string>& texts, int64_t batch_size = 32,
+                const Progress& progress = {}) const;
+
+  // The last hidden state of every real token, as sentence-transformers'
+  // output_value="token_embeddings": element i is [tokens of texts[i], D]
+  // ([CLS] … [SEP]), neither pooled nor normalised. Batching as encode().
+  std::vector<Tensor> token_embeddings(const std::vector<std::string>& texts,
+                                       int64_t batch_size = 32,
+                                       const Progress& progress = {}) const;
 
   // int8: smooths the weights (SmoothQuant, nn::Module::record_input_ranges)
   // against the input ranges the float32 model sees on `texts`, replacing the
@@ -69,6 +83,9 @@ class SentenceEncoder {
   Precision precision() const { return model_.precision(); }
   int64_t dimension() const { return model_.config().hidden_size; }
   int64_t max_seq_length() const { return max_seq_length_; }
+  // Longer texts are truncated to `length` tokens from now on; 2 <= length <=
+  // max_position_embeddings (else a ValueError naming the bounds).
+  void set_max_seq_length(int64_t length);
   Pooling pooling() const { return pooling_; }
   bool normalize() const { return normalize_; }
   const BertModel& model() const { return model_; }
@@ -79,6 +96,14 @@ class SentenceEncoder {
   struct Layout;
   static Layout read_layout(const std::filesystem::path& model_dir);
   SentenceEncoder(const Layout& layout, Precision precision);
+
+  // Tokenizes, sorts and runs `texts` through the model in batches, handing
+  // each batch's hidden states to `sink`. hidden: [n, L, D]; lengths: the n
+  // real-token counts; rows: the n indices into `texts`.
+  using BatchSink = std::function<void(const Tensor& hidden, const std::vector<int64_t>& lengths,
+                                       const std::vector<int64_t>& rows)>;
+  void run_batches(const std::vector<std::string>& texts, int64_t batch_size,
+                   const Progress& progress, const char* function, const BatchSink& sink) const;
 
   // hidden: [n, L, D]  lengths: n real-token counts  ->  rows written to out[rows[i]]
   void pool(const Tensor& hidden, const std::vector<int64_t>& lengths,

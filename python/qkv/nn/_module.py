@@ -10,6 +10,7 @@ from collections import namedtuple
 import numpy as np
 
 from .. import _core
+from .._parameters import NamedParameterList, named_parameters_of, parameter_list
 
 # As torch's load_state_dict result.
 IncompatibleKeys = namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])
@@ -175,12 +176,28 @@ class Module:
             self._impl.load_state_dict(merged)
         return IncompatibleKeys(missing, unexpected)
 
-    def parameters(self):
-        """The parameters as numpy arrays (copies), in torch's order."""
-        return list(self.state_dict().values())
+    def parameters(self, recurse=True):
+        """The module's own parameters, in torch's order: numpy arrays over
+        its memory (not copies), so that `qkv.optim.AdamW(m.parameters())`
+        trains the module (see qkv/_parameters.py). recurse=False: only the
+        parameters of this module itself, not of its children."""
+        return parameter_list(self.named_parameters(recurse=recurse))
 
-    def named_parameters(self):
-        return list(self.state_dict().items())
+    def named_parameters(self, prefix="", recurse=True, remove_duplicate=True):
+        """(torch's name, live numpy array) pairs, as parameters(); names
+        start with `prefix` + "." when a prefix is given. remove_duplicate is
+        accepted for torch's signature (qkv modules share no parameter)."""
+        del remove_duplicate
+        named = named_parameters_of(self._impl)
+        if not recurse:
+            kept = NamedParameterList((n, a) for n, a in named if "." not in n)
+            kept._module_parameters = None  # a subset: the optimizer needs the gradients
+            named = kept
+        if prefix:
+            handle = named._module_parameters
+            named = NamedParameterList((f"{prefix}.{n}", a) for n, a in named)
+            named._module_parameters = handle
+        return named
 
     @property
     def dtype(self):

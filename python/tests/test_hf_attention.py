@@ -1,0 +1,260 @@
+"""attn_implementation="qkv" in Hugging Face transformers 5.24 (registered by
+`import qkv.torch`, python/qkv/_hf_attention.py) against "sdpa" (the oracle):
+
+  - BertModel (models/all-MiniLM-L6-v2) on a PADDED batch: last hidden state
+    and every parameter gradient within 1e-5 (relative to the largest |sdpa|
+    value of that tensor);
+  - 20 AdamW fine-tuning steps (fixed seed, dropout off) give the same losses
+    to 1e-4;
+  - SentenceTransformer(path, model_kwargs={"attn_implementation": "qkv"})
+    encodes as with "sdpa";
+  - a LLaMA model from a small random LlamaConfig with GQA, 2 layers: the
+    same logits (left-padded batch) and the same greedy tokens.
+"""
+
+import copy
+import pathlib
+
+import numpy as np
+import pytest
+import torch
+
+qkv_torch = pytest.importorskip("qkv.torch")
+transformers = pytest.importorskip("transformers")
+
+from qkv import _hf_attention  # noqa: E402
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+MODEL = ROOT / "models" / "all-MiniLM-L6-v2"
+TOLERANCE = 1e-5
+
+needs_model = pytest.mark.skipif(
+    not (MODEL / "model.safetensors").exists(),
+    reason=f"{MODEL} is missing: run scripts/fetch_model.sh to fetch all-MiniLM-L6-v2")
+
+TEXTS = [
+    "A man is eating food.",
+    "The girl is carrying a baby while the man rides a horse through the field.",
+    "Un café à Paris!",
+    "Attention is all you need, they said, and then everybody computed softmax over and "
+    "over again for years.",
+]
+
+
+def rel(ours, theirs):
+    ours, theirs = ours.detach().double(), theirs.detach().double()
+    assert ours.shape == theirs.shape
+    return float((ours - theirs).abs().max() / max(theirs.abs().max(), 1e-12))
+
+
+def test_registered_under_qkv():
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+    assert AttentionInterface._global_mapping["qkv"] is _hf_attention.attention_forward
+    # Without a mask entry transformers builds no mask at all for "qkv".
+    assert AttentionMaskInterface._global_mapping["qkv"] is sdpa_mask
+    _hf_attention.register()  # idempotent
+    assert AttentionInterface._global_mapping["qkv"] is _hf_attention.attention_forward
+
+
+@pytest.fixture
+def qkv_calls(monkeypatch):
+    """Counts the calls of qkv's attention (so a parity is not sdpa against itself)."""
+    calls = []
+    run = qkv_torch.scaled_dot_product_attention
+
+    def counted(*args, **kwargs):
+        calls.append(kwargs.get("attn_mask") is not None)
+        return run(*args, **kwargs)
+
+    monkeypatch.setattr(qkv_torch, "scaled_dot_product_attention", counted)
+    return calls
+
+
+def bert_pair(**config):
+    models = {}
+    for name in ("qkv", "sdpa"):
+        torch.manual_seed(0)
+        models[name] = transformers.BertModel.from_pretrained(
+            MODEL, attn_implementation=name, add_pooling_layer=False, **config)
+        assert models[name].config._attn_implementation == name
+    return models
+
+
+@pytest.fixture(scope="module")
+def batch():
+    tok = transformers.AutoTokenizer.from_pretrained(MODEL)
+    enc = tok(TEXTS, padding=True, return_tensors="pt")
+    assert (enc["attention_mask"] == 0).any()  # the parity must be on padding
+    return enc
+
+
+@needs_model
+def test_bert_outputs_and_gradients_on_padded_batch(batch, qkv_calls):
+    models = bert_pair()
+    torch.manual_seed(1)
+    weights = torch.randn(*batch["input_ids"].shape, 384)
+    real = batch["attention_mask"].bool()
+    hidden, grads = {}, {}
+    for name, model in models.items():
+        model.eval()
+        out = model(**batch).last_hidden_state
+        (out * weights * real[..., None]).sum().backward()
+        hidden[name] = out
+        grads[name] = {n: p.grad for n, p in model.named_parameters()}
+    assert qkv_calls == [True] * 6  # one masked call per layer, from the qkv model only
+    err = rel(hidden["qkv"][real], hidden["sdpa"][real])
+    print(f"\nhidden states (real tokens): {err:.2e}")
+    assert err <= TOLERANCE
+    assert rel(hidden["qkv"], hidden["sdpa"]) <= TOLERANCE
+    scale = max(g.abs().max() for g in grads["sdpa"].values())
+    worst = 0.0
+    for n, g in grads["sdpa"].items():
+        ours = grads["qkv"][n]
+        assert ours is not None, n
+        if n.endswith("attention.self.key.bias"):
+            # Exactly 0 in exact arithmetic (softmax ignores a per-query constant):
+            # both are rounding noise, compared with the largest gradient.
+            assert float((ours - g).abs().max() / scale) <= TOLERANCE, n
+            continue
+        e = rel(ours, g)
+        worst = max(worst, e)
+        assert e <= TOLERANCE, f"gradient of {n}: {e:.2e}"
+    print(f"parameter gradients: worst {worst:.2e}")
+
+
+@needs_model
+def test_bert_fine_tuning_losses_match(batch):
+    models = bert_pair(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    torch.manual_seed(2)
+    targets = torch.randn(len(TEXTS), 384)
+    mask = batch["attention_mask"][..., None].float()
+    losses = {}
+    for name, model in models.items():
+        model.train()
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        losses[name] = []
+        for _ in range(20):
+            hidden = model(**batch).last_hidden_state
+            pooled = (hidden * mask).sum(1) / mask.sum(1)
+            loss = torch.nn.functional.mse_loss(pooled, targets)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses[name].append(loss.item())
+    ours, theirs = np.array(losses["qkv"]), np.array(losses["sdpa"])
+    print(f"\nlosses {theirs[0]:.5f} -> {theirs[-1]:.5f}; max |qkv - sdpa| "
+          f"{np.abs(ours - theirs).max():.2e}")
+    assert theirs[-1] < 0.9 * theirs[0]  # it learns
+    assert np.abs(ours - theirs).max() <= 1e-4
+
+
+@needs_model
+def test_sentence_transformer_with_qkv_attention(qkv_calls):
+    st = pytest.importorskip("sentence_transformers")
+    texts = TEXTS + ["short", ""]
+    emb = {}
+    for name in ("qkv", "sdpa"):
+        model = st.SentenceTransformer(str(MODEL), device="cpu",
+                                       model_kwargs={"attn_implementation": name})
+        assert model.transformers_model.config._attn_implementation == name
+        emb[name] = model.encode(texts, batch_size=3, convert_to_tensor=True)
+    assert len(qkv_calls) == 6 * 2 and any(qkv_calls)  # 2 batches, padded
+    err = rel(emb["qkv"], emb["sdpa"])
+    print(f"\nSentenceTransformer embeddings: {err:.2e}")
+    assert err <= TOLERANCE
+
+
+def llama_pair():
+    config = transformers.LlamaConfig(
+        vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+        initializer_range=0.2, pad_token_id=0, bos_token_id=1, eos_token_id=None)
+    torch.manual_seed(0)
+    reference = transformers.LlamaForCausalLM._from_config(copy.deepcopy(config),
+                                                           attn_implementation="sdpa")
+    ours = transformers.LlamaForCausalLM._from_config(copy.deepcopy(config),
+                                                      attn_implementation="qkv")
+    assert reference.config._attn_implementation == "sdpa"
+    assert ours.config._attn_implementation == "qkv"
+    ours.load_state_dict(reference.state_dict())
+    for model in (reference, ours):
+        model.eval()
+    assert ours.model.layers[0].self_attn.num_key_value_groups == 2
+    return ours, reference
+
+
+def test_llama_gqa_logits_and_greedy_generation(qkv_calls):
+    ours, reference = llama_pair()
+    torch.manual_seed(3)
+    ids = torch.randint(3, 128, (3, 9))
+    mask = torch.ones_like(ids)
+    mask[1, :4] = 0  # left padding, as for generation
+    mask[2, :2] = 0
+    ids[mask == 0] = 0
+    with torch.no_grad():
+        logits = {m: model(input_ids=ids, attention_mask=mask).logits
+                  for m, model in (("qkv", ours), ("sdpa", reference))}
+    assert len(qkv_calls) == 2
+    real = mask.bool()
+    err = rel(logits["qkv"][real], logits["sdpa"][real])
+    print(f"\nLLaMA logits (real tokens): {err:.2e}")
+    assert err <= TOLERANCE
+    kwargs = dict(attention_mask=mask, max_new_tokens=24, do_sample=False, pad_token_id=0)
+    with torch.no_grad():
+        want = reference.generate(ids, **kwargs)
+        got = ours.generate(ids, **kwargs)
+    assert want.shape == (3, 9 + 24)
+    assert torch.equal(got, want)
+    assert len(set(want[0, 9:].tolist())) > 3  # not one token repeated
+    # Training a decoder through qkv: causal prefill, gradients as sdpa's.
+    for model in (ours, reference):
+        model.zero_grad()
+        labels = ids.masked_fill(mask == 0, -100)
+        model(input_ids=ids, attention_mask=mask, labels=labels).loss.backward()
+    for (n, p), (_, q) in zip(ours.named_parameters(), reference.named_parameters()):
+        assert rel(p.grad, q.grad) <= 1e-4, n
+
+
+def test_attention_function_directly():
+    """The function transformers calls: causal with a cache (L < S) aligns
+    bottom-right, GQA, a float mask, dropout 0 in eval."""
+
+    class Attn(torch.nn.Module):
+        num_key_value_groups = 2
+        is_causal = True
+
+    torch.manual_seed(4)
+    q = torch.randn(2, 4, 3, 8, dtype=torch.float64)
+    k = torch.randn(2, 2, 7, 8, dtype=torch.float64)
+    v = torch.randn(2, 2, 7, 8, dtype=torch.float64)
+    kr, vr = (x.repeat_interleave(2, dim=1) for x in (k, v))
+    out, weights = _hf_attention.attention_forward(Attn(), q, k, v, None, scaling=0.3)
+    assert weights is None and out.shape == (2, 3, 4, 8)
+    keep = torch.ones(3, 7, dtype=torch.bool).tril(diagonal=4)
+    want = torch.nn.functional.scaled_dot_product_attention(q, kr, vr, attn_mask=keep, scale=0.3)
+    assert rel(out, want.transpose(1, 2)) <= 1e-12
+    bias = torch.randn(2, 1, 3, 7, dtype=torch.float64)
+    out, _ = _hf_attention.attention_forward(Attn(), q, k, v, bias, is_causal=False)
+    want = torch.nn.functional.scaled_dot_product_attention(q, kr, vr, attn_mask=bias)
+    assert rel(out, want.transpose(1, 2)) <= 1e-12
+
+
+def test_import_qkv_torch_does_not_import_transformers():
+    """Registration waits for transformers to load its interfaces (a hook),
+    and also works when transformers came first."""
+    import subprocess
+    import sys
+    env = {**__import__("os").environ, "PYTHONPATH": str(ROOT / "python")}
+    script = ("import sys, qkv.torch\n"
+              "assert 'transformers' not in sys.modules\n"
+              "from transformers import AttentionInterface\n"
+              "from transformers.masking_utils import AttentionMaskInterface\n"
+              "assert 'qkv' in AttentionInterface._global_mapping\n"
+              "assert 'qkv' in AttentionMaskInterface._global_mapping\n")
+    subprocess.run([sys.executable, "-c", script], check=True, env=env, timeout=600)
+    script = ("import transformers.modeling_utils, transformers.masking_utils as m\n"
+              "import qkv.torch\n"
+              "assert 'qkv' in m.AttentionMaskInterface._global_mapping\n"
+              "assert 'qkv' in transformers.modeling_utils.AttentionInterface._global_mapping\n")
+    subprocess.run([sys.executable, "-c", script], check=True, env=env, timeout=600)
