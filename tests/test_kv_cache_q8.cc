@@ -303,7 +303,7 @@ TEST(KVCacheQ8SmolLM2, GreedyChoicesAgreeWithTheFloatCache) {
     const std::vector<int64_t> prompt(ids.begin() + at, ids.begin() + at + kPromptLen);
     m.model.set_kv_cache_storage(KVCacheStorage::kFloat);
     const std::vector<int64_t> ref =
-        generate(m.model, prompt, {.max_new_tokens = kTokens});  // greedy
+        generate(m.model, prompt, {.max_new_tokens = kTokens, .sampling = {.temperature = 0.0}});
     m.model.set_kv_cache_storage(KVCacheStorage::kQ8_0);
     DecoderSession q8(m.model, 1, kPromptLen + kTokens);
     q8.prefill(prompt);
