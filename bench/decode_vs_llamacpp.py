@@ -16,11 +16,17 @@ interpreter with the binding) and does the same work:
   2. generation: --new greedy tokens, each fed back, timed (qkv: session.decode,
      the loop in C++; llama.cpp: Llama.eval of one token, argmax of its logits).
 
-qkv runs twice: as it is by default (x kept in float32: the products of the
+qkv runs as it is by default (x kept in float32: the products of the
 dequantized weights with x) and with QKV_INT8_DECODE=1 (decoding rounds x to 8 bits
-per block of 32 and sums int8 products, as llama.cpp always does; "qkv 8-bit x").
-Processes alternate; the table gives medians over --reps for each thread count, and
-how many leading greedy tokens each qkv agrees on with llama.cpp.
+per block of 32 and sums int8 products, as llama.cpp always does; "qkv 8-bit x"),
+each once per --kv-cache storage (f32, q8_0; llama.cpp keeps its default KV cache,
+f16). Processes alternate; the table gives medians over --reps for each thread
+count, and how many leading greedy tokens each qkv agrees on with llama.cpp.
+
+Peak RSS is ru_maxrss (VmHWM). --stages also prints, for the first rep of each
+engine, VmRSS and VmHWM from /proc/self/status after each stage: Python with the
+engine imported, model loaded (qkv: with its tokenizer), cache made (qkv's
+session; llama.cpp makes its context while loading), prompt, generation.
 """
 
 import argparse
@@ -43,6 +49,17 @@ def log(msg):
     print(msg, file=sys.stderr, flush=True)
 
 
+def memory_kib():
+    """(VmRSS, VmHWM) of this process in KiB."""
+    fields = {}
+    with open("/proc/self/status", encoding="ascii") as f:
+        for line in f:
+            key, _, value = line.partition(":")
+            if key in ("VmRSS", "VmHWM"):
+                fields[key] = int(value.split()[0])
+    return fields.get("VmRSS", 0), fields.get("VmHWM", 0)
+
+
 def prompt_ids(model_path, count):
     """`count` ids of real text, encoded by the file's own tokenizer."""
     import qkv
@@ -58,31 +75,40 @@ def prompt_ids(model_path, count):
 # ---- Workers: one measurement each, in its own process ----------------------------
 
 
-def run_qkv(model_path, ids, new, threads):
+def run_qkv(model_path, ids, new, threads, kv_cache, stages):
     import numpy as np  # noqa: F401  (the binding returns numpy arrays)
     import qkv
 
     qkv.runtime.set_num_threads(threads)
-    model = qkv.models.load_gguf(model_path)
+    stages.append(("import", memory_kib()))
+    model = qkv.models.load_gguf(model_path, kv_cache=kv_cache)
+    stages.append(("load", memory_kib()))
     session = model.model.session(max_len=len(ids) + new + 1)
+    stages.append(("cache", memory_kib()))
     start = time.perf_counter()
     session.prefill(ids)
     prompt_s = time.perf_counter() - start
+    stages.append(("prompt", memory_kib()))
     start = time.perf_counter()
     out = session.decode(new, temperature=0.0)
     gen_s = time.perf_counter() - start
+    stages.append(("generation", memory_kib()))
     return prompt_s, gen_s, [int(t) for t in out]
 
 
-def run_llamacpp(model_path, ids, new, threads):
+def run_llamacpp(model_path, ids, new, threads, kv_cache, stages):
     import numpy as np
     from llama_cpp import Llama
 
+    stages.append(("import", memory_kib()))
     llm = Llama(model_path=model_path, n_ctx=len(ids) + new + 16, n_batch=len(ids),
                 n_ubatch=len(ids), n_threads=threads, n_threads_batch=threads, verbose=False)
+    stages.append(("load", memory_kib()))
+    stages.append(("cache", memory_kib()))
     start = time.perf_counter()
     llm.eval(ids)
     prompt_s = time.perf_counter() - start
+    stages.append(("prompt", memory_kib()))
     vocab = llm.n_vocab()
 
     def last_logits():  # the one row llama.cpp computes without logits_all
@@ -95,27 +121,40 @@ def run_llamacpp(model_path, ids, new, threads):
         out.append(token)
         llm.eval([token])
     gen_s = time.perf_counter() - start
+    stages.append(("generation", memory_kib()))
     return prompt_s, gen_s, out
 
 
 def worker(args):
     ids = json.loads(args.ids)
     run = run_llamacpp if args.worker == "llama.cpp" else run_qkv
-    prompt_s, gen_s, out = run(args.model, ids, args.new, args.worker_threads)
+    stages = []
+    prompt_s, gen_s, out = run(args.model, ids, args.new, args.worker_threads,
+                               args.worker_kv_cache, stages)
     peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    print(json.dumps({"prompt_s": prompt_s, "gen_s": gen_s, "tokens": out, "peak_kib": peak_kib}))
+    print(json.dumps({"prompt_s": prompt_s, "gen_s": gen_s, "tokens": out, "peak_kib": peak_kib,
+                      "stages": stages}))
+
+
+def engine_name(worker, kv_cache):
+    if worker == "llama.cpp":
+        return "llama.cpp (f16 KV)"
+    return f"{worker}, {kv_cache} KV"
 
 
 def measure(engine, args, ids, threads):
-    cmd = [sys.executable, os.path.abspath(__file__), "--worker", engine, "--worker-threads",
-           str(threads), "--model", args.model, "--new", str(args.new), "--ids", json.dumps(ids)]
+    worker, kv_cache = engine
+    cmd = [sys.executable, os.path.abspath(__file__), "--worker", worker, "--worker-threads",
+           str(threads), "--worker-kv-cache", kv_cache, "--model", args.model, "--new",
+           str(args.new), "--ids", json.dumps(ids)]
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
     env.pop("QKV_INT8_DECODE", None)
-    if engine == "qkv 8-bit x":
+    if worker == "qkv 8-bit x":
         env["QKV_INT8_DECODE"] = "1"
     done = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
     if done.returncode != 0:
-        raise SystemExit(f"{engine} at {threads} thread(s) failed:\n{done.stderr[-3000:]}")
+        raise SystemExit(f"{engine_name(*engine)} at {threads} thread(s) failed:\n"
+                         f"{done.stderr[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
@@ -135,10 +174,15 @@ def main():
     ap.add_argument("--new", type=int, default=128, help="generated tokens (default 128)")
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--kv-cache", default="f32,q8_0",
+                    help="qkv KV cache storages to measure, comma-separated (f32, q8_0)")
+    ap.add_argument("--stages", action="store_true",
+                    help="also print RSS after each stage (first rep of each engine)")
     ap.add_argument("--out", help="also write the markdown here")
     ap.add_argument("--worker", choices=["qkv", "qkv 8-bit x", "llama.cpp"],
                     help=argparse.SUPPRESS)
     ap.add_argument("--worker-threads", type=int, default=1, help=argparse.SUPPRESS)
+    ap.add_argument("--worker-kv-cache", default="f32", help=argparse.SUPPRESS)
     ap.add_argument("--ids", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
@@ -154,14 +198,20 @@ def main():
 
     ids = prompt_ids(args.model, args.prompt)
     threads = [int(t) for t in args.threads.split(",")]
-    engines = ["qkv", "qkv 8-bit x", "llama.cpp"]
+    kv_caches = args.kv_cache.split(",")
+    for kv in kv_caches:
+        if kv not in ("f32", "q8_0"):
+            raise SystemExit(f"--kv-cache: unknown storage \"{kv}\"; expected f32 or q8_0")
+    engines = [(w, kv) for w in ("qkv", "qkv 8-bit x") for kv in kv_caches]
+    engines.append(("llama.cpp", "f16"))
+    llama = ("llama.cpp", "f16")
     results = {(e, t): [] for e in engines for t in threads}
     for rep in range(args.reps):
         for t in threads:
             for e in engines:
                 r = measure(e, args, ids, t)
                 results[(e, t)].append(r)
-                log(f"rep {rep + 1}/{args.reps} {e:9s} {t}t: prompt {args.prompt / r['prompt_s']:7.1f} "
+                log(f"rep {rep + 1}/{args.reps} {engine_name(*e):20s} {t}t: prompt {args.prompt / r['prompt_s']:7.1f} "
                     f"tok/s, generation {args.new / r['gen_s']:6.1f} tok/s, "
                     f"peak {r['peak_kib'] / 1024:6.1f} MiB")
 
@@ -181,16 +231,28 @@ def main():
                  "peak MiB | same leading greedy tokens as llama.cpp |")
     lines.append("|---:|---|---:|---:|---:|---:|---:|---:|")
     for t in threads:
-        lp = med("llama.cpp", t, lambda r: args.prompt / r["prompt_s"])
-        lg = med("llama.cpp", t, lambda r: args.new / r["gen_s"])
+        lp = med(llama, t, lambda r: args.prompt / r["prompt_s"])
+        lg = med(llama, t, lambda r: args.new / r["gen_s"])
         for e in engines:
             p = med(e, t, lambda r: args.prompt / r["prompt_s"])
             g = med(e, t, lambda r: args.new / r["gen_s"])
             mib = med(e, t, lambda r: r["peak_kib"] / 1024)
             same = leading_agreement(results[(e, t)][0]["tokens"],
-                                     results[("llama.cpp", t)][0]["tokens"])
-            lines.append(f"| {t} | {e} | {p:.1f} | **{p / lp:.2f}** | {g:.1f} | **{g / lg:.2f}** | "
+                                     results[(llama, t)][0]["tokens"])
+            lines.append(f"| {t} | {engine_name(*e)} | {p:.1f} | **{p / lp:.2f}** | {g:.1f} | **{g / lg:.2f}** | "
                          f"{mib:.0f} | {same} of {args.new} |")
+    if args.stages:
+        names = ["import", "load", "cache", "prompt", "generation"]
+        lines.append("")
+        lines.append(f"Resident memory after each stage, MiB (VmRSS / VmHWM; first rep, "
+                     f"{threads[0]} thread(s)):")
+        lines.append("")
+        lines.append("| engine | " + " | ".join(names) + " |")
+        lines.append("|---|" + "---:|" * len(names))
+        for e in engines:
+            stages = dict(results[(e, threads[0])][0]["stages"])
+            cells = [f"{stages[n][0] / 1024:.1f} / {stages[n][1] / 1024:.1f}" for n in names]
+            lines.append(f"| {engine_name(*e)} | " + " | ".join(cells) + " |")
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out:

@@ -36,6 +36,7 @@ struct ChatOptions {
   bool exact = false;
   bool stats = false;
   int threads = 0;
+  std::string kv_cache = "f32";
 };
 
 std::atomic<bool> interrupted{false};
@@ -68,8 +69,10 @@ class SigintAsFlag {
 int run_chat(const ChatOptions& o) {
   if (o.threads > 0) set_num_threads(o.threads);
   QKV_CHECK(is_gguf_file(o.model), "'", o.model, "' is not a GGUF file; qkv chat needs one");
-  models::GgufModel m =
-      models::load_gguf_model(o.model, {.exact = o.exact, .max_seq_len = o.context});
+  models::GgufModel m = models::load_gguf_model(
+      o.model, {.exact = o.exact,
+                .max_seq_len = o.context,
+                .kv_cache = nn::parse_kv_cache_storage(o.kv_cache, "--kv-cache")});
   const text::ChatTemplate chat = m.chat_template();
   const std::optional<int32_t> end = m.end_of_turn();
 
@@ -173,6 +176,7 @@ Command add_chat_command(CLI::App& parent) {
         app.add_flag("--exact", options.exact, "Dequantize every weight to float32");
         app.add_flag("--stats", options.stats, "Print tokens per second after each reply");
         add_threads_option(app, options.threads);
+        add_kv_cache_option(app, options.kv_cache);
         app.footer(
             "Reads one user message per line from stdin. Ctrl-C ends the current reply, "
             "Ctrl-D exits.");

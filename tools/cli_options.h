@@ -58,4 +58,12 @@ inline CLI::Option* add_precision_option(CLI::App& app, std::string& precision) 
       ->type_name("P");
 }
 
+// --kv-cache of the generating commands: how the KV cache keeps keys and values.
+inline CLI::Option* add_kv_cache_option(CLI::App& app, std::string& kv_cache) {
+  return add_defaulted(app, "--kv-cache", kv_cache,
+                       "KV cache storage: f32, or q8_0 (8-bit blocks, ~3.6x less memory; "
+                       "head dim a multiple of 32)")
+      ->check(CLI::IsMember({"f32", "q8_0"}));
+}
+
 }  // namespace qkv::cli

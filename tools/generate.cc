@@ -35,6 +35,7 @@ struct GenerateOptions {
   bool stats = false;
   bool exact = false;
   int threads = 0;
+  std::string kv_cache = "f32";
 };
 
 int run_generate(const GenerateOptions& o) {
@@ -49,11 +50,13 @@ int run_generate(const GenerateOptions& o) {
                               .seed = o.seed,
                               .precision = o.precision,
                               .exact = o.exact,
-                              .stats = o.stats});
+                              .stats = o.stats,
+                              .kv_cache = o.kv_cache});
   QKV_CHECK(!o.exact, "--exact is for GGUF files (their weights dequantized to float32)");
   io::SafetensorsMetadata metadata;
   nn::DecoderModel model = models::load_decoder_model(o.model, &metadata);
   model.set_precision(parse_precision(o.precision));
+  model.set_kv_cache_storage(nn::parse_kv_cache_storage(o.kv_cache, "--kv-cache"));
   const auto entry = metadata.find(io::CharVocabulary::kMetadataKey);
   const io::CharVocabulary vocab = entry != metadata.end()
                                        ? io::CharVocabulary::from_json(entry->second)
@@ -128,6 +131,7 @@ Command add_generate_command(CLI::App& parent) {
                      "GGUF: dequantize every weight to float32 (slower, more memory) instead of "
                      "multiplying with the quantized blocks");
         add_threads_option(app, options.threads);
+        add_kv_cache_option(app, options.kv_cache);
         app.footer(
             "Tokens are bytes unless the file's metadata holds a vocabulary (qkv.vocabulary);\n"
             "GGUF files bring their BPE tokenizer, and generation stops at <|im_end|>/eos.\n"

@@ -65,7 +65,9 @@ int run_generate_gguf(const GgufGenerateOptions& o) {
   const Precision precision = parse_precision(o.precision);
   QKV_CHECK(o.exact || precision == Precision::kFloat32, "--precision ", o.precision,
             " needs --exact: the fast mode multiplies with the file's quantized weights");
-  models::GgufModel m = models::load_gguf_model(o.model, {.exact = o.exact});
+  models::GgufModel m = models::load_gguf_model(
+      o.model,
+      {.exact = o.exact, .kv_cache = nn::parse_kv_cache_storage(o.kv_cache, "--kv-cache")});
   m.model.set_precision(precision);
   const std::vector<int32_t> ids32 = m.tokenizer.encode(o.prompt);
   QKV_CHECK(!ids32.empty(), "--prompt is empty; give at least one token of text");

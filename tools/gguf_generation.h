@@ -25,6 +25,7 @@ struct GgufGenerateOptions {
   std::string precision = "float32";  // exact mode only
   bool exact = false;
   bool stats = false;
+  std::string kv_cache = "f32";  // --kv-cache: f32 or q8_0
 };
 
 // `qkv generate MODEL.gguf`: prints the prompt, then the continuation as it comes.

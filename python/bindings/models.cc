@@ -181,21 +181,24 @@ void bind_models(py::module_& m) {
   // qkv.models.load_gguf's compiled half: (DecoderModel, BpeTokenizer, info dict).
   m.def(
       "load_gguf",
-      [](const std::string& path, bool exact, int64_t max_seq_len) {
+      [](const std::string& path, bool exact, int64_t max_seq_len, const std::string& kv_cache) {
+        const nn::KVCacheStorage storage = nn::parse_kv_cache_storage(kv_cache);
         models::GgufModel g = [&] {
           py::gil_scoped_release release;
-          return models::load_gguf_model(path, {.exact = exact, .max_seq_len = max_seq_len});
+          return models::load_gguf_model(
+              path, {.exact = exact, .max_seq_len = max_seq_len, .kv_cache = storage});
         }();
         py::dict info;
         info["architecture"] = g.architecture;
         info["name"] = g.name;
         info["exact"] = g.exact;
+        info["kv_cache"] = std::string(nn::kv_cache_storage_name(g.model.kv_cache_storage()));
         info["chat_template"] =
             g.chat_template_source ? py::cast(*g.chat_template_source) : py::none();
         info["end_of_turn"] = g.end_of_turn() ? py::cast(*g.end_of_turn()) : py::none();
         return py::make_tuple(std::move(g.model), std::move(g.tokenizer), info);
       },
-      py::arg("path"), py::arg("exact"), py::arg("max_seq_len"));
+      py::arg("path"), py::arg("exact"), py::arg("max_seq_len"), py::arg("kv_cache"));
 }
 
 }  // namespace qkv::python

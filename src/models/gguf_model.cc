@@ -201,6 +201,7 @@ GgufModel load_gguf_model(const io::GgufFile& f, const GgufModelOptions& options
     return nn::DecoderModel(c);
   }();
   model.eval();
+  model.set_kv_cache_storage(options.kv_cache);
   size_t given = 0;
   for (auto& [name, module] : model.named_modules()) {
     const auto it = plans.find(name);

@@ -171,7 +171,19 @@ KVCache DecoderModel::make_cache(int64_t batch_size, int64_t max_len) const {
                   .num_kv_heads = c.num_kv_heads,
                   .max_len = max_len > 0 ? max_len : c.max_seq_len,
                   .head_dim = c.d_model / c.num_heads,
-                  .dtype = c.dtype});
+                  .dtype = c.dtype,
+                  .storage = kv_cache_storage_});
+}
+
+void DecoderModel::set_kv_cache_storage(KVCacheStorage storage) {
+  const DecoderModelConfig& c = config_;
+  // A one-position cache checks what the real ones will need.
+  KVCache({.num_kv_heads = c.num_kv_heads,
+           .max_len = 1,
+           .head_dim = c.d_model / c.num_heads,
+           .dtype = c.dtype,
+           .storage = storage});
+  kv_cache_storage_ = storage;
 }
 
 Tensor DecoderModel::forward(std::span<const int64_t> ids, int64_t batch_size) {

@@ -1,9 +1,24 @@
-// nn::KVCache: preallocated per-layer key/value storage written slot by slot.
+// nn::KVCache: preallocated per-layer key/value storage written slot by slot,
+// as float values or as Q8_0 blocks.
 #include "qkv/nn/kv_cache.h"
 
 #include <algorithm>
+#include <cmath>
+#include <string>
+#include <tuple>
 
 namespace qkv::nn {
+
+KVCacheStorage parse_kv_cache_storage(std::string_view name, std::string_view what) {
+  if (name == "f32" || name == "float" || name == "float32") return KVCacheStorage::kFloat;
+  if (name == "q8_0" || name == "Q8_0") return KVCacheStorage::kQ8_0;
+  throw Error(ErrorKind::kValue, detail::concat(what, ": unknown KV cache type \"", name,
+                                                "\"; expected \"f32\" or \"q8_0\""));
+}
+
+const char* kv_cache_storage_name(KVCacheStorage storage) {
+  return storage == KVCacheStorage::kQ8_0 ? "q8_0" : "f32";
+}
 
 namespace {
 
@@ -12,6 +27,14 @@ KVCacheOptions resolved(KVCacheOptions o) {
   QKV_CHECK_TYPE(is_floating(o.dtype), m, ": dtype must be float32 or float64, got ",
                  dtype_name(o.dtype));
   if (o.value_dim == 0) o.value_dim = o.head_dim;
+  if (o.storage == KVCacheStorage::kQ8_0) {
+    QKV_CHECK_TYPE(o.dtype == DType::kFloat32, m, ": q8_0 storage needs dtype float32, got ",
+                   dtype_name(o.dtype));
+    QKV_CHECK(o.head_dim % kKVCacheQ8Block == 0 && o.value_dim % kKVCacheQ8Block == 0, m,
+              ": q8_0 storage quantizes blocks of ", kKVCacheQ8Block,
+              " along the head dimension, so head_dim and value_dim must be multiples of ",
+              kKVCacheQ8Block, ", got head_dim=", o.head_dim, ", value_dim=", o.value_dim);
+  }
   QKV_CHECK(o.num_layers > 0 && o.batch_size > 0 && o.num_kv_heads > 0 && o.max_len > 0 &&
                 o.head_dim > 0 && o.value_dim > 0,
             m, ": num_layers, batch_size, num_kv_heads, max_len and head_dim must be > 0, got ",
@@ -49,16 +72,95 @@ void copy_rows(Tensor& dst, const Tensor& src) {
     copy_rows<float>(dst, src);
 }
 
+// Q8_0 of one row of `width` float32 values (stride `stride`) at `x`: per
+// block of 32, d = max|x| / 127 and q = round(x / d) (all 0 when d = 0).
+// Dividing by the stored d itself keeps |x − d·q| ≤ d/2 (|x / d| ≤ 127 up to
+// a rounding, so the clamp moves q by less than 1/2).
+void quantize_row(const float* x, int64_t stride, int64_t width, float* scales, int8_t* q) {
+  for (int64_t b = 0; b < width / kKVCacheQ8Block; ++b) {
+    const float* xb = x + b * kKVCacheQ8Block * stride;
+    int8_t* qb = q + b * kKVCacheQ8Block;
+    float amax = 0.0f;
+    for (int64_t i = 0; i < kKVCacheQ8Block; ++i) amax = std::max(amax, std::fabs(xb[i * stride]));
+    const float d = amax / 127.0f;
+    scales[b] = d;
+    for (int64_t i = 0; i < kKVCacheQ8Block; ++i) {
+      const float r = d > 0.0f ? std::nearbyint(xb[i * stride] / d) : 0.0f;
+      qb[i] = static_cast<int8_t>(std::clamp(r, -127.0f, 127.0f));
+    }
+  }
+}
+
+// out[i] = d_b · q[i] for one row of `width` values.
+void dequantize_row(const float* scales, const int8_t* q, int64_t width, float* out) {
+  for (int64_t b = 0; b < width / kKVCacheQ8Block; ++b) {
+    const float d = scales[b];
+    const int8_t* qb = q + b * kKVCacheQ8Block;
+    float* ob = out + b * kKVCacheQ8Block;
+    for (int64_t i = 0; i < kKVCacheQ8Block; ++i) ob[i] = d * static_cast<float>(qb[i]);
+  }
+}
+
 }  // namespace
 
 KVCache::KVCache(const KVCacheOptions& options) : options_(resolved(options)) {
   const KVCacheOptions& o = options_;
+  const int64_t rows = o.batch_size * o.num_kv_heads * o.max_len;
+  auto q8_rows = [&](int64_t width) {
+    // Default-initialized (new T[n], not new T[n]()): no page is written here.
+    return Q8Rows{.scales = std::unique_ptr<float[]>(new float[rows * (width / kKVCacheQ8Block)]),
+                  .quants = std::unique_ptr<int8_t[]>(new int8_t[rows * width])};
+  };
   for (int64_t i = 0; i < o.num_layers; ++i) {
-    keys_.push_back(Tensor::zeros({o.batch_size, o.num_kv_heads, o.max_len, o.head_dim}, o.dtype));
-    values_.push_back(
-        Tensor::zeros({o.batch_size, o.num_kv_heads, o.max_len, o.value_dim}, o.dtype));
+    if (o.storage == KVCacheStorage::kQ8_0) {
+      q8_keys_.push_back(q8_rows(o.head_dim));
+      q8_values_.push_back(q8_rows(o.value_dim));
+    } else {
+      keys_.push_back(
+          Tensor::empty({o.batch_size, o.num_kv_heads, o.max_len, o.head_dim}, o.dtype));
+      values_.push_back(
+          Tensor::empty({o.batch_size, o.num_kv_heads, o.max_len, o.value_dim}, o.dtype));
+    }
   }
   lengths_.assign(static_cast<size_t>(o.num_layers), 0);
+}
+
+int64_t KVCache::storage_bytes() const {
+  const KVCacheOptions& o = options_;
+  const int64_t rows = o.num_layers * o.batch_size * o.num_kv_heads * o.max_len;
+  const int64_t width = o.head_dim + o.value_dim;
+  if (o.storage == KVCacheStorage::kQ8_0)
+    return rows * (width + width / kKVCacheQ8Block * static_cast<int64_t>(sizeof(float)));
+  return rows * width * static_cast<int64_t>(dtype_size(o.dtype));
+}
+
+void KVCache::check_float(const char* fn) const {
+  QKV_CHECK(options_.storage == KVCacheStorage::kFloat, "KVCache::", fn,
+            ": the cache stores q8_0 blocks, which cannot be read or written in place; use "
+            "append(), keys() and values()");
+}
+
+Tensor KVCache::dequantized(int64_t layer, bool values) const {
+  const KVCacheOptions& o = options_;
+  const int64_t width = values ? o.value_dim : o.head_dim;
+  const int64_t len = lengths_[layer];
+  Tensor& scratch = values ? value_scratch_ : key_scratch_;
+  if (!scratch.defined() || scratch.size(2) < len) {
+    // Grows geometrically (up to max_len), so decoding step by step reallocates rarely.
+    const int64_t old = scratch.defined() ? scratch.size(2) : 0;
+    const int64_t capacity = std::min(o.max_len, std::max({len, 2 * old, int64_t{16}}));
+    scratch = Tensor::empty({o.batch_size, o.num_kv_heads, capacity, width}, DType::kFloat32);
+  }
+  const Q8Rows& rows = values ? q8_values_[layer] : q8_keys_[layer];
+  const int64_t nb = width / kKVCacheQ8Block;
+  float* out = scratch.data<float>();
+  for (int64_t bh = 0; bh < o.batch_size * o.num_kv_heads; ++bh)
+    for (int64_t l = 0; l < len; ++l) {
+      const int64_t row = bh * o.max_len + l;
+      dequantize_row(rows.scales.get() + row * nb, rows.quants.get() + row * width, width,
+                     out + (bh * scratch.size(2) + l) * width);
+    }
+  return scratch.slice(2, 0, len);
 }
 
 void KVCache::check_layer(int64_t layer, const char* fn) const {
@@ -93,6 +195,22 @@ void KVCache::append(int64_t layer, const Tensor& k, const Tensor& v) {
             ", Ev=", o.value_dim, "], got ", shape_str(v.shape()));
   check_room(layer, L, "append");
   const int64_t len = lengths_[layer];
+  if (o.storage == KVCacheStorage::kQ8_0) {
+    for (const auto& [t, rows, width] : {std::tuple{&k, &q8_keys_[layer], o.head_dim},
+                                         std::tuple{&v, &q8_values_[layer], o.value_dim}}) {
+      const float* src = t->data<float>();
+      const int64_t nb = width / kKVCacheQ8Block;
+      for (int64_t b = 0; b < o.batch_size; ++b)
+        for (int64_t h = 0; h < o.num_kv_heads; ++h)
+          for (int64_t l = 0; l < L; ++l) {
+            const int64_t row = (b * o.num_kv_heads + h) * o.max_len + len + l;
+            quantize_row(src + b * t->stride(0) + h * t->stride(1) + l * t->stride(2), t->stride(3),
+                         width, rows->scales.get() + row * nb, rows->quants.get() + row * width);
+          }
+    }
+    lengths_[layer] = len + L;
+    return;
+  }
   // Views of the free slots, written through.
   Tensor k_slots = keys_[layer].slice(2, len, len + L);
   Tensor v_slots = values_[layer].slice(2, len, len + L);
@@ -103,12 +221,14 @@ void KVCache::append(int64_t layer, const Tensor& k, const Tensor& v) {
 
 Tensor KVCache::key_slots(int64_t layer, int64_t L) {
   check_layer(layer, "key_slots");
+  check_float("key_slots");
   check_room(layer, L, "key_slots");
   return keys_[layer].slice(2, lengths_[layer], lengths_[layer] + L);
 }
 
 Tensor KVCache::value_slots(int64_t layer, int64_t L) {
   check_layer(layer, "value_slots");
+  check_float("value_slots");
   check_room(layer, L, "value_slots");
   return values_[layer].slice(2, lengths_[layer], lengths_[layer] + L);
 }
@@ -121,11 +241,13 @@ void KVCache::commit(int64_t layer, int64_t L) {
 
 Tensor KVCache::keys(int64_t layer) const {
   check_layer(layer, "keys");
+  if (options_.storage == KVCacheStorage::kQ8_0) return dequantized(layer, /*values=*/false);
   return keys_[layer].slice(2, 0, lengths_[layer]);
 }
 
 Tensor KVCache::values(int64_t layer) const {
   check_layer(layer, "values");
+  if (options_.storage == KVCacheStorage::kQ8_0) return dequantized(layer, /*values=*/true);
   return values_[layer].slice(2, 0, lengths_[layer]);
 }
 
@@ -146,11 +268,13 @@ void KVCache::truncate(int64_t length) {
 
 const Tensor& KVCache::key_storage(int64_t layer) const {
   check_layer(layer, "key_storage");
+  check_float("key_storage");
   return keys_[layer];
 }
 
 const Tensor& KVCache::value_storage(int64_t layer) const {
   check_layer(layer, "value_storage");
+  check_float("value_storage");
   return values_[layer];
 }
 

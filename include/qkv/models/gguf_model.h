@@ -5,6 +5,7 @@
 //   std::vector<int32_t> ids = m.tokenizer.encode("The capital of France is");
 //   std::vector<int64_t> prompt(ids.begin(), ids.end());
 //   std::vector<int64_t> out = nn::generate(m.model, prompt, {.max_new_tokens = 20});
+//   // load_gguf_model(path, {.kv_cache = nn::KVCacheStorage::kQ8_0}): a q8_0 KV cache
 //   std::cout << m.tokenizer.decode(std::vector<int32_t>(out.begin(), out.end()));
 //
 // Architectures: "llama" (LLaMA 1-3, SmolLM, TinyLlama, ...): RMSNorm, RoPE,
@@ -53,6 +54,9 @@ namespace qkv::models {
 struct GgufModelOptions {
   bool exact = false;          // dequantize every weight to float32 (see above)
   int64_t max_seq_len = 8192;  // cap on the file's context_length (KV cache size), > 0
+  // How the model's KV caches keep keys and values: float32, or Q8_0 blocks
+  // (about 3.6x less memory; nn::KVCache says how close they stay).
+  nn::KVCacheStorage kv_cache = nn::KVCacheStorage::kFloat;
 };
 
 struct GgufModel {

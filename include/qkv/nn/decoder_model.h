@@ -143,7 +143,12 @@ class DecoderModel : public ModuleBase<DecoderModel> {
   void backward(const Tensor& grad_logits, const DecoderModelRecord& record);
 
   // An empty cache shaped for this model; max_len 0 means config.max_seq_len.
+  // It stores kv_cache_storage() (kFloat unless set).
   KVCache make_cache(int64_t batch_size = 1, int64_t max_len = 0) const;
+  // How the caches made from now on keep keys and values (kQ8_0: float32 models
+  // whose head dim is a multiple of 32; checked here).
+  void set_kv_cache_storage(KVCacheStorage storage);
+  KVCacheStorage kv_cache_storage() const { return kv_cache_storage_; }
 
   const DecoderModelConfig& config() const { return config_; }
   int64_t num_parameters() const;
@@ -192,6 +197,7 @@ class DecoderModel : public ModuleBase<DecoderModel> {
   std::variant<RMSNorm, LayerNorm> norm_;
   Tensor output_;                     // [vocab, D] when untied
   QuantizedWeight quantized_output_;  // used instead of output_ when set
+  KVCacheStorage kv_cache_storage_ = KVCacheStorage::kFloat;
 };
 
 }  // namespace qkv::nn

@@ -16,14 +16,46 @@
 //
 // Layers fill up one after another within a step, so each layer keeps its own
 // length; length() is the number of positions every layer holds.
+//
+// Storage (KVCacheOptions::storage):
+//   kFloat  the dtype's values (float32 or float64), as appended.
+//   kQ8_0   float32 only: each row of E (and Ev) values is cut into blocks of
+//           32 along the head dimension (E and Ev must be multiples of 32),
+//           each kept as one float32 scale d = max|x| / 127 and 32 int8
+//           q = round(x / d) (llama.cpp's Q8_0, with a float32 scale instead of
+//           fp16): 36 bytes per 32 values instead of 128, and |x − d·q| ≤ d/2.
+//           append() quantizes the new positions; keys() and values()
+//           dequantize the filled part into a float32 scratch the cache shares
+//           between its layers (one for keys, one for values), so a view they
+//           return is valid until the next keys() (values()) call of any layer.
+//           The in-place writers (key_slots, value_slots, key_storage,
+//           value_storage) are float-only.
+//
+// Memory is touched as it fills: the storage is allocated up front but not
+// written (its unfilled part holds unspecified values), so the pages of
+// positions never appended need not become resident.
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <string_view>
 #include <vector>
 
 #include "qkv/tensor.h"
 
 namespace qkv::nn {
+
+// How the cache keeps keys and values (see above).
+enum class KVCacheStorage : uint8_t { kFloat, kQ8_0 };
+
+// "f32" / "float" -> kFloat, "q8_0" -> kQ8_0; anything else is an error
+// naming the accepted names. `what` names the setting in the message.
+KVCacheStorage parse_kv_cache_storage(std::string_view name, std::string_view what = "kv_cache");
+// "f32" or "q8_0".
+const char* kv_cache_storage_name(KVCacheStorage storage);
+
+// Values per Q8_0 block along the head dimension.
+inline constexpr int64_t kKVCacheQ8Block = 32;
 
 struct KVCacheOptions {
   int64_t num_layers = 1;
@@ -33,15 +65,16 @@ struct KVCacheOptions {
   int64_t head_dim = 0;      // E
   int64_t value_dim = 0;     // Ev; 0 means head_dim
   DType dtype = DType::kFloat32;
+  KVCacheStorage storage = KVCacheStorage::kFloat;  // kQ8_0 needs float32
 };
 
 class KVCache {
  public:
-  // Allocates (zero-filled) storage for every layer up front.
+  // Allocates storage for every layer up front (not written: see above).
   explicit KVCache(const KVCacheOptions& options);
 
-  // Copies L new positions into the free slots after the filled ones.
-  // Errors, changing nothing, when they do not fit in max_len.
+  // Copies (kQ8_0: quantizes) L new positions into the free slots after the
+  // filled ones. Errors, changing nothing, when they do not fit in max_len.
   // k: [B, Hkv, L, E]  v: [B, Hkv, L, Ev]  (any strides)
   void append(int64_t layer, const Tensor& k, const Tensor& v);
 
@@ -53,7 +86,8 @@ class KVCache {
   // Marks the next L slots of `layer` as filled.
   void commit(int64_t layer, int64_t L);
 
-  // The filled part. Views; nothing is copied.
+  // The filled part. kFloat: views of the storage, nothing is copied; kQ8_0:
+  // dequantized into the shared scratch (see above).
   // -> [B, Hkv, length(layer), E] and [B, Hkv, length(layer), Ev]
   Tensor keys(int64_t layer) const;
   Tensor values(int64_t layer) const;
@@ -75,7 +109,10 @@ class KVCache {
   int64_t num_layers() const { return options_.num_layers; }
   int64_t max_len() const { return options_.max_len; }
 
-  // The whole storage of a layer, filled or not.
+  // Bytes of key and value storage over all layers (what the cache costs).
+  int64_t storage_bytes() const;
+
+  // The whole storage of a layer, filled or not (kFloat only).
   // -> [B, Hkv, max_len, E] and [B, Hkv, max_len, Ev]
   const Tensor& key_storage(int64_t layer) const;
   const Tensor& value_storage(int64_t layer) const;
@@ -83,10 +120,22 @@ class KVCache {
  private:
   void check_layer(int64_t layer, const char* fn) const;
   void check_room(int64_t layer, int64_t L, const char* fn) const;
+  void check_float(const char* fn) const;
+  Tensor dequantized(int64_t layer, bool values) const;
+
+  // Q8_0 rows of one tensor kind (keys or values) of one layer: per position,
+  // width / 32 scales and width int8, position-major within each (b, h).
+  struct Q8Rows {
+    std::unique_ptr<float[]> scales;   // [B, Hkv, max_len, width / 32]
+    std::unique_ptr<int8_t[]> quants;  // [B, Hkv, max_len, width]
+    // (both default-initialized: untouched until appended to)
+  };
 
   KVCacheOptions options_;
-  std::vector<Tensor> keys_;    // per layer [B, Hkv, max_len, E]
-  std::vector<Tensor> values_;  // per layer [B, Hkv, max_len, Ev]
+  std::vector<Tensor> keys_;                    // kFloat: per layer [B, Hkv, max_len, E]
+  std::vector<Tensor> values_;                  // kFloat: per layer [B, Hkv, max_len, Ev]
+  std::vector<Q8Rows> q8_keys_, q8_values_;     // kQ8_0: per layer
+  mutable Tensor key_scratch_, value_scratch_;  // kQ8_0: [B, Hkv, capacity, E / Ev]
   std::vector<int64_t> lengths_;
 };
 
