@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <filesystem>
 #include <functional>
 #include <iostream>
 #include <memory>
@@ -208,8 +209,10 @@ std::vector<std::string> texts_of_length(const models::SentenceEncoder& encoder,
   std::vector<std::string> texts;
   for (int64_t i = 0; i < count; ++i) {
     std::string text;
-    for (int64_t j = 0; j < tokens - 2; ++j)
-      text += (j ? " " : "") + std::string(kWords[(i + j) % n_words]);
+    for (int64_t j = 0; j < tokens - 2; ++j) {
+      if (j > 0) text += ' ';
+      text += kWords[(i + j) % n_words];
+    }
     const int64_t got = static_cast<int64_t>(encoder.token_ids(text).size());
     QKV_CHECK(got == tokens, "embed workload: a text of ", tokens - 2, " common words gave ", got,
               " tokens, expected ", tokens, " (a tokenizer that splits them?)");
@@ -272,8 +275,9 @@ bool selects(const std::string& pattern, const Workload& w) {
   return w.name == pattern || w.name.rfind(pattern + "/", 0) == 0;
 }
 
-// --workload's choices in the catalogue's order; without any, the --quick or
-// full set of what the given files allow.
+// --workload's choices in the catalogue's order (of a group, only the quick
+// ones under --quick); without any, the --quick or full set of what the given
+// files allow.
 std::vector<const Workload*> select(const std::vector<Workload>& all, const BenchOptions& o) {
   std::vector<const Workload*> chosen;
   for (const std::string& pattern : o.workloads) {
@@ -286,8 +290,10 @@ std::vector<const Workload*> select(const std::vector<Workload>& all, const Benc
         o.workloads.empty()
             ? (!o.quick || w.quick) && (!needs_model(w) || !o.model.empty()) &&
                   (!needs_embed_model(w) || !o.embed_model.empty())
-            : std::any_of(o.workloads.begin(), o.workloads.end(),
-                          [&](const std::string& pattern) { return selects(pattern, w); });
+            : std::any_of(o.workloads.begin(), o.workloads.end(), [&](const std::string& pattern) {
+                // A group under --quick: its quick workloads only.
+                return pattern == w.name || (selects(pattern, w) && (!o.quick || w.quick));
+              });
     if (!wanted) continue;
     QKV_CHECK(!needs_model(w) || !o.model.empty(), "workload ", w.name,
               " needs a GGUF model: -m FILE.gguf");
@@ -485,13 +491,11 @@ Command add_bench_command(CLI::App& parent) {
         app.add_option("-m,--model", options.model,
                        "GGUF file for the decode/* workloads (e.g. "
                        "models/SmolLM2-135M-Instruct.Q4_1.gguf)")
-            ->check(CLI::ExistingFile)
-            ->type_name("FILE");
+            ->check(CLI::ExistingFile);
         app.add_option("-e,--embed-model", options.embed_model,
                        "Sentence-transformers directory for the embed/* workloads (e.g. "
                        "models/all-MiniLM-L6-v2)")
-            ->check(CLI::ExistingDirectory)
-            ->type_name("DIR");
+            ->check(CLI::ExistingDirectory);
         app.add_option("-p,--prompt-tokens", options.prompt_tokens,
                        "Tokens of decode/pp (default 512, --quick 64)")
             ->check(in_range(int64_t{1}, int64_t{32768}));

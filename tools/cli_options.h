@@ -18,6 +18,7 @@
 #include <optional>
 #include <string>
 #include <type_traits>
+#include <utility>
 
 #include "command.h"
 #include "qkv/sampling.h"
@@ -53,7 +54,8 @@ class NumberIn : public CLI::Validator {
  public:
   NumberIn(std::optional<Bound<T>> lo, std::optional<Bound<T>> hi) {
     const std::string range = describe(lo, hi);
-    description(range);
+    // --help aligns its columns by bytes: ASCII there, "≥ 1" in messages.
+    description(ascii(range));
     func_ = [lo, hi, range](std::string& text) -> std::string {
       const std::string shown = text.size() <= 24 ? text : text.substr(0, 23) + "\xe2\x80\xa6";
       T value{};
@@ -90,6 +92,13 @@ class NumberIn : public CLI::Validator {
       std::snprintf(text, sizeof text, "%g", static_cast<double>(value));
       return text;
     }
+  }
+
+  static std::string ascii(std::string text) {
+    for (const auto& [from, to] :
+         {std::pair{"\xe2\x89\xa5", ">="}, std::pair{"\xe2\x89\xa4", "<="}})
+      if (const size_t at = text.find(from); at != std::string::npos) text.replace(at, 3, to);
+    return text;
   }
 
   // "≥ 1", "> 0", "≤ 16" or "in [1, 16]", "in (0, 1]".
