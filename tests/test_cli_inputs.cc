@@ -8,13 +8,13 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <regex>
-#include <span>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "cli_runner.h"
 #include "qkv/models/sentence_encoder.h"
+#include "qkv/runtime.h"
 #include "tiny_llama_gguf.h"
 
 namespace {
@@ -56,10 +56,10 @@ TEST_F(Cli, RangeErrorsNameTheFlagTheValueAndTheRange) {
   std::ofstream(file) << "x";
   const std::string gguf = "'" + file.string() + "'";
   expect_short_error("embed --batch-size 0 a", "qkv embed: error: --batch-size: 0 is not ≥ 1");
-  expect_short_error("embed --batch-size=99999999999999999999999 a",
-                     "--batch-size: 99999999999999999999999 is not in [1, 9223372036854775807]");
+  expect_short_error("embed --batch-size=99999999999999999999 a",
+                     "--batch-size: 99999999999999999999 is not in [1, 9223372036854775807]");
   expect_short_error("embed --batch-size=999999999999999999999999999999999 a",
-                     "--batch-size: 99999999999999999999999… is not in [1, 9223372036854775807]");
+                     "--batch-size: 9999999999999999… is not in [1, 9223372036854775807]");
   expect_short_error("embed --batch-size 1.5 a", "--batch-size: '1.5' is not an integer");
   expect_short_error("embed --threads two a", "--threads: 'two' is not an integer");
   expect_short_error("similarity --threads=-1 a", "--threads: -1 is not in [0, 1024]");
@@ -94,11 +94,16 @@ TEST_F(Cli, EveryNumericFlagRefusesBadValuesBriefly) {
       std::smatch m;
       if (!std::regex_search(line, m, numeric)) continue;
       const std::string flag = m[1];
-      for (const char* value : {"-1e999", "9999999999999999999999999999", "x"}) {
-        const std::string args =
-            std::string(command) + " " + flag + "=" + value + " '" + file.string() + "'";
+      for (const std::string value : {"x", "-1e999", "9999999999999999999999999999"}) {
+        const std::string args = std::string(command) + " " + flag + "=" + value + " '" +
+                                 file.string() + "' < /dev/null";
         const CliRun run = run_qkv(args);
+        // 1e28 is a valid value of an unbounded float (--temperature): then the
+        // command runs and fails on the file, not on the flag.
+        if (value.size() > 20 && m[2] == "FLOAT" && run.exit_code == 1) continue;
         EXPECT_NE(run.exit_code, 0) << args << "\n" << run.output;
+        EXPECT_NE(run.exit_code, 1) << "a parse error, before running: " << args << "\n"
+                                    << run.output;
         const std::string error = error_line(run.output);
         EXPECT_TRUE(contains(error, flag)) << args << "\n" << run.output;
         EXPECT_LT(error.size(), 100u) << args << "\n" << error;
@@ -110,11 +115,12 @@ TEST_F(Cli, EveryNumericFlagRefusesBadValuesBriefly) {
 }
 
 TEST_F(Cli, EveryComputingCommandHasThreads) {
-  for (const auto& commands : {std::span(kCommands), std::span(kTrainCommands)})
-    for (const char* command : commands) {
-      const CliRun help = run_qkv(std::string(command) + " --help");
-      expect_output_has(help, {"--threads"});
-    }
+  std::vector<std::string> commands(std::begin(kCommands), std::end(kCommands));
+  commands.insert(commands.end(), std::begin(kTrainCommands), std::end(kTrainCommands));
+  for (const std::string& command : commands) {
+    const CliRun help = run_qkv(command + " --help");
+    expect_output_has(help, {"--threads"});
+  }
   // And uses it: --stats reports the count.
   const fs::path model = dir_ / "tiny.gguf";
   const std::vector<std::byte> bytes = tiny_llama();

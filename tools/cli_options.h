@@ -57,7 +57,7 @@ class NumberIn : public CLI::Validator {
     // --help aligns its columns by bytes: ASCII there, "≥ 1" in messages.
     description(ascii(range));
     func_ = [lo, hi, range](std::string& text) -> std::string {
-      const std::string shown = text.size() <= 24 ? text : text.substr(0, 23) + "\xe2\x80\xa6";
+      const std::string shown = text.size() <= 20 ? text : text.substr(0, 16) + "\xe2\x80\xa6";
       T value{};
       if constexpr (std::is_integral_v<T>) {
         const bool negative = !text.empty() && text[0] == '-';
@@ -109,7 +109,7 @@ class NumberIn : public CLI::Validator {
              format(hi->value) + (hi->inclusive ? "]" : ")");
     if (lo) return std::string(lo->inclusive ? "\xe2\x89\xa5 " : "> ") + format(lo->value);
     if (hi) return std::string(hi->inclusive ? "\xe2\x89\xa4 " : "< ") + format(hi->value);
-    return "a number";
+    return "";  // no range: --help shows the type alone
   }
 };
 
