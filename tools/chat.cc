@@ -27,11 +27,7 @@ struct ChatOptions {
   std::string model;
   std::string system;
   int64_t max_new_tokens = 512;
-  double temperature = 0.7;
-  int64_t top_k = 0;
-  double top_p = 0.9;
-  bool greedy = false;
-  uint64_t seed = 0;
+  SamplingFlags sampling{.temperature = 0.7, .top_p = 0.9};
   int64_t context = 4096;
   bool exact = false;
   bool stats = false;
@@ -78,8 +74,8 @@ int run_chat(const ChatOptions& o) {
 
   nn::GenerationOptions g;
   g.max_new_tokens = o.max_new_tokens;
-  g.sampling = {.temperature = o.greedy ? 0.0 : o.temperature, .top_k = o.top_k, .top_p = o.top_p};
-  g.seed = o.seed;
+  g.sampling = o.sampling.options();
+  g.seed = o.sampling.seed;
   if (end) g.stop_token = *end;
   check_sampling_options(g.sampling);
 
@@ -162,15 +158,7 @@ Command add_chat_command(CLI::App& parent) {
         app.add_option("--system", options.system,
                        "System prompt (default: the template's own, if it has one)");
         add_positive(app, "--max-new-tokens", options.max_new_tokens, "Longest reply, in tokens");
-        add_defaulted(app, "--temperature", options.temperature,
-                      "Divides the logits: < 1 sharper, > 1 flatter, 0 greedy");
-        add_defaulted(app, "--top-k", options.top_k,
-                      "Draw only among the k most likely tokens (0 = all)");
-        add_defaulted(app, "--top-p", options.top_p,
-                      "Draw only from the nucleus of probability p, in (0, 1] (1 = all)");
-        app.add_flag("--greedy", options.greedy,
-                     "Always take the most likely token (temperature 0)");
-        add_defaulted(app, "--seed", options.seed, "Seed of the sampler");
+        add_sampling_options(app, options.sampling);
         add_positive(app, "--context", options.context,
                      "Longest conversation in tokens (capped by the model's context length)");
         app.add_flag("--exact", options.exact, "Dequantize every weight to float32");

@@ -1,13 +1,27 @@
 // What the subcommands of `qkv` (command.h) share when they declare
 // themselves: an options struct that the parser fills and `run` reads, and
 // the few kinds of option they all use.
+//
+// Numeric options are checked by NumberIn, whose messages name the flag, the
+// value and the allowed range in one short line ("--batch-size: 0 is not ≥ 1"),
+// where CLI11's own ranges print their unbounded ends as 300-digit numbers.
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <charconv>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <limits>
 #include <memory>
+#include <optional>
 #include <string>
+#include <type_traits>
+#include <utility>
 
 #include "command.h"
+#include "qkv/sampling.h"
 
 namespace qkv::cli {
 
@@ -22,30 +36,145 @@ Command make_command(CLI::App& parent, const std::string& name, const std::strin
   return {app, [options, run] { return run(*options); }};
 }
 
-// An option whose default --help shows.
+// One end of a range: its value, and whether the value itself is allowed.
+template <class T>
+struct Bound {
+  T value;
+  bool inclusive = true;
+};
+
+// Accepts a T (an integer or a finite floating-point number) between `lo` and
+// `hi` (either may be absent). CLI11 prefixes the message with the flag:
+//   --batch-size: 0 is not ≥ 1          --top-p: 1.5 is not in (0, 1]
+//   --threads: 'two' is not an integer  --seed: -1 is not in [0, 18446744073709551615]
+template <class T>
+class NumberIn : public CLI::Validator {
+  static_assert(std::is_arithmetic_v<T> && !std::is_same_v<T, bool>);
+
+ public:
+  NumberIn(std::optional<Bound<T>> lo, std::optional<Bound<T>> hi) {
+    const std::string range = describe(lo, hi);
+    // --help aligns its columns by bytes: ASCII there, "≥ 1" in messages.
+    description(ascii(range));
+    func_ = [lo, hi, range](std::string& text) -> std::string {
+      const std::string shown = text.size() <= 20 ? text : text.substr(0, 16) + "\xe2\x80\xa6";
+      T value{};
+      if constexpr (std::is_integral_v<T>) {
+        const bool negative = !text.empty() && text[0] == '-';
+        const bool digits =
+            text.size() > (negative ? 1u : 0u) &&
+            text.find_first_not_of("0123456789", negative ? 1 : 0) == std::string::npos;
+        if (!digits) return "'" + shown + "' is not an integer";
+        const auto [at, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+        if (error != std::errc() || at != text.data() + text.size())  // too large, or < 0 unsigned
+          return shown + " is not " +
+                 describe(lo ? lo : Bound<T>{std::numeric_limits<T>::lowest()},
+                          hi ? hi : Bound<T>{std::numeric_limits<T>::max()});
+      } else {
+        char* end = nullptr;
+        const double parsed = std::strtod(text.c_str(), &end);
+        if (text.empty() || end != text.c_str() + text.size() || !std::isfinite(parsed))
+          return "'" + shown + "' is not a finite number";
+        value = static_cast<T>(parsed);
+      }
+      const bool above = !lo || (lo->inclusive ? value >= lo->value : value > lo->value);
+      const bool below = !hi || (hi->inclusive ? value <= hi->value : value < hi->value);
+      return above && below ? std::string() : shown + " is not " + range;
+    };
+  }
+
+ private:
+  static std::string format(T value) {
+    if constexpr (std::is_integral_v<T>) {
+      return std::to_string(value);
+    } else {
+      char text[32];
+      std::snprintf(text, sizeof text, "%g", static_cast<double>(value));
+      return text;
+    }
+  }
+
+  static std::string ascii(std::string text) {
+    for (const auto& [from, to] :
+         {std::pair{"\xe2\x89\xa5", ">="}, std::pair{"\xe2\x89\xa4", "<="}})
+      if (const size_t at = text.find(from); at != std::string::npos) text.replace(at, 3, to);
+    return text;
+  }
+
+  // "≥ 1", "> 0", "≤ 16" or "in [1, 16]", "in (0, 1]".
+  static std::string describe(const std::optional<Bound<T>>& lo,
+                              const std::optional<Bound<T>>& hi) {
+    if (lo && hi)
+      return std::string("in ") + (lo->inclusive ? "[" : "(") + format(lo->value) + ", " +
+             format(hi->value) + (hi->inclusive ? "]" : ")");
+    if (lo) return std::string(lo->inclusive ? "\xe2\x89\xa5 " : "> ") + format(lo->value);
+    if (hi) return std::string(hi->inclusive ? "\xe2\x89\xa4 " : "< ") + format(hi->value);
+    return "";  // no range: --help shows the type alone
+  }
+};
+
+// [lo, hi]
+template <class T>
+NumberIn<T> in_range(T lo, T hi) {
+  return NumberIn<T>(Bound<T>{lo}, Bound<T>{hi});
+}
+// ≥ lo
+template <class T>
+NumberIn<T> at_least(T lo) {
+  return NumberIn<T>(Bound<T>{lo}, std::nullopt);
+}
+// > lo
+template <class T>
+NumberIn<T> above(T lo) {
+  return NumberIn<T>(Bound<T>{lo, false}, std::nullopt);
+}
+// Any T (the message says so when the text is not one).
+template <class T>
+NumberIn<T> any_number() {
+  return NumberIn<T>(std::nullopt, std::nullopt);
+}
+
+// An option whose default --help shows; numbers are checked to be T's.
 template <class T>
 CLI::Option* add_defaulted(CLI::App& app, const std::string& name, T& value,
                            const std::string& description) {
-  return app.add_option(name, value, description)->capture_default_str();
+  CLI::Option* option = app.add_option(name, value, description)->capture_default_str();
+  if constexpr (std::is_arithmetic_v<T> && !std::is_same_v<T, bool>) option->check(any_number<T>());
+  return option;
 }
 
-// ... that must be positive.
+// ... in [lo, hi].
+template <class T>
+CLI::Option* add_in_range(CLI::App& app, const std::string& name, T& value, T lo, T hi,
+                          const std::string& description) {
+  return app.add_option(name, value, description)->capture_default_str()->check(in_range(lo, hi));
+}
+
+// ... that must be positive: ≥ 1 for integers, > 0 for floating point.
 template <class T>
 CLI::Option* add_positive(CLI::App& app, const std::string& name, T& value,
                           const std::string& description) {
-  return add_defaulted(app, name, value, description)->check(CLI::PositiveNumber);
+  CLI::Option* option = app.add_option(name, value, description)->capture_default_str();
+  if constexpr (std::is_integral_v<T>)
+    return option->check(at_least(T{1}));
+  else
+    return option->check(above(T{0}));
 }
 
 // ... that must not be negative.
 template <class T>
 CLI::Option* add_non_negative(CLI::App& app, const std::string& name, T& value,
                               const std::string& description) {
-  return add_defaulted(app, name, value, description)->check(CLI::NonNegativeNumber);
+  return app.add_option(name, value, description)->capture_default_str()->check(at_least(T{0}));
 }
 
-// --threads of the training commands.
+// The most threads --threads accepts (far above any machine qkv runs on).
+inline constexpr int kMaxThreads = 1024;
+
+// --threads of every command that computes; 0 leaves the count as it is.
 inline CLI::Option* add_threads_option(CLI::App& app, int& threads) {
-  return add_non_negative(app, "--threads", threads, "Threads (0 = OMP_NUM_THREADS or all cores)");
+  return add_in_range(app, "--threads", threads, 0, kMaxThreads,
+                      "Threads (0 = OMP_NUM_THREADS or all cores)");
 }
 
 // --precision of the inference commands: the arithmetic of the model's layers.
@@ -64,6 +193,34 @@ inline CLI::Option* add_kv_cache_option(CLI::App& app, std::string& kv_cache) {
                        "KV cache storage: f32, or q8_0 (8-bit blocks, ~3.6x less memory; "
                        "head dim a multiple of 32)")
       ->check(CLI::IsMember({"f32", "q8_0"}));
+}
+
+// The sampling flags of `qkv generate` and `qkv chat`; the values set before
+// add_sampling_options are the defaults --help shows.
+struct SamplingFlags {
+  double temperature = 1.0;
+  int64_t top_k = 0;
+  double top_p = 1.0;
+  bool greedy = false;
+  uint64_t seed = 0;
+
+  // --greedy is temperature 0.
+  SamplingOptions options() const {
+    return {.temperature = greedy ? 0.0 : temperature, .top_k = top_k, .top_p = top_p};
+  }
+};
+
+// --temperature, --top-k, --top-p, --greedy and --seed.
+inline void add_sampling_options(CLI::App& app, SamplingFlags& flags) {
+  add_non_negative(app, "--temperature", flags.temperature,
+                   "Divides the logits: < 1 sharper, > 1 flatter, 0 greedy");
+  add_non_negative(app, "--top-k", flags.top_k,
+                   "Draw only among the k most likely tokens (0 = all)");
+  app.add_option("--top-p", flags.top_p, "Draw only from the nucleus of probability p (1 = all)")
+      ->capture_default_str()
+      ->check(NumberIn<double>(Bound<double>{0.0, false}, Bound<double>{1.0}));
+  app.add_flag("--greedy", flags.greedy, "Always take the most likely token (temperature 0)");
+  add_defaulted(app, "--seed", flags.seed, "Seed of the sampler: same seed, same text");
 }
 
 }  // namespace qkv::cli

@@ -32,6 +32,9 @@ Command add_chat_command(CLI::App& parent);
 Command add_embed_command(CLI::App& parent);
 Command add_similarity_command(CLI::App& parent);
 
+// `qkv bench`: named workloads timed like llama-bench (tools/bench.cc).
+Command add_bench_command(CLI::App& parent);
+
 // `qkv train recall`: a Transformer learns key-value recall (tools/train.cc).
 Command add_train_command(CLI::App& parent);
 

@@ -31,6 +31,7 @@ namespace {
 struct DemoOptions {
   uint64_t seed = 0;
   std::string out = "qkv-demo";
+  int threads = 0;
 };
 
 // --- Formatting ------------------------------------------------------------
@@ -363,6 +364,7 @@ void section_next_steps(Printer& p, const std::filesystem::path& out_dir) {
 
 int run_demo(const DemoOptions& options) {
   QKV_CHECK(!options.out.empty(), "--out must name a directory, got an empty string");
+  if (options.threads > 0) set_num_threads(options.threads);
   Printer p{Style{stdout_wants_color()}};
   std::cout << p.style().strong("qkv demo") << ": the attention tutorial, computed by qkv (seed "
             << options.seed << ")\n";
@@ -392,6 +394,7 @@ Command add_demo_command(CLI::App& parent) {
         add_defaulted(app, "--out", options.out,
                       "Directory for the heatmap PNG (created if missing)")
             ->type_name("DIR");
+        add_threads_option(app, options.threads);
         app.footer(
             "Sections: §2.4 simple attention, §2.2 score functions, §5.2-5.6 multi-head\n"
             "attention, §6.1 weights and a heatmap PNG, §7.3 why divide by sqrt(d_k), §7.4 "

@@ -26,11 +26,7 @@ struct GenerateOptions {
   std::string model;
   std::string prompt = "\n";
   int64_t max_new_tokens = 200;
-  double temperature = 1.0;
-  int64_t top_k = 0;
-  double top_p = 1.0;
-  bool greedy = false;
-  uint64_t seed = 0;
+  SamplingFlags sampling;
   std::string precision = "float32";
   bool stats = false;
   bool exact = false;
@@ -44,10 +40,8 @@ int run_generate(const GenerateOptions& o) {
     return run_generate_gguf({.model = o.model,
                               .prompt = o.prompt,
                               .max_new_tokens = o.max_new_tokens,
-                              .sampling = {.temperature = o.greedy ? 0.0 : o.temperature,
-                                           .top_k = o.top_k,
-                                           .top_p = o.top_p},
-                              .seed = o.seed,
+                              .sampling = o.sampling.options(),
+                              .seed = o.sampling.seed,
                               .precision = o.precision,
                               .exact = o.exact,
                               .stats = o.stats,
@@ -71,8 +65,8 @@ int run_generate(const GenerateOptions& o) {
 
   nn::GenerationOptions g;
   g.max_new_tokens = o.max_new_tokens;
-  g.sampling = {.temperature = o.greedy ? 0.0 : o.temperature, .top_k = o.top_k, .top_p = o.top_p};
-  g.seed = o.seed;
+  g.sampling = o.sampling.options();
+  g.seed = o.sampling.seed;
   check_sampling_options(g.sampling);
 
   std::cout << o.prompt << std::flush;
@@ -114,15 +108,7 @@ Command add_generate_command(CLI::App& parent) {
                        "Text to continue, printed first (default: a newline)");
         add_non_negative(app, "--max-new-tokens", options.max_new_tokens,
                          "How many tokens to generate");
-        add_defaulted(app, "--temperature", options.temperature,
-                      "Divides the logits: < 1 sharper, > 1 flatter, 0 greedy");
-        add_defaulted(app, "--top-k", options.top_k,
-                      "Draw only among the k most likely tokens (0 = all)");
-        add_defaulted(app, "--top-p", options.top_p,
-                      "Draw only from the nucleus of probability p, in (0, 1] (1 = all)");
-        app.add_flag("--greedy", options.greedy,
-                     "Always take the most likely token (temperature 0)");
-        add_defaulted(app, "--seed", options.seed, "Seed of the sampler: same seed, same text");
+        add_sampling_options(app, options.sampling);
         add_precision_option(app, options.precision);
         app.add_flag("--stats", options.stats,
                      "Print tokens per second to stderr at the end (GGUF: prompt and generation "

@@ -22,10 +22,8 @@ namespace qkv::cli {
 namespace {
 
 struct SimilarityOptions {
-  std::vector<std::string> texts;
-  std::string model = kDefaultEmbeddingModel;
+  SentenceInput input;
   int64_t label_width = 32;
-  int64_t batch_size = 32;
 };
 
 // The next code point of UTF-8 `s` at `i` (advanced past it); U+FFFD for a
@@ -99,10 +97,9 @@ std::pair<std::string, int64_t> label(std::string_view text, int64_t width) {
 }
 
 int run_similarity(const SimilarityOptions& o) {
-  const std::vector<std::string> texts = texts_or_stdin(o.texts);
-  QKV_CHECK(!texts.empty(), "no texts: give them as arguments or one per line on stdin");
-  const models::SentenceEncoder encoder = load_sentence_encoder(o.model);
-  const Tensor e = encoder.encode(texts, o.batch_size);  // [N, D]
+  const std::vector<std::string> texts = input_texts(o.input, "qkv similarity");
+  const models::SentenceEncoder encoder = load_sentence_encoder(o.input);
+  const Tensor e = encoder.encode(texts, o.input.batch_size);  // [N, D]
   // cos(e_i, e_j) = e_i·e_j / (‖e_i‖ ‖e_j‖): the norms are 1 when the model
   // normalises, but not every model does.
   const Tensor gram = matmul(e, e.transpose(0, 1));  // [N, N]
@@ -148,13 +145,10 @@ Command add_similarity_command(CLI::App& parent) {
   return make_command(
       parent, "similarity", "Cosine similarity of every pair of texts, from sentence embeddings",
       run_similarity, [](CLI::App& app, SimilarityOptions& options) {
-        add_sentence_input_options(app, options.texts,
-                                   "Texts to compare (default: one per line from stdin)",
-                                   options.model);
-        add_defaulted(app, "--label-width", options.label_width,
-                      "Columns for each text's label; longer texts are cut with \"…\"")
-            ->check(CLI::Range(int64_t{4}, int64_t{1000}));
-        add_positive(app, "--batch-size", options.batch_size, "Texts per forward pass");
+        add_sentence_input_options(app, options.input,
+                                   "Texts to compare (default: -f, else one a line from stdin)");
+        add_in_range(app, "--label-width", options.label_width, int64_t{4}, int64_t{1000},
+                     "Columns for each text's label; longer texts are cut with \"…\"");
         app.footer(
             "Row i, column j holds cos(e_i, e_j) of the texts' embeddings (1 on the diagonal);\n"
             "texts of similar meaning score high, unrelated ones near 0.");

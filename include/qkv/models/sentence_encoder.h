@@ -88,6 +88,10 @@ class SentenceEncoder {
   void set_max_seq_length(int64_t length);
   Pooling pooling() const { return pooling_; }
   bool normalize() const { return normalize_; }
+  // Override what the model directory says (e.g. CLS pooling, or raw vectors
+  // of a normalising model); the next encode() uses them.
+  void set_pooling(Pooling pooling) { pooling_ = pooling; }
+  void set_normalize(bool normalize) { normalize_ = normalize; }
   const BertModel& model() const { return model_; }
   const text::WordPieceTokenizer& tokenizer() const { return tokenizer_; }
 
