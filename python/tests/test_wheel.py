@@ -28,6 +28,10 @@ SYSTEM_LIBS = ("linux-vdso", "libc.so", "libm.so", "libstdc++.so", "libgcc_s.so"
                "libpthread.so", "libdl.so", "librt.so", "ld-linux")
 
 
+# What the fresh environment's commands see: no PYTHONPATH pointing at the checkout.
+CLEAN_ENV = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.environ.get("HOME", "/")}
+
+
 def run(cmd, **kwargs):
     result = subprocess.run(cmd, capture_output=True, text=True, **kwargs)
     assert result.returncode == 0, (f"{' '.join(map(str, cmd))} failed ({result.returncode}):\n"
@@ -64,7 +68,7 @@ def venv(wheel, tmp_path_factory):
     run([sys.executable, "-m", "venv", str(env_dir)])
     python = env_dir / "bin" / "python"
     run([str(python), "-m", "pip", "install", "--no-index", "--find-links", str(links),
-         "--disable-pip-version-check", str(wheel), "numpy"])
+         "--disable-pip-version-check", str(wheel), "numpy"], env=CLEAN_ENV)
     return python
 
 
@@ -83,9 +87,10 @@ def test_the_wheel_carries_license_stubs_and_its_libraries(wheel):
 
 
 def test_core_needs_only_system_libraries(venv):
-    core = run([str(venv), "-c", "import qkv._core as c; print(c.__file__)"], cwd="/").strip()
+    core = run([str(venv), "-c", "import qkv._core as c; print(c.__file__)"], cwd="/",
+               env=CLEAN_ENV).strip()
     unresolved, foreign = [], []
-    for line in run(["ldd", core], env={"PATH": os.environ["PATH"]}).splitlines():
+    for line in run(["ldd", core], env=CLEAN_ENV).splitlines():
         name = line.split()[0]
         if "not found" in line:
             unresolved.append(name)
@@ -110,7 +115,7 @@ def test_sdpa_and_modules_in_the_fresh_environment(venv):
         assert y.shape == (2, 5, 16) and w.shape == (2, 5, 5)
         print("kernel", qkv.runtime.last_sdpa_kernel(), "file", qkv.__file__)
     """)
-    printed = run([str(venv), "-c", script], cwd="/", env={"PATH": os.environ["PATH"]})
+    printed = run([str(venv), "-c", script], cwd="/", env=CLEAN_ENV)
     assert "site-packages" in printed  # the installed copy, not the checkout
 
 
@@ -128,4 +133,4 @@ def test_sentence_encoder_in_the_fresh_environment(venv):
         assert e[0] @ e[1] > e[0] @ e[2] + 0.2, (e[0] @ e[1], e[0] @ e[2])
         print("ok")
     """)
-    assert "ok" in run([str(venv), "-c", script], cwd="/", env={"PATH": os.environ["PATH"]})
+    assert "ok" in run([str(venv), "-c", script], cwd="/", env=CLEAN_ENV)
