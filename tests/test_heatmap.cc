@@ -37,10 +37,10 @@ Tensor matrix(const Shape& shape, std::vector<float> values) {
 }
 
 // Centre pixel of cell (row, col) for the given options.
-Rgb cell_color(const RgbImage& image, const HeatmapOptions& o, int64_t row, int64_t col) {
+Rgb cell_color(const HeatmapImage& image, const HeatmapOptions& o, int64_t row, int64_t col) {
   const int64_t step = o.cell_pixels + o.grid_pixels;
-  return image.at(o.grid_pixels + col * step + o.cell_pixels / 2,
-                  o.grid_pixels + row * step + o.cell_pixels / 2);
+  return image.at(image.cells.x + o.grid_pixels + col * step + o.cell_pixels / 2,
+                  image.cells.y + o.grid_pixels + row * step + o.cell_pixels / 2);
 }
 
 struct DecodedPng {
@@ -98,7 +98,9 @@ TEST(RenderHeatmap, LayoutCellsGridAndColorBar) {
   HeatmapOptions o;
   o.cell_pixels = 10;
   o.grid_pixels = 1;
-  const RgbImage image = render_heatmap(matrix({2, 3}, {0.0f, 0.5f, 1.0f, 0.25f, 0.75f, 2.0f}), o);
+  o.colorbar_ticks = 0;  // no text: the cells start at (0, 0)
+  const HeatmapImage image =
+      render_heatmap(matrix({2, 3}, {0.0f, 0.5f, 1.0f, 0.25f, 0.75f, 2.0f}), o);
   // 3 cells and 4 lines across, then a gap of 5, a 1-pixel frame, an 8-pixel bar, a frame.
   EXPECT_EQ(image.width, 3 * 10 + 4 * 1 + 5 + 1 + 8 + 1);
   EXPECT_EQ(image.height, 2 * 10 + 3 * 1);
@@ -134,7 +136,7 @@ TEST(RenderHeatmap, NoGridNoColorBar) {
   o.cell_pixels = 3;
   o.grid_pixels = 0;
   o.colorbar = false;
-  const RgbImage image = render_heatmap(matrix({2, 2}, {1, 0, 0, 1}), o);
+  const HeatmapImage image = render_heatmap(matrix({2, 2}, {1, 0, 0, 1}), o);
   EXPECT_EQ(image.width, 6);
   EXPECT_EQ(image.height, 6);
   EXPECT_EQ(image.at(0, 0), kDarkest);
@@ -147,7 +149,7 @@ TEST(RenderHeatmap, AutoRangeUsesFiniteMinAndMax) {
   HeatmapOptions o;
   o.auto_range = true;
   const float inf = std::numeric_limits<float>::infinity();
-  const RgbImage image = render_heatmap(matrix({1, 4}, {2.0f, 3.0f, 4.0f, -inf}), o);
+  const HeatmapImage image = render_heatmap(matrix({1, 4}, {2.0f, 3.0f, 4.0f, -inf}), o);
   EXPECT_EQ(image.vmin, 2.0);
   EXPECT_EQ(image.vmax, 4.0);
   EXPECT_EQ(cell_color(image, o, 0, 0), kLightest);
@@ -155,7 +157,7 @@ TEST(RenderHeatmap, AutoRangeUsesFiniteMinAndMax) {
   EXPECT_EQ(cell_color(image, o, 0, 2), kDarkest);
   EXPECT_EQ(cell_color(image, o, 0, 3), kLightest);  // -inf clamps to the bottom
 
-  const RgbImage flat = render_heatmap(matrix({2, 2}, {0.25f, 0.25f, 0.25f, 0.25f}), o);
+  const HeatmapImage flat = render_heatmap(matrix({2, 2}, {0.25f, 0.25f, 0.25f, 0.25f}), o);
   EXPECT_EQ(flat.vmin, -0.25);
   EXPECT_EQ(flat.vmax, 0.75);
   EXPECT_EQ(cell_color(flat, o, 1, 1), blues_color(0.5));
@@ -166,16 +168,16 @@ TEST(RenderHeatmap, ViewsFloat64AndBool) {
   o.cell_pixels = 4;
   // A transposed (non-contiguous) view: cell (0, 1) is the source's (1, 0).
   const Tensor source = matrix({2, 2}, {0.0f, 0.0f, 1.0f, 0.0f});
-  const RgbImage t = render_heatmap(source.transpose(0, 1), o);
+  const HeatmapImage t = render_heatmap(source.transpose(0, 1), o);
   EXPECT_EQ(cell_color(t, o, 0, 1), kDarkest);
   EXPECT_EQ(cell_color(t, o, 1, 0), kLightest);
 
   std::vector<double> values = {0.0, 1.0};
-  const RgbImage d =
+  const HeatmapImage d =
       render_heatmap(Tensor::from_vector({1, 2}, std::span<const double>(values)), o);
   EXPECT_EQ(cell_color(d, o, 0, 1), kDarkest);
 
-  const RgbImage b = render_heatmap(Tensor::from_bools({1, 2}, {true, false}), o);
+  const HeatmapImage b = render_heatmap(Tensor::from_bools({1, 2}, {true, false}), o);
   EXPECT_EQ(cell_color(b, o, 0, 0), kDarkest);
   EXPECT_EQ(cell_color(b, o, 0, 1), kLightest);
 }
@@ -240,15 +242,16 @@ TEST_F(HeatmapFiles, WritesAPngThatLibpngReadsBack) {
   const fs::path path = dir_ / "attn.png";
   write_heatmap_png(path, weights, o);
 
-  const RgbImage expected = render_heatmap(weights, o);
+  const HeatmapImage expected = render_heatmap(weights, o);
   const DecodedPng png = read_png(path);
   ASSERT_EQ(png.width, expected.width);
   ASSERT_EQ(png.height, expected.height);
   EXPECT_EQ(png.rgb, expected.pixels);
   // The largest value is the darkest cell, the smallest the lightest.
-  EXPECT_EQ(png.at(1 + 8, 1 + 8), kDarkest);
-  EXPECT_EQ(png.at(1 + 17 + 8, 1 + 8), kLightest);
-  EXPECT_EQ(png.at(1 + 17 + 8, 1 + 17 + 8), blues_color(0.5));
+  const int64_t x = expected.cells.x, y = expected.cells.y;
+  EXPECT_EQ(png.at(x + 1 + 8, y + 1 + 8), kDarkest);
+  EXPECT_EQ(png.at(x + 1 + 17 + 8, y + 1 + 8), kLightest);
+  EXPECT_EQ(png.at(x + 1 + 17 + 8, y + 1 + 17 + 8), blues_color(0.5));
 
   // Nothing but the PNG is left in the directory (the temporary file was renamed).
   int files = 0;
@@ -264,7 +267,8 @@ TEST_F(HeatmapFiles, ReplacesAnExistingFile) {
   std::ofstream(path) << "old contents";
   write_heatmap_png(path, Tensor::ones({2, 2}));
   const DecodedPng png = read_png(path);
-  EXPECT_EQ(png.at(16, 16), kDarkest);
+  const HeatmapImage expected = render_heatmap(Tensor::ones({2, 2}));
+  EXPECT_EQ(png.at(expected.cells.x + 16, expected.cells.y + 16), kDarkest);
 }
 
 TEST_F(HeatmapFiles, UnwritablePathIsAnIOError) {

@@ -235,11 +235,16 @@ void section_heatmap(Printer& p, const MhaRun& run, const std::filesystem::path&
   viz::HeatmapOptions options;
   options.cell_pixels = 64;
   options.auto_range = true;  // as plt.imshow, which scales to the data
-  const viz::RgbImage image = viz::render_heatmap(head, options);
+  options.title = "attn[0, 0]: batch 0, head 0 (untrained)";
+  for (int64_t i = 0; i < head.size(0); ++i) options.row_labels.push_back("x" + std::to_string(i));
+  options.col_labels = options.row_labels;  // self-attention: the same positions
+  options.row_axis_label = "query";
+  options.col_axis_label = "key";
+  const viz::HeatmapImage image = viz::render_heatmap(head, options);
   viz::write_png(path, image);
   p.line("heatmap: " + p.style().good(path.string()));
   p.note("Blues as plt.imshow(cmap=\"Blues\"): white = " + fixed(image.vmin, 2) +
-         ", dark blue = " + fixed(image.vmax, 2) + "; colour bar on the right.");
+         ", dark blue = " + fixed(image.vmax, 2) + "; colour bar with values on the right.");
   p.note("Untrained weights are close to uniform (§6.2): patterns come from training.");
 }
 
@@ -339,10 +344,19 @@ void section_trained_recall(Printer& p, const std::filesystem::path& out_dir) {
   one.key_positions.resize(1);
   const std::vector<Tensor> weights = model.attention_weights(one);
   const std::filesystem::path path = out_dir / "recall_trained_last_layer.png";
-  viz::write_heatmap_png(path, weights[best.layer].select(0, 0).select(0, best.head),
-                         {.cell_pixels = 48});
   std::string tokens;
-  for (int64_t t = 0; t < test.length; ++t) tokens += " " + task.token_name(one.tokens[t]);
+  viz::HeatmapOptions options;
+  options.cell_pixels = 48;
+  for (int64_t t = 0; t < test.length; ++t) {
+    options.row_labels.push_back(task.token_name(one.tokens[t]));
+    tokens += " " + options.row_labels.back();
+  }
+  options.col_labels = options.row_labels;
+  options.title = "trained recall: layer " + std::to_string(best.layer) + ", head " +
+                  std::to_string(best.head) + ";" + tokens;
+  options.row_axis_label = "query";
+  options.col_axis_label = "key";
+  viz::write_heatmap_png(path, weights[best.layer].select(0, 0).select(0, best.head), options);
   p.line("heatmap of that head on" + tokens + ": " + p.style().good(path.string()));
   if (best.on_key >= best.on_value) {
     p.note("Its last row (the query) lights up on the asked key: under causal attention");

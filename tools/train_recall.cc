@@ -228,8 +228,8 @@ int run_recall(const RecallOptions& o) {
   const double baseline_accuracy = train::accuracy(pooled, test);
   const std::vector<train::QueryAttention> looks = train::query_attention(attention, test);
 
-  // Heatmaps: one per example, layer and head; the tokens go in a text file
-  // next to them, since the PNGs carry no text.
+  // Heatmaps: one per example, layer and head, labelled with the tokens; the
+  // tokens also go in a text file next to them.
   const int64_t examples = std::min<int64_t>(o.examples, test.batch);
   train::RecallBatch shown;
   shown.batch = examples;
@@ -253,8 +253,17 @@ int run_recall(const RecallOptions& o) {
       for (int64_t h = 0; h < weights[l].size(1); ++h) {
         const std::string name = "example" + std::to_string(e) + "_layer" + std::to_string(l) +
                                  "_head" + std::to_string(h) + ".png";
-        viz::write_heatmap_png(out / name, weights[l].select(0, e).select(0, h),
-                               {.cell_pixels = 20});
+        viz::HeatmapOptions heatmap;
+        heatmap.cell_pixels = 20;
+        for (int64_t t = 0; t < test.length; ++t)
+          heatmap.row_labels.push_back(task.token_name(shown.tokens[e * test.length + t]));
+        heatmap.col_labels = heatmap.row_labels;
+        heatmap.title = "example " + std::to_string(e) + ", layer " + std::to_string(l) +
+                        ", head " + std::to_string(h) + " (answer V" +
+                        std::to_string(shown.labels[e]) + ")";
+        heatmap.row_axis_label = "query";
+        heatmap.col_axis_label = "key";
+        viz::write_heatmap_png(out / name, weights[l].select(0, e).select(0, h), heatmap);
         ++written;
       }
     }
@@ -315,7 +324,7 @@ Command add_train_recall(CLI::App& train) {
                          "Held-out sequences drawn as heatmaps");
         app.footer(
             "Sequences are v1 k1 ... vk kk ? kq; the label is the value paired with kq.\n"
-            "The heatmaps have no text: tokens.txt in --out lists each example's tokens.\n"
+            "The heatmaps are labelled with the tokens; tokens.txt in --out lists them too.\n"
             "Ctrl-C finishes the step, saves checkpoint.safetensors in --out and prints the\n"
             "command that resumes it (a second Ctrl-C stops at once).");
       });

@@ -11,8 +11,8 @@ embeddings.word_embeddings.weight, encoder.layer.<i>.attention.self.query.weight
 non-parameter buffer embeddings.position_ids and the pooler are left out.
 """
 
-import json
-import os
+import json as _json
+import os as _os
 
 from . import _core
 from ._parameters import named_parameters_of, parameter_list
@@ -33,18 +33,18 @@ class BertModel:
     """
 
     def __init__(self, config, *, generator=None):
-        if isinstance(config, (str, os.PathLike)):
+        if isinstance(config, (str, _os.PathLike)):
             with open(config, encoding="utf-8") as f:
                 text = f.read()
         else:
-            text = json.dumps(dict(config))
+            text = _json.dumps(dict(config))
         self._model = _core.BertModel(text, generator)
 
     @classmethod
     def from_pretrained(cls, model_dir):
         """config.json and model.safetensors of a (Hugging Face) model directory."""
         self = cls.__new__(cls)
-        self._model = _core.BertModel.from_pretrained(os.fspath(model_dir))
+        self._model = _core.BertModel.from_pretrained(_os.fspath(model_dir))
         return self
 
     @property

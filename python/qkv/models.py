@@ -14,8 +14,8 @@ or .linear1/.linear2 (GELU), norm.weight, output.weight (untied head only),
 pos_embeddings.weight (learned positions only).
 """
 
-import dataclasses
-import json
+import dataclasses as _dataclasses
+import json as _json
 
 from . import _core
 from ._parameters import named_parameters_of, parameter_list
@@ -27,7 +27,7 @@ from .bert import BertModel  # noqa: E402  (BERT encoders live in bert.py)
 __all__ += ["BertModel"]
 
 
-@dataclasses.dataclass
+@_dataclasses.dataclass
 class DecoderModelConfig:
     """The shape of a DecoderModel (the fields of qkv::nn::DecoderModelConfig).
 
@@ -55,14 +55,14 @@ class DecoderModelConfig:
     dtype: str = "float32"
 
     def to_json(self):
-        return json.dumps(dataclasses.asdict(self))
+        return _json.dumps(_dataclasses.asdict(self))
 
     @classmethod
     def from_json(cls, text):
         # The C++ reader first: json.loads would recurse into deep nesting
         # (RecursionError) and take 1e400 for inf.
         _core.check_decoder_config_json(text)
-        return cls(**json.loads(text))
+        return cls(**_json.loads(text))
 
 
 def _generation_args(max_new_tokens, temperature, top_k, top_p, seed, stop_token):
@@ -85,7 +85,7 @@ class DecoderModel:
     """
 
     def __init__(self, config=None, *, generator=None, **fields):
-        config = dataclasses.replace(config or DecoderModelConfig(), **fields)
+        config = _dataclasses.replace(config or DecoderModelConfig(), **fields)
         self._model = _core.DecoderModel(config.to_json(), generator)
         self.metadata = {}
 

@@ -41,9 +41,9 @@ last bits or nearly so. Hyperparameters are given once; `opt.lr` may be set
 between steps (see WarmupCosineSchedule).
 """
 
-import numbers
+import numbers as _numbers
 
-import numpy as np
+import numpy as _np
 
 from . import _core
 
@@ -194,7 +194,7 @@ def clip_grad_norm_(grads, max_norm, norm_type=2.0, error_if_nonfinite=False):
     grads: an array or a list of writeable C-contiguous float32/float64 arrays.
     norm_type: any p > 0, or inf (also 'inf').
     """
-    if isinstance(grads, np.ndarray):
+    if isinstance(grads, _np.ndarray):
         grads = [grads]
     norm_type = float(norm_type)
     return _core.clip_grad_norm_(list(grads), float(max_norm), norm_type,
@@ -212,7 +212,7 @@ class WarmupCosineSchedule:
 
     def __init__(self, base_lr, warmup_steps, total_steps, min_lr=0.0):
         for name, value in (("warmup_steps", warmup_steps), ("total_steps", total_steps)):
-            if not isinstance(value, numbers.Integral):
+            if not isinstance(value, _numbers.Integral):
                 raise TypeError(f"WarmupCosineSchedule(): {name} must be an int, got {value!r}")
         self.base_lr = float(base_lr)
         self.warmup_steps = int(warmup_steps)

@@ -22,14 +22,14 @@ UTF-8 where each invalid sequence becomes U+FFFD (dropped by clean_text); a
 str holding a lone surrogate cannot be encoded to UTF-8 and raises TypeError.
 """
 
-import collections
+import collections as _collections
 
 from . import _core
 
 __all__ = ["BatchEncoding", "BpeStreamDecoder", "BpeTokenizer", "ChatTemplate",
            "WordPieceTokenizer"]
 
-BatchEncoding = collections.namedtuple("BatchEncoding", ["ids", "attention_mask"])
+BatchEncoding = _collections.namedtuple("BatchEncoding", ["ids", "attention_mask"])
 BatchEncoding.__doc__ = """ids and attention_mask: numpy int64 arrays [batch, length];
 the mask is 1 for real tokens and 0 for padding."""
 

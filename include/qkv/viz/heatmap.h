@@ -1,33 +1,34 @@
 // Heatmaps of attention weights as PNG images (tutorial §6.1).
 //
 // The C++ counterpart of the tutorial's
-//   plt.imshow(attn_matrix, cmap="Blues"); plt.colorbar()
+//   plt.imshow(attn, cmap="Blues"); plt.colorbar(); plt.title(...)
+//   plt.xticks(range(S), key_tokens, rotation=90); plt.yticks(range(L), query_tokens)
 // without a plotting library: each matrix cell becomes a square of
 // `cell_pixels` pixels, coloured from near-white (low) to dark blue (high),
-// with thin grey grid lines between cells and a colour bar on the right
-// (high at the top, low at the bottom). There are no text labels: qkv has no
-// font renderer, so print the range next to the file name if it matters.
+// with thin grey grid lines between cells; around it, when asked for, a title,
+// one label per row (left) and per column (below, turned 90° when wider than a
+// cell), axis names, and a colour bar with its values. Text is drawn with the
+// built-in 5 x 7 font (bitmap_font.h): printable ASCII, anything else as '?'.
 //
-//   viz::write_heatmap_png("attn.png", weights.select(0, 0).select(0, 0));
+//   viz::HeatmapOptions o;
+//   o.title = "layer 0, head 1";
+//   o.row_labels = o.col_labels = {"Zhang", "San", "works", "in", "Hangzhou"};
+//   viz::write_heatmap_png("attn.png", weights.select(0, 0).select(0, 1), o);
 //
 // Row i of the matrix is drawn as the i-th band from the top and column j as
 // the j-th band from the left, as imshow does: for attention weights, a row is
 // one query and its cells are the keys it looks at.
 #pragma once
 
-#include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <string>
 #include <vector>
 
 #include "qkv/tensor.h"
+#include "qkv/viz/image.h"
 
 namespace qkv::viz {
-
-struct Rgb {
-  uint8_t r = 0, g = 0, b = 0;
-  bool operator==(const Rgb&) const = default;
-};
 
 // The "Blues" colour map (ColorBrewer's nine blues, which matplotlib's Blues
 // interpolates): t = 0 is near-white (247, 251, 255), t = 1 dark blue
@@ -48,33 +49,44 @@ struct HeatmapOptions {
   bool auto_range = false;
   // A vertical colour bar strip on the right of the cells.
   bool colorbar = true;
+  // Values written beside the colour bar: this many, evenly spaced from vmin
+  // (bottom) to vmax (top); fewer (at least the two ends) when the bar is too
+  // short for their lines not to touch. 0 for none, else 2..11.
+  int colorbar_ticks = 5;
+
+  // Text; an empty string or list is not drawn and takes no room.
+  std::string title;                    // above the map: layer, head, input
+  std::vector<std::string> row_labels;  // one per row, e.g. the query tokens
+  std::vector<std::string> col_labels;  // one per column, e.g. the key tokens
+  std::string row_axis_label;           // e.g. "query", turned 90°, left of the row labels
+  std::string col_axis_label;           // e.g. "key", below the column labels
+  // Labels longer than this are cut to max_label_chars - 2 characters and "..", 3..64.
+  int max_label_chars = 12;
+  // Size of a font pixel, 1..8; 0 picks 2 when cell_pixels >= 32, else 1.
+  int text_scale = 0;
 };
 
-// An 8-bit RGB image in memory, rows top to bottom.
-struct RgbImage {
-  int64_t width = 0;
-  int64_t height = 0;
-  std::vector<uint8_t> pixels;  // width * height * 3 bytes, row-major, R G B
+// The rendered heatmap and where each part went (an empty Box for a part not drawn).
+struct HeatmapImage : RgbImage {
   // The value range the colours stand for (resolved when auto_range is set).
   double vmin = 0.0;
   double vmax = 1.0;
-
-  Rgb at(int64_t x, int64_t y) const;
+  Box cells;            // the cells with their grid lines
+  Box colorbar;         // the colour bar with its frame
+  Box colorbar_labels;  // tick marks and values right of the bar
+  Box title;
+  Box row_labels;
+  Box col_labels;
+  Box row_axis_label;
+  Box col_axis_label;
 };
 
 // Draws the heatmap. Errors name the problem: undefined, not 2-D or empty
-// matrix, a NaN (with its index), options out of range, an image too large.
-// ±inf is allowed and clamped to the ends of the range.
+// matrix, a NaN (with its index), label counts that do not match the matrix,
+// options out of range, an image too large. ±inf is allowed and clamped to the
+// ends of the range.
 // matrix: [rows, cols], any dtype (bool draws as 0/1)
-RgbImage render_heatmap(const Tensor& matrix, const HeatmapOptions& options = {});
-
-// Encodes an image as an 8-bit RGB PNG file's bytes (libpng).
-std::vector<std::byte> encode_png(const RgbImage& image);
-
-// Writes `image` as a PNG file, atomically (io::write_file_atomically): a
-// reader sees the old file or the complete new one, never half of it. Throws
-// qkv::Error (ErrorKind::kIO) naming the path when it cannot be written.
-void write_png(const std::filesystem::path& path, const RgbImage& image);
+HeatmapImage render_heatmap(const Tensor& matrix, const HeatmapOptions& options = {});
 
 // render_heatmap + write_png.
 // matrix: [rows, cols]

@@ -45,8 +45,8 @@ scaled_dot_product_attention_with_grad returns a detached output by design:
 its grad_fn is the backward.
 """
 
-import collections
-import threading
+import collections as _collections
+import threading as _threading
 
 from .. import _core, _torch_io
 
@@ -60,7 +60,7 @@ __all__ = [
 ]
 
 # The kernel of this thread's last SDPA call (read by qkv.runtime.last_sdpa_kernel).
-_last_call = threading.local()
+_last_call = _threading.local()
 
 
 def _sdpa_signature(core, need_weights=False, autograd=None):
@@ -235,7 +235,7 @@ def scaled_dot_product_attention_with_weights(output, weights, keep, kernel, ret
     return output, weights
 
 
-SdpaGradients = collections.namedtuple("SdpaGradients", ["query", "key", "value", "attn_mask"])
+SdpaGradients = _collections.namedtuple("SdpaGradients", ["query", "key", "value", "attn_mask"])
 SdpaGradients.__doc__ = """Gradients of scaled_dot_product_attention's inputs, shaped like them.
 
 query, key, value: arrays like the inputs (key and value summed over the query

@@ -7,7 +7,7 @@ unless dtype=float64); outputs are numpy arrays. No autograd: these are for
 inference and for checking against torch.
 """
 
-import numbers
+import numbers as _numbers
 
 from .. import _core
 from ._module import Module, check_device, check_generator, integer_array
@@ -16,7 +16,7 @@ __all__ = ["Embedding", "LayerNorm", "Linear", "RMSNorm"]
 
 
 def _shape_tuple(normalized_shape, module):
-    if isinstance(normalized_shape, numbers.Integral):
+    if isinstance(normalized_shape, _numbers.Integral):
         return (int(normalized_shape),)
     try:
         return tuple(int(n) for n in normalized_shape)

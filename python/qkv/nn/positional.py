@@ -24,9 +24,9 @@ is at position i + S − L among S keys.
     bias = qkv.nn.positional.Alibi(8)(L=10, S=10)                # [8, 10, 10]
 """
 
-import numbers
+import numbers as _numbers
 
-import numpy as np
+import numpy as _np
 
 from .. import _core
 from ._module import Module, check_generator, integer_array
@@ -153,7 +153,7 @@ class RotaryEmbedding(Module):
 def apply_rotary(input, offset=0, base=10000.0, style="half_split"):
     """RoPE on input [..., L, E] (E = input's last dim), rows at positions
     offset … offset + L − 1; see RotaryEmbedding.  ->  like input"""
-    shape = tuple(getattr(input, "shape", None) or np.shape(input))
+    shape = tuple(getattr(input, "shape", None) or _np.shape(input))
     head_dim = shape[-1] if shape else 0
     return RotaryEmbedding(head_dim, base, style).forward(input, offset)
 
@@ -203,8 +203,8 @@ def relative_position_bucket(relative_position, bidirectional=True, num_buckets=
     up to max_distance, beyond which all share the last.
     """
     args = (bool(bidirectional), int(num_buckets), int(max_distance))
-    if isinstance(relative_position, numbers.Integral):
-        return int(_core.relative_position_bucket(np.array([relative_position], np.int64),
+    if isinstance(relative_position, _numbers.Integral):
+        return int(_core.relative_position_bucket(_np.array([relative_position], _np.int64),
                                                   *args)[0])
     ids = integer_array(relative_position, "relative_position_bucket", "relative_position")
     return _core.relative_position_bucket(ids, *args)
