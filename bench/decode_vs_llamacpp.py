@@ -16,12 +16,13 @@ interpreter with the binding) and does the same work:
   2. generation: --new greedy tokens, each fed back, timed (qkv: session.decode,
      the loop in C++; llama.cpp: Llama.eval of one token, argmax of its logits).
 
-qkv runs as it is by default (x kept in float32: the products of the
-dequantized weights with x) and with QKV_INT8_DECODE=1 (decoding rounds x to 8 bits
-per block of 32 and sums int8 products, as llama.cpp always does; "qkv 8-bit x"),
-each once per --kv-cache storage (f32, q8_0; llama.cpp keeps its default KV cache,
-f16). Processes alternate; the table gives medians over --reps for each thread
-count, and how many leading greedy tokens each qkv agrees on with llama.cpp.
+qkv runs as it is by default (on AVX512_VNNI CPUs decoding rounds x to 16 bits
+per block of 32 and sums exact int16 products, relative error ~1.6e-5 of x; elsewhere
+x stays float32; prompts never round x) and with QKV_INT8_DECODE=1 (decoding rounds x
+to 8 bits per block of 32 and sums int8 products, as llama.cpp always does; "qkv 8-bit
+x"), each once per --kv-cache storage (f32, q8_0; llama.cpp keeps its default KV cache,
+f16). Processes alternate; the table gives medians over --reps for each thread count,
+and how many leading greedy tokens each qkv agrees on with llama.cpp.
 
 Peak RSS is ru_maxrss (VmHWM). --stages also prints, for the first rep of each
 engine, VmRSS and VmHWM from /proc/self/status after each stage: Python with the

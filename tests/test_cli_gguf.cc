@@ -74,8 +74,9 @@ TEST_F(Cli, SmolLM2GeneratesAndChats) {
   EXPECT_EQ(chat.exit_code, 0) << chat.output;
   // The avx512_vnni kernels decode on x rounded to 8 bits per block, as
   // llama.cpp does, and then answer as llama.cpp (llama-cpp-python 0.3.36,
-  // greedy: "L'Étoile, la Cité, la Nation, ..."); the float kernels say Paris.
-  const bool int8 = qkv::kernels::active_quant_kernels().int8_gemv;
+  // greedy: "L'Étoile, la Cité, la Nation, ..."); the float and the 16-bit x
+  // (avx512_vnni16) kernels say Paris.
+  const bool int8 = qkv::kernels::active_quant_kernels().x_bits == 8;
   expect_output_has(chat, {int8 ? "L'Étoile, la Cité" : "Paris"});
   expect_output_lacks(chat, {"<|im_end|>"});
 }

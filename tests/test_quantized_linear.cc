@@ -335,8 +335,8 @@ TEST_P(QuantKernelTable, AgainstFloat64OfDequantized) {
       const int64_t block = qkv::quant_block_elements(f);
       for (int64_t k : {block, 3 * block}) {
         for (int64_t m : {1, 2, 7, 64, 513}) {
-          // the int8 path rounds x: Int8GemvAgainstRoundedX
-          if (GetParam()->int8_gemv && m <= qkv::kernels::quant_gemv_max_rows() &&
+          // the integer paths round x: IntegerGemvAgainstRoundedX
+          if (GetParam()->x_bits < 32 && m <= qkv::kernels::quant_gemv_max_rows() &&
               (f == QuantFormat::kQ4_1 || f == QuantFormat::kQ8_0))
             continue;
           const int64_t n = m == 513 ? 37 : 53;  // not multiples of 16
@@ -423,10 +423,10 @@ TEST_P(QuantKernelTable, EmbeddingRowsAreDequantizedRows) {
   }
 }
 
-// ---- The 8-bit decoding path (tables with int8_gemv) ------------------------------
+// ---- The 16- and 8-bit decoding paths (tables with x_bits < 32) -----------------------
 
 // |d·q| + |m| of weight p of row j (Q4_1 / Q8_0), from its block's bytes: the
-// magnitudes the int8 kernels sum before cancellation.
+// magnitudes the integer kernels sum before cancellation.
 double term_magnitude(QuantFormat f, const std::vector<uint8_t>& bytes, int64_t k, int64_t j,
                       int64_t p) {
   const int64_t bb = qkv::quant_block_bytes(f);
@@ -438,50 +438,81 @@ double term_magnitude(QuantFormat f, const std::vector<uint8_t>& bytes, int64_t 
   return std::fabs(d * q) + std::fabs(qkv::kernels::half_to_float(qkv::kernels::load_u16(b + 2)));
 }
 
-// The few-rows route of an int8 table on Q4_1 and Q8_0: (1) against float64
-// on the dequantised weights and x̂ = dx·q (quantize_x_q8_reference's
-// rounding, which the kernel must reproduce): the int32 sums are exact, so
-// only the float32 scaling and summation of the nb = k / 32 block terms
-// (each |d·dx·Σq_w·q_x| + |m·dx·Σq_x| ≤ its part of A) and the dequantised
-// weight's own rounding remain, ≤ (nb + 24)·u·A; (2) against the unrounded
-// product, adding Σ_p |w_p|·dx_b/2 (|x − x̂| ≤ dx/2 per element).
-TEST_P(QuantKernelTable, Int8GemvAgainstRoundedX) {
-  if (!GetParam()->int8_gemv) GTEST_SKIP() << GetParam()->name << " has no int8 path";
+// x̂ = dx·q of one row by the reference rounding of `bits` (16 or 8), and the
+// bound on |x − x̂| per element: dx·(1/2 + 4·qmax·u) (q = round(x·(qmax /
+// amax)) with x·(qmax / amax) and dx rounded in float32: a few qmax·u of a
+// step more than half a step), or |x| itself in a block rounded to zero
+// (dx = 0: max |x| below the reference's threshold).
+void round_x_reference(int bits, const float* x, int64_t k, std::vector<double>& xh,
+                       std::vector<double>& err) {
+  const int64_t nb = k / 32;
+  std::vector<float> dx(nb);
+  std::vector<double> q(k);
+  if (bits == 16) {
+    std::vector<int16_t> q16(k);
+    qkv::kernels::quantize_x_q16_reference(x, k, q16.data(), dx.data());
+    std::copy(q16.begin(), q16.end(), q.begin());
+  } else {
+    std::vector<int8_t> q8(k);
+    qkv::kernels::quantize_x_q8_reference(x, k, q8.data(), dx.data());
+    std::copy(q8.begin(), q8.end(), q.begin());
+  }
+  xh.resize(k);
+  err.resize(k);
+  for (int64_t p = 0; p < k; ++p) {
+    xh[p] = static_cast<double>(dx[p / 32]) * q[p];
+    const double qmax = bits == 16 ? 32767 : 127;
+    err[p] = dx[p / 32] > 0 ? dx[p / 32] * (0.5 + 4 * qmax * kU) : std::fabs(x[p]);
+  }
+}
+
+// The few-rows route of an integer table on Q4_1 and Q8_0: (1) against
+// float64 on the dequantised weights and x̂ = dx·q (the reference rounding of
+// the table's x_bits, which the kernel must reproduce): the int32 sums are
+// exact, so only the float32 scaling and summation of the nb = k / 32 block
+// terms (each |d·dx·Σq_w·q_x| + |m·dx·Σq_x| ≤ its part of A) and the
+// dequantised weight's own rounding remain, ≤ (nb + 24)·u·A; (2) against the
+// unrounded product, adding Σ_p |w_p|·|x_p − x̂_p| (≤ dx/2 per element), the
+// bound of quant_gemm.h.
+TEST_P(QuantKernelTable, IntegerGemvAgainstRoundedX) {
+  const int bits = GetParam()->x_bits;
+  if (bits == 32) GTEST_SKIP() << GetParam()->name << " keeps x in float32";
   std::mt19937 gen(9);
   for (int threads : {1, 2}) {
     qkv::set_num_threads(threads);
     for (QuantFormat f : {QuantFormat::kQ4_1, QuantFormat::kQ8_0}) {
       for (int64_t k : {32, 96, 128, 224, 576}) {  // blocks: tail only, 4 + 0, 4 + 3, 16 + 2
         for (int64_t m = 1; m <= qkv::kernels::quant_gemv_max_rows(); ++m) {
-          const int64_t n = 37, ldx = k + 5, ldy = n + 3, nb = k / 32;
+          const int64_t n = 37, ldx = k + 5, ldy = n + 3;
           const std::vector<uint8_t> bytes = random_weight(f, n, k, gen);
           const QuantizedWeight w(f, n, k, std::as_bytes(std::span(bytes)));
           const std::vector<float> wf = dequantize_ref(f, bytes, n * k);
           std::vector<float> x = random_floats(m * ldx, gen);
           for (size_t p = 0; p < x.size(); p += 7) x[p] *= 50.0f;  // uneven block maxima
+          if (k >= 96)  // a block of row 0 below the 16-bit rounding's threshold (2^-100)
+            for (int64_t p = 64; p < 96; ++p) x[p] *= 1e-33f;
           const std::vector<float> bias = random_floats(n, gen);
           const bool with_bias = m % 2 == 1;
           std::vector<float> y(m * ldy, kSentinel);
           qkv::kernels::quant_gemm(x.data(), ldx, m, w.matrix(), with_bias ? bias.data() : nullptr,
                                    y.data(), ldy);
+          const int64_t nb = k / 32;
           int failures = 0;
           for (int64_t i = 0; i < m && failures < 5; ++i) {
-            std::vector<int8_t> q(k);
-            std::vector<float> dx(nb);
-            qkv::kernels::quantize_x_q8_reference(x.data() + i * ldx, k, q.data(), dx.data());
+            std::vector<double> xh, err;
+            round_x_reference(bits, x.data() + i * ldx, k, xh, err);
             for (int64_t j = 0; j < n; ++j) {
               const double b0 = with_bias ? bias[j] : 0.0;
               double rounded = b0, exact = b0, mag = std::fabs(b0), abs_exact = std::fabs(b0),
                      rounding = 0;
               for (int64_t p = 0; p < k; ++p) {
                 const double wv = wf[j * k + p], xv = x[i * ldx + p];
-                const double xh = static_cast<double>(dx[p / 32]) * q[p];
-                ASSERT_LE(std::fabs(xv - xh), dx[p / 32] * 0.5 * 1.001) << p;
-                rounded += wv * xh;
+                ASSERT_LE(std::fabs(xv - xh[p]), err[p]) << p;
+                rounded += wv * xh[p];
                 exact += wv * xv;
-                mag += term_magnitude(f, bytes, k, j, p) * std::fabs(xh);
+                mag += term_magnitude(f, bytes, k, j, p) * std::fabs(xh[p]);
                 abs_exact += std::fabs(wv * xv);
-                rounding += std::fabs(wv) * dx[p / 32] * 0.5 * 1.001;
+                rounding += std::fabs(wv) * err[p];
               }
               const double tight = (nb + 24) * kU * mag * 1.01 + 1e-30;
               const double loose = tight + rounding + (k + 1) * kU * abs_exact * 1.01;
@@ -505,8 +536,36 @@ TEST_P(QuantKernelTable, Int8GemvAgainstRoundedX) {
   }
 }
 
-// The reference rounding: dx = max|x| / 127 per block of 32, q = round(x / dx)
-// in [−127, 127], ties to even; an all-zero (or < 2^-120) block gives dx = 0.
+// The 16-bit rounding keeps decoding within a few 1e-5 of float x: on
+// SmolLM2-like rows (k = 576) the relative error of y is far below the
+// 8-bit rounding's, and below 1e-4 of Σ|w·x|.
+TEST_P(QuantKernelTable, Int16GemvIsCloseToFloatX) {
+  if (GetParam()->x_bits != 16) GTEST_SKIP() << GetParam()->name << " does not round x to 16 bits";
+  std::mt19937 gen(10);
+  for (QuantFormat f : {QuantFormat::kQ4_1, QuantFormat::kQ8_0}) {
+    const int64_t n = 64, k = 576;
+    const std::vector<uint8_t> bytes = random_weight(f, n, k, gen);
+    const QuantizedWeight w(f, n, k, std::as_bytes(std::span(bytes)));
+    const std::vector<float> wf = dequantize_ref(f, bytes, n * k);
+    const std::vector<float> x = random_floats(k, gen);
+    std::vector<float> y(n);
+    qkv::kernels::quant_gemm(x.data(), k, 1, w.matrix(), nullptr, y.data(), n);
+    double worst = 0;
+    for (int64_t j = 0; j < n; ++j) {
+      double exact = 0, abs_sum = 0;
+      for (int64_t p = 0; p < k; ++p) {
+        exact += static_cast<double>(wf[j * k + p]) * x[p];
+        abs_sum += std::fabs(static_cast<double>(wf[j * k + p]) * x[p]);
+      }
+      worst = std::max(worst, std::fabs(y[j] - exact) / abs_sum);
+    }
+    EXPECT_LT(worst, 1e-4) << qkv::quant_format_name(f);
+  }
+}
+
+// The reference roundings: dx = max|x| / 127 (8 bits) or / 32767 (16 bits)
+// per block of 32, q = round(x / dx), ties to even; an all-zero (or tiny)
+// block gives dx = 0.
 TEST(QuantizeX, ReferenceRounding) {
   std::vector<float> x(64, 0.0f);
   for (int i = 0; i < 32; ++i) x[i] = (i - 16) * 0.25f;  // max |x| = 4 → dx = 4 / 127
@@ -520,6 +579,17 @@ TEST(QuantizeX, ReferenceRounding) {
   for (int i = 0; i < 32; ++i) {
     EXPECT_EQ(q[i], static_cast<int>(std::nearbyint((i - 16) * 0.25f * (127.0f / 4.0f)))) << i;
     EXPECT_EQ(q[32 + i], 0) << i;
+  }
+  for (int i = 32; i < 64; ++i) x[i] = 0x1p-102f * (i % 3);  // below the 16-bit threshold
+  std::vector<int16_t> q16(64);
+  qkv::kernels::quantize_x_q16_reference(x.data(), 64, q16.data(), dx);
+  EXPECT_EQ(dx[0], 4.0f / 32767.0f);
+  EXPECT_EQ(dx[1], 0.0f);
+  EXPECT_EQ(q16[0], -32767);
+  EXPECT_EQ(q16[31], 30719);  // 3.75 · 32767 / 4 = 30719.06
+  for (int i = 0; i < 32; ++i) {
+    EXPECT_EQ(q16[i], static_cast<int>(std::nearbyint((i - 16) * 0.25f * (32767.0f / 4.0f)))) << i;
+    EXPECT_EQ(q16[32 + i], 0) << i;
   }
 }
 

@@ -9,11 +9,14 @@
 // The products are float32 products with the dequantised weights: one or a
 // few rows (decoding) decode each block in registers and stream W once; more
 // rows (a prompt) dequantise panels of W and run sgemm, x not rounded.
-// Opt-in, as llama.cpp does by default: with QKV_INT8_DECODE=1 in the
-// environment, on CPUs with AVX512_VNNI, the few-rows path of Q4_1 and Q8_0
-// weights rounds x to 8 bits per block of 32 (dx = max|x| / 127,
-// |x − x̂| ≤ dx / 2) and sums exact int8 products: decoding gets 2-3x faster,
-// and its results differ from the prompt path's by that rounding (SmolLM2's
+// Except: on CPUs with AVX512_VNNI the few-rows path of Q4_1 and Q8_0 weights
+// rounds x to 16 bits per block of 32 (dx = max|x| / 32767, |x − x̂| ≤ 0.51·dx,
+// ~1.6e-5 of the block's largest |x|) and sums exact int16 products (about 3×
+// faster than float x; SmolLM2's greedy choices unchanged, the bound in
+// kernels/quant_gemm.h). Opt-in, as llama.cpp does by default: with
+// QKV_INT8_DECODE=1 in the environment it rounds x to 8 bits instead (dx =
+// max|x| / 127) and sums int8 products: faster still on the Q8_0 head, and
+// its results differ from the prompt path's by that rounding (SmolLM2's
 // logits by 2-5%, enough to change some greedy choices).
 // NaN and Inf in x propagate to the outputs they meet.
 #pragma once

@@ -278,6 +278,6 @@ void gemv_block(const float* x, int64_t ldx, int64_t m, const QuantMatrix& w, co
 }  // namespace
 
 extern const QuantKernels kQuantAvx512Vnni = {"avx512_vnni", &gemv_block,
-                                              &quant::dequantize_rows<simd::Avx512>, true};
+                                              &quant::dequantize_rows<simd::Avx512>, 8};
 
 }  // namespace qkv::kernels

@@ -8,9 +8,9 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstdlib>
 #include <bit>
 #include <cmath>
+#include <cstdlib>
 #include <memory>
 #include <new>
 #include <string>
@@ -20,6 +20,7 @@
 namespace qkv::kernels {
 
 extern const QuantKernels kQuantAvx512Vnni;
+extern const QuantKernels kQuantAvx512Vnni16;
 extern const QuantKernels kQuantAvx512;
 extern const QuantKernels kQuantAvx2;
 extern const QuantKernels kQuantPortable;
@@ -29,7 +30,7 @@ std::vector<const QuantKernels*> supported_quant_kernels() {
   __builtin_cpu_init();
   if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw")) {
     if (__builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni"))
-      tables.push_back(&kQuantAvx512Vnni);
+      tables.push_back(&kQuantAvx512Vnni), tables.push_back(&kQuantAvx512Vnni16);
     tables.push_back(&kQuantAvx512);
   }
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
@@ -42,13 +43,13 @@ namespace {
 std::atomic<const QuantKernels*> g_override{nullptr};
 }  // namespace
 
-// The default table: the fastest whose decoding keeps x as it is, unless
-// QKV_INT8_DECODE=1 asks for 8-bit x (quant_gemm.h).
+// The default table: the fastest whose decoding does not round x to 8 bits,
+// unless QKV_INT8_DECODE=1 asks for 8-bit x (quant_gemm.h).
 const QuantKernels* default_quant_kernels() {
   const char* env = std::getenv("QKV_INT8_DECODE");
   const bool round_x = env != nullptr && std::string(env) == "1";
   for (const QuantKernels* table : supported_quant_kernels())
-    if (round_x || !table->int8_gemv) return table;
+    if (round_x || table->x_bits != 8) return table;
   return &kQuantPortable;
 }
 
@@ -151,6 +152,25 @@ void quantize_x_q8_reference(const float* x, int64_t k, int8_t* q, float* dx) {
       const float v = xb[i] * id;
       q[32 * b + i] = std::isfinite(v)
                           ? static_cast<int8_t>(std::clamp(std::nearbyint(v), -128.0f, 127.0f))
+                          : 0;
+    }
+  }
+}
+
+void quantize_x_q16_reference(const float* x, int64_t k, int16_t* q, float* dx) {
+  for (int64_t b = 0; b < k / 32; ++b) {
+    const float* xb = x + 32 * b;
+    uint32_t bits = 0;  // max |x| as bits: NaN and Inf above every finite value
+    for (int i = 0; i < 32; ++i)
+      bits = std::max(bits, std::bit_cast<uint32_t>(xb[i]) & 0x7fffffffu);
+    const float amax = std::bit_cast<float>(bits);
+    const bool tiny = amax < 0x1p-100f;
+    dx[b] = tiny ? 0.0f : amax / 32767.0f;
+    const float id = tiny ? 0.0f : 32767.0f / amax;
+    for (int i = 0; i < 32; ++i) {
+      const float v = xb[i] * id;
+      q[32 * b + i] = std::isfinite(v)
+                          ? static_cast<int16_t>(std::clamp(std::nearbyint(v), -32768.0f, 32767.0f))
                           : 0;
     }
   }

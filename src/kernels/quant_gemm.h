@@ -9,10 +9,19 @@
 //   few rows (m ≤ quant_gemv_max_rows(), decoding): each block is decoded to
 //     float32 in registers once and multiply-added into up to 4 rows at a
 //     time; W streams in once (memory-bound), threads split the channels.
-//     Exception: on a table with int8_gemv (avx512_vnni), Q4_1 and Q8_0
-//     weights meet x rounded to 8 bits per block of 32, as llama.cpp's
-//     decoding does (quantize_x_q8_reference: |x − x̂| ≤ dx / 2 with dx =
-//     max|x| / 127 per block), in exact int32 dot products, then scaled.
+//     Exception: on a table with x_bits < 32, Q4_1 and Q8_0 weights meet x
+//     rounded per block of 32 in exact int32 dot products, then scaled:
+//     x_bits = 16 (avx512_vnni16, the default where the CPU has it):
+//       quantize_x_q16_reference, |x − x̂| ≤ 0.51·dx with dx = max|x| / 32767
+//       (half a step, plus 4·32767·u of one for the float32 rounding of
+//       x·(32767 / max|x|): 1.6e-5 of the block's largest |x|, ~128× below
+//       bf16's rounding 2^-9), so |y − Σ w·x| ≤ Σ_b 0.51·dx_b·Σ_{p in b} |w_p|
+//       plus the float32 summation error of the nb = k / 32 block terms (tested as
+//       (nb + 24)·u·Σ(|d·q| + |m|)·|x̂|; u = 2^-24): greedy decoding
+//       agrees with float x;
+//     x_bits = 8 (avx512_vnni, opt-in with QKV_INT8_DECODE=1): as llama.cpp's
+//       decoding (quantize_x_q8_reference: dx = max|x| / 127), 2-5% moves
+//       in the logits.
 //     The prompt route below never rounds x.
 //   more rows (prompts): panels of channels dequantised to float32 once per
 //     call (threaded), multiplied by the BLAS's sgemm (compute-bound; the
@@ -45,9 +54,10 @@ struct QuantKernels {
   // out[(j − j0) · ldo + p] = W[j, p] for rows j in [j0, j1), bit-equal to
   // dequantize_row_reference.
   void (*dequantize_rows)(const QuantMatrix& w, int64_t j0, int64_t j1, float* out, int64_t ldo);
-  // gemv_block rounds x to 8 bits per block of 32 for Q4_1 and Q8_0
-  // (quantize_x_q8_reference) and sums int8 products.
-  bool int8_gemv = false;
+  // 32: gemv_block keeps x as it is; 16 / 8: for Q4_1 and Q8_0 it rounds x
+  // per block of 32 (quantize_x_q16_reference / quantize_x_q8_reference) and
+  // sums integer products.
+  int x_bits = 32;
 };
 
 // The rounding of x of the int8 few-rows kernels, in scalar code: per block b
@@ -58,12 +68,20 @@ struct QuantKernels {
 // then unspecified; here 0), which makes the products it meets non-finite.
 void quantize_x_q8_reference(const float* x, int64_t k, int8_t* q, float* dx);
 
+// The rounding of x of the int16 few-rows kernels, as quantize_x_q8_reference
+// with 32767 for 127: dx[b] = amax / 32767, q = round-to-even(x · (32767 /
+// amax)) in [−32767, 32767]; a block with amax < 2^-100 (32767 / amax could
+// overflow) gets dx = 0, q = 0 (|x − x̂| ≤ amax there), a block holding NaN or
+// Inf a non-finite dx.
+void quantize_x_q16_reference(const float* x, int64_t k, int16_t* q, float* dx);
+
 // The tables this CPU runs, fastest first (tests, benchmarks).
 std::vector<const QuantKernels*> supported_quant_kernels();
-// The fastest of them that keeps x as it is — unless the environment has
-// QKV_INT8_DECODE=1, which lets an int8_gemv table (8-bit x, as llama.cpp;
-// about 2-3x faster decoding, with greedy choices that part from the float
-// path's now and then) be chosen — or override_quant_kernels chose another.
+// The fastest of them that does not round x to 8 bits (avx512_vnni16 where
+// the CPU has AVX512_VNNI, else a float-x table) — unless the environment has
+// QKV_INT8_DECODE=1, which lets an x_bits = 8 table (as llama.cpp; faster
+// still, with greedy choices that part from the float path's now and then)
+// be chosen — or override_quant_kernels chose another.
 const QuantKernels& active_quant_kernels();
 // Tests and benchmarks: use `table` from now on (nullptr: back to the fastest).
 void override_quant_kernels(const QuantKernels* table);
