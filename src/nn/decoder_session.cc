@@ -9,6 +9,7 @@
 #include "nn/decoder_variants.h"
 #include "qkv/functional.h"
 #include "qkv/linear.h"
+#include "qkv/runtime.h"
 
 namespace qkv::nn {
 
@@ -35,6 +36,10 @@ const Tensor& DecoderSession::prefill(std::span<const int64_t> ids) {
             "DecoderSession::prefill: ", ids.size(), " ids do not form batch_size = ", batch_size_,
             " non-empty sequences");
   logits_.copy_from(model_.forward_last(ids, batch_size_, cache_));  // [B, vocab]
+  // The prompt's working tensors now sit in the buffer cache (runtime.h), but
+  // the steps that follow allocate nothing: hand that memory back, so that
+  // decoding does not raise the process's peak above the prompt's.
+  empty_buffer_cache();
   return logits_;
 }
 
