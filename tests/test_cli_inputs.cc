@@ -21,9 +21,9 @@ namespace {
 
 using namespace qkv_test;
 
-// The commands that compute. The train commands' own CLI::Range checks are
-// their owners' (tools/train*.cc); their add_positive/add_non_negative flags
-// are checked below.
+// The commands that compute. The train commands (their ranges use the same
+// validators) are checked below by name: they would start training on a
+// valid value.
 const char* const kCommands[] = {"demo", "generate", "chat", "embed", "similarity", "bench"};
 const char* const kTrainCommands[] = {"train recall", "train lm", "train fortunes"};
 
@@ -77,6 +77,9 @@ TEST_F(Cli, RangeErrorsNameTheFlagTheValueAndTheRange) {
   expect_short_error("bench --threads 1,-2", "--threads: -2 is not in [0, 1024]");
   expect_short_error("train recall --steps 0", "--steps: 0 is not ≥ 1");
   expect_short_error("train lm --lr 0", "--lr: 0 is not > 0");
+  expect_short_error("train lm --context 1", "--context: 1 is not in [2, 4096]");
+  expect_short_error("train fortunes --held-out 5", "--held-out: 5 is not in [0.01, 0.9]");
+  expect_short_error("train recall --pairs 17", "--pairs: 17 is not in [1, 16]");
 }
 
 // Every numeric option that --help lists, given a huge or a non-number value:

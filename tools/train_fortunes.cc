@@ -338,12 +338,12 @@ Command add_train_fortunes(CLI::App& train) {
         add_defaulted(app, "--dir", options.dir, "Directory of the fortune files")
             ->type_name("DIR");
         add_defaulted(app, "--held-out", options.held_out, "Fraction of each topic held out")
-            ->check(CLI::Range(0.01, 0.9));
+            ->check(in_range(0.01, 0.9));
         add_positive(app, "--min-count", options.min_count,
                      "Uses in the training split a word needs to get its own id");
         add_defaulted(app, "--max-length", options.max_length,
                       "Tokens of each text the encoder reads")
-            ->check(CLI::Range(1, 4096));
+            ->check(in_range(1, 4096));
         add_positive(app, "--epochs", options.epochs, "Passes over the training texts (encoder)");
         add_positive(app, "--bow-epochs", options.bow_epochs,
                      "Passes for the bag-of-words baseline");
@@ -352,12 +352,12 @@ Command add_train_fortunes(CLI::App& train) {
         add_positive(app, "--bow-lr", options.bow_lr, "Peak learning rate of the baseline (AdamW)");
         add_defaulted(app, "--word-dropout", options.word_dropout,
                       "Probability that a training word is read as [UNK]")
-            ->check(CLI::Range(0.0, 0.9));
+            ->check(in_range(0.0, 0.9));
         add_defaulted(app, "--d-model", options.d_model, "Encoder width (FFN: twice that)")
-            ->check(CLI::Range(4, 1024));
-        add_defaulted(app, "--layers", options.layers, "Encoder layers")->check(CLI::Range(1, 12));
+            ->check(in_range(4, 1024));
+        add_defaulted(app, "--layers", options.layers, "Encoder layers")->check(in_range(1, 12));
         add_defaulted(app, "--heads", options.heads, "Attention heads (must divide --d-model)")
-            ->check(CLI::Range(1, 64));
+            ->check(in_range(1, 64));
         add_defaulted(app, "--seed", options.seed,
                       "Seeds the split, the initialisation and the batches");
         add_threads_option(app, options.threads);

@@ -295,9 +295,9 @@ Command add_train_lm(CLI::App& train) {
         add_positive(app, "--steps", options.steps, "Training steps");
         add_positive(app, "--batch-size", options.batch_size, "Windows of text per step");
         add_defaulted(app, "--context", options.context, "Characters per window (T)")
-            ->check(CLI::Range(int64_t{2}, int64_t{4096}));
+            ->check(in_range(int64_t{2}, int64_t{4096}));
         add_defaulted(app, "--layers", options.layers, "Transformer blocks")
-            ->check(CLI::Range(int64_t{1}, int64_t{64}));
+            ->check(in_range(int64_t{1}, int64_t{64}));
         add_positive(app, "--d-model", options.d_model, "Model width D");
         add_positive(app, "--heads", options.heads, "Attention heads (D / heads must be even)");
         add_positive(app, "--lr", options.lr,

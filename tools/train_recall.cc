@@ -311,7 +311,7 @@ Command add_train_recall(CLI::App& train) {
       train, "recall", "Key-value recall: a Transformer learns it, mean pooling cannot", run_recall,
       [](CLI::App& app, RecallOptions& options) {
         add_defaulted(app, "--pairs,-k", options.pairs, "Key-value pairs per sequence (1..16)")
-            ->check(CLI::Range(1, 16));
+            ->check(in_range(1, 16));
         add_positive(app, "--steps", options.steps, "Step limit; stops earlier at 99% held-out");
         add_positive(app, "--batch-size", options.batch_size, "Sequences per step");
         add_positive(app, "--lr", options.lr, "Peak learning rate (AdamW, warmup then cosine)");
