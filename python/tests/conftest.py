@@ -8,3 +8,11 @@ torch.backends.mha.set_fastpath_enabled(False)
 
 # The cases are tiny: extra threads only add contention on a shared 2-core machine.
 torch.set_num_threads(1)
+
+# The Ctrl-C tests send SIGINT and expect KeyboardInterrupt, as in a terminal.
+# A runner started in the background by a non-interactive shell inherits SIGINT
+# ignored, and then Python installs no handler: restore Python's own.
+import signal  # noqa: E402
+
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)

@@ -245,7 +245,9 @@ def test_import_qkv_torch_does_not_import_transformers():
     and also works when transformers came first."""
     import subprocess
     import sys
-    env = {**__import__("os").environ, "PYTHONPATH": str(ROOT / "python")}
+    # The qkv this test process imported (the source tree or an installed one).
+    package_dir = pathlib.Path(_hf_attention.__file__).parents[1]
+    env = {**__import__("os").environ, "PYTHONPATH": str(package_dir)}
     script = ("import sys, qkv.torch\n"
               "assert 'transformers' not in sys.modules\n"
               "from transformers import AttentionInterface\n"
