@@ -1,5 +1,6 @@
 // all_finite, the scan behind every "contains NaN or infinite values" error:
-// one bad value anywhere in a large tensor (split over the threads) is found.
+// one bad value anywhere in a large tensor or strided view (split over the
+// threads) is found.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -36,6 +37,15 @@ TEST(AllFinite, OneBadValueAnywhereInALargeTensorOnAnyThreadCount) {
       rows.set({5, 63}, std::numeric_limits<double>::quiet_NaN());
       EXPECT_TRUE(all_finite(rows.slice(1, 0, 63)));
       EXPECT_FALSE(all_finite(rows));
+      // Heads view [B, H, L, E] of a [B, L, H, E] projection: many short rows,
+      // split over the threads, and a bad value between its rows unseen.
+      Tensor projection = Tensor::full({8, 128, 13, 32}, 0.5, dtype);
+      const Tensor heads = projection.slice(2, 0, 12).transpose(1, 2);
+      EXPECT_TRUE(all_finite(heads));
+      projection.set({7, 100, 12, 7}, std::numeric_limits<double>::infinity());
+      EXPECT_TRUE(all_finite(heads));
+      projection.set({7, 100, 11, 31}, std::numeric_limits<double>::quiet_NaN());
+      EXPECT_FALSE(all_finite(heads)) << threads << " threads, " << dtype_name(dtype);
     }
   }
   set_num_threads(previous);

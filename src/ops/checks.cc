@@ -54,34 +54,56 @@ namespace {
 // its exponent bits are all ones. The test is OR-ed over chunks of branch-free
 // code that the compiler vectorises, so the check costs about a memory read of
 // the tensor and still stops soon after a bad value.
-// Large tensors are split over the threads (each thread stops at its first
-// bad chunk).
 template <class Bits>
-bool all_finite_bits(const Bits* x, int64_t n, Bits exponent) {
-  constexpr int64_t kChunk = 2048;
-  const int64_t chunks = (n + kChunk - 1) / kChunk;
+bool run_is_finite(const Bits* x, int64_t n, Bits exponent) {
+  Bits bad = 0;
+  for (int64_t i = 0; i < n; ++i) bad |= static_cast<Bits>((x[i] & exponent) == exponent);
+  return bad == 0;
+}
+
+// The runs x + starts[r] .. + run, r < runs: a contiguous tensor is one run cut
+// into chunks, a strided view one run per row. Large tensors are split over
+// the threads (each thread stops at its first bad run); the region is entered
+// only then, since even an inactive one costs a call into the OpenMP runtime
+// per row of a strided view.
+template <class Bits, class Start>
+bool runs_are_finite(const Bits* x, int64_t runs, Start&& start, int64_t run, int64_t last_run,
+                     Bits exponent) {
+  auto run_ok = [&](int64_t r) {
+    return run_is_finite(x + start(r), r + 1 == runs ? last_run : run, exponent);
+  };
+  if (runs * run < detail::kParallelMinCopyElements || omp_in_parallel()) {
+    for (int64_t r = 0; r < runs; ++r)
+      if (!run_ok(r)) return false;
+    return true;
+  }
   bool finite = true;
-  const bool split = n >= detail::kParallelMinCopyElements && !omp_in_parallel();
-#pragma omp parallel for schedule(static) reduction(&& : finite) if (split)
-  for (int64_t c = 0; c < chunks; ++c) {
-    if (!finite) continue;
-    const int64_t start = c * kChunk, end = std::min(n, start + kChunk);
-    Bits bad = 0;
-    for (int64_t i = start; i < end; ++i) bad |= static_cast<Bits>((x[i] & exponent) == exponent);
-    finite = bad == 0;
+#pragma omp parallel for schedule(static) reduction(&& : finite)
+  for (int64_t r = 0; r < runs; ++r) {
+    if (finite) finite = run_ok(r);
   }
   return finite;
 }
 
 template <class T, class Bits>
-bool all_finite_run(const Tensor& t, int64_t offset, int64_t n, Bits exponent) {
-  return all_finite_bits(reinterpret_cast<const Bits*>(t.data<T>() + offset), n, exponent);
-}
-
-bool all_finite_run(const Tensor& t, int64_t offset, int64_t n) {
-  if (t.dtype() == DType::kFloat32)
-    return all_finite_run<float>(t, offset, n, uint32_t{0x7f800000u});
-  return all_finite_run<double>(t, offset, n, uint64_t{0x7ff0000000000000ull});
+bool all_finite_as(const Tensor& t, Bits exponent) {
+  const Bits* x = reinterpret_cast<const Bits*>(t.data<T>());
+  if (t.is_contiguous()) {
+    constexpr int64_t kChunk = 2048;
+    const int64_t n = t.numel(), chunks = (n + kChunk - 1) / kChunk;
+    return runs_are_finite(
+        x, chunks, [](int64_t c) { return c * kChunk; }, kChunk, n - (chunks - 1) * kChunk,
+        exponent);
+  }
+  // Walk the rows (last dim contiguous) of any strided view.
+  const int64_t row = t.size(-1);
+  const Shape outer(t.shape().begin(), t.shape().end() - 1);
+  const Strides outer_strides(t.strides().begin(), t.strides().end() - 1);
+  std::vector<int64_t> starts(static_cast<size_t>(t.numel() / row));
+  for_each_offset(outer, outer_strides, [&](int64_t i, int64_t off) { starts[i] = off; });
+  return runs_are_finite(
+      x, static_cast<int64_t>(starts.size()), [&](int64_t r) { return starts[r]; }, row, row,
+      exponent);
 }
 
 }  // namespace
@@ -95,15 +117,8 @@ bool all_finite(const Tensor& t) {
     for (double x : v) ok &= std::isfinite(x);
     return ok;
   }
-  if (t.is_contiguous()) return all_finite_run(t, 0, t.numel());
-  // Walk the rows (last dim contiguous) of any strided view.
-  const Shape outer(t.shape().begin(), t.shape().end() - (t.dim() ? 1 : 0));
-  const Strides outer_strides(t.strides().begin(), t.strides().end() - (t.dim() ? 1 : 0));
-  bool ok = true;
-  for_each_offset(outer, outer_strides, [&](int64_t, int64_t off) {
-    if (ok) ok = all_finite_run(t, off, row);
-  });
-  return ok;
+  if (t.dtype() == DType::kFloat32) return all_finite_as<float>(t, uint32_t{0x7f800000u});
+  return all_finite_as<double>(t, uint64_t{0x7ff0000000000000ull});
 }
 
 void check_finite(const Tensor& t, const char* fn, const char* arg) {
