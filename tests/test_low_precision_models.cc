@@ -3,13 +3,11 @@
 // low precision, and all-MiniLM-L6-v2's embeddings and nearest neighbours in
 // bfloat16 and int8 agree with float32.
 //
-// bfloat16 meets issue 18's bounds (cosine ≥ 0.9995 on every corpus line,
-// top-1 neighbour as float32 for ≥ 99.5% of queries). int8 (asymmetric
-// per-token activations, weights smoothed against ranges calibrated on
-// random vocabulary words, FeedForward's linear2 in bfloat16) meets the
-// cosine bound (≥ 0.995; it reaches 0.9989) but not yet the neighbour one
-// (98%; it reaches 97.0%): the bound below keeps a small margin so that a
-// regression shows.
+// Issue 18's bounds: bfloat16 cosine ≥ 0.9995 on every corpus line and top-1
+// neighbour as float32 for ≥ 99.5% of queries; int8 (asymmetric per-token
+// activations, weights smoothed against ranges calibrated on random
+// vocabulary words, the feed-forward in bfloat16) cosine ≥ 0.995 and top-1
+// neighbour for ≥ 98% (it reaches 98.2%).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -215,51 +213,54 @@ TEST(ModulePrecision, RecordedRangesSmoothInt8Linear) {
   EXPECT_NEAR(relative_error(lin.forward(x), exact), plain, 1e-12);
 }
 
+// The ranges recorded through a layer reach its attention's projections (the
+// feed-forward computes in bfloat16 under int8: feed_forward.h). That
+// smoothing lowers the error is RecordedRangesSmoothInt8Linear's test; on a
+// whole random layer the change is within the int8 noise either way.
 TEST(ModulePrecision, RecordedRangesSmoothInt8EncoderLayer) {
   Generator gen(8);
   qkv::nn::TransformerEncoderLayer layer(
       {.d_model = 64, .nhead = 4, .dim_feedforward = 128, .dropout = 0.0, .batch_first = true},
       &gen);
   layer.eval();
-  // An outlier feature in the attention's input and, through norm1's weight,
-  // in the feed-forward's.
-  auto state = layer.state_dict();
-  state["norm1.weight"].data<float>()[5] = 40.0f;
-  const Tensor x = with_outlier_feature({2, 9, 64}, gen);
+  const Tensor x = with_outlier_feature({2, 9, 64}, gen);  // the attention's input
   const Tensor exact = layer.forward(x);
   layer.set_precision(Precision::kInt8);
-  const double plain = relative_error(layer.forward(x), exact);
+  const Tensor plain = layer.forward(x);
   layer.set_precision(Precision::kFloat32);
   layer.record_input_ranges();
   layer.forward(x);
   layer.record_input_ranges(false);
   layer.set_precision(Precision::kInt8);
-  const double smoothed = relative_error(layer.forward(x), exact);
-  EXPECT_LT(smoothed, plain / 2) << "without smoothing: " << plain;
+  const Tensor smoothed = layer.forward(x);
+  EXPECT_GT(relative_error(smoothed, plain), 1e-4) << "the recorded ranges were not used";
+  EXPECT_LT(relative_error(smoothed, exact), 5e-2);
+  EXPECT_LT(relative_error(plain, exact), 5e-2);
   // The fused path (no mask) and the general one (a mask) use the same weights.
   Tensor pad = Tensor::zeros({2, 9}, qkv::DType::kBool);
   EXPECT_LT(relative_error(layer.forward(x, {.src_key_padding_mask = pad}), layer.forward(x)),
             1e-5);
 }
 
-// int8 leaves FeedForward's linear2 in bfloat16 (feed_forward.h says why);
-// every other precision reaches it unchanged.
-TEST(ModulePrecision, Int8FeedForwardRunsLinear2InBFloat16) {
+// int8 leaves FeedForward's linear maps in bfloat16 (feed_forward.h says
+// why); every other precision reaches them unchanged.
+TEST(ModulePrecision, Int8FeedForwardRunsInBFloat16) {
   Generator gen(2);
   qkv::nn::FeedForward ff({.d_model = 32, .dim_feedforward = 64}, &gen);
   ff.set_precision(Precision::kInt8);
   EXPECT_EQ(ff.precision(), Precision::kInt8);
-  EXPECT_EQ(ff.linear1().precision(), Precision::kInt8);
+  EXPECT_EQ(ff.linear1().precision(), Precision::kBFloat16);
   EXPECT_EQ(ff.linear2().precision(), Precision::kBFloat16);
   ff.load_state_dict(ff.state_dict());  // converts again, the same way
+  EXPECT_EQ(ff.linear1().precision(), Precision::kBFloat16);
   EXPECT_EQ(ff.linear2().precision(), Precision::kBFloat16);
   const Tensor x = Tensor::randn({3, 32}, gen);
-  qkv::nn::Linear copy = ff.linear2().clone();
-  copy.set_precision(Precision::kBFloat16);
-  const Tensor hidden = qkv::relu(ff.linear1().forward(x));
-  EXPECT_EQ(relative_error(ff.forward(x), copy.forward(hidden)), 0.0);
+  qkv::nn::FeedForward bf16 = ff.clone();
+  bf16.set_precision(Precision::kBFloat16);
+  EXPECT_EQ(relative_error(ff.forward(x), bf16.forward(x)), 0.0);
   for (Precision p : {Precision::kBFloat16, Precision::kFloat32}) {
     ff.set_precision(p);
+    EXPECT_EQ(ff.linear1().precision(), p);
     EXPECT_EQ(ff.linear2().precision(), p);
   }
 }
@@ -410,7 +411,7 @@ TEST(LowPrecisionSentenceEncoder, NearestNeighboursAsFloat32) {
     std::printf("%s: top-1 among %zu lines as float32 for %lld of %zu queries (%.2f%%)\n",
                 qkv::precision_name(p), corpus.size(), static_cast<long long>(same), queries.size(),
                 100 * agreement);
-    EXPECT_GE(agreement, p == Precision::kBFloat16 ? 0.995 : 0.96);
+    EXPECT_GE(agreement, p == Precision::kBFloat16 ? 0.995 : 0.98);
   }
 }
 

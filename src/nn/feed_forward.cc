@@ -46,7 +46,9 @@ FeedForward::FeedForward(const FeedForwardOptions& options, Generator* gen)
       linear2_(layer(options.dim_feedforward, options.d_model, options.bias, options.dtype), gen) {}
 
 void FeedForward::update_precision() {
-  if (precision() == Precision::kInt8) linear2_.set_precision(Precision::kBFloat16);
+  if (precision() != Precision::kInt8) return;
+  linear1_.set_precision(Precision::kBFloat16);
+  linear2_.set_precision(Precision::kBFloat16);
 }
 
 Tensor FeedForward::forward(const Tensor& x, FeedForwardRecord* record) const {

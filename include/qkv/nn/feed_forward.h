@@ -62,11 +62,14 @@ class FeedForward : public ModuleBase<FeedForward, FeedForwardOptions> {
  private:
   // linear1.*, linear2.*
   void list_members(MemberList& m) override;
-  // int8: linear2 computes in bfloat16. Its input, after the activation, is
-  // a row of dim_feedforward values with a long one-sided tail, whose few
-  // large values set the row's int8 scale and leave the rest a handful of
-  // steps; alone it costs more accuracy than all the other int8 layers
-  // together (all-MiniLM-L6-v2: docs/benchmarks.md).
+  // int8: both linear maps compute in bfloat16. linear2's input, after the
+  // activation, is a row of dim_feedforward values with a long one-sided
+  // tail, whose few large values set the row's int8 scale and leave the rest
+  // a handful of steps; linear1's, the normalised residual stream, carries
+  // the model's outlier features. In int8 these two cost more accuracy than
+  // every other layer together (all-MiniLM-L6-v2: docs/benchmarks.md), so
+  // int8 models keep their attention projections in int8 and their FFN in
+  // bfloat16, the mixed precision most int8 deployments settle on.
   void update_precision() override;
 
   Linear linear1_;  // d_model -> dim_feedforward
