@@ -241,6 +241,55 @@ class Ct2Encoder:
         return mean_pool_normalize(np.array(out.last_hidden_state), mask)
 
 
+def ct2_server(conn, model_dir, tokenizer_dir, threads, compute_type):
+    """The loop of Ct2Process's child: builds the encoders, then answers
+    ("encode" | "time", threads, texts, batch) until it receives None."""
+    from transformers import AutoTokenizer
+    tok = AutoTokenizer.from_pretrained(tokenizer_dir)
+    encs = {t: Ct2Encoder(model_dir, tok, t, compute_type) for t in threads}
+    conn.send(encs[threads[0]].compute_type)
+    while (msg := conn.recv()) is not None:
+        op, t, texts, batch = msg
+        enc = encs[t]
+        conn.send(enc.encode(texts) if op == "encode" else per_call(lambda: enc.encode(texts)))
+
+
+class Ct2Process:
+    """CTranslate2 in a process of its own. In-process, its OpenMP calls bind
+    to the libgomp that torch put in the global symbol scope, the one qkv and
+    torch use: its extra team takes that runtime past one thread per core, so
+    libgomp stops spinning between parallel regions for every engine in the
+    process (qkv int8 at 1 x 16 went from 1.4 to 4.0 ms, torch's and CT2's
+    own regions slow down the same way). Timed in the child, the pipe
+    excluded."""
+
+    def __init__(self, model_dir, tokenizer_dir, threads, compute_type):
+        import multiprocessing
+        ctx = multiprocessing.get_context("spawn")
+        self.conn, child = ctx.Pipe()
+        self.proc = ctx.Process(target=ct2_server, daemon=True,
+                                args=(child, model_dir, tokenizer_dir, threads, compute_type))
+        self.proc.start()
+        self.compute_type = self.conn.recv()
+        atexit.register(self.close)
+
+    def ask(self, op, threads, texts, batch):
+        self.conn.send((op, threads, texts, batch))
+        return self.conn.recv()
+
+    def close(self):
+        if self.proc.is_alive():
+            self.conn.send(None)
+            self.proc.join(10)
+
+    def at(self, threads):
+        """f(texts, batch) -> embeddings at `threads`; f.per_call(texts, batch)
+        -> seconds per call, timed in the child."""
+        f = lambda texts, b: self.ask("encode", threads, texts, b)  # noqa: E731
+        f.per_call = lambda texts, b: self.ask("time", threads, texts, b)
+        return f
+
+
 class OvEncoder:
     def __init__(self, core, model, tokenizer, threads, precision):
         self.compiled = core.compile_model(model, "CPU", {
@@ -368,18 +417,18 @@ def main():
                 if ct not in supported:
                     tried.append(f"{ct} not supported on this CPU build")
                     continue
-                encs = {t: Ct2Encoder(ct2_dir, tok, t, ct) for t in threads}
-                resolved = encs[threads[0]].compute_type
+                server = Ct2Process(ct2_dir, a.model, threads, ct)
+                resolved = server.compute_type
                 if resolved in seen:
                     tried.append(f"{ct} runs as {resolved} (timed once, as {seen[resolved]})")
+                    server.close()
                     continue
                 name = f"CT2 {ct}" + (f" (runs {resolved})" if resolved != ct else "")
                 seen[resolved] = name
                 tried.append(f"{ct} runs as {resolved}")
                 impls[name] = ("fp32" if resolved == "float32" else "low",
-                               {t: (lambda e: lambda texts, b: e.encode(texts))(encs[t])
-                                for t in threads})
-            notes.append("CTranslate2 compute types: " + "; ".join(tried) + ". Its log: "
+                               {t: server.at(t) for t in threads})
+            notes.append("CTranslate2 (in a process of its own) compute types: " + "; ".join(tried) + ". Its log: "
                          + ct2_backend_report(ct2_dir) + ".")
         except Exception as e:  # noqa: BLE001
             unavailable["CT2 int8"] = f"could not run ({type(e).__name__}: {e})"
@@ -421,8 +470,13 @@ def main():
         lengths = {len(tok(t)["input_ids"]) for t in texts} | {len(ours.token_ids(t))
                                                                for t in texts}
         assert lengths == {tokens}, f"token counts {lengths}, wanted {tokens}"
-        fns = {(name, t): (lambda f: lambda: f(texts, batch))(f)
-               for name, (_, by_t) in impls.items() for t, f in by_t.items()}
+        def bind(f):
+            call = lambda: f(texts, batch)  # noqa: E731
+            if hasattr(f, "per_call"):  # timed in its own process
+                call.per_call = lambda: f.per_call(texts, batch)
+            return call
+
+        fns = {(name, t): bind(f) for name, (_, by_t) in impls.items() for t, f in by_t.items()}
         # Same embeddings first.
         t_check = max(threads)
         set_threads(t_check)
@@ -441,7 +495,7 @@ def main():
         for _ in range(a.reps):
             for (name, t), fn in fns.items():
                 set_threads(t)
-                times[(name, t)].append(per_call(fn))
+                times[(name, t)].append(fn.per_call() if hasattr(fn, "per_call") else per_call(fn))
                 time.sleep(0.02)  # let the last engine's spinning thread pool go idle
         med = {k: statistics.median(v) for k, v in times.items()}
         best = {}
