@@ -64,6 +64,9 @@ skipped=(
   # reader, the quantized kernels, the loader and the CLI run under ASan on
   # tiny generated files (GgufModel.*, Cli.*Gguf*, QuantKernelTable.*).
   'GgufModelSmolLM2\.(FastGreedyAgreesWithExact|CacheMatchesRecompute)'
+  # The q8_0 KV cache's greedy agreement over SmolLM2 (385 s under ASan); the
+  # cache's storage and reads run under ASan in KVCacheQ8.* on tiny models.
+  'KVCacheQ8SmolLM2\.GreedyChoicesAgreeWithTheFloatCache'
   'Cli\.SmolLM2GeneratesAndChats'
 )
 exclude="^($(IFS='|'; echo "${skipped[*]}"))\$"

@@ -12,7 +12,7 @@ cd "$(dirname "$0")/.."
 scripts/setup.sh
 BUILD_DIR=${QKV_BUILD_DIR:-build}
 VENV=${QKV_VENV:-.venv}
-step() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
+step() { printf '\033[1m==> [%d:%02d] %s\033[0m\n' $((SECONDS / 60)) $((SECONDS % 60)) "$*" >&2; }
 
 step "C++ tests (ctest)"
 ctest --test-dir "$BUILD_DIR" --output-on-failure -j"$(nproc)"
@@ -28,7 +28,8 @@ step "Python module: pip install . and pytest"
 # Through ccache, as the build of scripts/setup.sh: the library's objects are the same.
 CMAKE_ARGS="-DCMAKE_CXX_COMPILER_LAUNCHER=ccache${CMAKE_ARGS:+ $CMAKE_ARGS}" \
   "$VENV/bin/pip" install -q --disable-pip-version-check --no-build-isolation .
-"$VENV/bin/python" -m pytest -q python/tests "$@"
+step "pytest python/tests"
+"$VENV/bin/python" -m pytest -q python/tests --durations=15 "$@"
 
 # Both run even when the first fails, so that one CI run shows every finding.
 if [[ "${QKV_SKIP_SANITIZERS:-0}" != 1 ]]; then
@@ -40,7 +41,7 @@ if [[ "${QKV_SKIP_SANITIZERS:-0}" != 1 ]]; then
   if [[ "${QKV_SKIP_FUZZ:-0}" != 1 ]]; then
     start=$SECONDS
     step "fuzzing the parsers (scripts/fuzz.sh)"
-    scripts/fuzz.sh || failed+=("scripts/fuzz.sh")
+    QKV_FUZZ_SECONDS=${QKV_FUZZ_SECONDS:-10} scripts/fuzz.sh || failed+=("scripts/fuzz.sh")
     step "fuzzing: $((SECONDS - start)) s"
   fi
   if ((${#failed[@]})); then

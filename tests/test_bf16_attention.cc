@@ -171,9 +171,13 @@ TEST_P(Bf16Attention, AwkwardLengthsAndHeadDims) {
 TEST_P(Bf16Attention, CausalMaskGqaAndScale) {
   Generator gen(42);
   // 300 queries or 300 keys span several tiles (both at once adds only time).
+  // Head dim 32 is a whole number of vectors, 80 is not: the sanitizers run
+  // the one with a tail.
+  const std::vector<int64_t> head_dims =
+      qkv_test::kSanitized ? std::vector<int64_t>{80} : std::vector<int64_t>{32, 80};
   for (auto [L, S] :
        {std::pair<int64_t, int64_t>{17, 17}, {80, 300}, {300, 80}, {129, 129}, {3, 129}}) {
-    for (int64_t E : {32, 80}) {
+    for (int64_t E : head_dims) {
       const Tensor q = Tensor::randn({2, 4, L, E}, gen);
       const Tensor k = Tensor::randn({2, 2, S, E}, gen);
       const Tensor v = Tensor::randn({2, 2, S, 48}, gen);

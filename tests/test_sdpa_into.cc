@@ -13,7 +13,10 @@ namespace {
 std::atomic<int64_t> g_allocations{0};
 }
 
-// Count every allocation of this test binary.
+// Count every allocation of this test binary. These replace the global
+// operators, so free() does receive malloc's pointers; g++ cannot see that.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
 void* operator new(size_t size) {
   ++g_allocations;
   if (void* p = std::malloc(size ? size : 1)) return p;
@@ -24,6 +27,7 @@ void operator delete(void* p) noexcept { std::free(p); }
 void operator delete[](void* p) noexcept { std::free(p); }
 void operator delete(void* p, size_t) noexcept { std::free(p); }
 void operator delete[](void* p, size_t) noexcept { std::free(p); }
+#pragma GCC diagnostic pop
 
 using namespace qkv;
 

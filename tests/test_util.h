@@ -21,6 +21,22 @@ namespace qkv_test {
 
 namespace fs = std::filesystem;
 
+// True in the AddressSanitizer build (scripts/sanitize.sh): a few tests then
+// take smaller sizes that still cross every tile boundary. The sanitizers look
+// for memory errors along each code path; the Release run checks the numbers
+// at full size.
+#if defined(__SANITIZE_ADDRESS__)
+inline constexpr bool kSanitized = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+inline constexpr bool kSanitized = true;
+#else
+inline constexpr bool kSanitized = false;
+#endif
+#else
+inline constexpr bool kSanitized = false;
+#endif
+
 inline const char* kind_name(qkv::ErrorKind kind) {
   switch (kind) {
     case qkv::ErrorKind::kValue:
