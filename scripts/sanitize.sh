@@ -41,6 +41,9 @@ export LSAN_OPTIONS="suppressions=$supp/lsan.supp:print_suppressions=0${LSAN_OPT
 # Two OpenMP threads, so the parallel paths run too, without oversubscribing
 # much (ctest already runs nproc tests at once).
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
+# Waiting threads sleep instead of spinning, which would take the cores from
+# the other tests running at the same time.
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
 
 # Some long tests do not run under the sanitizers (the Release ctest of
 # scripts/test.sh runs them), each for its reason; together 480 of the 1,410
