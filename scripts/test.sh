@@ -2,7 +2,8 @@
 # Every test, C++ and Python; exits non-zero on any failure.
 #   1. C++ unit tests (GoogleTest through CTest)
 #   2. the CMake package: install, then build and run the C++ example against it
-#   3. the Python module: pip install . into the venv, then pytest (torch 2.13 parity)
+#   3. the Python module: the wheel (scripts/build_wheel.sh) installed into the venv,
+#      then pytest (torch 2.13 parity; test_wheel.py installs it into a fresh venv too)
 #   4. the C++ tests again, built with ASan + UBSan (scripts/sanitize.sh, build-asan/)
 #   5. the libFuzzer harnesses of fuzz/, a bounded time each (scripts/fuzz.sh; built in 4)
 # QKV_SKIP_SANITIZERS=1 skips 4 and 5 (quick local runs; CI runs them),
@@ -28,12 +29,17 @@ cmake -S examples/cpp -B "$BUILD_DIR/example-consumer" -G Ninja \
 cmake --build "$BUILD_DIR/example-consumer" >/dev/null
 "$BUILD_DIR/example-consumer/hello_attention" >/dev/null
 
-step "Python module: pip install . and pytest"
-# Through ccache, as the build of scripts/setup.sh: the library's objects are the same.
+step "Python module: the wheel (scripts/build_wheel.sh), installed into $VENV"
+# Through ccache, as the build of scripts/setup.sh: the library's objects are
+# the same. The tests then import the repaired wheel itself, and test_wheel.py
+# installs it once more into a fresh environment with nothing but numpy.
+rm -rf build/dist
 CMAKE_ARGS="-DCMAKE_CXX_COMPILER_LAUNCHER=ccache${CMAKE_ARGS:+ $CMAKE_ARGS}" \
-  "$VENV/bin/pip" install -q --disable-pip-version-check --no-build-isolation .
+  PYTHON="$VENV/bin/python" QKV_DIST=build/dist QKV_NO_BUILD_ISOLATION=1 scripts/build_wheel.sh
+wheel=$(ls build/dist/qkv-*.whl)
+"$VENV/bin/pip" install -q --disable-pip-version-check --force-reinstall --no-deps "$wheel"
 step "pytest python/tests"
-"$VENV/bin/python" -m pytest -q python/tests --durations=15 "$@"
+QKV_WHEEL="$PWD/$wheel" "$VENV/bin/python" -m pytest -q python/tests --durations=15 "$@"
 
 # Both run even when the first fails, so that one CI run shows every finding.
 if [[ "${QKV_SKIP_SANITIZERS:-0}" != 1 ]]; then
