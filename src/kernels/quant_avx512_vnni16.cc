@@ -211,36 +211,16 @@ void q8_0_rows(const RoundedX& xq, int64_t r0, const QuantMatrix& w, const float
   }
 }
 
-// Channels in groups of 16, each meeting the rows 4 at a time (as quant_rows.h).
+// Channels in groups of 16, each meeting the rows 4 at a time.
 template <bool kQ4>
 void gemv_int16(const RoundedX& xq, int64_t m, const QuantMatrix& w, const float* bias, float* y,
                 int64_t ldy, int64_t c0, int64_t c1) {
-  constexpr int64_t kGroup = 16;
-  for (int64_t j0 = c0; j0 < c1; j0 += kGroup) {
-    const int64_t j1 = std::min(c1, j0 + kGroup);
-    for (int64_t r0 = 0; r0 < m; r0 += 4) {
-      const auto run = [&]<int R>() {
-        if constexpr (kQ4)
-          q4_1_rows<R>(xq, r0, w, bias, y, ldy, j0, j1);
-        else
-          q8_0_rows<R>(xq, r0, w, bias, y, ldy, j0, j1);
-      };
-      switch (std::min<int64_t>(4, m - r0)) {
-        case 4:
-          run.template operator()<4>();
-          break;
-        case 3:
-          run.template operator()<3>();
-          break;
-        case 2:
-          run.template operator()<2>();
-          break;
-        default:
-          run.template operator()<1>();
-          break;
-      }
-    }
-  }
+  quant::for_each_row_block(m, c0, c1, [&]<int R>(int64_t r0, int64_t j0, int64_t j1) {
+    if constexpr (kQ4)
+      q4_1_rows<R>(xq, r0, w, bias, y, ldy, j0, j1);
+    else
+      q8_0_rows<R>(xq, r0, w, bias, y, ldy, j0, j1);
+  });
 }
 
 void gemv_block(const float* x, int64_t ldx, int64_t m, const QuantMatrix& w, const float* bias,

@@ -225,33 +225,39 @@ void gemv_rows(const float* x, int64_t ldx, const QuantMatrix& w, const float* b
   }
 }
 
-// Channels in groups of 16 (their rows of W stay in L1), each group meeting
-// the rows of x 4 at a time.
-template <class Isa, class F>
-void gemv_format(const float* x, int64_t ldx, int64_t m, const QuantMatrix& w, const float* bias,
-                 float* y, int64_t ldy, int64_t c0, int64_t c1) {
+// Channels [c0, c1) in groups of 16 (their rows of W stay in L1), each group
+// meeting the m rows of x 4 at a time: rows.template operator()<R>(r0, j0,
+// j1) for R = min(4, m - r0) rows from r0 and channels [j0, j1).
+template <class Rows>
+void for_each_row_block(int64_t m, int64_t c0, int64_t c1, Rows&& rows) {
   constexpr int64_t kGroup = 16;
   for (int64_t j0 = c0; j0 < c1; j0 += kGroup) {
     const int64_t j1 = std::min(c1, j0 + kGroup);
     for (int64_t r0 = 0; r0 < m; r0 += 4) {
-      const float* xr = x + r0 * ldx;
-      float* yr = y + r0 * ldy;
       switch (std::min<int64_t>(4, m - r0)) {
         case 4:
-          gemv_rows<Isa, F, 4>(xr, ldx, w, bias, yr, ldy, j0, j1);
+          rows.template operator()<4>(r0, j0, j1);
           break;
         case 3:
-          gemv_rows<Isa, F, 3>(xr, ldx, w, bias, yr, ldy, j0, j1);
+          rows.template operator()<3>(r0, j0, j1);
           break;
         case 2:
-          gemv_rows<Isa, F, 2>(xr, ldx, w, bias, yr, ldy, j0, j1);
+          rows.template operator()<2>(r0, j0, j1);
           break;
         default:
-          gemv_rows<Isa, F, 1>(xr, ldx, w, bias, yr, ldy, j0, j1);
+          rows.template operator()<1>(r0, j0, j1);
           break;
       }
     }
   }
+}
+
+template <class Isa, class F>
+void gemv_format(const float* x, int64_t ldx, int64_t m, const QuantMatrix& w, const float* bias,
+                 float* y, int64_t ldy, int64_t c0, int64_t c1) {
+  for_each_row_block(m, c0, c1, [&]<int R>(int64_t r0, int64_t j0, int64_t j1) {
+    gemv_rows<Isa, F, R>(x + r0 * ldx, ldx, w, bias, y + r0 * ldy, ldy, j0, j1);
+  });
 }
 
 // Calls f.template operator()<Format>() for w's format.
