@@ -14,7 +14,8 @@ accumulated, as torch's optimizers read `.grad`.
 Not public: the lists come from the modules' methods.
 """
 
-__all__ = ["ParameterList", "NamedParameterList", "named_parameters_of", "parameter_list"]
+__all__ = ["ParameterList", "NamedParameterList", "named_parameters_of", "parameter_list",
+           "WrappedModelParameters"]
 
 
 class ParameterList(list):
@@ -54,3 +55,31 @@ def parameter_list(named):
     out = ParameterList(array for _, array in named)
     out._module_parameters = named._module_parameters
     return out
+
+
+class WrappedModelParameters:
+    """state_dict / load_state_dict / parameters / named_parameters /
+    num_parameters of a Python model class that wraps a compiled model in
+    `self._model` (BertModel, DecoderModel)."""
+
+    def state_dict(self):
+        """name -> numpy array (copies)."""
+        return self._model.state_dict()
+
+    def load_state_dict(self, state_dict):
+        """Strict: exactly the names and shapes of state_dict(); numpy arrays
+        or CPU torch tensors. A failed load changes nothing."""
+        self._model.load_state_dict(dict(state_dict))
+
+    def parameters(self):
+        """The parameters as live numpy arrays over the model's memory, in
+        state_dict() order: `qkv.optim.AdamW(model.parameters())` updates the
+        model itself."""
+        return parameter_list(self.named_parameters())
+
+    def named_parameters(self, prefix=""):
+        """(name, live numpy array) pairs, as parameters()."""
+        return named_parameters_of(self._model, prefix)
+
+    def num_parameters(self):
+        return self._model.num_parameters()

@@ -15,12 +15,12 @@ import json as _json
 import os as _os
 
 from . import _core
-from ._parameters import named_parameters_of, parameter_list
+from ._parameters import WrappedModelParameters
 
 __all__ = ["BertModel"]
 
 
-class BertModel:
+class BertModel(WrappedModelParameters):
     """Embeddings (word + position + token type, LayerNorm) and N post-norm
     encoder layers, as transformers.BertModel without its pooler.
 
@@ -60,24 +60,3 @@ class BertModel:
         return self._model.forward(input_ids, attention_mask, token_type_ids)
 
     __call__ = forward
-
-    def state_dict(self):
-        """name -> numpy array (copies)."""
-        return self._model.state_dict()
-
-    def load_state_dict(self, state_dict):
-        """Strict: exactly the names and shapes of state_dict(). A failed load changes nothing."""
-        self._model.load_state_dict(dict(state_dict))
-
-    def parameters(self):
-        """The parameters as live numpy arrays over the model's memory, in
-        state_dict() order: `qkv.optim.AdamW(model.parameters())` updates the
-        model itself (qkv/_parameters.py)."""
-        return parameter_list(self.named_parameters())
-
-    def named_parameters(self, prefix=""):
-        """(name, live numpy array) pairs, as parameters()."""
-        return named_parameters_of(self._model, prefix)
-
-    def num_parameters(self):
-        return self._model.num_parameters()

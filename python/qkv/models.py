@@ -18,7 +18,7 @@ import dataclasses as _dataclasses
 import json as _json
 
 from . import _core
-from ._parameters import named_parameters_of, parameter_list
+from ._parameters import WrappedModelParameters
 
 __all__ = ["DecoderModel", "DecoderModelConfig", "DecoderSession"]
 
@@ -74,7 +74,7 @@ def _generation_args(max_new_tokens, temperature, top_k, top_p, seed, stop_token
             None if stop_token is None else int(stop_token))
 
 
-class DecoderModel:
+class DecoderModel(WrappedModelParameters):
     """Token embedding, positions, N pre-norm blocks (GQA attention, SwiGLU or
     GELU FFN), final norm and an output head tied to the embedding or not.
 
@@ -106,28 +106,6 @@ class DecoderModel:
         return self._model.forward(ids)
 
     __call__ = forward
-
-    def state_dict(self):
-        """name -> numpy array (copies)."""
-        return self._model.state_dict()
-
-    def load_state_dict(self, state_dict):
-        """Strict: the exact names and shapes of state_dict(); numpy arrays or
-        CPU torch tensors. A failed load changes nothing."""
-        self._model.load_state_dict(dict(state_dict))
-
-    def parameters(self):
-        """The parameters as live numpy arrays over the model's memory, in
-        state_dict() order: `qkv.optim.AdamW(model.parameters())` updates the
-        model itself (qkv/_parameters.py)."""
-        return parameter_list(self.named_parameters())
-
-    def named_parameters(self, prefix=""):
-        """(name, live numpy array) pairs, as parameters()."""
-        return named_parameters_of(self._model, prefix)
-
-    def num_parameters(self):
-        return self._model.num_parameters()
 
     def save(self, path, metadata=None):
         """Writes a safetensors file with the config in its metadata (what
