@@ -11,6 +11,8 @@
 #include <bit>
 #include <cmath>
 #include <cstdlib>
+#include <limits>
+#include <limits>
 #include <memory>
 #include <new>
 #include <string>
@@ -138,42 +140,40 @@ void gemm(const QuantKernels& table, const float* x, int64_t ldx, int64_t m, con
 
 int64_t quant_gemv_max_rows() { return 8; }
 
-void quantize_x_q8_reference(const float* x, int64_t k, int8_t* q, float* dx) {
+namespace {
+
+// x rounded to Int per block of 32: dx = max|x| / kMax, q = round(x / dx);
+// blocks whose max|x| is below `tiny` (where kMax / max|x| would overflow)
+// become dx = 0, q = 0.
+template <class Int>
+void quantize_x_reference(const float* x, int64_t k, Int* q, float* dx, float tiny_below) {
+  constexpr float kMax = std::numeric_limits<Int>::max();
+  constexpr float kMin = std::numeric_limits<Int>::min();
   for (int64_t b = 0; b < k / 32; ++b) {
     const float* xb = x + 32 * b;
     uint32_t bits = 0;  // max |x| as bits: NaN and Inf above every finite value
     for (int i = 0; i < 32; ++i)
       bits = std::max(bits, std::bit_cast<uint32_t>(xb[i]) & 0x7fffffffu);
     const float amax = std::bit_cast<float>(bits);
-    const bool tiny = amax < 0x1p-120f;
-    dx[b] = tiny ? 0.0f : amax / 127.0f;
-    const float id = tiny ? 0.0f : 127.0f / amax;
+    const bool tiny = amax < tiny_below;
+    dx[b] = tiny ? 0.0f : amax / kMax;
+    const float id = tiny ? 0.0f : kMax / amax;
     for (int i = 0; i < 32; ++i) {
       const float v = xb[i] * id;
-      q[32 * b + i] = std::isfinite(v)
-                          ? static_cast<int8_t>(std::clamp(std::nearbyint(v), -128.0f, 127.0f))
-                          : 0;
+      q[32 * b + i] =
+          std::isfinite(v) ? static_cast<Int>(std::clamp(std::nearbyint(v), kMin, kMax)) : 0;
     }
   }
 }
 
+}  // namespace
+
+void quantize_x_q8_reference(const float* x, int64_t k, int8_t* q, float* dx) {
+  quantize_x_reference(x, k, q, dx, 0x1p-120f);
+}
+
 void quantize_x_q16_reference(const float* x, int64_t k, int16_t* q, float* dx) {
-  for (int64_t b = 0; b < k / 32; ++b) {
-    const float* xb = x + 32 * b;
-    uint32_t bits = 0;  // max |x| as bits: NaN and Inf above every finite value
-    for (int i = 0; i < 32; ++i)
-      bits = std::max(bits, std::bit_cast<uint32_t>(xb[i]) & 0x7fffffffu);
-    const float amax = std::bit_cast<float>(bits);
-    const bool tiny = amax < 0x1p-100f;
-    dx[b] = tiny ? 0.0f : amax / 32767.0f;
-    const float id = tiny ? 0.0f : 32767.0f / amax;
-    for (int i = 0; i < 32; ++i) {
-      const float v = xb[i] * id;
-      q[32 * b + i] = std::isfinite(v)
-                          ? static_cast<int16_t>(std::clamp(std::nearbyint(v), -32768.0f, 32767.0f))
-                          : 0;
-    }
-  }
+  quantize_x_reference(x, k, q, dx, 0x1p-100f);
 }
 
 void quant_gemm(const float* x, int64_t ldx, int64_t m, const QuantMatrix& w, const float* bias,
