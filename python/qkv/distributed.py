@@ -40,7 +40,8 @@ import math
 import torch
 import torch.distributed as dist
 
-from . import torch as _qkv_torch  # noqa: F401  (registers torch.ops.qkv)
+from . import _core
+from . import torch as _qkv_torch
 
 __all__ = ["ring_attention", "zigzag_gather", "zigzag_positions", "zigzag_split",
            "zigzag_unsplit"]
@@ -204,6 +205,15 @@ def _mask_arguments(keep, diagonal):
     return mask, "none", 0
 
 
+def _options(q, k, v, keep, diagonal, scale):
+    """The argument tuple of qkv's SDPA entry points (those torch.ops.qkv's
+    ops call). The ring calls them directly: the first call of a torch custom
+    op imports torch._dynamo, ~2 s and ~70 MB in every rank's process."""
+    mask, causal, window_right = _mask_arguments(keep, diagonal)
+    return _qkv_torch._core_args(q, k, v, mask, 0.0, causal, scale, False, None, window_right,
+                                 None, None, None, None, False, "auto", "float32")
+
+
 def _attend(q, k, v, keep, diagonal, scale):
     """Attention of queries q over one key block.
 
@@ -211,10 +221,16 @@ def _attend(q, k, v, keep, diagonal, scale):
     -> (output [B, H, Lq, Ev], logsumexp float64 [B, H, Lq]; -inf for a row that
        sees none of the block's keys, whose output is 0)
     """
-    mask, causal, window_right = _mask_arguments(keep, diagonal)
-    out, lse, _ = torch.ops.qkv.scaled_dot_product_attention(
-        q, k, v, attn_mask=mask, causal=causal, scale=scale, window_right=window_right)
-    return out, lse
+    out, lse, _, _ = _core.scaled_dot_product_attention_op(
+        _options(q, k, v, keep, diagonal, scale), _FN)
+    return _qkv_torch._as_torch(out, q.dtype), _qkv_torch._as_torch(lse, torch.float64)
+
+
+def _sdpa_backward(grad_out, q, k, v, keep, out, lse, diagonal, scale):
+    """qkv's SDPA backward: -> (dq, dk, dv) given the `out` and `lse` it is told."""
+    grads = _core.scaled_dot_product_attention_op_backward(
+        grad_out, out, lse, _options(q, k, v, keep, diagonal, scale), _FN)
+    return tuple(_qkv_torch._as_torch(g, q.dtype) for g in grads[:3])
 
 
 def _attend_backward(grad_out, q, k, v, keep, out, lse, diagonal, scale):
@@ -235,20 +251,17 @@ def _attend_backward(grad_out, q, k, v, keep, out, lse, diagonal, scale):
       dq += scale·c_i·Σ_j P_b,ij k_j,  dk_j += scale·Σ_i P_b,ij c_i q_i,
     the two sums being attention with values k and the dv of it at dO'' = c·q.
     """
-    mask, causal, window_right = _mask_arguments(keep, diagonal)
-    options = dict(attn_mask=mask, causal=causal, scale=scale, window_right=window_right)
-    backward = torch.ops.qkv.scaled_dot_product_attention_backward
     if q.dtype == torch.float32:
-        dq, dk, dv, _ = backward(grad_out, q, k, v, out, lse, **options)
-        return dq, dk, dv
+        return _sdpa_backward(grad_out, q, k, v, keep, out, lse, diagonal, scale)
     local_out, local_lse = _attend(q, k, v, keep, diagonal, scale)
     seen = local_lse != _NEG_INF
     w = torch.where(seen, torch.exp(local_lse - torch.where(seen, lse, 0.0)), 0.0)
-    dq, dk, dv, _ = backward((w.unsqueeze(-1) * grad_out).to(q.dtype), q, k, v, local_out,
-                             local_lse, **options)
+    dq, dk, dv = _sdpa_backward((w.unsqueeze(-1) * grad_out).to(q.dtype), q, k, v, keep,
+                                local_out, local_lse, diagonal, scale)
     c = (w * ((local_out - out) * grad_out).sum(-1)).unsqueeze(-1).to(q.dtype)
     key_mean, key_lse = _attend(q, k, k, keep, diagonal, scale)
-    _, _, dk_extra, _ = backward((c * q).contiguous(), q, k, k, key_mean, key_lse, **options)
+    _, _, dk_extra = _sdpa_backward((c * q).contiguous(), q, k, k, keep, key_mean, key_lse,
+                                    diagonal, scale)
     return dq + scale * c * key_mean, dk + scale * dk_extra, dv
 
 
@@ -329,8 +342,11 @@ def _ring_backward(grad_out, q, k, v, keep, out, lse, causal, scale, ring):
         if step > 0:  # the accumulator of this block, from the previous rank
             _wait(grad_works)
             grad += incoming_grad
-        incoming_grad, grad_works = ring.shift(grad, _GRAD_TAG)
-        sends.append(grad)
+        if ring.size == 1:  # nothing to pass on (and gloo cannot send to itself)
+            incoming_grad = grad
+        else:
+            incoming_grad, grad_works = ring.shift(grad, _GRAD_TAG)
+            sends.append(grad)
         _wait(kv_works)
         if kv_works:
             block = incoming
