@@ -6,8 +6,8 @@
 One sequence (B 1) of --tokens tokens, --heads heads of dim --dim, float32,
 causal (zig-zag layout) unless --full; forward + backward unless --forward-only.
 
-Measured, median over --reps repetitions (a repetition: all ranks start after
-a barrier; its time is the slowest rank's):
+Measured after one warm-up run of each, median over --reps repetitions (a
+repetition: all ranks start after a barrier; its time is the slowest rank's):
   ring          qkv.distributed.ring_attention, forward and backward
   compute only  the same per-step attention calls on each rank's own block,
                 no transfers (the ring's arithmetic alone)
@@ -101,6 +101,8 @@ def ring_worker(rank, world_size, port, args, results):
 
     times = {"ring": [], "compute only": [], "comm only": []}
     passes = {"ring": ring_pass, "compute only": compute_pass, "comm only": comm_pass}
+    for fn in passes.values():  # warm-up: gloo connects its pairs on first use
+        fn()
     for rep in range(args.reps):
         for name, fn in passes.items():
             dist.barrier()
@@ -120,13 +122,14 @@ def single_worker(_, args, results):
     causal = "none" if args.full else "top_left"
     setup_rss = max_rss_mib()
     times = []
-    for _ in range(args.reps):
+    for rep in range(args.reps + 1):  # the first is a warm-up
         start = time.perf_counter()
         out, lse, _ = torch.ops.qkv.scaled_dot_product_attention(q, k, v, causal=causal)
         if not args.forward_only:
             torch.ops.qkv.scaled_dot_product_attention_backward(grad, q, k, v, out, lse,
                                                                 causal=causal)
-        times.append(time.perf_counter() - start)
+        if rep > 0:
+            times.append(time.perf_counter() - start)
     results["single"] = {"times": times, "setup_rss": setup_rss, "peak_rss": max_rss_mib()}
 
 

@@ -323,7 +323,7 @@ def _ring_backward(grad_out, q, k, v, keep, out, lse, causal, scale, ring):
     block = packer.pack(k, v, keep)
     k_numel = k.numel()
     dq = torch.zeros_like(q)
-    incoming_grad, grad_works, sends = None, [], []
+    incoming_grad, grad_works, in_flight = None, [], None
     for step in range(ring.size):
         kv_works = []
         if step + 1 < ring.size:
@@ -345,13 +345,14 @@ def _ring_backward(grad_out, q, k, v, keep, out, lse, causal, scale, ring):
         if ring.size == 1:  # nothing to pass on (and gloo cannot send to itself)
             incoming_grad = grad
         else:
+            # Kept until the send is waited for (next step): one accumulator in flight.
             incoming_grad, grad_works = ring.shift(grad, _GRAD_TAG)
-            sends.append(grad)
+            in_flight = grad
         _wait(kv_works)
         if kv_works:
             block = incoming
     _wait(grad_works)  # after a full turn: this rank's own block's dK, dV
-    del sends
+    del in_flight
     return dq, incoming_grad[:k_numel].view(k.shape), incoming_grad[k_numel:].view(v.shape)
 
 
