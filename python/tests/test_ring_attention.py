@@ -4,17 +4,16 @@ padding mask; float32 (fused kernels) and float64 (reference)."""
 
 import datetime
 
+import numpy as np
 import pytest
 import torch
 import torch.distributed as dist
 import torch.nn.functional as TF
 
 import qkv.distributed as qd
-import qkv.torch  # noqa: F401
+import qkv.torch
 from distributed_helpers import free_port, init_gloo, run_ranks
 from helpers import TOLERANCE, rel_err
-
-import numpy as np
 
 CASES = [(dtype, causal, padded) for dtype in (torch.float32, torch.float64)
          for causal in (False, True) for padded in (False, True)]
