@@ -107,8 +107,13 @@ def embed_texts(encoder, texts, batch_size=32, pooling=None, normalize=None):
         out = np.stack([t[0] for t in tokens]).astype(np.float64)
     elif pooling == "max":
         out = np.stack([t.max(axis=0) for t in tokens]).astype(np.float64)
-    else:
+    elif pooling == "mean":
         out = np.stack([t.astype(np.float64).mean(axis=0) for t in tokens])
+    elif pooling == "mean_sqrt_len_tokens":  # sentence-transformers': sum / sqrt(tokens)
+        out = np.stack([t.astype(np.float64).sum(axis=0) / np.sqrt(len(t)) for t in tokens])
+    else:
+        raise ValueError(f"embed_texts(): the model pools by {pooling!r}, which only "
+                         f"normalize=None or True supports here")
     if normalize:  # as torch.nn.functional.normalize: x / max(‖x‖, 1e-12)
         out /= np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
     return out.astype(np.float32)
@@ -193,16 +198,20 @@ def _check_output(output_dir, overwrite):
 
 
 def _check_capacity(ray, concurrency, threads_per_actor):
-    """Refuses a pool that the cluster cannot hold, which would wait forever."""
+    """The number of actors: `concurrency`, or as many as the cluster holds when
+    None. Refuses a pool that the cluster cannot hold: Ray would wait forever."""
     cpus = ray.cluster_resources().get("CPU", 0)
+    if concurrency is None:
+        concurrency = max(1, int(cpus // threads_per_actor))
     if concurrency * threads_per_actor > cpus:
         raise ValueError(f"embed_corpus(): concurrency={concurrency} actors of "
                          f"threads_per_actor={threads_per_actor} CPUs need "
                          f"{concurrency * threads_per_actor} CPUs; the Ray cluster has {cpus:g}")
+    return concurrency
 
 
 def embed_corpus(input_paths, output_dir, model="models/all-MiniLM-L6-v2", *, batch_size=32,
-                 concurrency=1, threads_per_actor=1, normalize=None, pooling=None,
+                 concurrency=None, threads_per_actor=1, normalize=None, pooling=None,
                  precision="float32", lines_per_call=1024, overwrite=False, errors="strict",
                  show_progress=True, address=None):
     """Embeds every non-blank line of the text files `input_paths` (files,
@@ -214,7 +223,8 @@ def embed_corpus(input_paths, output_dir, model="models/all-MiniLM-L6-v2", *, ba
     model: a sentence-transformers model directory (on every node) or a
     Hugging Face id in the local cache. batch_size: texts per forward pass (as
     `qkv embed --batch-size`). concurrency: the number of actors, each with
-    one encoder and `threads_per_actor` CPUs (qkv threads). normalize,
+    one encoder and `threads_per_actor` CPUs (qkv threads); None = as many as
+    the cluster's CPUs hold. normalize,
     pooling: as embed_texts() (None = the model's). precision: "float32" (as
     `qkv embed`), "bfloat16" or "int8". lines_per_call: lines handed to an
     actor at a time (the encoder sorts them by length: more lines, less
@@ -230,7 +240,8 @@ def embed_corpus(input_paths, output_dir, model="models/all-MiniLM-L6-v2", *, ba
     UTF-8).
     """
     batch_size = _positive_int(batch_size, "batch_size")
-    concurrency = _positive_int(concurrency, "concurrency")
+    if concurrency is not None:
+        concurrency = _positive_int(concurrency, "concurrency")
     threads_per_actor = _positive_int(threads_per_actor, "threads_per_actor")
     lines_per_call = _positive_int(lines_per_call, "lines_per_call")
     if pooling is not None and pooling not in POOLINGS:
@@ -257,18 +268,49 @@ def embed_corpus(input_paths, output_dir, model="models/all-MiniLM-L6-v2", *, ba
                           "(requirements.txt pins the tested version)") from None
     started = not ray.is_initialized()
     if started:
+        # Ray would report usage statistics over the network unless told not to.
+        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
         ray.init(address=address, include_dashboard=False)
     try:
-        _check_capacity(ray, concurrency, threads_per_actor)
-        _run_pipeline(ray, paths, out, model_dir, precision, batch_size, concurrency,
-                      threads_per_actor, pooling, normalize, lines_per_call, overwrite, errors,
-                      show_progress)
+        concurrency = _check_capacity(ray, concurrency, threads_per_actor)
+        try:
+            _run_pipeline(ray, paths, out, model_dir, precision, batch_size, concurrency,
+                          threads_per_actor, pooling, normalize, lines_per_call, overwrite,
+                          errors, show_progress)
+        except Exception as e:
+            # Ray wraps an error of ours in a task (a line that is not UTF-8) in
+            # its own exceptions, with Ray's frames: raise ours, as it was.
+            original = _our_error(e)
+            if original is None:
+                raise
+            raise original from None
     finally:
         if started:
             ray.shutdown()
+    return _count_rows(out)
+
+
+def _our_error(e):
+    """The ValueError, TypeError or OSError raised in a task, inside Ray's wrappers."""
+    seen = set()
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if type(e) in (ValueError, TypeError, FileNotFoundError, OSError):
+            return e
+        e = getattr(e, "cause", None) or e.__cause__
+    return None
+
+
+def _count_rows(out):
+    """Rows in the Parquet files of `out` (0 when the corpus had no lines)."""
     import pyarrow.dataset
 
-    return pyarrow.dataset.dataset(out, format="parquet").count_rows()
+    if not _is_uri(out):
+        os.makedirs(out, exist_ok=True)
+    try:
+        return pyarrow.dataset.dataset(out, format="parquet").count_rows()
+    except FileNotFoundError:
+        return 0
 
 
 def _run_pipeline(ray, paths, out, model_dir, precision, batch_size, concurrency,
@@ -293,9 +335,11 @@ def _run_pipeline(ray, paths, out, model_dir, precision, batch_size, concurrency
             fn_constructor_kwargs={"model_dir": model_dir, "precision": precision,
                                    "batch_size": batch_size, "threads": threads_per_actor,
                                    "pooling": pooling, "normalize": normalize})
-        ds.write_parquet(out, min_rows_per_file=_MIN_ROWS_PER_FILE,
-                         mode=ray.data.SaveMode.OVERWRITE if overwrite else
-                         ray.data.SaveMode.APPEND, ray_remote_args={"num_cpus": 0})
+        # A local output_dir was checked empty; a URI must not exist yet.
+        mode = ray.data.SaveMode.OVERWRITE if overwrite else \
+            ray.data.SaveMode.CREATE if _is_uri(out) else ray.data.SaveMode.APPEND
+        ds.write_parquet(out, min_rows_per_file=_MIN_ROWS_PER_FILE, mode=mode,
+                         ray_remote_args={"num_cpus": 0})
     finally:
         context.execution_options.preserve_order, context.enable_progress_bars = saved
 
@@ -308,7 +352,7 @@ def _parser():
         "row per line with its path, line index, text and embedding). The lines and "
         "embeddings are those of `qkv embed -f FILE`.",
         epilog="Examples:\n"
-        "  python -m qkv.ray_embed corpus.txt -o embeddings/          # local Ray, 1 actor\n"
+        "  python -m qkv.ray_embed corpus.txt -o embeddings/   # a local Ray, every CPU\n"
         "  python -m qkv.ray_embed corpus/ -o embeddings/ --concurrency 4\n"
         "  python -m qkv.ray_embed s3://bucket/texts/ -o s3://bucket/embeddings/ "
         "--address auto\n"
@@ -324,8 +368,8 @@ def _parser():
                    "%(default)s; scripts/fetch_model.sh fetches it)")
     p.add_argument("--batch-size", type=int, default=32, metavar="N",
                    help="texts per forward pass (default: %(default)s)")
-    p.add_argument("--concurrency", type=int, default=1, metavar="N",
-                   help="embedding actors (default: %(default)s)")
+    p.add_argument("--concurrency", type=int, metavar="N",
+                   help="embedding actors (default: as many as the cluster's CPUs hold)")
     p.add_argument("--threads-per-actor", type=int, default=1, metavar="N",
                    help="CPUs (qkv threads) per actor (default: %(default)s)")
     p.add_argument("--lines-per-call", type=int, default=1024, metavar="N",

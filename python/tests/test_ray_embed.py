@@ -14,6 +14,7 @@ import pathlib
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 
@@ -238,13 +239,16 @@ def ray_cluster():
     pytest.importorskip("ray.data", reason="Ray Data is not installed: pip install \"ray[data]\"")
     import psutil
 
+    # No usage statistics sent anywhere, and every socket on the loopback.
+    os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
     before = descendants()
     temp = tempfile.mkdtemp(prefix="qkv-ray-")  # short: Ray's socket paths must fit 107 bytes
     start = time.perf_counter()
     try:
         with deadline(RAY_START_SECONDS, "ray.init() (a local cluster)"):
             ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
-                     object_store_memory=256 << 20, _temp_dir=temp)
+                     object_store_memory=256 << 20, _temp_dir=temp,
+                     _node_ip_address="127.0.0.1")
     except Exception as e:  # Timeout included
         ray.shutdown()
         shutil.rmtree(temp, ignore_errors=True)
@@ -319,3 +323,45 @@ def test_a_pool_larger_than_the_cluster_is_refused(ray_cluster, tmp_path):
     with pytest.raises(ValueError, match="need 4 CPUs; the Ray cluster has 2"):
         embed_corpus([tmp_path / "in.txt"], tmp_path / "out", MODEL, concurrency=2,
                      threads_per_actor=2)
+
+
+def test_the_command_line_with_other_pooling_equals_qkv_embed(ray_cluster, tmp_path):
+    """python -m qkv.ray_embed's options reach the actors: CLS pooling without
+    normalisation, small calls spread over 2 actors, rows still in order."""
+    require_cli_and_model()
+    from qkv.ray_embed import main
+
+    texts = corpus_texts()[:200]
+    (tmp_path / "in.txt").write_text("\n".join(texts) + "\n", encoding="utf-8")
+    run_cli(["embed", "-f", tmp_path / "in.txt", "--model", MODEL, "--pooling", "cls",
+             "--no-normalize", "-o", tmp_path / "cli.npy"], "pooling cls, no normalisation")
+    with deadline(RUN_SECONDS, "python -m qkv.ray_embed (200 lines)"):
+        code = main([str(tmp_path / "in.txt"), "-o", str(tmp_path / "out"), "--model", str(MODEL),
+                     "--pooling", "cls", "--no-normalize", "--batch-size", "16",
+                     "--concurrency", "2", "--lines-per-call", "50", "--quiet"])
+    assert code == 0
+    table = read_output(tmp_path / "out")
+    assert table.column("line").to_pylist() == list(range(200))
+    ours = np.asarray(table.column("embedding").combine_chunks().flatten()).reshape(200, -1)
+    theirs = np.load(tmp_path / "cli.npy")
+    assert cosines(ours, theirs).min() >= MIN_COSINE
+    np.testing.assert_allclose(np.linalg.norm(ours, axis=1), np.linalg.norm(theirs, axis=1),
+                               rtol=1e-5)
+
+
+def test_a_corpus_of_blank_lines_gives_no_rows(ray_cluster, tmp_path):
+    require_cli_and_model()
+    from qkv.ray_embed import embed_corpus
+
+    (tmp_path / "blank.txt").write_bytes(b"\n \t\n\r\n")
+    with deadline(RUN_SECONDS, "embed_corpus (blank lines)"):
+        assert embed_corpus([tmp_path / "blank.txt"], tmp_path / "out", MODEL,
+                            show_progress=False) == 0
+
+
+def test_help_says_what_to_do():
+    result = subprocess.run([sys.executable, "-m", "qkv.ray_embed", "--help"],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    for part in ("INPUT", "--output", "--concurrency", "--model", "--address", "Parquet"):
+        assert part in result.stdout
