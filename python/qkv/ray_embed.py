@@ -318,17 +318,20 @@ def _run_pipeline(ray, paths, out, model_dir, precision, batch_size, concurrency
                   show_progress):
     """read -> split into lines -> cut into blocks -> embed in actors -> Parquet."""
     context = ray.data.DataContext.get_current()
-    saved = (context.execution_options.preserve_order, context.enable_progress_bars)
+    saved = (context.execution_options.preserve_order, context.enable_progress_bars,
+             context.raise_original_map_exception)
     context.execution_options.preserve_order = True  # rows in input order
     context.enable_progress_bars = bool(show_progress)
+    # A line that is not UTF-8 raises our ValueError, not Ray's UserCodeException.
+    context.raise_original_map_exception = True
     try:
-        # Splitting is light: it takes no CPU from the actors' share, so that
-        # a pool holding every CPU cannot starve the reads.
-        ds = ray.data.read_binary_files(paths, include_paths=True, num_cpus=0)
-        ds = ds.map_batches(_lines_of_files, batch_format="pyarrow", fn_kwargs={"errors": errors},
-                            num_cpus=0)
-        # A file is one block; cut it so that every actor gets a share.
-        ds = ds.repartition(target_num_rows_per_block=lines_per_call)
+        ds = ray.data.read_binary_files(paths, include_paths=True)
+        ds = ds.map_batches(_lines_of_files, batch_format="pyarrow", fn_kwargs={"errors": errors})
+        # A file is one block; cut it so that every actor gets a share. The
+        # lines are materialised (in the object store, spilled to disk when
+        # large) before the actors start: a pool holding every CPU would
+        # otherwise starve these 1-CPU tasks (Ray Data waits for them forever).
+        ds = ds.repartition(target_num_rows_per_block=lines_per_call).materialize()
         ds = ds.map_batches(
             _Embedder, batch_size=lines_per_call, batch_format="pyarrow",
             concurrency=concurrency, num_cpus=threads_per_actor,
@@ -341,7 +344,8 @@ def _run_pipeline(ray, paths, out, model_dir, precision, batch_size, concurrency
         ds.write_parquet(out, min_rows_per_file=_MIN_ROWS_PER_FILE, mode=mode,
                          ray_remote_args={"num_cpus": 0})
     finally:
-        context.execution_options.preserve_order, context.enable_progress_bars = saved
+        (context.execution_options.preserve_order, context.enable_progress_bars,
+         context.raise_original_map_exception) = saved
 
 
 def _parser():

@@ -31,7 +31,7 @@ MIN_COSINE = 1 - 1e-6
 MAX_CHARS = 200  # short lines: CI's time is scarce
 CLI_BATCH, RAY_BATCH = 64, 64  # texts per forward pass, both sides
 RAY_START_SECONDS = 120
-RUN_SECONDS = 600
+RUN_SECONDS = 300
 
 
 def cli_path():
@@ -140,8 +140,8 @@ def test_missing_input_and_nonempty_output_are_refused(tmp_path):
 # --- pooling and normalisation options, without Ray -----------------------------
 
 
-@pytest.mark.parametrize("pooling,normalize", [("max", None), ("cls", False), ("mean", False),
-                                               (None, True)])
+# CLS without normalisation runs through the actors below (the command-line test).
+@pytest.mark.parametrize("pooling,normalize", [("max", None), ("mean", False), (None, True)])
 def test_embed_texts_options_equal_qkv_embed(tmp_path, pooling, normalize):
     require_cli_and_model()
     import qkv
