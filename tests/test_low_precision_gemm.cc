@@ -453,9 +453,10 @@ TEST(LowPrecisionGemmTables, PackedWeightsDescribeThemselves) {
   EXPECT_EQ(bf16.n(), 70);
   EXPECT_EQ(bf16.k(), 9);
   EXPECT_FALSE(bf16.empty());
-  EXPECT_EQ(bf16.bytes(), 3 * 32 * 10 * 2);  // 3 panels of 32 channels, k padded to 10
+  // 3 panels of 32 channels, each of 16 steps (k = 9: 5 pairs or 3 quads, padded to 16).
+  EXPECT_EQ(bf16.bytes(), 3 * 32 * 16 * 2 * 2);
   const PackedWeights int8(w.data(), 70, 9, Precision::kInt8);
-  EXPECT_EQ(int8.bytes(), 3 * 32 * 12 + 96 * 4 + 96 * 4);
+  EXPECT_EQ(int8.bytes(), 3 * 32 * 16 * 4 + 96 * 4 + 96 * 4);
   EXPECT_TRUE(PackedWeights().empty());
   EXPECT_THROW(PackedWeights(w.data(), 70, 9, Precision::kFloat32), qkv::Error);
   EXPECT_THROW(qkv::kernels::active_low_precision_kernels(Precision::kFloat32), qkv::Error);

@@ -25,7 +25,7 @@ std::string kernel_isa();
 // Every instruction set this CPU can run, fastest first.
 std::vector<std::string> supported_isas();
 // The kernels of the linear layers in `precision` (kBFloat16 or kInt8), e.g.
-// "avx512_bf16" or "avx512_vnni"; float32 linear layers run OpenBLAS.
+// "amx_bf16", "avx512_bf16" or "avx512_vnni"; float32 linear layers run OpenBLAS.
 std::string linear_kernel_isa(Precision precision);
 
 // BLAS (the linear layers' matrix products) is OpenBLAS. Debian 12's OpenBLAS

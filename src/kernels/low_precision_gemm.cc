@@ -11,11 +11,14 @@
 #include <cmath>
 #include <string>
 
+#include "kernels/amx.h"
 #include "kernels/simd/low_precision_tiles.h"
 #include "qkv/error.h"
 
 namespace qkv::kernels {
 
+extern const LowPrecisionKernels kLowpBf16Amx;
+extern const LowPrecisionKernels kLowpInt8Amx;
 extern const LowPrecisionKernels kLowpBf16Avx512Bf16;
 extern const LowPrecisionKernels kLowpBf16Avx512;
 extern const LowPrecisionKernels kLowpBf16Avx2;
@@ -23,6 +26,12 @@ extern const LowPrecisionKernels kLowpBf16Portable;
 extern const LowPrecisionKernels kLowpInt8Avx512Vnni;
 extern const LowPrecisionKernels kLowpInt8Avx2;
 extern const LowPrecisionKernels kLowpInt8Portable;
+
+namespace {
+int64_t padded_steps(int64_t steps) {
+  return (steps + kLowpStepAlign - 1) / kLowpStepAlign * kLowpStepAlign;
+}
+}  // namespace
 
 // W[n, k] → panels of kLowpPanel channels, k in steps of 2 (bfloat16) or 4
 // (int8); channels past n and k past k are zero.
@@ -59,7 +68,7 @@ PackedWeights::PackedWeights(const float* w, int64_t n, int64_t k, Precision pre
     return;
   }
   if (precision == Precision::kBFloat16) {
-    const int64_t steps = (k + 1) / 2;
+    const int64_t steps = padded_steps((k + 1) / 2);
     bf16_.assign(panels * steps * kLowpPanel * 2, 0);
     for (int64_t j = 0; j < n; ++j) {
       uint16_t* dst =
@@ -69,7 +78,7 @@ PackedWeights::PackedWeights(const float* w, int64_t n, int64_t k, Precision pre
     }
     return;
   }
-  const int64_t steps = (k + 3) / 4;
+  const int64_t steps = padded_steps((k + 3) / 4);
   int8_.assign(panels * steps * kLowpPanel * 4, 0);
   scales_.assign(cols, 0.0f);
   col_sums_.assign(cols, 0);
@@ -102,11 +111,13 @@ int64_t PackedWeights::bytes() const {
 
 PackedWeights::View PackedWeights::view() const {
   const int64_t step = precision_ == Precision::kInt8 ? 4 : 2;
+  const int64_t steps = (k_ + step - 1) / step;
   return {precision_,
           n_,
           k_,
           (n_ + kLowpPanel - 1) / kLowpPanel,
-          (k_ + step - 1) / step,
+          steps,
+          padded_steps(steps),
           bf16_.data(),
           int8_.data(),
           scales_.data(),
@@ -137,12 +148,15 @@ std::vector<const LowPrecisionKernels*> supported_low_precision_kernels(Precisio
   const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
   const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  const bool amx = avx512 && amx_usable();
   if (precision == Precision::kBFloat16) {
+    if (amx) tables.push_back(&kLowpBf16Amx);
     if (avx512 && __builtin_cpu_supports("avx512bf16")) tables.push_back(&kLowpBf16Avx512Bf16);
     if (avx512) tables.push_back(&kLowpBf16Avx512);
     if (avx2) tables.push_back(&kLowpBf16Avx2);
     tables.push_back(&kLowpBf16Portable);
   } else if (precision == Precision::kInt8) {
+    if (amx) tables.push_back(&kLowpInt8Amx);
     if (avx512 && __builtin_cpu_supports("avx512vnni")) tables.push_back(&kLowpInt8Avx512Vnni);
     if (avx2) tables.push_back(&kLowpInt8Avx2);
     tables.push_back(&kLowpInt8Portable);

@@ -3,7 +3,8 @@
 // layout that the micro-kernels read:
 //
 //   kBFloat16  W and x rounded to bfloat16 (round to nearest even); products
-//              summed in float32 (vdpbf16ps where the CPU has AVX512_BF16).
+//              summed in float32 (AMX tiles where the CPU has AMX-BF16,
+//              else vdpbf16ps where it has AVX512_BF16).
 //   kInt8      W: int8 with one symmetric scale per output channel
 //              (scale = max|W[j, :]| / 127, q = round_half_even(w / scale) in
 //              [-127, 127]). x: u8 with a scale and a zero point per row,
@@ -11,7 +12,8 @@
 //              [min(lo, 0), max(hi, 0)] over 0..255, scale = range / 255,
 //              zero = round(-lo / scale), u = round_half_even(x / scale) + zero
 //              clamped to [0, 255], so that x ≈ scale · (u - zero). int32 sums
-//              of u · W8 (vpdpbusd, u8 × s8, where the CPU has AVX512_VNNI),
+//              of u · W8 (AMX's tdpbusd or vpdpbusd, u8 × s8, where the CPU
+//              has AMX-INT8 or AVX512_VNNI),
 //              minus zero · Σ_k W8[j, k] (kept with W): exact in int32. Then in
 //              float32: float(sum) · (scale_x · scale_w), then + bias (no FMA),
 //              so every int8 table gives the same bits.
@@ -26,8 +28,8 @@
 // likewise a channel of W holding one makes its column of y NaN. A row (of
 // x or W) that is all zero, or whose max |value| is below 2^-100 (127 / max
 // would overflow), quantises to zeros with scale 0: its y is the bias.
-// bf16 on AVX512_BF16 takes denormal inputs and sums as zero (vdpbf16ps
-// ignores MXCSR and always flushes them).
+// bf16 on AVX512_BF16 and AMX takes denormal inputs and sums as zero
+// (vdpbf16ps and tdpbf16ps ignore MXCSR and always flush them).
 //
 // The packed layout does not depend on the instruction set: weights packed
 // once run on every LowPrecisionKernels table this CPU supports (tests switch
@@ -45,6 +47,9 @@ namespace qkv::kernels {
 
 // Output channels per packed column panel: two 16-lane vectors of float32 sums.
 constexpr int64_t kLowpPanel = 32;
+// Each panel holds its k steps rounded up to a multiple of this (zeros past
+// k): an AMX tile of W is 16 steps (32 bfloat16 or 64 int8 of k) deep.
+constexpr int64_t kLowpStepAlign = 16;
 
 // W[n, k] of one linear layer in bfloat16 or int8, packed.
 class PackedWeights {
@@ -70,8 +75,9 @@ class PackedWeights {
     int64_t n, k;
     int64_t panels;            // ceil(n / kLowpPanel) column panels
     int64_t steps;             // k pairs (bfloat16) or k quads (int8): ceil(k / 2) or ceil(k / 4)
-    const uint16_t* bf16;      // [panels][steps][kLowpPanel][2]
-    const int8_t* int8;        // [panels][steps][kLowpPanel][4]
+    int64_t panel_steps;       // steps rounded up to kLowpStepAlign (zero past steps)
+    const uint16_t* bf16;      // [panels][panel_steps][kLowpPanel][2]
+    const int8_t* int8;        // [panels][panel_steps][kLowpPanel][4]
     const float* scales;       // [panels · kLowpPanel], zero past n
     const int32_t* col_sums;   // [panels · kLowpPanel], zero past n
     const float* input_scale;  // int8 smoothing: [k] factors 1 / s applied to x, or null
@@ -100,8 +106,8 @@ class PackedWeights {
   // Column panels of kLowpPanel output channels (zero-padded past n); within
   // a panel, k-major in steps of 2 (bfloat16) or 4 (int8) consecutive k per
   // channel, the groups that vdpbf16ps and vpdpbusd multiply-add into one lane.
-  Array<uint16_t> bf16_;      // kBFloat16: [panels][k pairs][kLowpPanel][2]
-  Array<int8_t> int8_;        // kInt8: [panels][k quads][kLowpPanel][4]
+  Array<uint16_t> bf16_;      // kBFloat16: [panels][panel steps][kLowpPanel][2]
+  Array<int8_t> int8_;        // kInt8: [panels][panel steps][kLowpPanel][4]
   Array<float> scales_;       // kInt8: scale per output channel
   Array<int32_t> col_sums_;   // kInt8: Σ_k W8[j, k] per output channel (the zero points of x)
   Array<float> input_scale_;  // kInt8 with smoothing: 1 / s per input feature
@@ -109,7 +115,7 @@ class PackedWeights {
 
 // One instruction set's low-precision kernels.
 struct LowPrecisionKernels {
-  const char* name;  // e.g. "avx512_bf16", "avx512_vnni", "avx512", "avx2", "portable"
+  const char* name;  // e.g. "amx_bf16", "avx512_bf16", "avx512_vnni", "avx2", "portable"
   Precision precision;
   // Rows [row_begin, row_end) and columns [col_begin, col_end) of y (row
   // stride ldy), from x (row stride ldx); bias may be null.

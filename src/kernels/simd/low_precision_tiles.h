@@ -218,6 +218,14 @@ void pack_u8_quads_scalar(const float* x, int64_t ldx, int rows, int64_t k, int6
 
 // ---- The driver of one flavour over a block of y -------------------------------
 
+// The 32 biases of the panel at column j0: in place when it is whole, else
+// copied into pad with zeros past n (and everywhere when there is no bias).
+inline const float* panel_bias(const float* bias, int64_t n, int64_t j0, float* pad) {
+  if (bias != nullptr && j0 + kPanel <= n) return bias + j0;
+  for (int c = 0; c < kPanel; ++c) pad[c] = (bias != nullptr && j0 + c < n) ? bias[j0 + c] : 0.0f;
+  return pad;
+}
+
 // A flavour F has kRows, XElem (one row's step of converted x), and
 //   pack(x, ldx, rows, k, steps, XElem* out, RowQuant* row_quant, uint32_t* temp)
 //                                         one row panel (temp: kRows · steps words)
@@ -241,7 +249,7 @@ void gemm_block(const float* x, int64_t ldx, const PackedWeights& packed, const 
   const PackedWeights::View w = packed.view();
   const int64_t steps = w.steps;
   const bool int8 = w.precision == Precision::kInt8;
-  const int64_t panel_elems = steps * kPanel * (int8 ? 4 : 2);  // bytes or uint16 per panel
+  const int64_t panel_elems = w.panel_steps * kPanel * (int8 ? 4 : 2);  // bytes or uint16
   const int64_t block = std::min(kBlockRows, (r1 - r0 + F::kRows - 1) / F::kRows * F::kRows);
   const int64_t buffer_bytes = block * std::max<int64_t>(steps, 1) * sizeof(XElem);
   const int64_t temp_bytes = (F::kRows * std::max<int64_t>(steps, 1) * 4 + 63) / 64 * 64;
@@ -275,13 +283,7 @@ void gemm_block(const float* x, int64_t ldx, const PackedWeights& packed, const 
       const int tile_rows = static_cast<int>(std::min<int64_t>(F::kRows, rows - ip));
       for (int64_t panel = c0 / kPanel; panel * kPanel < c1; ++panel) {
         const int64_t j0 = panel * kPanel;
-        const float* bias_panel = bias_pad;
-        if (bias != nullptr && j0 + kPanel <= w.n) {
-          bias_panel = bias + j0;
-        } else {
-          for (int c = 0; c < kPanel; ++c)
-            bias_pad[c] = (bias != nullptr && j0 + c < w.n) ? bias[j0 + c] : 0.0f;
-        }
+        const float* bias_panel = panel_bias(bias, w.n, j0, bias_pad);
         TileArgs t{};
         t.a = buffer + ip * steps;
         // (k = 0: no arrays; the kernels then only offset a pointer into a panel.)
@@ -576,46 +578,46 @@ void pack_bf16_pairs512(const float* x, int64_t ldx, int rows, int64_t k, int64_
   transpose_rows<kRows>(temp, rows, steps, out);
 }
 
+// One row of x → dst[0, steps) = its u8 quads (zero past k); returns its
+// quantisation: quantised 16 floats (4 quads) at a time.
+inline RowQuant quantize_row_u8_512(const float* row, int64_t k, int64_t steps, uint32_t* dst) {
+  __m512i m = _mm512_setzero_si512();
+  __m512 lo = _mm512_setzero_ps(), hi = _mm512_setzero_ps();
+  int64_t p = 0;
+  for (; p + 16 <= k; p += 16) {
+    const __m512 v = _mm512_loadu_ps(row + p);
+    m = _mm512_max_epu32(m,
+                         _mm512_and_si512(_mm512_castps_si512(v), _mm512_set1_epi32(0x7fffffff)));
+    lo = _mm512_min_ps(lo, v);
+    hi = _mm512_max_ps(hi, v);
+  }
+  const RowRange tail = row_range(row + p, k - p);
+  const RowQuantizer q = row_quantizer(
+      std::min(_mm512_reduce_min_ps(lo), tail.lo), std::max(_mm512_reduce_max_ps(hi), tail.hi),
+      std::max<uint32_t>(_mm512_reduce_max_epu32(m), tail.max_abs_bits));
+  int64_t s = 0;
+  if (q.inv != 0.0f) {
+    const __m512 inv = _mm512_set1_ps(q.inv);
+    const __m512i zero = _mm512_set1_epi32(q.quant.zero);
+    for (; 4 * s + 16 <= k; s += 4) {
+      __m512i u = _mm512_add_epi32(
+          _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(row + 4 * s), inv)), zero);
+      u = _mm512_min_epi32(_mm512_max_epi32(u, _mm512_setzero_si512()), _mm512_set1_epi32(255));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + s), _mm512_cvtepi32_epi8(u));
+    }
+  }
+  for (; s < steps; ++s) dst[s] = u8_quad(row, k, s, q);
+  return q.quant;
+}
 // rows rows of x → out[s · kRows + r] = u8 quad s of row r, and each row's
-// quant: each row quantised 16 floats (4 quads) at a time into temp, then
-// transposed.
+// quant: each row quantised into temp, then transposed.
 template <int kRows>
 void pack_u8_quads512(const float* x, int64_t ldx, int rows, int64_t k, int64_t steps,
                       uint32_t* out, RowQuant* quant, uint32_t* temp) {
-  for (int r = 0; r < rows; ++r) {
-    const float* row = x + r * ldx;
-    uint32_t* dst = temp + r * steps;
-    __m512i m = _mm512_setzero_si512();
-    __m512 lo = _mm512_setzero_ps(), hi = _mm512_setzero_ps();
-    int64_t p = 0;
-    for (; p + 16 <= k; p += 16) {
-      const __m512 v = _mm512_loadu_ps(row + p);
-      m = _mm512_max_epu32(m,
-                           _mm512_and_si512(_mm512_castps_si512(v), _mm512_set1_epi32(0x7fffffff)));
-      lo = _mm512_min_ps(lo, v);
-      hi = _mm512_max_ps(hi, v);
-    }
-    const RowRange tail = row_range(row + p, k - p);
-    const RowQuantizer q = row_quantizer(
-        std::min(_mm512_reduce_min_ps(lo), tail.lo), std::max(_mm512_reduce_max_ps(hi), tail.hi),
-        std::max<uint32_t>(_mm512_reduce_max_epu32(m), tail.max_abs_bits));
-    quant[r] = q.quant;
-    int64_t s = 0;
-    if (q.inv != 0.0f) {
-      const __m512 inv = _mm512_set1_ps(q.inv);
-      const __m512i zero = _mm512_set1_epi32(q.quant.zero);
-      for (; 4 * s + 16 <= k; s += 4) {
-        __m512i u = _mm512_add_epi32(
-            _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(row + 4 * s), inv)), zero);
-        u = _mm512_min_epi32(_mm512_max_epi32(u, _mm512_setzero_si512()), _mm512_set1_epi32(255));
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + s), _mm512_cvtepi32_epi8(u));
-      }
-    }
-    for (; s < steps; ++s) dst[s] = u8_quad(row, k, s, q);
-  }
+  for (int r = 0; r < rows; ++r)
+    quant[r] = quantize_row_u8_512(x + r * ldx, k, steps, temp + r * steps);
   transpose_rows<kRows>(temp, rows, steps, out);
 }
-
 // bfloat16 widened to float32 and FMA, for AVX-512 CPUs without AVX512_BF16:
 // 12 rows × 32 columns, each W vector widened into its even-k and odd-k halves.
 struct Bf16Widen512 {
@@ -664,27 +666,27 @@ struct Bf16Widen512 {
 };
 
 #if defined(__AVX512BF16__)
+// One row of x → dst[0, steps) = its bfloat16 pairs (zero past k).
+// vcvtne2ps2bf16 rounds 32 floats to nearest even in one instruction (the ~10
+// integer operations of bf16_of16 for 16): it differs from bf16_of only on
+// denormals, which it takes as zero, as vdpbf16ps and AMX do anyway.
+inline void bf16_row_pairs(const float* row, int64_t k, int64_t steps, uint32_t* dst) {
+  int64_t s = 0;
+  for (; 2 * s + 32 <= k; s += 16) {
+    const __m512bh pairs =
+        _mm512_cvtne2ps_pbh(_mm512_loadu_ps(row + 2 * s + 16), _mm512_loadu_ps(row + 2 * s));
+    _mm512_storeu_si512(dst + s, (__m512i)pairs);
+  }
+  for (; s < steps; ++s) dst[s] = bf16_pair(row, k, s);
+}
 // vdpbf16ps: each lane adds the two products of a (k, k + 1) pair. 12 rows ×
 // 2 zmm of sums (24), 2 W vectors a step, x broadcast 32 bits at a time.
 struct Bf16Dot512 {
   static constexpr int kRows = 12;
   using XElem = uint32_t;
-  // vcvtne2ps2bf16 rounds 32 floats to nearest even in one instruction (the
-  // ~10 integer operations of bf16_of16 for 16): it differs from bf16_of
-  // only on denormals, which it takes as zero, as vdpbf16ps does anyway.
   static void pack(const float* x, int64_t ldx, int rows, int64_t k, int64_t steps, XElem* out,
                    RowQuant*, uint32_t* temp) {
-    for (int r = 0; r < rows; ++r) {
-      const float* row = x + r * ldx;
-      uint32_t* dst = temp + r * steps;
-      int64_t s = 0;
-      for (; 2 * s + 32 <= k; s += 16) {
-        const __m512bh pairs =
-            _mm512_cvtne2ps_pbh(_mm512_loadu_ps(row + 2 * s + 16), _mm512_loadu_ps(row + 2 * s));
-        _mm512_storeu_si512(dst + s, (__m512i)pairs);
-      }
-      for (; s < steps; ++s) dst[s] = bf16_pair(row, k, s);
-    }
+    for (int r = 0; r < rows; ++r) bf16_row_pairs(x + r * ldx, k, steps, temp + r * steps);
     transpose_rows<kRows>(temp, rows, steps, out);
   }
   template <int R>
