@@ -87,11 +87,11 @@ std::vector<double> adam_result(DType dtype) {
 
 class IsaRowOps : public qkv_test::ActiveKernelTableTest {};
 
-// (avx512_bf16 adds bfloat16 products to avx512 and shares its row loops.)
+// (avx512_bf16 and amx add bfloat16 products to avx512 and share its row loops.)
 TEST_P(IsaRowOps, TheActiveTableCarriesItsRows) {
   EXPECT_EQ(kernels::active_kernel_table().rows, GetParam()->rows);
   const std::string table = GetParam()->name, rows = kernels::active_row_kernels().name;
-  EXPECT_TRUE(table == rows || (table == "avx512_bf16" && rows == "avx512"))
+  EXPECT_TRUE(table == rows || ((table == "avx512_bf16" || table == "amx") && rows == "avx512"))
       << "table " << table << " runs the rows of " << rows;
 }
 

@@ -4,9 +4,10 @@
 // OpenMP thread pool, so they never oversubscribe the cores. The count is
 // OMP_NUM_THREADS at start-up (default: all cores) or set_num_threads().
 //
-// Instruction set: chosen once per process from CPUID (avx512, then avx2,
-// then portable); the environment variable QKV_ISA=avx512|avx2|portable
-// overrides it.
+// Instruction set: chosen once per process from CPUID (amx, avx512_bf16,
+// avx512, avx2, then portable: amx and avx512_bf16 differ from avx512 only in
+// the bfloat16 products of attention's forward); the environment variable
+// QKV_ISA=amx|avx512_bf16|avx512|avx2|portable overrides it.
 #pragma once
 
 #include <cstddef>

@@ -58,7 +58,7 @@ def kernel_isa():
 
 def linear_kernel_isa(precision):
     """The instruction set of the linear layers' kernels in `precision`
-    ("bfloat16" or "int8"), e.g. "avx512_bf16" or "avx512_vnni"."""
+    ("bfloat16" or "int8"), e.g. "amx_bf16", "avx512_bf16" or "avx512_vnni"."""
     return _core.linear_kernel_isa(str(precision))
 
 

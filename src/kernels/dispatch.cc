@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/amx.h"
 #include "kernels/fused_attention.h"
 #include "kernels/interrupt.h"
 #include "kernels/simd/tile_gemm.h"
@@ -17,6 +18,7 @@
 
 namespace qkv::kernels {
 
+extern const KernelTable kAmxKernels;
 extern const KernelTable kAvx512Bf16Kernels;
 extern const KernelTable kAvx512Kernels;
 extern const KernelTable kAvx2Kernels;
@@ -27,6 +29,7 @@ std::vector<const KernelTable*> supported_kernel_tables() {
   __builtin_cpu_init();
   if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq")) {
+    if (__builtin_cpu_supports("avx512bf16") && amx_usable()) tables.push_back(&kAmxKernels);
     if (__builtin_cpu_supports("avx512bf16")) tables.push_back(&kAvx512Bf16Kernels);
     tables.push_back(&kAvx512Kernels);
   }

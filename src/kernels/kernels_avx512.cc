@@ -1,5 +1,6 @@
-// The fused kernels compiled for AVX-512 (F, BW, VL, DQ) with FMA, and the
-// avx512_bf16 table that adds the AVX512_BF16 forward to them.
+// The fused kernels compiled for AVX-512 (F, BW, VL, DQ) with FMA, the
+// avx512_bf16 table that adds the AVX512_BF16 forward to them, and the amx
+// table that runs the bfloat16 products of that forward on AMX tiles.
 #include "kernels/simd/kernel_table.h"
 
 namespace qkv::kernels {
@@ -25,6 +26,18 @@ void avx512_bf16_backward_tile(const SdpaBackwardProblem& problem, const FlashTi
 extern const KernelTable kAvx512Bf16Kernels = simd::with_bf16_backward_entries(
     simd::with_forward_entries(simd::kernel_table<simd::Avx512>(&kAvx512Rows), "avx512_bf16",
                                &avx512_bf16_forward_scratch_floats, &avx512_bf16_forward_tile,
+                               &avx512_bf16_weights_tile),
+    &avx512_bf16_backward_scratch_floats, &avx512_bf16_backward_tile);
+
+// The amx table: avx512_bf16 with a forward whose bfloat16 products run on
+// AMX tiles (attention_amx.cc), listed only where kernels/amx.h says so.
+int64_t amx_forward_scratch_floats(const SdpaProblem& problem, const FlashTiling& tiling);
+void amx_forward_tile(const SdpaProblem& problem, const FlashTiling& tiling, int64_t b,
+                      int64_t q_begin, int64_t rows, float* scratch);
+
+extern const KernelTable kAmxKernels = simd::with_bf16_backward_entries(
+    simd::with_forward_entries(simd::kernel_table<simd::Avx512>(&kAvx512Rows), "amx",
+                               &amx_forward_scratch_floats, &amx_forward_tile,
                                &avx512_bf16_weights_tile),
     &avx512_bf16_backward_scratch_floats, &avx512_bf16_backward_tile);
 

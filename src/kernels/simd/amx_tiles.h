@@ -58,11 +58,12 @@ inline void configure_tiles() {
     }                                \
   } while (0)
 
-// c[32][32] (4-byte sums, row stride 128 bytes) = a · b over `blocks` groups
-// of 16 steps: a rows at a stride of a_stride bytes, b a panel (above).
-// kTwoHalves: rows 16-31 too (otherwise only c's rows 0-15 are written).
+// c[32][32] (4-byte sums, rows c_stride bytes apart) = a · b over `blocks`
+// groups of 16 steps: a rows at a stride of a_stride bytes, b a panel
+// (above). kTwoHalves: rows 16-31 too (otherwise only c's rows 0-15).
 template <bool kInt8, bool kTwoHalves>
-void multiply_block(const char* a, int64_t a_stride, const char* b, int64_t blocks, void* c) {
+void multiply_block(const char* a, int64_t a_stride, const char* b, int64_t blocks, void* c,
+                    int64_t c_stride = kBlock * 4) {
   _tile_zero(0);
   _tile_zero(1);
   if constexpr (kTwoHalves) {
@@ -83,12 +84,11 @@ void multiply_block(const char* a, int64_t a_stride, const char* b, int64_t bloc
     }
   }
   char* out = static_cast<char*>(c);
-  constexpr int kStride = kBlock * 4;
-  _tile_stored(0, out, kStride);
-  _tile_stored(1, out + kTileBytes, kStride);
+  _tile_stored(0, out, c_stride);
+  _tile_stored(1, out + kTileBytes, c_stride);
   if constexpr (kTwoHalves) {
-    _tile_stored(2, out + 16 * kStride, kStride);
-    _tile_stored(3, out + 16 * kStride + kTileBytes, kStride);
+    _tile_stored(2, out + 16 * c_stride, c_stride);
+    _tile_stored(3, out + 16 * c_stride + kTileBytes, c_stride);
   }
 }
 

@@ -1,0 +1,323 @@
+// The forward entries of the amx kernel table (kernels_avx512.cc): attention
+// with bfloat16 products on AMX tiles (kernels/simd/amx_tiles.h), softmax and
+// every sum in float32 — flash_forward_bf16.h's arithmetic with the two
+// products on the tile unit:
+//
+//   S = scale · Q Kᵀ   a 32 × 32 block of scores per call: A = 32 query rows
+//                      (bfloat16, E padded to 32), B = a panel of 32 keys,
+//                      pairs along E
+//   O += P V           A = 32 rows of P (bfloat16, keys padded to 32),
+//                      B = a panel of 32 value columns, pairs along keys
+//
+// A query tile (the driver's, up to 96 rows) walks the keys in blocks of up
+// to 256; each key block's K and V are packed once into panels and then
+// meet the tile's 32-row chunks. Per chunk the scores go through the same
+// adjustments as the other kernels (flash_forward.h: soft-capping, ALiBi,
+// the mask, causal and window limits), the online softmax (running max m and
+// sum l per row, O rescaled when m grows) and P = exp(S − m) rounded to
+// bfloat16; finish_forward_rows writes O / l and the log-sum-exp.
+//
+// Problems this does not cover run the avx512_bf16 entries: float32
+// products, dropout, and tiles of at most four queries (the few-query
+// kernel). The attention weights, when asked for, are rebuilt by
+// avx512_bf16's weights_tile from the log-sum-exp written here.
+#include <cstring>
+
+#include "kernels/simd/amx_tiles.h"
+#include "kernels/simd/flash_forward.h"
+
+namespace qkv::kernels {
+
+int64_t avx512_bf16_forward_scratch_floats(const SdpaProblem& problem, const FlashTiling& tiling);
+void avx512_bf16_forward_tile(const SdpaProblem& problem, const FlashTiling& tiling, int64_t b,
+                              int64_t q_begin, int64_t rows, float* scratch);
+
+namespace {
+
+using simd::Avx512Bf16;
+using V = __m512;
+constexpr int64_t kBlock = amx::kBlock;
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+int64_t round_up(int64_t n, int64_t to) { return (n + to - 1) / to * to; }
+
+bool runs_on_tiles(const SdpaProblem& p, int64_t rows) {
+  return p.bf16_products && p.dropout_p == 0.0 && rows > 4;
+}
+
+// The work memory of a query tile, carved from the driver's scratch (64-byte
+// aligned pieces, in floats).
+struct Scratch {
+  int64_t rows_p, ep, keys_p, evp;  // rows, E, keys of a block, Ev: padded to 32
+  uint16_t* q;                      // [rows_p][ep] bfloat16: the tile's queries
+  uint16_t* k;                      // [keys_p / 32][ep / 2][32][2]: key panels
+  uint16_t* v;                      // [evp / 32][keys_p / 2][32][2]: value panels
+  uint16_t* probs;                  // [32][keys_p] bfloat16: P of one chunk
+  float* scores;                    // [32][keys_p]: S of one chunk
+  float* out;                       // [rows_p][Ev]: unnormalised O
+  float* m;                         // [rows_p] running max
+  float* l;                         // [rows_p] running sum
+
+  // base == nullptr: only counts the floats.
+  Scratch(const SdpaProblem& p, const FlashTiling& t, float* base)
+      : rows_p(round_up(t.block_q, kBlock)),
+        ep(round_up(p.E, kBlock)),
+        keys_p(round_up(t.block_k, kBlock)),
+        evp(round_up(p.Ev, kBlock)) {
+    int64_t at = 0;
+    auto take = [&](int64_t count) {
+      float* piece = base != nullptr ? base + at : nullptr;
+      at += round_up(count, 16);
+      return piece;
+    };
+    q = reinterpret_cast<uint16_t*>(take(rows_p * ep / 2));
+    k = reinterpret_cast<uint16_t*>(take(keys_p * ep / 2));
+    v = reinterpret_cast<uint16_t*>(take(keys_p * evp / 2));
+    probs = reinterpret_cast<uint16_t*>(take(kBlock * keys_p / 2));
+    scores = take(kBlock * keys_p);
+    out = take(rows_p * p.Ev);
+    m = take(rows_p);
+    l = take(rows_p);
+    floats = at;
+  }
+  int64_t floats;
+};
+
+// 16 floats → 16 bfloat16, rounded to nearest even (denormals to zero, as
+// the tiles take them anyway), and one float the same way.
+inline __m256i bf16x16(V x) { return (__m256i)_mm512_cvtneps_pbh(x); }
+inline uint16_t bf16_of(float x) {
+  return static_cast<uint16_t>(_mm256_extract_epi16(bf16x16(_mm512_set1_ps(x)), 0));
+}
+
+// Row `row` of problem b's matrix m (n values) as bfloat16 into dst[0, n),
+// zeros in [n, padded).
+void row_as_bf16(const MatrixOperand& m, DType dtype, int64_t b, int64_t row, int64_t n,
+                 int64_t padded, uint16_t* dst) {
+  const int64_t at = m.offsets[b] + row * m.row_stride;
+  int64_t e = 0;
+  if (dtype == DType::kBFloat16) {
+    const uint16_t* src = static_cast<const uint16_t*>(m.base) + at;
+    if (m.col_stride == 1) {
+      std::memcpy(dst, src, n * sizeof(uint16_t));
+      e = n;
+    }
+    for (; e < n; ++e) dst[e] = src[e * m.col_stride];
+  } else {
+    const float* src = static_cast<const float*>(m.base) + at;
+    if (m.col_stride == 1) {
+      for (; e + 16 <= n; e += 16)
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + e), bf16x16(_mm512_loadu_ps(src + e)));
+      if (e < n) {
+        const __mmask16 tail = static_cast<__mmask16>((1u << (n - e)) - 1);
+        _mm256_mask_storeu_epi16(dst + e, tail, bf16x16(_mm512_maskz_loadu_ps(tail, src + e)));
+        e = n;
+      }
+    }
+    for (; e < n; ++e) dst[e] = bf16_of(src[e * m.col_stride]);
+  }
+  std::fill(dst + n, dst + padded, uint16_t{0});
+}
+
+// Asks for the cache lines of row `row` of problem b's matrix m (n values):
+// the rows of q, k and v are short (E values) and far apart (the heads of a
+// [B, L, H, E] view), which the hardware prefetchers do not follow, so each
+// row would otherwise wait on memory.
+inline void prefetch_row(const MatrixOperand& m, DType dtype, int64_t b, int64_t row, int64_t n) {
+  const int64_t size = dtype == DType::kBFloat16 ? 2 : 4;
+  const char* at = static_cast<const char*>(m.base) + (m.offsets[b] + row * m.row_stride) * size;
+  const int64_t bytes = n * m.col_stride * size;
+  for (int64_t i = 0; i < bytes; i += 64) __builtin_prefetch(at + i);
+}
+// Rows ahead that the packing loops prefetch.
+constexpr int64_t kPrefetchRows = 12;
+
+// Keys [j0, j0 + keys) of problem b into key panels (B of S = Q Kᵀ: step =
+// a pair of E, column = key) and value panels (B of O += P V: step = a pair
+// of keys, column = a value element). Padding keys and elements are zero.
+void pack_keys_values(const SdpaProblem& p, int64_t b, int64_t j0, int64_t keys, const Scratch& w) {
+  const int64_t kp = round_up(keys, kBlock);
+  alignas(64) uint16_t row[2][1024];
+  uint16_t* wide = nullptr;
+  std::vector<uint16_t> heap;
+  const int64_t width = std::max(w.ep, w.evp);
+  if (width > 1024) {
+    heap.resize(2 * width);
+    wide = heap.data();
+  }
+  uint16_t* r0 = wide ? wide : row[0];
+  uint16_t* r1 = wide ? wide + width : row[1];
+  // K: pair s of key j at word (panel · ep/2 + s) · 32 + j % 32.
+  uint32_t* kw = reinterpret_cast<uint32_t*>(w.k);
+  for (int64_t j = 0; j < kp; ++j) {
+    if (j + kPrefetchRows < keys) prefetch_row(p.k, p.dtype, b, j0 + j + kPrefetchRows, p.E);
+    if (j < keys) {
+      row_as_bf16(p.k, p.dtype, b, j0 + j, p.E, w.ep, r0);
+    } else {
+      std::fill(r0, r0 + w.ep, uint16_t{0});
+    }
+    uint32_t* dst = kw + (j / kBlock) * (w.ep / 2) * kBlock + j % kBlock;
+    const uint32_t* pairs = reinterpret_cast<const uint32_t*>(r0);
+    for (int64_t s = 0; s < w.ep / 2; ++s) dst[s * kBlock] = pairs[s];
+  }
+  // V: keys j, j + 1 interleaved: value e of pair s at word
+  // ((e / 32) · kp/2 + s) · 32 + e % 32.
+  uint32_t* vw = reinterpret_cast<uint32_t*>(w.v);
+  for (int64_t j = 0; j < kp; j += 2) {
+    for (int t = 0; t < 2; ++t) {
+      if (j + t + kPrefetchRows < keys)
+        prefetch_row(p.v, p.dtype, b, j0 + j + t + kPrefetchRows, p.Ev);
+      uint16_t* r = t == 0 ? r0 : r1;
+      if (j + t < keys) {
+        row_as_bf16(p.v, p.dtype, b, j0 + j + t, p.Ev, w.evp, r);
+      } else {
+        std::fill(r, r + w.evp, uint16_t{0});
+      }
+    }
+    for (int64_t e = 0; e < w.evp; e += 16) {
+      const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r0 + e));
+      const __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r1 + e));
+      // Word i = (lo[i], hi[i]): widen both to 32 bits, hi shifted up.
+      const __m512i pairs = _mm512_or_si512(_mm512_cvtepu16_epi32(lo),
+                                            _mm512_slli_epi32(_mm512_cvtepu16_epi32(hi), 16));
+      _mm512_storeu_si512(vw + ((e / kBlock) * (kp / 2) + j / 2) * kBlock + e % kBlock, pairs);
+    }
+  }
+}
+
+// The online softmax over one chunk's block of scores: row r of `rows` has
+// `keys` scores at s + r · ld. Updates m, l, rescales out, writes P (zeros
+// past keys up to kp).
+void softmax_chunk(float* s, int64_t ld, int rows, int64_t keys, int64_t kp, float* m, float* l,
+                   float* out, int64_t ev, uint16_t* probs) {
+  const __mmask16 tail = static_cast<__mmask16>((1u << (keys % 16)) - 1);
+  for (int r = 0; r < rows; ++r) {
+    float* row = s + r * ld;
+    uint16_t* prow = probs + r * kp;
+    V vmax = _mm512_set1_ps(kNegInf);
+    int64_t j = 0;
+    for (; j + 16 <= keys; j += 16) vmax = _mm512_max_ps(vmax, _mm512_loadu_ps(row + j));
+    if (j < keys) vmax = _mm512_max_ps(vmax, _mm512_mask_loadu_ps(vmax, tail, row + j));
+    // (A row of NaN scores must stay NaN: std::max would drop it.)
+    const float block_max = _mm512_reduce_max_ps(vmax);
+    const float m_new = block_max != block_max ? block_max : std::max(m[r], block_max);
+    if (m_new == kNegInf) {  // every key so far hidden: P = 0, O and l stay 0
+      std::fill(prow, prow + kp, uint16_t{0});
+      continue;
+    }
+    const float alpha = m[r] == kNegInf ? 0.0f : std::exp(m[r] - m_new);
+    const V shift = _mm512_set1_ps(m_new);
+    V sum = _mm512_setzero_ps();
+    for (j = 0; j + 16 <= keys; j += 16) {
+      const V e = simd::exp<Avx512Bf16>(_mm512_sub_ps(_mm512_loadu_ps(row + j), shift));
+      sum = _mm512_add_ps(sum, e);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(prow + j), bf16x16(e));
+    }
+    if (j < keys) {
+      const V e = simd::exp<Avx512Bf16>(
+          _mm512_sub_ps(_mm512_mask_loadu_ps(_mm512_set1_ps(kNegInf), tail, row + j), shift));
+      sum = _mm512_add_ps(sum, e);  // (hidden lanes: exp(−inf) = 0)
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(prow + j), bf16x16(e));
+      j += 16;
+    }
+    std::fill(prow + j, prow + kp, uint16_t{0});
+    l[r] = l[r] * alpha + _mm512_reduce_add_ps(sum);
+    m[r] = m_new;
+    if (alpha != 1.0f) {
+      float* o = out + r * ev;
+      const V a = _mm512_set1_ps(alpha);
+      int64_t e = 0;
+      for (; e + 16 <= ev; e += 16)
+        _mm512_storeu_ps(o + e, _mm512_mul_ps(_mm512_loadu_ps(o + e), a));
+      for (; e < ev; ++e) o[e] *= alpha;
+    }
+  }
+}
+
+// One chunk of up to 32 queries (rows of the tile from r0) against the
+// packed key block [j0, j0 + keys).
+template <bool kTwoHalves>
+void chunk_step(const SdpaProblem& p, int64_t b, int64_t q_begin, int64_t r0, int rows, int64_t j0,
+                int64_t keys, bool adjust, const Scratch& w) {
+  const int64_t kp = round_up(keys, kBlock);
+  const int64_t ld = w.keys_p;
+  const char* q = reinterpret_cast<const char*>(w.q + r0 * w.ep);
+  for (int64_t c0 = 0; c0 < kp; c0 += kBlock)
+    amx::multiply_block<false, kTwoHalves>(q, w.ep * 2,
+                                           reinterpret_cast<const char*>(w.k + c0 * w.ep),
+                                           w.ep / kBlock, w.scores + c0, ld * 4);
+  const V scale = _mm512_set1_ps(static_cast<float>(p.scale));
+  for (int r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < kp; j += 16)
+      _mm512_storeu_ps(w.scores + r * ld + j,
+                       _mm512_mul_ps(_mm512_loadu_ps(w.scores + r * ld + j), scale));
+  if (adjust) simd::adjust_scores(p, b, q_begin + r0, rows, j0, keys, w.scores, ld, 1);
+  softmax_chunk(w.scores, ld, rows, keys, kp, w.m + r0, w.l + r0, w.out + r0 * p.Ev, p.Ev, w.probs);
+  alignas(64) float c[kBlock * kBlock];
+  for (int64_t e0 = 0; e0 < w.evp; e0 += kBlock) {
+    amx::multiply_block<false, kTwoHalves>(reinterpret_cast<const char*>(w.probs), kp * 2,
+                                           reinterpret_cast<const char*>(w.v + e0 * kp),
+                                           kp / kBlock, c);
+    const int64_t cols = std::min<int64_t>(kBlock, p.Ev - e0);
+    const __mmask16 m0 = static_cast<__mmask16>(cols >= 16 ? 0xffff : (1u << cols) - 1);
+    const __mmask16 m1 = static_cast<__mmask16>(cols >= 32   ? 0xffff
+                                                : cols <= 16 ? 0
+                                                             : (1u << (cols - 16)) - 1);
+    for (int r = 0; r < rows; ++r) {
+      float* o = w.out + (r0 + r) * p.Ev + e0;
+      _mm512_mask_storeu_ps(
+          o, m0, _mm512_add_ps(_mm512_maskz_loadu_ps(m0, o), _mm512_load_ps(c + r * kBlock)));
+      if (m1)
+        _mm512_mask_storeu_ps(
+            o + 16, m1,
+            _mm512_add_ps(_mm512_maskz_loadu_ps(m1, o + 16), _mm512_load_ps(c + r * kBlock + 16)));
+    }
+  }
+}
+
+}  // namespace
+
+int64_t amx_forward_scratch_floats(const SdpaProblem& problem, const FlashTiling& tiling) {
+  return std::max(avx512_bf16_forward_scratch_floats(problem, tiling),
+                  Scratch(problem, tiling, nullptr).floats);
+}
+
+void amx_forward_tile(const SdpaProblem& p, const FlashTiling& t, int64_t b, int64_t q_begin,
+                      int64_t rows, float* scratch) {
+  if (!runs_on_tiles(p, rows)) return avx512_bf16_forward_tile(p, t, b, q_begin, rows, scratch);
+  const Scratch w(p, t, scratch);
+  for (int64_t r = 0; r < round_up(rows, kBlock); ++r) {
+    if (r + kPrefetchRows < rows) prefetch_row(p.q, p.dtype, b, q_begin + r + kPrefetchRows, p.E);
+    if (r < rows) {
+      row_as_bf16(p.q, p.dtype, b, q_begin + r, p.E, w.ep, w.q + r * w.ep);
+    } else {
+      std::fill(w.q + r * w.ep, w.q + (r + 1) * w.ep, uint16_t{0});
+    }
+  }
+  std::fill(w.out, w.out + rows * p.Ev, 0.0f);
+  std::fill(w.m, w.m + rows, kNegInf);
+  std::fill(w.l, w.l + rows, 0.0f);
+  const bool always_adjust = p.softcap > 0.0 || p.mask.base != nullptr || p.alibi_slopes != nullptr;
+
+  amx::configure_tiles();
+  int64_t key_begin, key_end;
+  simd::tile_key_range(p, b, q_begin, rows, &key_begin, &key_end);
+  for (int64_t j0 = key_begin, keys; j0 < key_end; j0 += keys) {
+    keys = simd::key_tile_end(p, t, q_begin, rows, j0, key_end) - j0;
+    pack_keys_values(p, b, j0, keys, w);
+    for (int64_t r0 = 0; r0 < rows; r0 += kBlock) {
+      const int chunk = static_cast<int>(std::min<int64_t>(kBlock, rows - r0));
+      const bool adjust =
+          always_adjust || !simd::tile_fully_visible(p, q_begin + r0, chunk, j0, keys);
+      if (chunk > 16) {
+        chunk_step<true>(p, b, q_begin, r0, chunk, j0, keys, adjust, w);
+      } else {
+        chunk_step<false>(p, b, q_begin, r0, chunk, j0, keys, adjust, w);
+      }
+    }
+  }
+  _tile_release();
+  simd::finish_forward_rows<Avx512Bf16>(p, b, q_begin, rows, w.out, w.m, w.l);
+}
+
+}  // namespace qkv::kernels
