@@ -24,7 +24,7 @@
 #include <cstring>
 
 #include "kernels/simd/amx_tiles.h"
-#include "kernels/simd/flash_forward.h"
+#include "kernels/simd/flash_forward_bf16.h"
 
 namespace qkv::kernels {
 
@@ -41,9 +41,7 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 int64_t round_up(int64_t n, int64_t to) { return (n + to - 1) / to * to; }
 
-bool runs_on_tiles(const SdpaProblem& p, int64_t rows) {
-  return p.bf16_products && p.dropout_p == 0.0 && rows > 4;
-}
+bool runs_on_tiles(const SdpaProblem& p) { return p.bf16_products && p.dropout_p == 0.0; }
 
 // The work memory of a query tile, carved from the driver's scratch (64-byte
 // aligned pieces, in floats).
@@ -186,36 +184,40 @@ void pack_keys_values(const SdpaProblem& p, int64_t b, int64_t j0, int64_t keys,
 }
 
 // The online softmax over one chunk's block of scores: row r of `rows` has
-// `keys` scores at s + r · ld. Updates m, l, rescales out, writes P (zeros
-// past keys up to kp).
-void softmax_chunk(float* s, int64_t ld, int rows, int64_t keys, int64_t kp, float* m, float* l,
-                   float* out, int64_t ev, uint16_t* probs) {
+// `keys` scores at s + r · ld, to be multiplied by scale > 0 (1 when they
+// already are). Updates m, l, rescales out, writes P (zeros past keys up to
+// kp). The exponentials are exp_nonpositive's (flash_forward_bf16.h): P is
+// rounded to bfloat16 next.
+void softmax_chunk(const float* s, int64_t ld, int rows, int64_t keys, int64_t kp, float scale,
+                   float* m, float* l, float* out, int64_t ev, uint16_t* probs) {
   const __mmask16 tail = static_cast<__mmask16>((1u << (keys % 16)) - 1);
+  const V vscale = _mm512_set1_ps(scale);
   for (int r = 0; r < rows; ++r) {
-    float* row = s + r * ld;
+    const float* row = s + r * ld;
     uint16_t* prow = probs + r * kp;
     V vmax = _mm512_set1_ps(kNegInf);
     int64_t j = 0;
     for (; j + 16 <= keys; j += 16) vmax = _mm512_max_ps(vmax, _mm512_loadu_ps(row + j));
     if (j < keys) vmax = _mm512_max_ps(vmax, _mm512_mask_loadu_ps(vmax, tail, row + j));
     // (A row of NaN scores must stay NaN: std::max would drop it.)
-    const float block_max = _mm512_reduce_max_ps(vmax);
+    const float block_max = _mm512_reduce_max_ps(vmax) * scale;
     const float m_new = block_max != block_max ? block_max : std::max(m[r], block_max);
     if (m_new == kNegInf) {  // every key so far hidden: P = 0, O and l stay 0
       std::fill(prow, prow + kp, uint16_t{0});
       continue;
     }
     const float alpha = m[r] == kNegInf ? 0.0f : std::exp(m[r] - m_new);
-    const V shift = _mm512_set1_ps(m_new);
+    const V shift = _mm512_set1_ps(-m_new);
     V sum = _mm512_setzero_ps();
     for (j = 0; j + 16 <= keys; j += 16) {
-      const V e = simd::exp<Avx512Bf16>(_mm512_sub_ps(_mm512_loadu_ps(row + j), shift));
+      const V e = simd::exp_nonpositive<Avx512Bf16>(
+          _mm512_fmadd_ps(_mm512_loadu_ps(row + j), vscale, shift));
       sum = _mm512_add_ps(sum, e);
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(prow + j), bf16x16(e));
     }
     if (j < keys) {
-      const V e = simd::exp<Avx512Bf16>(
-          _mm512_sub_ps(_mm512_mask_loadu_ps(_mm512_set1_ps(kNegInf), tail, row + j), shift));
+      const V x = _mm512_mask_loadu_ps(_mm512_set1_ps(kNegInf), tail, row + j);
+      const V e = simd::exp_nonpositive<Avx512Bf16>(_mm512_fmadd_ps(x, vscale, shift));
       sum = _mm512_add_ps(sum, e);  // (hidden lanes: exp(−inf) = 0)
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(prow + j), bf16x16(e));
       j += 16;
@@ -246,13 +248,20 @@ void chunk_step(const SdpaProblem& p, int64_t b, int64_t q_begin, int64_t r0, in
     amx::multiply_block<false, kTwoHalves>(q, w.ep * 2,
                                            reinterpret_cast<const char*>(w.k + c0 * w.ep),
                                            w.ep / kBlock, w.scores + c0, ld * 4);
-  const V scale = _mm512_set1_ps(static_cast<float>(p.scale));
-  for (int r = 0; r < rows; ++r)
-    for (int64_t j = 0; j < kp; j += 16)
-      _mm512_storeu_ps(w.scores + r * ld + j,
-                       _mm512_mul_ps(_mm512_loadu_ps(w.scores + r * ld + j), scale));
-  if (adjust) simd::adjust_scores(p, b, q_begin + r0, rows, j0, keys, w.scores, ld, 1);
-  softmax_chunk(w.scores, ld, rows, keys, kp, w.m + r0, w.l + r0, w.out + r0 * p.Ev, p.Ev, w.probs);
+  // Scores that need no adjusting take the scale inside the softmax's
+  // exponent (one pass fewer over them); the adjustments see scaled scores.
+  const float scale = static_cast<float>(p.scale);
+  const bool fold_scale = !adjust && scale > 0.0f;
+  if (!fold_scale) {
+    const V vscale = _mm512_set1_ps(scale);
+    for (int r = 0; r < rows; ++r)
+      for (int64_t j = 0; j < kp; j += 16)
+        _mm512_storeu_ps(w.scores + r * ld + j,
+                         _mm512_mul_ps(_mm512_loadu_ps(w.scores + r * ld + j), vscale));
+    if (adjust) simd::adjust_scores(p, b, q_begin + r0, rows, j0, keys, w.scores, ld, 1);
+  }
+  softmax_chunk(w.scores, ld, rows, keys, kp, fold_scale ? scale : 1.0f, w.m + r0, w.l + r0,
+                w.out + r0 * p.Ev, p.Ev, w.probs);
   alignas(64) float c[kBlock * kBlock];
   for (int64_t e0 = 0; e0 < w.evp; e0 += kBlock) {
     amx::multiply_block<false, kTwoHalves>(reinterpret_cast<const char*>(w.probs), kp * 2,
@@ -277,6 +286,10 @@ void chunk_step(const SdpaProblem& p, int64_t b, int64_t q_begin, int64_t r0, in
 
 }  // namespace
 
+int64_t amx_forward_query_block(const SdpaProblem& problem) {
+  return runs_on_tiles(problem) ? 128 : 96;
+}
+
 int64_t amx_forward_scratch_floats(const SdpaProblem& problem, const FlashTiling& tiling) {
   return std::max(avx512_bf16_forward_scratch_floats(problem, tiling),
                   Scratch(problem, tiling, nullptr).floats);
@@ -284,7 +297,8 @@ int64_t amx_forward_scratch_floats(const SdpaProblem& problem, const FlashTiling
 
 void amx_forward_tile(const SdpaProblem& p, const FlashTiling& t, int64_t b, int64_t q_begin,
                       int64_t rows, float* scratch) {
-  if (!runs_on_tiles(p, rows)) return avx512_bf16_forward_tile(p, t, b, q_begin, rows, scratch);
+  if (!runs_on_tiles(p) || rows <= 4)
+    return avx512_bf16_forward_tile(p, t, b, q_begin, rows, scratch);
   const Scratch w(p, t, scratch);
   for (int64_t r = 0; r < round_up(rows, kBlock); ++r) {
     if (r + kPrefetchRows < rows) prefetch_row(p.q, p.dtype, b, q_begin + r + kPrefetchRows, p.E);

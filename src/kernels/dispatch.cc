@@ -81,8 +81,12 @@ constexpr int64_t kBlockK = 256;
 // an OpenMP region costs more than it saves (bench/bench_kernels, small shapes).
 constexpr double kParallelMinFlops = 5.0e5;
 
-FlashTiling choose_tiling(const SdpaProblem& p) {
-  return {std::min<int64_t>(kBlockQ, p.L), std::min<int64_t>(kBlockK, p.S)};
+int64_t query_block(const SdpaProblem& p, const KernelTable& table) {
+  return table.forward_query_block != nullptr ? table.forward_query_block(p) : kBlockQ;
+}
+
+FlashTiling choose_tiling(const SdpaProblem& p, int64_t block_q) {
+  return {std::min<int64_t>(block_q, p.L), std::min<int64_t>(kBlockK, p.S)};
 }
 
 // This thread's work memory, kept from call to call (OpenMP threads live as
@@ -140,8 +144,9 @@ struct QueryTiles {
 };
 
 void sdpa_forward_fused(const SdpaProblem& p, const KernelTable& table) {
-  const FlashTiling t = choose_tiling(p);
-  const QueryTiles tiles(p.L, kBlockQ, table.query_panel);
+  const int64_t block_q = query_block(p, table);
+  const FlashTiling t = choose_tiling(p, block_q);
+  const QueryTiles tiles(p.L, block_q, table.query_panel);
   const int64_t q_tiles = tiles.count();
   const int64_t items = p.problems * q_tiles;
   const int64_t scratch_floats = table.forward_scratch_floats(p, t);

@@ -79,6 +79,10 @@ struct KernelTable {
   void (*flash_backward_bf16_tile)(const SdpaBackwardProblem& problem, const FlashTiling& tiling,
                                    const int64_t* problems, int64_t count, int64_t j0, int64_t cols,
                                    const double* row_dot, float* grad_q_base, float* scratch);
+  // Queries per forward tile for `problem`, or null for the default (96).
+  // The amx forward packs K and V once per tile: a whole 128-query sequence
+  // in one tile packs them once.
+  int64_t (*forward_query_block)(const SdpaProblem& problem) = nullptr;
 };
 
 // The tables this CPU can run, fastest first (for tests and benchmarks).

@@ -35,10 +35,17 @@ int64_t amx_forward_scratch_floats(const SdpaProblem& problem, const FlashTiling
 void amx_forward_tile(const SdpaProblem& problem, const FlashTiling& tiling, int64_t b,
                       int64_t q_begin, int64_t rows, float* scratch);
 
-extern const KernelTable kAmxKernels = simd::with_bf16_backward_entries(
-    simd::with_forward_entries(simd::kernel_table<simd::Avx512>(&kAvx512Rows), "amx",
-                               &amx_forward_scratch_floats, &amx_forward_tile,
-                               &avx512_bf16_weights_tile),
-    &avx512_bf16_backward_scratch_floats, &avx512_bf16_backward_tile);
+int64_t amx_forward_query_block(const SdpaProblem& problem);
+
+constexpr KernelTable amx_table() {
+  KernelTable table = simd::with_bf16_backward_entries(
+      simd::with_forward_entries(simd::kernel_table<simd::Avx512>(&kAvx512Rows), "amx",
+                                 &amx_forward_scratch_floats, &amx_forward_tile,
+                                 &avx512_bf16_weights_tile),
+      &avx512_bf16_backward_scratch_floats, &avx512_bf16_backward_tile);
+  table.forward_query_block = &amx_forward_query_block;
+  return table;
+}
+extern const KernelTable kAmxKernels = amx_table();
 
 }  // namespace qkv::kernels
