@@ -195,13 +195,24 @@ void softmax_chunk(const float* s, int64_t ld, int rows, int64_t keys, int64_t k
   for (int r = 0; r < rows; ++r) {
     const float* row = s + r * ld;
     uint16_t* prow = probs + r * kp;
+    // The maximum, and whether a score is NaN: vmaxps and the reductions
+    // (clang's follows IEEE maxNum) may drop a NaN, and a row of NaN scores
+    // must give NaN, not a row that saw no key.
     V vmax = _mm512_set1_ps(kNegInf);
+    __mmask16 nan = 0;
     int64_t j = 0;
-    for (; j + 16 <= keys; j += 16) vmax = _mm512_max_ps(vmax, _mm512_loadu_ps(row + j));
-    if (j < keys) vmax = _mm512_max_ps(vmax, _mm512_mask_loadu_ps(vmax, tail, row + j));
-    // (A row of NaN scores must stay NaN: std::max would drop it.)
-    const float block_max = _mm512_reduce_max_ps(vmax) * scale;
-    const float m_new = block_max != block_max ? block_max : std::max(m[r], block_max);
+    for (; j + 16 <= keys; j += 16) {
+      const V x = _mm512_loadu_ps(row + j);
+      nan |= _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+      vmax = _mm512_max_ps(vmax, x);
+    }
+    if (j < keys) {
+      const V x = _mm512_mask_loadu_ps(vmax, tail, row + j);
+      nan |= _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+      vmax = _mm512_max_ps(vmax, x);
+    }
+    const float m_new = nan != 0 ? std::numeric_limits<float>::quiet_NaN()
+                                 : std::max(m[r], _mm512_reduce_max_ps(vmax) * scale);
     if (m_new == kNegInf) {  // every key so far hidden: P = 0, O and l stay 0
       std::fill(prow, prow + kp, uint16_t{0});
       continue;
