@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "kernels/low_precision_gemm.h"
+#include "kernels/row_kernels.h"
 #include "qkv/error.h"
 #include "qkv/runtime.h"
 #include "qkv/tensor.h"
@@ -377,6 +378,30 @@ TEST_P(LowPrecisionGemm, NonFiniteChannelsOfWAreNaN) {
   for (int64_t i = 0; i < p.m; ++i)
     for (int64_t j = 0; j < p.n; ++j) {
       ASSERT_EQ(std::isnan(y[i * p.ldy + j]), j == 3) << "y[" << i << ", " << j << "]";
+    }
+}
+
+// An activation passed to the driver is applied to y's blocks as they are
+// computed: the same bits as applying it to the whole y afterwards, on every
+// threading path.
+TEST_P(LowPrecisionGemm, ThenAppliesTheRowMapToEveryBlock) {
+  std::mt19937 gen(17);
+  const qkv::kernels::RowMap gelu = qkv::kernels::active_row_kernels().gelu;
+  for (int threads : {1, 2})
+    for (auto [m, n, k] :
+         {std::tuple<int64_t, int64_t, int64_t>{500, 100, 64}, {17, 100, 385}, {130, 33, 40}}) {
+      qkv::set_num_threads(threads);
+      const Problem p = make_problem(m, n, k, 1, 2, true, gen);
+      const PackedWeights w(p.w.data(), n, k, precision());
+      std::vector<float> want = run(p, w);
+      for (int64_t i = 0; i < m; ++i) gelu(&want[i * p.ldy], &want[i * p.ldy], n);
+      std::vector<float> got(want.size(), kSentinel);
+      qkv::kernels::low_precision_gemm(p.x.data(), p.ldx, m, w, p.bias.data(), got.data(), p.ldy,
+                                       gelu);
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < p.ldy; ++j)
+          ASSERT_EQ(got[i * p.ldy + j], want[i * p.ldy + j])
+              << describe(p) << " threads=" << threads << " y[" << i << ", " << j << "]";
     }
 }
 

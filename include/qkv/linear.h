@@ -9,6 +9,10 @@
 #include "qkv/tensor.h"
 
 namespace qkv {
+enum class Activation;  // qkv/functional.h
+}
+
+namespace qkv {
 
 namespace kernels {
 class PackedWeights;
@@ -68,6 +72,11 @@ Tensor linear(const Tensor& x, const LowPrecisionWeight& weight, const Tensor& b
 // with a contiguous last dim (a column block of a wider matrix is fine).
 void linear_into(Tensor& out, const Tensor& x, const LowPrecisionWeight& weight,
                  const Tensor& bias = {});
+// linear_into, then activate_into(out, out, activation) (qkv/functional.h),
+// the activation applied to each block of `out` right after the product
+// wrote it, while it is in cache: the same values, one pass over memory less.
+void linear_into(Tensor& out, const Tensor& x, const LowPrecisionWeight& weight, const Tensor& bias,
+                 Activation activation);
 
 // Batched matrix product.
 // a: [..., n, k]  b: [..., k, m]  ->  [..., n, m]   (leading dims must match)

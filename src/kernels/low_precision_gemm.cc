@@ -216,7 +216,7 @@ constexpr int64_t kItemRows = 48;
 // thread converts each row of x it owns once. Small m (fewer than 4 items a
 // thread): all rows × one slice of the column panels per thread.
 void low_precision_gemm(const float* x, int64_t ldx, int64_t m, const PackedWeights& w,
-                        const float* bias, float* y, int64_t ldy) {
+                        const float* bias, float* y, int64_t ldy, RowMap then) {
   const int64_t n = w.n(), k = w.k();
   if (m <= 0 || n <= 0) return;
   if (ldx < k || ldy < n)
@@ -225,18 +225,25 @@ void low_precision_gemm(const float* x, int64_t ldx, int64_t m, const PackedWeig
                     ", k = " + std::to_string(k) + ", ldy = " + std::to_string(ldy) +
                     ", n = " + std::to_string(n));
   const LowPrecisionKernels& table = active_low_precision_kernels(w.precision());
+  // A block of y, then `then` over its rows while they are in cache.
+  auto block = [&](int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
+    table.gemm_block(x, ldx, w, bias, y, ldy, r0, r1, c0, c1);
+    if (then != nullptr)
+      for (int64_t r = r0; r < r1; ++r) then(y + r * ldy + c0, y + r * ldy + c0, c1 - c0);
+  };
   const int threads = omp_get_max_threads();
   const double macs = static_cast<double>(m) * n * std::max<int64_t>(k, 1);
+  const int64_t row_items = (m + kItemRows - 1) / kItemRows;
   if (threads == 1 || macs < kParallelMinMacs || omp_in_parallel()) {
-    table.gemm_block(x, ldx, w, bias, y, ldy, 0, m, 0, n);
+    if (then == nullptr) return block(0, m, 0, n);
+    for (int64_t item = 0; item < row_items; ++item)  // (`then` on cached rows)
+      block(item * kItemRows, std::min(m, (item + 1) * kItemRows), 0, n);
     return;
   }
-  const int64_t row_items = (m + kItemRows - 1) / kItemRows;
   if (row_items >= 4 * threads) {
 #pragma omp parallel for schedule(dynamic, 1)
     for (int64_t item = 0; item < row_items; ++item)
-      table.gemm_block(x, ldx, w, bias, y, ldy, item * kItemRows,
-                       std::min(m, (item + 1) * kItemRows), 0, n);
+      block(item * kItemRows, std::min(m, (item + 1) * kItemRows), 0, n);
     return;
   }
   const int64_t panels = (n + kLowpPanel - 1) / kLowpPanel;
@@ -244,8 +251,7 @@ void low_precision_gemm(const float* x, int64_t ldx, int64_t m, const PackedWeig
 #pragma omp parallel for schedule(static, 1) num_threads(parts)
   for (int part = 0; part < parts; ++part) {
     const int64_t first = panels * part / parts, last = panels * (part + 1) / parts;
-    table.gemm_block(x, ldx, w, bias, y, ldy, 0, m, first * kLowpPanel,
-                     std::min(n, last * kLowpPanel));
+    block(0, m, first * kLowpPanel, std::min(n, last * kLowpPanel));
   }
 }
 

@@ -132,10 +132,16 @@ const LowPrecisionKernels& active_low_precision_kernels(Precision precision);
 // back to the default for every precision).
 void override_low_precision_kernels(const LowPrecisionKernels* table);
 
+// An elementwise function over n floats (x and y may be the same), e.g.
+// RowKernels::gelu.
+using RowMap = void (*)(const float* x, float* y, int64_t n);
+
 // y[m, n] = x[m, k] · Wᵀ + bias, threaded (OpenMP) over blocks of y.
 // x: row stride ldx ≥ k; y: row stride ldy ≥ n; bias: [n] or null.
+// then: null, or applied in place to each block of y right after it is
+// computed, while it is in cache (an activation: y = then(x · Wᵀ + bias)).
 void low_precision_gemm(const float* x, int64_t ldx, int64_t m, const PackedWeights& w,
-                        const float* bias, float* y, int64_t ldy);
+                        const float* bias, float* y, int64_t ldy, RowMap then = nullptr);
 
 // For the kernels: this thread's work memory of at least `bytes` bytes,
 // 64-byte aligned, kept from call to call (a warm call allocates nothing).

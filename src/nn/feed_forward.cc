@@ -69,8 +69,7 @@ void FeedForward::forward_into(Tensor& out, const Tensor& x, Tensor& hidden) con
   QKV_CHECK(!is_training() || options_.dropout == 0.0,
             "FeedForward::forward_into: inference only; call eval() (dropout is ", options_.dropout,
             ")");
-  linear1_.forward_into(hidden, x);
-  activate_into(hidden, hidden, options_.activation);
+  linear1_.forward_into(hidden, x, options_.activation);
   linear2_.forward_into(out, hidden);
 }
 

@@ -2,6 +2,7 @@
 #include "qkv/nn/linear.h"
 
 #include "nn/module_util.h"
+#include "qkv/functional.h"
 #include "qkv/linear.h"
 #include "qkv/nn/skip_weight_init.h"
 
@@ -89,6 +90,17 @@ void Linear::forward_into(Tensor& out, const Tensor& x) const {
   if (!quantized_weight_.empty()) return linear_into(out, x, quantized_weight_, bias_);
   if (!low_precision_weight_.empty()) return linear_into(out, x, low_precision_weight_, bias_);
   linear_into(out, x, weight_, bias_);
+}
+
+void Linear::forward_into(Tensor& out, const Tensor& x, Activation activation) const {
+  if (low_precision_weight_.empty()) {
+    forward_into(out, x);
+    activate_into(out, out, activation);
+    return;
+  }
+  check_weight();
+  note_input_range({"weight"}, x);
+  linear_into(out, x, low_precision_weight_, bias_, activation);
 }
 
 void Linear::update_precision() {

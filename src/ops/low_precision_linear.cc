@@ -5,8 +5,10 @@
 #include <cstddef>
 
 #include "kernels/low_precision_gemm.h"
+#include "kernels/row_kernels.h"
 #include "ops/checks.h"
 #include "qkv/error.h"
+#include "qkv/functional.h"
 #include "qkv/linear.h"
 
 namespace qkv {
@@ -78,10 +80,26 @@ int64_t check_low_precision_linear(const Tensor& x, const LowPrecisionWeight& we
 }
 
 void run(Tensor& out, int64_t ldy, const Tensor& x, const LowPrecisionWeight& weight,
-         const Tensor& bias, int64_t rows) {
+         const Tensor& bias, int64_t rows, kernels::RowMap then = nullptr) {
   const float* b = bias.defined() ? bias.data<float>() : nullptr;
   kernels::low_precision_gemm(x.data<float>(), weight.in_features(), rows, weight.packed(), b,
-                              out.data<float>(), ldy);
+                              out.data<float>(), ldy, then);
+}
+
+// The float32 row kernel of `activation`, or null (ReLU has none).
+kernels::RowMap row_map(Activation activation) {
+  const kernels::RowKernels& rows = kernels::active_row_kernels();
+  switch (activation) {
+    case Activation::kGelu:
+      return rows.gelu;
+    case Activation::kGeluTanh:
+      return rows.gelu_tanh;
+    case Activation::kSilu:
+      return rows.silu;
+    case Activation::kRelu:
+      break;
+  }
+  return nullptr;
 }
 
 }  // namespace
@@ -102,6 +120,16 @@ void linear_into(Tensor& out, const Tensor& x, const LowPrecisionWeight& weight,
   const int64_t rows = check_low_precision_linear(x, weight, bias, fn);
   const int64_t ldy = check_linear_out(out, x, bias, rows, weight.out_features(), fn);
   run(out, ldy, x, weight, bias, rows);
+}
+
+void linear_into(Tensor& out, const Tensor& x, const LowPrecisionWeight& weight, const Tensor& bias,
+                 Activation activation) {
+  const char* fn = "linear_into";
+  const int64_t rows = check_low_precision_linear(x, weight, bias, fn);
+  const int64_t ldy = check_linear_out(out, x, bias, rows, weight.out_features(), fn);
+  const kernels::RowMap then = row_map(activation);
+  run(out, ldy, x, weight, bias, rows, then);
+  if (then == nullptr) activate_into(out, out, activation);
 }
 
 }  // namespace qkv

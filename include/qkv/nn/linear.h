@@ -54,6 +54,9 @@ class Linear : public ModuleBase<Linear, LinearOptions> {
   // Inference into a preallocated buffer, allocating nothing (decoding steps).
   // x: [..., in_features]  out: [..., out_features]; both contiguous, not overlapping
   void forward_into(Tensor& out, const Tensor& x) const;
+  // forward_into, then activate_into(out, out, activation): in low precision
+  // the activation runs on each block of out while it is in cache.
+  void forward_into(Tensor& out, const Tensor& x, Activation activation) const;
 
   // Adds ∂loss/∂weight and ∂loss/∂bias to the gradient buffers, returns ∂loss/∂x.
   // grad_output: [..., out_features]  ->  like record.input

@@ -46,6 +46,12 @@ struct Avx512 {
   static V sub(V a, V b) { return _mm512_sub_ps(a, b); }
   static V mul(V a, V b) { return _mm512_mul_ps(a, b); }
   static V div(V a, V b) { return _mm512_div_ps(a, b); }
+  // a / b for b a positive normal float, within ~2 ulp: vrcp14ps and one
+  // Newton step (its error squared: ~2⁻²⁸), a third of vdivps's time.
+  static V div_approx(V a, V b) {
+    const V r = _mm512_rcp14_ps(b);
+    return _mm512_mul_ps(a, _mm512_fmadd_ps(r, _mm512_fnmadd_ps(b, r, _mm512_set1_ps(1.0f)), r));
+  }
   static V max(V a, V b) { return _mm512_max_ps(a, b); }
   static V min(V a, V b) { return _mm512_min_ps(a, b); }
   static float reduce_add(V v) { return _mm512_reduce_add_ps(v); }
@@ -226,6 +232,7 @@ struct Avx2 {
   static V sub(V a, V b) { return _mm256_sub_ps(a, b); }
   static V mul(V a, V b) { return _mm256_mul_ps(a, b); }
   static V div(V a, V b) { return _mm256_div_ps(a, b); }
+  static V div_approx(V a, V b) { return div(a, b); }
   static V max(V a, V b) { return _mm256_max_ps(a, b); }
   static V min(V a, V b) { return _mm256_min_ps(a, b); }
   static float reduce_add(V v) {
@@ -354,6 +361,7 @@ struct Portable {
   static V sub(V a, V b) { return a - b; }
   static V mul(V a, V b) { return a * b; }
   static V div(V a, V b) { return a / b; }
+  static V div_approx(V a, V b) { return div(a, b); }
   static V max(V a, V b) { return a > b ? a : b; }
   static V min(V a, V b) { return a < b ? a : b; }
   static float reduce_add(V v) { return (v[0] + v[1]) + (v[2] + v[3]); }
@@ -450,7 +458,8 @@ typename Isa::V exp(typename Isa::V x) {
 // (beyond, erf rounds to ±1 in float32); NaN stays NaN. Coefficients fitted
 // for it (Lawson-weighted linearised least squares toward minimax, float64
 // error 2.1e-8); in float32 the error is <= 3e-7 absolute, ~5 ulp near ±1,
-// set by rounding in the two Horner chains.
+// set by rounding in the two Horner chains (AVX-512 divides by Q through
+// div_approx: ~2 ulp more, and 15% off GELU's time).
 template <class Isa>
 typename Isa::V erf(typename Isa::V z) {
   using V = typename Isa::V;
@@ -469,7 +478,7 @@ typename Isa::V erf(typename Isa::V z) {
   q = Isa::fmadd(q, t, Isa::set1(1.164775937795639e-01f));
   q = Isa::fmadd(q, t, Isa::set1(5.072548389434814e-01f));
   q = Isa::fmadd(q, t, Isa::set1(1.0f));
-  const V e = Isa::div(Isa::mul(c, p), q);
+  const V e = Isa::div_approx(Isa::mul(c, p), q);  // (q ≥ 1)
   return Isa::min(Isa::set1(1.0f), Isa::max(Isa::set1(-1.0f), e));
 }
 
