@@ -9,8 +9,8 @@
 //   O += P V           A = 32 rows of P (bfloat16, keys padded to 32),
 //                      B = a panel of 32 value columns, pairs along keys
 //
-// A query tile (the driver's, up to 96 rows) walks the keys in blocks of up
-// to 256; each key block's K and V are packed once into panels and then
+// A query tile (the driver's, up to 128 rows: forward_query_block) walks the
+// keys in blocks of up to 256; each key block's K and V are packed once into panels and then
 // meet the tile's 32-row chunks. Per chunk the scores go through the same
 // adjustments as the other kernels (flash_forward.h: soft-capping, ALiBi,
 // the mask, causal and window limits), the online softmax (running max m and
@@ -124,8 +124,10 @@ void row_as_bf16(const MatrixOperand& m, DType dtype, int64_t b, int64_t row, in
 inline void prefetch_row(const MatrixOperand& m, DType dtype, int64_t b, int64_t row, int64_t n) {
   const int64_t size = dtype == DType::kBFloat16 ? 2 : 4;
   const char* at = static_cast<const char*>(m.base) + (m.offsets[b] + row * m.row_stride) * size;
-  const int64_t bytes = n * m.col_stride * size;
-  for (int64_t i = 0; i < bytes; i += 64) __builtin_prefetch(at + i);
+  // A contiguous row a line at a time; a strided one (E a column) an element
+  // at a time.
+  const int64_t step = m.col_stride == 1 ? 64 : m.col_stride * size;
+  for (int64_t i = 0; i < n * m.col_stride * size; i += step) __builtin_prefetch(at + i);
 }
 // Rows ahead that the packing loops prefetch.
 constexpr int64_t kPrefetchRows = 12;
