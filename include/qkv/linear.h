@@ -9,10 +9,8 @@
 #include "qkv/tensor.h"
 
 namespace qkv {
-enum class Activation;  // qkv/functional.h
-}
 
-namespace qkv {
+enum class Activation;  // qkv/functional.h
 
 namespace kernels {
 class PackedWeights;
