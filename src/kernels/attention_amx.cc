@@ -39,7 +39,7 @@ using V = __m512;
 constexpr int64_t kBlock = amx::kBlock;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
-int64_t round_up(int64_t n, int64_t to) { return (n + to - 1) / to * to; }
+using simd::round_up;
 
 bool runs_on_tiles(const SdpaProblem& p) { return p.bf16_products && p.dropout_p == 0.0; }
 
@@ -280,19 +280,16 @@ void chunk_step(const SdpaProblem& p, int64_t b, int64_t q_begin, int64_t r0, in
     amx::multiply_block<false, kTwoHalves>(reinterpret_cast<const char*>(w.probs), kp * 2,
                                            reinterpret_cast<const char*>(w.v + e0 * kp),
                                            kp / kBlock, c);
-    const int64_t cols = std::min<int64_t>(kBlock, p.Ev - e0);
-    const __mmask16 m0 = static_cast<__mmask16>(cols >= 16 ? 0xffff : (1u << cols) - 1);
-    const __mmask16 m1 = static_cast<__mmask16>(cols >= 32   ? 0xffff
-                                                : cols <= 16 ? 0
-                                                             : (1u << (cols - 16)) - 1);
+    // O[r, e0:e0 + 32] += c[r]: the columns below Ev, 16 lanes at a time.
     for (int r = 0; r < rows; ++r) {
       float* o = w.out + (r0 + r) * p.Ev + e0;
-      _mm512_mask_storeu_ps(
-          o, m0, _mm512_add_ps(_mm512_maskz_loadu_ps(m0, o), _mm512_load_ps(c + r * kBlock)));
-      if (m1)
-        _mm512_mask_storeu_ps(
-            o + 16, m1,
-            _mm512_add_ps(_mm512_maskz_loadu_ps(m1, o + 16), _mm512_load_ps(c + r * kBlock + 16)));
+      for (int h = 0; h < 2 && e0 + 16 * h < p.Ev; ++h) {
+        const int lanes = static_cast<int>(std::min<int64_t>(16, p.Ev - e0 - 16 * h));
+        Avx512Bf16::store_first(o + 16 * h,
+                                _mm512_add_ps(Avx512Bf16::load_first(o + 16 * h, lanes),
+                                              _mm512_load_ps(c + r * kBlock + 16 * h)),
+                                lanes);
+      }
     }
   }
 }

@@ -29,8 +29,10 @@ std::vector<const KernelTable*> supported_kernel_tables() {
   __builtin_cpu_init();
   if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq")) {
-    if (__builtin_cpu_supports("avx512bf16") && amx_usable()) tables.push_back(&kAmxKernels);
-    if (__builtin_cpu_supports("avx512bf16")) tables.push_back(&kAvx512Bf16Kernels);
+    if (__builtin_cpu_supports("avx512bf16")) {
+      if (amx_usable()) tables.push_back(&kAmxKernels);
+      tables.push_back(&kAvx512Bf16Kernels);
+    }
     tables.push_back(&kAvx512Kernels);
   }
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))

@@ -23,11 +23,14 @@ void avx512_bf16_backward_tile(const SdpaBackwardProblem& problem, const FlashTi
 
 // This table's entries with a forward and a bfloat16-product backward whose
 // products use vdpbf16ps (float32 problems run the same code as here).
-extern const KernelTable kAvx512Bf16Kernels = simd::with_bf16_backward_entries(
-    simd::with_forward_entries(simd::kernel_table<simd::Avx512>(&kAvx512Rows), "avx512_bf16",
-                               &avx512_bf16_forward_scratch_floats, &avx512_bf16_forward_tile,
-                               &avx512_bf16_weights_tile),
-    &avx512_bf16_backward_scratch_floats, &avx512_bf16_backward_tile);
+constexpr KernelTable avx512_bf16_table() {
+  return simd::with_bf16_backward_entries(
+      simd::with_forward_entries(simd::kernel_table<simd::Avx512>(&kAvx512Rows), "avx512_bf16",
+                                 &avx512_bf16_forward_scratch_floats, &avx512_bf16_forward_tile,
+                                 &avx512_bf16_weights_tile),
+      &avx512_bf16_backward_scratch_floats, &avx512_bf16_backward_tile);
+}
+extern const KernelTable kAvx512Bf16Kernels = avx512_bf16_table();
 
 // The amx table: avx512_bf16 with a forward whose bfloat16 products run on
 // AMX tiles (attention_amx.cc), listed only where kernels/amx.h says so.
@@ -38,11 +41,9 @@ void amx_forward_tile(const SdpaProblem& problem, const FlashTiling& tiling, int
 int64_t amx_forward_query_block(const SdpaProblem& problem);
 
 constexpr KernelTable amx_table() {
-  KernelTable table = simd::with_bf16_backward_entries(
-      simd::with_forward_entries(simd::kernel_table<simd::Avx512>(&kAvx512Rows), "amx",
-                                 &amx_forward_scratch_floats, &amx_forward_tile,
-                                 &avx512_bf16_weights_tile),
-      &avx512_bf16_backward_scratch_floats, &avx512_bf16_backward_tile);
+  KernelTable table =
+      simd::with_forward_entries(avx512_bf16_table(), "amx", &amx_forward_scratch_floats,
+                                 &amx_forward_tile, &avx512_bf16_weights_tile);
   table.forward_query_block = &amx_forward_query_block;
   return table;
 }
