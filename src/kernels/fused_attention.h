@@ -3,8 +3,9 @@
 // the forward also with bfloat16 products (SdpaProblem::bf16_products). One
 // KernelTable per instruction set; the table is chosen once per process from
 // CPUID, or by the environment variable
-// QKV_ISA=avx512_bf16|avx512|avx2|portable (avx512_bf16: the avx512 table
-// whose forward multiplies bfloat16 with vdpbf16ps; the others emulate it).
+// QKV_ISA=amx|avx512_bf16|avx512|avx2|portable (avx512_bf16: the avx512
+// table whose forward multiplies bfloat16 with vdpbf16ps; amx: the same with
+// that forward's products on AMX tiles; the others emulate it).
 #pragma once
 
 #include <cstdint>
