@@ -9,7 +9,7 @@
 //   O += P V           A = 32 rows of P (bfloat16, keys padded to 32),
 //                      B = a panel of 32 value columns, pairs along keys
 //
-// A query tile (the driver's, up to 128 rows: forward_query_block) walks the
+// A query tile (the driver's, up to 512 rows: forward_query_block) walks the
 // keys in blocks of up to 256; each key block's K and V are packed once into panels and then
 // meet the tile's 32-row chunks. Per chunk the scores go through the same
 // adjustments as the other kernels (flash_forward.h: soft-capping, ALiBi,
@@ -55,6 +55,7 @@ struct Scratch {
   float* out;                       // [rows_p][Ev]: unnormalised O
   float* m;                         // [rows_p] running max
   float* l;                         // [rows_p] running sum
+  uint16_t* stage;                  // [16][max(ep, evp)] bfloat16 rows being packed
 
   // base == nullptr: only counts the floats.
   Scratch(const SdpaProblem& p, const FlashTiling& t, float* base)
@@ -76,6 +77,7 @@ struct Scratch {
     out = take(rows_p * p.Ev);
     m = take(rows_p);
     l = take(rows_p);
+    stage = reinterpret_cast<uint16_t*>(take(16 * std::max(ep, evp) / 2));
     floats = at;
   }
   int64_t floats;
@@ -96,8 +98,12 @@ void row_as_bf16(const MatrixOperand& m, DType dtype, int64_t b, int64_t row, in
   int64_t e = 0;
   if (dtype == DType::kBFloat16) {
     const uint16_t* src = static_cast<const uint16_t*>(m.base) + at;
-    if (m.col_stride == 1) {
-      std::memcpy(dst, src, n * sizeof(uint16_t));
+    if (m.col_stride == 1) {  // (short rows: a masked vector copy beats a memcpy call)
+      for (; e < n; e += 32) {
+        const int64_t count = std::min<int64_t>(32, n - e);
+        const __mmask32 lanes = count == 32 ? ~__mmask32{0} : (__mmask32{1} << count) - 1;
+        _mm512_mask_storeu_epi16(dst + e, lanes, _mm512_maskz_loadu_epi16(lanes, src + e));
+      }
       e = n;
     }
     for (; e < n; ++e) dst[e] = src[e * m.col_stride];
@@ -132,37 +138,67 @@ inline void prefetch_row(const MatrixOperand& m, DType dtype, int64_t b, int64_t
 // Rows ahead that the packing loops prefetch.
 constexpr int64_t kPrefetchRows = 12;
 
+// 16 rows of 16 words → their 16 columns (words[c][r] = old words[r][c]):
+// pairs within 128-bit lanes, then quads, then the lanes themselves.
+inline void transpose_16x16_words(__m512i words[16]) {
+  __m512i pairs[16], quads[16];
+  for (int i = 0; i < 16; i += 2) {
+    pairs[i] = _mm512_unpacklo_epi32(words[i], words[i + 1]);
+    pairs[i + 1] = _mm512_unpackhi_epi32(words[i], words[i + 1]);
+  }
+  // quads[4g + c], lane L: rows 4g..4g+3 of column 4L + c.
+  for (int g = 0; g < 16; g += 4) {
+    quads[g] = _mm512_unpacklo_epi64(pairs[g], pairs[g + 2]);
+    quads[g + 1] = _mm512_unpackhi_epi64(pairs[g], pairs[g + 2]);
+    quads[g + 2] = _mm512_unpacklo_epi64(pairs[g + 1], pairs[g + 3]);
+    quads[g + 3] = _mm512_unpackhi_epi64(pairs[g + 1], pairs[g + 3]);
+  }
+  // Column 4L + c: lane L of quads[c], quads[4 + c], quads[8 + c], quads[12 + c].
+  for (int c = 0; c < 4; ++c) {
+    const __m512i lo01 = _mm512_shuffle_i32x4(quads[c], quads[4 + c], 0x44);
+    const __m512i hi01 = _mm512_shuffle_i32x4(quads[c], quads[4 + c], 0xEE);
+    const __m512i lo23 = _mm512_shuffle_i32x4(quads[8 + c], quads[12 + c], 0x44);
+    const __m512i hi23 = _mm512_shuffle_i32x4(quads[8 + c], quads[12 + c], 0xEE);
+    words[c] = _mm512_shuffle_i32x4(lo01, lo23, 0x88);
+    words[4 + c] = _mm512_shuffle_i32x4(lo01, lo23, 0xDD);
+    words[8 + c] = _mm512_shuffle_i32x4(hi01, hi23, 0x88);
+    words[12 + c] = _mm512_shuffle_i32x4(hi01, hi23, 0xDD);
+  }
+}
+
 // Keys [j0, j0 + keys) of problem b into key panels (B of S = Q Kᵀ: step =
 // a pair of E, column = key) and value panels (B of O += P V: step = a pair
 // of keys, column = a value element). Padding keys and elements are zero.
 void pack_keys_values(const SdpaProblem& p, int64_t b, int64_t j0, int64_t keys, const Scratch& w) {
   const int64_t kp = round_up(keys, kBlock);
-  alignas(64) uint16_t row[2][1024];
-  uint16_t* wide = nullptr;
-  std::vector<uint16_t> heap;
   const int64_t width = std::max(w.ep, w.evp);
-  if (width > 1024) {
-    heap.resize(2 * width);
-    wide = heap.data();
-  }
-  uint16_t* r0 = wide ? wide : row[0];
-  uint16_t* r1 = wide ? wide + width : row[1];
-  // K: pair s of key j at word (panel · ep/2 + s) · 32 + j % 32.
+  // K: pair s of key j at word (panel · ep/2 + s) · 32 + j % 32, 16 keys at a
+  // time: their rows of pairs, transposed 16 × 16 words at a time.
   uint32_t* kw = reinterpret_cast<uint32_t*>(w.k);
-  for (int64_t j = 0; j < kp; ++j) {
-    if (j + kPrefetchRows < keys) prefetch_row(p.k, p.dtype, b, j0 + j + kPrefetchRows, p.E);
-    if (j < keys) {
-      row_as_bf16(p.k, p.dtype, b, j0 + j, p.E, w.ep, r0);
-    } else {
-      std::fill(r0, r0 + w.ep, uint16_t{0});
+  const uint32_t* staged = reinterpret_cast<const uint32_t*>(w.stage);
+  for (int64_t j16 = 0; j16 < kp; j16 += 16) {
+    for (int64_t r = 0; r < 16; ++r) {
+      const int64_t j = j16 + r;
+      if (j + kPrefetchRows < keys) prefetch_row(p.k, p.dtype, b, j0 + j + kPrefetchRows, p.E);
+      if (j < keys) {
+        row_as_bf16(p.k, p.dtype, b, j0 + j, p.E, w.ep, w.stage + r * width);
+      } else {
+        std::fill(w.stage + r * width, w.stage + r * width + w.ep, uint16_t{0});
+      }
     }
-    uint32_t* dst = kw + (j / kBlock) * (w.ep / 2) * kBlock + j % kBlock;
-    const uint32_t* pairs = reinterpret_cast<const uint32_t*>(r0);
-    for (int64_t s = 0; s < w.ep / 2; ++s) dst[s * kBlock] = pairs[s];
+    uint32_t* panel = kw + (j16 / kBlock) * (w.ep / 2) * kBlock + j16 % kBlock;
+    for (int64_t s0 = 0; s0 < w.ep / 2; s0 += 16) {
+      __m512i words[16];
+      for (int r = 0; r < 16; ++r) words[r] = _mm512_loadu_si512(staged + r * width / 2 + s0);
+      transpose_16x16_words(words);
+      for (int c = 0; c < 16; ++c) _mm512_storeu_si512(panel + (s0 + c) * kBlock, words[c]);
+    }
   }
   // V: keys j, j + 1 interleaved: value e of pair s at word
   // ((e / 32) · kp/2 + s) · 32 + e % 32.
   uint32_t* vw = reinterpret_cast<uint32_t*>(w.v);
+  uint16_t* r0 = w.stage;
+  uint16_t* r1 = w.stage + width;
   for (int64_t j = 0; j < kp; j += 2) {
     for (int t = 0; t < 2; ++t) {
       if (j + t + kPrefetchRows < keys)
@@ -296,8 +332,15 @@ void chunk_step(const SdpaProblem& p, int64_t b, int64_t q_begin, int64_t r0, in
 
 }  // namespace
 
+// Each query tile packs the keys and values it meets: tiles of up to 512
+// queries pack them once per 512 queries, while at least eight tiles keep
+// both cores busy (small batches take smaller tiles).
 int64_t amx_forward_query_block(const SdpaProblem& problem) {
-  return runs_on_tiles(problem) ? 128 : 96;
+  if (!runs_on_tiles(problem)) return 96;
+  int64_t block = 512;
+  auto tiles = [&](int64_t rows) { return problem.problems * ((problem.L + rows - 1) / rows); };
+  while (block > 128 && tiles(block) < 8) block /= 2;
+  return block;
 }
 
 int64_t amx_forward_scratch_floats(const SdpaProblem& problem, const FlashTiling& tiling) {

@@ -81,8 +81,8 @@ struct KernelTable {
                                    const int64_t* problems, int64_t count, int64_t j0, int64_t cols,
                                    const double* row_dot, float* grad_q_base, float* scratch);
   // Queries per forward tile for `problem`, or null for the default (96).
-  // The amx forward packs K and V once per tile: a whole 128-query sequence
-  // in one tile packs them once.
+  // The amx forward packs K and V once per tile, so it asks for tiles of up
+  // to 512 queries.
   int64_t (*forward_query_block)(const SdpaProblem& problem) = nullptr;
 };
 

@@ -1,5 +1,7 @@
 #include "tensor/buffer_cache.h"
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <iterator>
 #include <mutex>
@@ -33,18 +35,33 @@ BufferCache& cache() {
   return *instance;
 }
 
+// Buffers from this size up start on a 2 MiB boundary and ask Linux for
+// transparent huge pages: the kernels read activations a short row at a time
+// across many 4 KiB pages (the heads of a [B, L, H, E] view), and each of
+// those pages would cost a TLB miss.
+constexpr size_t kHugePageBytes = size_t{1} << 21;
+
+size_t alignment_of(size_t capacity) { return capacity >= kHugePageBytes ? kHugePageBytes : 64; }
+
 std::byte* allocate(size_t capacity) {
-  return static_cast<std::byte*>(::operator new[](capacity, std::align_val_t(64)));
+  const size_t alignment = alignment_of(capacity);
+  auto* buffer = static_cast<std::byte*>(::operator new[](capacity, std::align_val_t(alignment)));
+#ifdef MADV_HUGEPAGE
+  if (alignment == kHugePageBytes) madvise(buffer, capacity, MADV_HUGEPAGE);
+#endif
+  return buffer;
 }
 
-void deallocate(std::byte* buffer) { ::operator delete[](buffer, std::align_val_t(64)); }
+void deallocate(std::byte* buffer, size_t capacity) {
+  ::operator delete[](buffer, std::align_val_t(alignment_of(capacity)));
+}
 
 // Frees cached buffers until at most `keep` bytes stay. Caller holds the lock.
 void shrink_to(BufferCache& c, size_t keep) {
   for (auto it = c.free_by_capacity.begin(); it != c.free_by_capacity.end() && c.held > keep;) {
     std::vector<std::byte*>& buffers = it->second;
     while (!buffers.empty() && c.held > keep) {
-      deallocate(buffers.back());
+      deallocate(buffers.back(), it->first);
       buffers.pop_back();
       c.held -= it->first;
     }
@@ -87,7 +104,7 @@ void release_buffer(std::byte* buffer, size_t capacity) {
       return;
     }
   }
-  deallocate(buffer);
+  deallocate(buffer, capacity);
 }
 
 }  // namespace detail
