@@ -281,6 +281,8 @@ TEST_P(Bf16AttentionBackward, WindowSoftcapAlibi) {
       {1, 2, 1, 129, 67, 64, 64, CausalMask::kNone, 40, 40, 5.0, true, true},
       {3, 2, 2, 2, 45, 24, 24, CausalMask::kNone, -1, -1, 3.0, true, false},
       {1, 2, 2, 3, 3, 16, 48, CausalMask::kTopLeft, -1, -1, 0.0, false, false},
+      // Several long key tiles (the amx backward's 256) and a short last one.
+      {2, 2, 1, 130, 600, 64, 32, CausalMask::kBottomRight, 300, -1, 0.0, false, false},
   };
   for (const Case& c : cases) {
     const Tensor q = Tensor::randn({c.B, c.H, c.L, c.E}, gen),

@@ -6,29 +6,37 @@
 // columns, a step being one pair for each column, 128 bytes).
 //
 // One call owns the keys [j0, j0 + cols) of a group of problems (one K/V
-// matrix). K and V are packed once; the queries that see the keys are taken
-// in chunks of up to kChunk rows, in halves of 32 (one C block tall):
+// matrix; tiles of 256 keys where that leaves work for every thread:
+// amx_backward_bf16_key_block). K and V are packed once; the queries that
+// see the keys are taken in chunks of up to kChunk rows, in halves of 32
+// (one C block tall). The products, A × B:
 //
-//   S  = scale · Q̂ K̂ᵀ   A = Q̂ rows [rows][E pairs]        B = K̂ᵀ panels: step a pair of E, column a
-//   key dP = dÔ V̂ᵀ          A = dÔ rows [rows][Ev pairs]      B = V̂ᵀ panels: step a pair of Ev,
-//   column a key dV += P̂ᵀ dÔ         A = P̂ᵀ [keys][query pairs]        B = dÔ panels: step a pair
-//   of queries, column e dK += dŜᵀ Q̂         A = dŜᵀ [keys][query pairs]       B = Q̂ panels: step a
-//   pair of queries, column e dQ += scale · dŜ K̂  A = dŜ rows [rows][key pairs]     B = K̂ panels:
-//   step a pair of keys, column e
+//   S  = scale · Q̂ K̂ᵀ    A: Q̂ rows, pairs along E
+//                         B: K̂ᵀ panels (step: a pair of E; column: a key)
+//   dP = dÔ V̂ᵀ           A: dÔ rows, pairs along Ev
+//                         B: V̂ᵀ panels (step: a pair of Ev; column: a key)
+//   dV += P̂ᵀ dÔ          A: P̂ᵀ rows (one per key), pairs along queries
+//                         B: dÔ panels (step: a pair of queries; column: e)
+//   dK += dŜᵀ Q̂          A: dŜᵀ rows (one per key), pairs along queries
+//                         B: Q̂ panels (step: a pair of queries; column: e)
+//   dQ += scale · dŜ K̂   A: dŜ rows, pairs along keys
+//                         B: K̂ panels (step: a pair of keys; column: e)
 //
 // The A operands of dV and dK are the chunk's P and dS transposed: rows of
 // P are paired (row 2i with 2i + 1) and the 16 × 16 blocks of those 4-byte
 // pairs transposed in registers; K̂ᵀ and V̂ᵀ are made the same way from the
 // bfloat16 rows of K and V. dK and dV add up over the call's chunks in C
 // tiles kept in float32 scratch (scaled and added to the gradients at the
-// end); dQ is added, times scale, into its rows after each chunk. Rows and
-// columns are padded with zeros to multiples of 32 (E, Ev, keys) and of 32
-// (queries per half); P and dS are zero past each row's visible keys.
+// end); dQ is added, times scale, into its rows after each chunk. E, Ev,
+// the keys and each half's queries are padded with zeros to multiples of
+// 32; P and dS are zero past each row's visible keys.
 //
 // Everything that reaches this entry runs here (float32 operands with
 // bf16_products, no dropout, no grad_scores: runs_bf16_backward); a problem
 // without bf16_products, which the driver never sends, would take the
 // avx512_bf16 entry.
+#include <omp.h>
+
 #include <cstring>
 
 #include "kernels/simd/amx_tiles.h"
@@ -438,6 +446,15 @@ void add_query_gradients(const SdpaBackwardProblem& bp, const Chunk& ch, float* 
 }
 
 }  // namespace
+
+int64_t amx_backward_bf16_key_block(const SdpaProblem& p) {
+  // 256 keys pack each query a third as often as 96 (B8 H8 L512 E64, one
+  // thread: 42.5 -> 38.7 ms), unless that leaves fewer key tiles than two
+  // per thread to share out.
+  constexpr int64_t kKeys = 256, kDefault = 96;
+  const int64_t tiles = p.problems * ((p.S + kKeys - 1) / kKeys);
+  return tiles >= 2 * omp_get_max_threads() ? kKeys : kDefault;
+}
 
 int64_t amx_backward_bf16_scratch_floats(const SdpaProblem& problem, const FlashTiling& tiling) {
   return std::max(avx512_bf16_backward_scratch_floats(problem, tiling),

@@ -41,6 +41,7 @@ void amx_forward_tile(const SdpaProblem& problem, const FlashTiling& tiling, int
 
 int64_t amx_forward_query_block(const SdpaProblem& problem);
 
+int64_t amx_backward_bf16_key_block(const SdpaProblem& problem);
 int64_t amx_backward_bf16_scratch_floats(const SdpaProblem& problem, const FlashTiling& tiling);
 void amx_backward_bf16_tile(const SdpaBackwardProblem& problem, const FlashTiling& tiling,
                             const int64_t* problems, int64_t count, int64_t j0, int64_t cols,
@@ -52,6 +53,7 @@ constexpr KernelTable amx_table() {
                                  &amx_forward_tile, &avx512_bf16_weights_tile),
       &amx_backward_bf16_scratch_floats, &amx_backward_bf16_tile);
   table.forward_query_block = &amx_forward_query_block;
+  table.bf16_backward_key_block = &amx_backward_bf16_key_block;
   return table;
 }
 extern const KernelTable kAmxKernels = amx_table();
