@@ -261,6 +261,58 @@ TEST_P(Bf16AttentionBackward, StridedOperands) {
              {.causal = CausalMask::kBottomRight}, "strided q, dO; k, v along E");
 }
 
+// The variants beyond torch's (a sliding window, soft-capping, ALiBi) alone
+// and together, with a padding mask, odd head sizes (24, 80) and lengths
+// that leave partial tiles, chunks and halves of every product's blocks.
+TEST_P(Bf16AttentionBackward, WindowSoftcapAlibi) {
+  Generator gen(55);
+  struct Case {
+    int64_t B, H, Hkv, L, S, E, Ev;
+    CausalMask causal;
+    int64_t left, right;
+    double softcap;
+    bool alibi, padding;
+  };
+  const Case cases[] = {
+      {2, 2, 2, 97, 131, 24, 80, CausalMask::kNone, 20, 7, 0.0, false, false},
+      {1, 4, 2, 150, 150, 80, 24, CausalMask::kTopLeft, 33, -1, 0.0, true, false},
+      {2, 3, 3, 70, 190, 32, 40, CausalMask::kNone, 50, -1, 2.5, false, true},
+      {2, 3, 3, 70, 190, 32, 40, CausalMask::kBottomRight, -1, -1, 2.5, false, false},
+      {1, 2, 1, 129, 67, 64, 64, CausalMask::kNone, 40, 40, 5.0, true, true},
+      {3, 2, 2, 2, 45, 24, 24, CausalMask::kNone, -1, -1, 3.0, true, false},
+      {1, 2, 2, 3, 3, 16, 48, CausalMask::kTopLeft, -1, -1, 0.0, false, false},
+      // Several long key tiles (the amx backward's 256) and a short last one.
+      {2, 2, 1, 130, 600, 64, 32, CausalMask::kBottomRight, 300, -1, 0.0, false, false},
+  };
+  for (const Case& c : cases) {
+    const Tensor q = Tensor::randn({c.B, c.H, c.L, c.E}, gen),
+                 k = Tensor::randn({c.B, c.Hkv, c.S, c.E}, gen),
+                 v = Tensor::randn({c.B, c.Hkv, c.S, c.Ev}, gen),
+                 go = Tensor::randn({c.B, c.H, c.L, c.Ev}, gen);
+    SdpaOptions o{.causal = c.causal, .enable_gqa = c.H != c.Hkv};
+    o.window_left = c.left;
+    o.window_right = c.right;
+    o.softcap = c.softcap;
+    if (c.alibi)
+      for (int64_t h = 0; h < c.H; ++h) o.alibi_slopes.push_back(0.5 / double(h + 1));
+    if (c.padding) {
+      // Key padding [B, 1, 1, S]: batch 0 keeps every key, the others drop
+      // the last third.
+      Tensor keep = Tensor::zeros({c.B, 1, 1, c.S}, DType::kBool);
+      for (int64_t b = 0; b < c.B; ++b)
+        for (int64_t j = 0; j < c.S; ++j)
+          if (b == 0 || j < 2 * c.S / 3) keep.set({b, 0, 0, j}, 1);
+      o.attn_mask = keep;
+    }
+    check_both(q, k, v, go, o,
+               "B=" + std::to_string(c.B) + " H=" + std::to_string(c.H) + " L=" +
+                   std::to_string(c.L) + " S=" + std::to_string(c.S) + " E=" + std::to_string(c.E) +
+                   " Ev=" + std::to_string(c.Ev) + " window " + std::to_string(c.left) + "," +
+                   std::to_string(c.right) + " softcap " + std::to_string(c.softcap) +
+                   (c.alibi ? " alibi" : "") + (c.padding ? " padding" : ""));
+  }
+}
+
 // The route is the bfloat16-product kernel: it differs from the float32
 // backward on the same (bfloat16-representable) values, and is what runs
 // by default.

@@ -241,8 +241,11 @@ void override_bf16_backward(int enabled) { bf16_backward_override.store(enabled)
 
 void sdpa_backward_fused(const SdpaBackwardProblem& bp, const KernelTable& table) {
   const SdpaProblem& p = bp.forward;
-  const FlashTiling t{std::min<int64_t>(kBackwardBlockQ, p.L),
-                      std::min<int64_t>(kBackwardBlockK, p.S)};
+  const bool bf16 = runs_bf16_backward(bp);
+  const int64_t block_k = bf16 && table.bf16_backward_key_block != nullptr
+                              ? table.bf16_backward_key_block(p)
+                              : kBackwardBlockK;
+  const FlashTiling t{std::min<int64_t>(kBackwardBlockQ, p.L), std::min<int64_t>(block_k, p.S)};
 
   const std::vector<double> row_dot = output_gradient_dots(bp);
 
@@ -273,7 +276,6 @@ void sdpa_backward_fused(const SdpaBackwardProblem& bp, const KernelTable& table
   const int64_t grad_q_floats =
       (*std::max_element(bp.grad_q.offsets.begin(), bp.grad_q.offsets.end())) +
       p.L * bp.grad_q.row_stride;
-  const bool bf16 = runs_bf16_backward(bp);
   const auto backward_tile = bf16 ? table.flash_backward_bf16_tile : table.flash_backward_tile;
   const int64_t scratch_floats =
       bf16 ? table.backward_bf16_scratch_floats(p, t) : table.backward_scratch_floats(p, t);

@@ -84,6 +84,10 @@ struct KernelTable {
   // The amx forward packs K and V once per tile, so it asks for tiles of up
   // to 512 queries.
   int64_t (*forward_query_block)(const SdpaProblem& problem) = nullptr;
+  // Keys per tile of the bfloat16-product backward for `problem`, or null
+  // for the default (96). The amx backward packs the queries once per key
+  // tile: longer key tiles pack them fewer times.
+  int64_t (*bf16_backward_key_block)(const SdpaProblem& problem) = nullptr;
 };
 
 // The tables this CPU can run, fastest first (for tests and benchmarks).

@@ -32,19 +32,28 @@ constexpr KernelTable avx512_bf16_table() {
 }
 extern const KernelTable kAvx512Bf16Kernels = avx512_bf16_table();
 
-// The amx table: avx512_bf16 with a forward whose bfloat16 products run on
-// AMX tiles (attention_amx.cc), listed only where kernels/amx.h says so.
+// The amx table: avx512_bf16 with a forward (attention_amx.cc) and a
+// bfloat16-product backward (attention_amx_backward.cc) whose products run
+// on AMX tiles, listed only where kernels/amx.h says so.
 int64_t amx_forward_scratch_floats(const SdpaProblem& problem, const FlashTiling& tiling);
 void amx_forward_tile(const SdpaProblem& problem, const FlashTiling& tiling, int64_t b,
                       int64_t q_begin, int64_t rows, float* scratch);
 
 int64_t amx_forward_query_block(const SdpaProblem& problem);
 
+int64_t amx_backward_bf16_key_block(const SdpaProblem& problem);
+int64_t amx_backward_bf16_scratch_floats(const SdpaProblem& problem, const FlashTiling& tiling);
+void amx_backward_bf16_tile(const SdpaBackwardProblem& problem, const FlashTiling& tiling,
+                            const int64_t* problems, int64_t count, int64_t j0, int64_t cols,
+                            const double* row_dot, float* grad_q_base, float* scratch);
+
 constexpr KernelTable amx_table() {
-  KernelTable table =
+  KernelTable table = simd::with_bf16_backward_entries(
       simd::with_forward_entries(avx512_bf16_table(), "amx", &amx_forward_scratch_floats,
-                                 &amx_forward_tile, &avx512_bf16_weights_tile);
+                                 &amx_forward_tile, &avx512_bf16_weights_tile),
+      &amx_backward_bf16_scratch_floats, &amx_backward_bf16_tile);
   table.forward_query_block = &amx_forward_query_block;
+  table.bf16_backward_key_block = &amx_backward_bf16_key_block;
   return table;
 }
 extern const KernelTable kAmxKernels = amx_table();
