@@ -39,6 +39,8 @@ using V = __m512;
 constexpr int64_t kBlock = amx::kBlock;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
+using amx::bf16x16;
+using amx::transpose_16x16_words;
 using simd::round_up;
 
 bool runs_on_tiles(const SdpaProblem& p) { return p.bf16_products && p.dropout_p == 0.0; }
@@ -83,9 +85,7 @@ struct Scratch {
   int64_t floats;
 };
 
-// 16 floats → 16 bfloat16, rounded to nearest even (denormals to zero, as
-// the tiles take them anyway), and one float the same way.
-inline __m256i bf16x16(V x) { return (__m256i)_mm512_cvtneps_pbh(x); }
+// One float as bfloat16, as amx::bf16x16 rounds.
 inline uint16_t bf16_of(float x) {
   return static_cast<uint16_t>(_mm256_extract_epi16(bf16x16(_mm512_set1_ps(x)), 0));
 }
@@ -137,34 +137,6 @@ inline void prefetch_row(const MatrixOperand& m, DType dtype, int64_t b, int64_t
 }
 // Rows ahead that the packing loops prefetch.
 constexpr int64_t kPrefetchRows = 12;
-
-// 16 rows of 16 words → their 16 columns (words[c][r] = old words[r][c]):
-// pairs within 128-bit lanes, then quads, then the lanes themselves.
-inline void transpose_16x16_words(__m512i words[16]) {
-  __m512i pairs[16], quads[16];
-  for (int i = 0; i < 16; i += 2) {
-    pairs[i] = _mm512_unpacklo_epi32(words[i], words[i + 1]);
-    pairs[i + 1] = _mm512_unpackhi_epi32(words[i], words[i + 1]);
-  }
-  // quads[4g + c], lane L: rows 4g..4g+3 of column 4L + c.
-  for (int g = 0; g < 16; g += 4) {
-    quads[g] = _mm512_unpacklo_epi64(pairs[g], pairs[g + 2]);
-    quads[g + 1] = _mm512_unpackhi_epi64(pairs[g], pairs[g + 2]);
-    quads[g + 2] = _mm512_unpacklo_epi64(pairs[g + 1], pairs[g + 3]);
-    quads[g + 3] = _mm512_unpackhi_epi64(pairs[g + 1], pairs[g + 3]);
-  }
-  // Column 4L + c: lane L of quads[c], quads[4 + c], quads[8 + c], quads[12 + c].
-  for (int c = 0; c < 4; ++c) {
-    const __m512i lo01 = _mm512_shuffle_i32x4(quads[c], quads[4 + c], 0x44);
-    const __m512i hi01 = _mm512_shuffle_i32x4(quads[c], quads[4 + c], 0xEE);
-    const __m512i lo23 = _mm512_shuffle_i32x4(quads[8 + c], quads[12 + c], 0x44);
-    const __m512i hi23 = _mm512_shuffle_i32x4(quads[8 + c], quads[12 + c], 0xEE);
-    words[c] = _mm512_shuffle_i32x4(lo01, lo23, 0x88);
-    words[4 + c] = _mm512_shuffle_i32x4(lo01, lo23, 0xDD);
-    words[8 + c] = _mm512_shuffle_i32x4(hi01, hi23, 0x88);
-    words[12 + c] = _mm512_shuffle_i32x4(hi01, hi23, 0xDD);
-  }
-}
 
 // Keys [j0, j0 + keys) of problem b into key panels (B of S = Q Kᵀ: step =
 // a pair of E, column = key) and value panels (B of O += P V: step = a pair

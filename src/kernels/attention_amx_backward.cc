@@ -52,6 +52,8 @@ void avx512_bf16_backward_tile(const SdpaBackwardProblem& problem, const FlashTi
 
 namespace {
 
+using amx::bf16x16;
+using amx::transpose_16x16_words;
 using simd::Avx512Bf16;
 using simd::round_up;
 using V = __m512;
@@ -119,8 +121,6 @@ struct Scratch {
   }
 };
 
-inline __m256i bf16x16(V x) { return (__m256i)_mm512_cvtneps_pbh(x); }
-
 inline __mmask16 first_lanes(int64_t n) {
   return n >= 16 ? __mmask16(0xffff) : static_cast<__mmask16>((1u << n) - 1);
 }
@@ -161,35 +161,6 @@ void pair_rows_into_panels(const uint16_t* m, int64_t rows, int64_t width, uint3
   }
 }
 
-// r[i] becomes column i of the 16 × 16 matrix of 4-byte words whose row i
-// was r[i].
-inline void transpose16(__m512i r[16]) {
-  __m512i t[16];
-  for (int i = 0; i < 16; i += 2) {
-    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
-    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
-  }
-  // In each 128-bit lane L, r[4i + k] = column 4L + k of rows 4i … 4i + 3.
-  for (int i = 0; i < 16; i += 4) {
-    r[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
-    r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
-    r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
-    r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
-  }
-  for (int k = 0; k < 4; ++k) {
-    t[k] = _mm512_shuffle_i32x4(r[k], r[4 + k], 0x88);
-    t[4 + k] = _mm512_shuffle_i32x4(r[k], r[4 + k], 0xdd);
-    t[8 + k] = _mm512_shuffle_i32x4(r[8 + k], r[12 + k], 0x88);
-    t[12 + k] = _mm512_shuffle_i32x4(r[8 + k], r[12 + k], 0xdd);
-  }
-  for (int k = 0; k < 4; ++k) {
-    r[k] = _mm512_shuffle_i32x4(t[k], t[8 + k], 0x88);
-    r[8 + k] = _mm512_shuffle_i32x4(t[k], t[8 + k], 0xdd);
-    r[4 + k] = _mm512_shuffle_i32x4(t[4 + k], t[12 + k], 0x88);
-    r[12 + k] = _mm512_shuffle_i32x4(t[4 + k], t[12 + k], 0xdd);
-  }
-}
-
 // kp bfloat16 rows of `width` (both multiples of 32) as panels of 32 rows
 // with the pairs of each row down a column: word
 // ((c / 32) · width/2 + s) · 32 + c % 32 = pair s of row c.
@@ -200,7 +171,7 @@ void transpose_rows_into_panels(const uint16_t* m, int64_t kp, int64_t width, ui
   for (int64_t c0 = 0; c0 < kp; c0 += 16)
     for (int64_t s0 = 0; s0 < w2; s0 += 16) {
       for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_si512(words + (c0 + i) * w2 + s0);
-      transpose16(r);
+      transpose_16x16_words(r);
       uint32_t* out = dst + ((c0 / kBlock) * w2 + s0) * kBlock + c0 % kBlock;
       for (int i = 0; i < 16; ++i) _mm512_storeu_si512(out + i * kBlock, r[i]);
     }
@@ -380,8 +351,8 @@ void pack_probabilities(const Chunk& ch, int64_t keys, const Scratch& w) {
                             _mm512_extracti64x4_epi64(both, 1));
         dr[i] = Avx512Bf16::interleave_words(both);
       }
-      transpose16(pr);
-      transpose16(dr);
+      transpose_16x16_words(pr);
+      transpose_16x16_words(dr);
       for (int i = 0; i < 16; ++i) {
         _mm512_storeu_si512(w.p_t + (c0 + i) * (kChunk / 2) + h * 16, pr[i]);
         _mm512_storeu_si512(w.ds_t + (c0 + i) * (kChunk / 2) + h * 16, dr[i]);
