@@ -141,15 +141,20 @@ void store(std::byte* p, DType dtype, double value) {
 // out), as tight loops; false for other pairs, which take the general path.
 bool convert_contiguous(const Tensor& from, Tensor& to) {
   const int64_t n = to.numel();
+  // Over the threads when large: the bfloat16 ops widen their operands and
+  // narrow their results (an attention backward: eight tensors).
+  const bool parallel = n >= detail::kParallelMinCopyElements;
   if (from.dtype() == DType::kBFloat16 && to.dtype() == DType::kFloat32) {
     const uint16_t* src = static_cast<const uint16_t*>(from.raw_data());
     float* dst = to.data<float>();
+#pragma omp parallel for schedule(static) if (parallel)
     for (int64_t i = 0; i < n; ++i) dst[i] = bfloat16_to_float(src[i]);
     return true;
   }
   if (from.dtype() == DType::kFloat32 && to.dtype() == DType::kBFloat16) {
     const float* src = from.data<float>();
     uint16_t* dst = static_cast<uint16_t*>(to.raw_data());
+#pragma omp parallel for schedule(static) if (parallel)
     for (int64_t i = 0; i < n; ++i) dst[i] = float_to_bfloat16(src[i]);
     return true;
   }
