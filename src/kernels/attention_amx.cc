@@ -127,14 +127,52 @@ void row_as_bf16(const MatrixOperand& m, DType dtype, int64_t b, int64_t row, in
 // the rows of q, k and v are short (E values) and far apart (the heads of a
 // [B, L, H, E] view), which the hardware prefetchers do not follow, so each
 // row would otherwise wait on memory.
+// (kToL2: into L2 only, for rows wanted later.)
+template <bool kToL2 = false>
 inline void prefetch_row(const MatrixOperand& m, DType dtype, int64_t b, int64_t row, int64_t n) {
   const int64_t size = dtype == DType::kBFloat16 ? 2 : 4;
   const char* at = static_cast<const char*>(m.base) + (m.offsets[b] + row * m.row_stride) * size;
   // A contiguous row a line at a time; a strided one (E a column) an element
   // at a time.
   const int64_t step = m.col_stride == 1 ? 64 : m.col_stride * size;
-  for (int64_t i = 0; i < n * m.col_stride * size; i += step) __builtin_prefetch(at + i);
+  for (int64_t i = 0; i < n * m.col_stride * size; i += step)
+    _mm_prefetch(at + i, kToL2 ? _MM_HINT_T1 : _MM_HINT_T0);
 }
+
+// After the last query tile of problem b, the rows that the first tile of
+// problem b + 1 reads (its queries, and keys and values where this tile's
+// were), asked for into L2 a share at a time.
+class NextProblemRows {
+ public:
+  NextProblemRows(const SdpaProblem& p, const FlashTiling& t, int64_t b, int64_t q_end,
+                  int64_t key_begin, int64_t key_end)
+      : p_(p),
+        b_(b + 1),
+        q_begin_(0),
+        rows_(std::min(p.L, t.block_q)),
+        key_begin_(key_begin),
+        keys_(key_end - key_begin),
+        total_(b + 1 < p.problems && q_end == p.L ? rows_ + 2 * keys_ : 0) {}
+
+  // Rows up to share / shares of them.
+  void prefetch_share(int64_t share, int64_t shares) {
+    const int64_t until = std::min(total_, total_ * share / std::max<int64_t>(shares, 1));
+    for (; done_ < until; ++done_) {
+      if (done_ < rows_) {
+        prefetch_row<true>(p_.q, p_.dtype, b_, q_begin_ + done_, p_.E);
+      } else if (done_ < rows_ + keys_) {
+        prefetch_row<true>(p_.k, p_.dtype, b_, key_begin_ + done_ - rows_, p_.E);
+      } else {
+        prefetch_row<true>(p_.v, p_.dtype, b_, key_begin_ + done_ - rows_ - keys_, p_.Ev);
+      }
+    }
+  }
+
+ private:
+  const SdpaProblem& p_;
+  int64_t b_, q_begin_, rows_, key_begin_, keys_, total_;
+  int64_t done_ = 0;
+};
 // Rows ahead that the packing loops prefetch.
 constexpr int64_t kPrefetchRows = 12;
 
@@ -341,10 +379,17 @@ void amx_forward_tile(const SdpaProblem& p, const FlashTiling& t, int64_t b, int
   amx::configure_tiles();
   int64_t key_begin, key_end;
   simd::tile_key_range(p, b, q_begin, rows, &key_begin, &key_end);
+  // The next problem's rows, a share per chunk: the driver hands out runs of
+  // consecutive items, so this thread most likely takes it next.
+  NextProblemRows next(p, t, b, q_begin + rows, key_begin, key_end);
+  const int64_t chunks =
+      (rows + kBlock - 1) / kBlock * ((key_end - key_begin + t.block_k - 1) / t.block_k);
+  int64_t chunk_index = 0;
   for (int64_t j0 = key_begin, keys; j0 < key_end; j0 += keys) {
     keys = simd::key_tile_end(p, t, q_begin, rows, j0, key_end) - j0;
     pack_keys_values(p, b, j0, keys, w);
     for (int64_t r0 = 0; r0 < rows; r0 += kBlock) {
+      next.prefetch_share(++chunk_index, chunks);
       const int chunk = static_cast<int>(std::min<int64_t>(kBlock, rows - r0));
       const bool adjust =
           always_adjust || !simd::tile_fully_visible(p, q_begin + r0, chunk, j0, keys);

@@ -169,7 +169,9 @@ void sdpa_forward_fused(const SdpaProblem& p, const KernelTable& table) {
 #pragma omp parallel if (items > 1)
   {
     float* scratch = thread_scratch(scratch_floats);
-#pragma omp for schedule(dynamic, 1)
+    // Guided: runs of consecutive items, shorter towards the end for the
+    // balance, so that a kernel may prefetch the next item's rows.
+#pragma omp for schedule(guided)
     for (int64_t item = 0; item < items; ++item)
       if (!poll.stop()) run(item, scratch);
   }
