@@ -141,6 +141,31 @@ TEST(HostileValues, BackwardChecksItsInputs) {
   }
 }
 
+// bfloat16 tensors: on a table that reads them directly (amx) the inputs are
+// checked through the gradients; a NaN anywhere the products meet is named.
+TEST(HostileValues, BfloatBackwardNamesTheNonFiniteInput) {
+  Generator gen(3);
+  const Tensor q = Tensor::randn({1, 2, 7, 16}, gen).to(DType::kBFloat16);
+  const Tensor k = Tensor::randn({1, 2, 9, 16}, gen).to(DType::kBFloat16);
+  const Tensor v = Tensor::randn({1, 2, 9, 16}, gen).to(DType::kBFloat16);
+  const SdpaResult forward = scaled_dot_product_attention(q, k, v);
+  const Tensor grad = Tensor::ones(forward.output.shape(), DType::kBFloat16);
+  auto with_nan = [](const Tensor& t) {
+    Tensor bad = t.clone();
+    bad.select(2, 3).fill(std::nan(""));
+    return bad;
+  };
+  expect_error([&] { scaled_dot_product_attention_backward(grad, q, with_nan(k), v, forward); },
+               ErrorKind::kValue, "key of shape");
+  expect_error([&] { scaled_dot_product_attention_backward(grad, q, k, with_nan(v), forward); },
+               ErrorKind::kValue, "value of shape");
+  expect_error([&] { scaled_dot_product_attention_backward(with_nan(grad), q, k, v, forward); },
+               ErrorKind::kValue, "grad_output of shape");
+  const SdpaGradients ok = scaled_dot_product_attention_backward(grad, q, k, v, forward);
+  EXPECT_EQ(ok.query.dtype(), DType::kBFloat16);
+  for (double x : ok.key.to_vector()) EXPECT_TRUE(std::isfinite(x));
+}
+
 // --- Interrupting long calls ---------------------------------------------------
 
 std::atomic<int> checks{0};

@@ -23,6 +23,7 @@
 // avx512_bf16's weights_tile from the log-sum-exp written here.
 #include <cstring>
 
+#include "kernels/simd/amx_operand_rows.h"
 #include "kernels/simd/amx_tiles.h"
 #include "kernels/simd/flash_forward_bf16.h"
 
@@ -40,6 +41,7 @@ constexpr int64_t kBlock = amx::kBlock;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 using amx::bf16x16;
+using amx::row_as_bf16;
 using amx::transpose_16x16_words;
 using simd::round_up;
 
@@ -84,44 +86,6 @@ struct Scratch {
   }
   int64_t floats;
 };
-
-// One float as bfloat16, as amx::bf16x16 rounds.
-inline uint16_t bf16_of(float x) {
-  return static_cast<uint16_t>(_mm256_extract_epi16(bf16x16(_mm512_set1_ps(x)), 0));
-}
-
-// Row `row` of problem b's matrix m (n values) as bfloat16 into dst[0, n),
-// zeros in [n, padded).
-void row_as_bf16(const MatrixOperand& m, DType dtype, int64_t b, int64_t row, int64_t n,
-                 int64_t padded, uint16_t* dst) {
-  const int64_t at = m.offsets[b] + row * m.row_stride;
-  int64_t e = 0;
-  if (dtype == DType::kBFloat16) {
-    const uint16_t* src = static_cast<const uint16_t*>(m.base) + at;
-    if (m.col_stride == 1) {  // (short rows: a masked vector copy beats a memcpy call)
-      for (; e < n; e += 32) {
-        const int64_t count = std::min<int64_t>(32, n - e);
-        const __mmask32 lanes = count == 32 ? ~__mmask32{0} : (__mmask32{1} << count) - 1;
-        _mm512_mask_storeu_epi16(dst + e, lanes, _mm512_maskz_loadu_epi16(lanes, src + e));
-      }
-      e = n;
-    }
-    for (; e < n; ++e) dst[e] = src[e * m.col_stride];
-  } else {
-    const float* src = static_cast<const float*>(m.base) + at;
-    if (m.col_stride == 1) {
-      for (; e + 16 <= n; e += 16)
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + e), bf16x16(_mm512_loadu_ps(src + e)));
-      if (e < n) {
-        const __mmask16 tail = static_cast<__mmask16>((1u << (n - e)) - 1);
-        _mm256_mask_storeu_epi16(dst + e, tail, bf16x16(_mm512_maskz_loadu_ps(tail, src + e)));
-        e = n;
-      }
-    }
-    for (; e < n; ++e) dst[e] = bf16_of(src[e * m.col_stride]);
-  }
-  std::fill(dst + n, dst + padded, uint16_t{0});
-}
 
 // Asks for the cache lines of row `row` of problem b's matrix m (n values):
 // the rows of q, k and v are short (E values) and far apart (the heads of a

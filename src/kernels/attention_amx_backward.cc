@@ -39,6 +39,7 @@
 
 #include <cstring>
 
+#include "kernels/simd/amx_operand_rows.h"
 #include "kernels/simd/amx_tiles.h"
 #include "kernels/simd/flash_backward.h"
 #include "kernels/simd/flash_forward_bf16.h"
@@ -53,6 +54,7 @@ void avx512_bf16_backward_tile(const SdpaBackwardProblem& problem, const FlashTi
 namespace {
 
 using amx::bf16x16;
+using amx::row_as_bf16;
 using amx::transpose_16x16_words;
 using simd::Avx512Bf16;
 using simd::round_up;
@@ -63,7 +65,8 @@ constexpr int64_t kBlock = amx::kBlock;  // 32
 constexpr int64_t kChunk = 64;
 
 bool runs_on_tiles(const SdpaProblem& p) {
-  return p.bf16_products && p.dtype == DType::kFloat32 && p.dropout_p == 0.0;
+  return p.bf16_products && (p.dtype == DType::kFloat32 || p.dtype == DType::kBFloat16) &&
+         p.dropout_p == 0.0;
 }
 
 // The work memory of one call, carved from the driver's scratch (64-byte
@@ -125,23 +128,6 @@ inline __mmask16 first_lanes(int64_t n) {
   return n >= 16 ? __mmask16(0xffff) : static_cast<__mmask16>((1u << n) - 1);
 }
 
-// n floats from src (stride cs) as bfloat16 into dst[0, n), zeros up to padded.
-void row_as_bf16(const float* src, int64_t cs, int64_t n, int64_t padded, uint16_t* dst) {
-  alignas(64) float gathered[16];
-  for (int64_t e = 0; e < padded; e += 16) {
-    const int64_t lanes = std::clamp<int64_t>(n - e, 0, 16);
-    const __mmask16 m = first_lanes(lanes);
-    V x;
-    if (cs == 1) {
-      x = _mm512_maskz_loadu_ps(m, src + e);
-    } else {
-      for (int64_t i = 0; i < lanes; ++i) gathered[i] = src[(e + i) * cs];
-      x = _mm512_maskz_load_ps(m, gathered);
-    }
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + e), bf16x16(x));
-  }
-}
-
 // 16 bfloat16 of row a and 16 of row b as the pairs (a_i, b_i).
 inline __m512i pair_rows(const uint16_t* a, const uint16_t* b) {
   const __m512i lo = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a)));
@@ -180,12 +166,10 @@ void transpose_rows_into_panels(const uint16_t* m, int64_t kp, int64_t width, ui
 // Keys [j0, j0 + cols) of the group's K and V as the three B operands.
 void pack_keys_values(const SdpaProblem& p, int64_t b0, int64_t j0, int64_t cols,
                       const Scratch& w) {
-  const float* k = static_cast<const float*>(p.k.base) + p.k.offsets[b0] + j0 * p.k.row_stride;
-  const float* v = static_cast<const float*>(p.v.base) + p.v.offsets[b0] + j0 * p.v.row_stride;
   for (int64_t c = 0; c < w.kp; ++c) {
     if (c < cols) {
-      row_as_bf16(k + c * p.k.row_stride, p.k.col_stride, p.E, w.ep, w.k_rows + c * w.ep);
-      row_as_bf16(v + c * p.v.row_stride, p.v.col_stride, p.Ev, w.evp, w.v_rows + c * w.evp);
+      row_as_bf16(p.k, p.dtype, b0, j0 + c, p.E, w.ep, w.k_rows + c * w.ep);
+      row_as_bf16(p.v, p.dtype, b0, j0 + c, p.Ev, w.evp, w.v_rows + c * w.evp);
     } else {
       std::fill_n(w.k_rows + c * w.ep, w.ep, uint16_t{0});
       std::fill_n(w.v_rows + c * w.evp, w.evp, uint16_t{0});
@@ -233,14 +217,11 @@ struct Chunk {
 // Q̂ and dÔ rows of the chunk (zero rows past its queries) and their panels.
 void pack_queries(const SdpaBackwardProblem& bp, const Chunk& ch, const Scratch& w) {
   const SdpaProblem& p = bp.forward;
-  const float* q = static_cast<const float*>(p.q.base) + p.q.offsets[ch.b];
-  const float* go = static_cast<const float*>(bp.grad_output.base) + bp.grad_output.offsets[ch.b];
   const int64_t rp = ch.halves * kBlock;
   for (int64_t r = 0; r < rp; ++r) {
     if (r < ch.rows) {
-      row_as_bf16(q + (ch.i0 + r) * p.q.row_stride, p.q.col_stride, p.E, w.ep, w.q + r * w.ep);
-      row_as_bf16(go + (ch.i0 + r) * bp.grad_output.row_stride, bp.grad_output.col_stride, p.Ev,
-                  w.evp, w.go + r * w.evp);
+      row_as_bf16(p.q, p.dtype, ch.b, ch.i0 + r, p.E, w.ep, w.q + r * w.ep);
+      row_as_bf16(bp.grad_output, p.dtype, ch.b, ch.i0 + r, p.Ev, w.evp, w.go + r * w.evp);
     } else {
       std::fill_n(w.q + r * w.ep, w.ep, uint16_t{0});
       std::fill_n(w.go + r * w.evp, w.evp, uint16_t{0});

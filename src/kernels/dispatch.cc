@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -191,24 +192,32 @@ constexpr int64_t kBackwardBlockK = 96;
 
 // D = rowsum(dO ∘ O) for every query row, in float64. Eight partial sums: one
 // running sum would make every addition wait for the one before (~4 cycles).
+// T: float, or uint16_t for bfloat16 operands (O then is bfloat16 too).
+template <class T>
 std::vector<double> output_gradient_dots(const SdpaBackwardProblem& bp) {
   const SdpaProblem& p = bp.forward;
   std::vector<double> row_dot(static_cast<size_t>(p.problems * p.L));
-  const float* out = static_cast<const float*>(p.output);
-  const float* go_base = static_cast<const float*>(bp.grad_output.base);
+  const T* out = static_cast<const T*>(p.output);
+  const T* go_base = static_cast<const T*>(bp.grad_output.base);
   const int64_t cs = bp.grad_output.col_stride;
+  auto value = [](T x) -> double {
+    if constexpr (std::is_same_v<T, float>) {
+      return x;
+    } else {
+      return bfloat16_to_float(x);
+    }
+  };
   const int64_t rows = p.problems * p.L;
 #pragma omp parallel for schedule(static) if (rows * p.Ev >= kParallelMinFlops)
   for (int64_t row = 0; row < rows; ++row) {
     const int64_t b = row / p.L, i = row % p.L;
-    const float* go = go_base + bp.grad_output.offsets[b] + i * bp.grad_output.row_stride;
-    const float* o = out + row * p.Ev;
+    const T* go = go_base + bp.grad_output.offsets[b] + i * bp.grad_output.row_stride;
+    const T* o = out + row * p.Ev;
     double part[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     int64_t e = 0;
     for (; e + 8 <= p.Ev; e += 8)
-      for (int j = 0; j < 8; ++j)
-        part[j] += static_cast<double>(go[(e + j) * cs]) * static_cast<double>(o[e + j]);
-    for (int j = 0; e < p.Ev; ++e, ++j) part[j] += static_cast<double>(go[e * cs]) * o[e];
+      for (int j = 0; j < 8; ++j) part[j] += value(go[(e + j) * cs]) * value(o[e + j]);
+    for (int j = 0; e < p.Ev; ++e, ++j) part[j] += value(go[e * cs]) * value(o[e]);
     row_dot[row] =
         ((part[0] + part[4]) + (part[1] + part[5])) + ((part[2] + part[6]) + (part[3] + part[7]));
   }
@@ -229,13 +238,15 @@ bool bf16_backward_enabled() {
 
 }  // namespace
 
-bool runs_bf16_backward(const SdpaBackwardProblem& bp) {
+bool runs_bf16_backward(const SdpaBackwardProblem& bp, const KernelTable& table) {
   const SdpaProblem& p = bp.forward;
   // A float32 problem of at most four queries (kFewQueries) with contiguous
   // K and V rows ran the forward's few-query kernel in float32 products: its
   // log-sum-exp belongs to those scores, so the backward keeps them too.
   const bool float32_forward = p.L <= 4 && p.k.col_stride == 1 && p.v.col_stride == 1;
-  return p.bf16_products && p.dtype == DType::kFloat32 && !float32_forward && p.dropout_p == 0.0 &&
+  const bool operands = p.dtype == DType::kFloat32 ||
+                        (p.dtype == DType::kBFloat16 && table.bf16_backward_reads_bfloat16);
+  return p.bf16_products && operands && !float32_forward && p.dropout_p == 0.0 &&
          bp.grad_scores == nullptr && bf16_backward_enabled();
 }
 
@@ -243,13 +254,18 @@ void override_bf16_backward(int enabled) { bf16_backward_override.store(enabled)
 
 void sdpa_backward_fused(const SdpaBackwardProblem& bp, const KernelTable& table) {
   const SdpaProblem& p = bp.forward;
-  const bool bf16 = runs_bf16_backward(bp);
+  const bool bf16 = runs_bf16_backward(bp, table);
+  if (p.dtype != DType::kFloat32 && !bf16)
+    throw Error(ErrorKind::kValue, std::string("sdpa_backward_fused: kernel table ") + table.name +
+                                       " cannot run this bfloat16 problem (the op widens it)");
   const int64_t block_k = bf16 && table.bf16_backward_key_block != nullptr
                               ? table.bf16_backward_key_block(p)
                               : kBackwardBlockK;
   const FlashTiling t{std::min<int64_t>(kBackwardBlockQ, p.L), std::min<int64_t>(block_k, p.S)};
 
-  const std::vector<double> row_dot = output_gradient_dots(bp);
+  const std::vector<double> row_dot = p.dtype == DType::kBFloat16
+                                          ? output_gradient_dots<uint16_t>(bp)
+                                          : output_gradient_dots<float>(bp);
 
   // Problems that share one K/V matrix (GQA groups, broadcast batch dims)
   // form a group: one thread owns each (group, key tile).

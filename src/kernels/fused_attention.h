@@ -88,6 +88,10 @@ struct KernelTable {
   // for the default (96). The amx backward packs the queries once per key
   // tile: longer key tiles pack them fewer times.
   int64_t (*bf16_backward_key_block)(const SdpaProblem& problem) = nullptr;
+  // Whether flash_backward_bf16_tile also reads bfloat16 operands (q, k, v
+  // and dO of a bfloat16 problem; the gradients stay float32), so that
+  // bfloat16 tensors need no float32 copies.
+  bool bf16_backward_reads_bfloat16 = false;
 };
 
 // The tables this CPU can run, fastest first (for tests and benchmarks).
@@ -107,11 +111,13 @@ void sdpa_forward_fused(const SdpaProblem& problem, const KernelTable& table);
 void sdpa_backward_fused(const SdpaBackwardProblem& problem, const KernelTable& table);
 
 // Whether sdpa_backward_fused runs a problem with bfloat16 products in the
-// bfloat16-product backward (flash_backward_bf16_tile): bf16_products, float32
-// operands, no dropout, no grad_scores, not a problem whose forward kept
+// bfloat16-product backward (flash_backward_bf16_tile) of `table`:
+// bf16_products, float32 operands (or bfloat16 ones where the table reads
+// them), no dropout, no grad_scores, not a problem whose forward kept
 // float32 products (at most four queries), and the route enabled (by default;
 // QKV_BF16_BACKWARD=0 in the environment, or the override, turns it off).
-bool runs_bf16_backward(const SdpaBackwardProblem& problem);
+// A problem with bfloat16 operands must run there.
+bool runs_bf16_backward(const SdpaBackwardProblem& problem, const KernelTable& table);
 // Tests and benchmarks: 1 on, 0 off, −1 back to the default.
 void override_bf16_backward(int enabled);
 

@@ -54,6 +54,7 @@ constexpr KernelTable amx_table() {
       &amx_backward_bf16_scratch_floats, &amx_backward_bf16_tile);
   table.forward_query_block = &amx_forward_query_block;
   table.bf16_backward_key_block = &amx_backward_bf16_key_block;
+  table.bf16_backward_reads_bfloat16 = true;
   return table;
 }
 extern const KernelTable kAmxKernels = amx_table();

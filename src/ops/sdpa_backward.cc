@@ -1,5 +1,7 @@
 // scaled_dot_product_attention_backward: the same checks as the forward, then
 // one backward kernel call; broadcast and GQA operands sum their gradients.
+#include <optional>
+
 #include "kernels/fused_attention.h"
 #include "ops/checks.h"
 #include "ops/sdpa_bfloat16.h"
@@ -38,31 +40,12 @@ Tensor sum_to_shape(const Tensor& full, const Shape& shape) {
   return out;
 }
 
-}  // namespace
-
-SdpaGradients scaled_dot_product_attention_backward(const Tensor& grad_output, const Tensor& q,
-                                                    const Tensor& k, const Tensor& v,
-                                                    const SdpaResult& forward,
-                                                    const SdpaOptions& options) {
-  const char* fn = "scaled_dot_product_attention_backward";
-  if (is_bfloat16_call(q, k, v))
-    return scaled_dot_product_attention_backward_bfloat16(grad_output, q, k, v, forward, options);
-  PreparedSdpa prepared = prepare_sdpa(q, k, v, options, fn);
-  const bool fused = use_fused_kernel(q, options, fn);
-  check_floating(grad_output, fn, "grad_output");
-  QKV_CHECK(grad_output.shape() == prepared.out_shape, fn, ": grad_output must have the output's ",
-            "shape ", shape_str(prepared.out_shape), ", got ", shape_str(grad_output.shape()));
-  QKV_CHECK_TYPE(grad_output.dtype() == q.dtype(), fn, ": grad_output must be ",
-                 dtype_name(q.dtype()), " like the query, got ", dtype_name(grad_output.dtype()));
-  check_finite(grad_output, fn, "grad_output");
-  check_finite(q, fn, "query");
-  check_finite(k, fn, "key");
-  check_finite(v, fn, "value");
-  QKV_CHECK(forward.output.defined() && forward.output.shape() == prepared.out_shape &&
-                forward.logsumexp.defined(),
-            fn, ": `forward` must be the result of scaled_dot_product_attention on the same ",
-            "inputs (output ", shape_str(prepared.out_shape), " and its logsumexp)");
-
+// The kernel call of a prepared backward: gradients of `grad_dtype`, summed
+// by the kernel from zero.
+SdpaGradients run_backward(const PreparedSdpa& prepared, bool fused, const Tensor& grad_output,
+                           const Tensor& q, const Tensor& k, const Tensor& v,
+                           const SdpaResult& forward, const SdpaOptions& options,
+                           DType grad_dtype) {
   kernels::SdpaBackwardProblem bp;
   bp.forward = prepared.problem;
   kernels::SdpaProblem& p = bp.forward;
@@ -74,16 +57,16 @@ SdpaGradients scaled_dot_product_attention_backward(const Tensor& grad_output, c
   bp.grad_output = matrix_operand(grad_output, prepared.out_lead);
 
   SdpaGradients grads;
-  grads.query = Tensor::zeros(q.shape(), q.dtype());
-  grads.key = Tensor::zeros(k.shape(), k.dtype());
-  grads.value = Tensor::zeros(v.shape(), v.dtype());
+  grads.query = Tensor::zeros(q.shape(), grad_dtype);
+  grads.key = Tensor::zeros(k.shape(), grad_dtype);
+  grads.value = Tensor::zeros(v.shape(), grad_dtype);
   bp.grad_q = grad_operand(grads.query, prepared.out_lead, 1);
   bp.grad_k = grad_operand(grads.key, prepared.out_lead, prepared.head_group);
   bp.grad_v = grad_operand(grads.value, prepared.out_lead, prepared.head_group);
   Tensor grad_scores;
   const bool mask_grad = options.attn_mask.defined() && options.attn_mask.dtype() != DType::kBool;
   if (mask_grad) {
-    grad_scores = Tensor::zeros(prepared.weights_shape, q.dtype());
+    grad_scores = Tensor::zeros(prepared.weights_shape, grad_dtype);
     bp.grad_scores = grad_scores.raw_data();
   }
   if (fused) {
@@ -93,6 +76,77 @@ SdpaGradients scaled_dot_product_attention_backward(const Tensor& grad_output, c
   }
   if (mask_grad) grads.attn_mask = sum_to_shape(grad_scores, options.attn_mask.shape());
   return grads;
+}
+
+void check_grad_output(const Tensor& grad_output, const Tensor& q, const PreparedSdpa& prepared,
+                       const SdpaResult& forward, const char* fn) {
+  QKV_CHECK(grad_output.defined() && grad_output.shape() == prepared.out_shape, fn,
+            ": grad_output must have the output's shape ", shape_str(prepared.out_shape), ", got ",
+            grad_output.defined() ? shape_str(grad_output.shape()) : "undefined");
+  QKV_CHECK_TYPE(grad_output.dtype() == q.dtype(), fn, ": grad_output must be ",
+                 dtype_name(q.dtype()), " like the query, got ", dtype_name(grad_output.dtype()));
+  QKV_CHECK(forward.output.defined() && forward.output.shape() == prepared.out_shape &&
+                forward.output.dtype() == q.dtype() && forward.logsumexp.defined(),
+            fn, ": `forward` must be the result of scaled_dot_product_attention on the same ",
+            "inputs (output ", shape_str(prepared.out_shape), " and its logsumexp)");
+}
+
+// bfloat16 q, k, v and dO straight into a kernel table that reads them
+// (KernelTable::bf16_backward_reads_bfloat16), without float32 copies; the
+// gradients accumulate in float32 and are rounded once. Empty when the
+// problem takes the widening path (sdpa_bfloat16.h). Non-finite inputs are
+// found through the gradients, as the forward finds them through its output:
+// a NaN or infinity that the products meet makes a gradient non-finite.
+std::optional<SdpaGradients> backward_reading_bfloat16(const Tensor& grad_output, const Tensor& q,
+                                                       const Tensor& k, const Tensor& v,
+                                                       const SdpaResult& forward,
+                                                       const SdpaOptions& options, const char* fn) {
+  const kernels::KernelTable& table = kernels::active_kernel_table();
+  if (!table.bf16_backward_reads_bfloat16 || !bfloat16_runs_fused(q, k, v, options) ||
+      options.dropout_p != 0.0)
+    return std::nullopt;
+  PreparedSdpa prepared = prepare_sdpa(q, k, v, options, fn);
+  check_grad_output(grad_output, q, prepared, forward, fn);
+  kernels::SdpaBackwardProblem probe;
+  probe.forward = prepared.problem;
+  if (!kernels::runs_bf16_backward(probe, table)) return std::nullopt;
+  SdpaGradients grads = run_backward(prepared, /*fused=*/true, grad_output, q, k, v, forward,
+                                     options, DType::kFloat32);
+  if (!all_finite(grads.query) || !all_finite(grads.key) || !all_finite(grads.value)) {
+    // (the error path: bfloat16 inputs widened to be scanned)
+    check_finite(grad_output.to(DType::kFloat32), fn, "grad_output");
+    check_finite(q.to(DType::kFloat32), fn, "query");
+    check_finite(k.to(DType::kFloat32), fn, "key");
+    check_finite(v.to(DType::kFloat32), fn, "value");
+    QKV_CHECK(false, fn, ": a gradient overflowed to NaN/inf although the inputs are finite; ",
+              "scale the inputs down");
+  }
+  for (Tensor* g : {&grads.query, &grads.key, &grads.value}) *g = g->to(DType::kBFloat16);
+  return grads;
+}
+
+}  // namespace
+
+SdpaGradients scaled_dot_product_attention_backward(const Tensor& grad_output, const Tensor& q,
+                                                    const Tensor& k, const Tensor& v,
+                                                    const SdpaResult& forward,
+                                                    const SdpaOptions& options) {
+  const char* fn = "scaled_dot_product_attention_backward";
+  if (is_bfloat16_call(q, k, v)) {
+    if (std::optional<SdpaGradients> grads =
+            backward_reading_bfloat16(grad_output, q, k, v, forward, options, fn))
+      return *std::move(grads);
+    return scaled_dot_product_attention_backward_bfloat16(grad_output, q, k, v, forward, options);
+  }
+  PreparedSdpa prepared = prepare_sdpa(q, k, v, options, fn);
+  const bool fused = use_fused_kernel(q, options, fn);
+  check_floating(grad_output, fn, "grad_output");
+  check_grad_output(grad_output, q, prepared, forward, fn);
+  check_finite(grad_output, fn, "grad_output");
+  check_finite(q, fn, "query");
+  check_finite(k, fn, "key");
+  check_finite(v, fn, "value");
+  return run_backward(prepared, fused, grad_output, q, k, v, forward, options, q.dtype());
 }
 
 }  // namespace qkv
