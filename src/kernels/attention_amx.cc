@@ -195,66 +195,109 @@ void pack_keys_values(const SdpaProblem& p, int64_t b, int64_t j0, int64_t keys,
   }
 }
 
+// The 16 row sums (kMax: maxima) of the 16 vectors part[i] (row i; rows past
+// the group hold the identity), one row per lane: a transpose, then 15
+// vertical operations instead of a horizontal reduction per row.
+template <bool kMax>
+V reduce_rows(__m512i part[16]) {
+  amx::transpose_16x16_words(part);
+  V total = _mm512_castsi512_ps(part[0]);
+  for (int c = 1; c < 16; ++c)
+    total = kMax ? _mm512_max_ps(total, _mm512_castsi512_ps(part[c]))
+                 : _mm512_add_ps(total, _mm512_castsi512_ps(part[c]));
+  return total;
+}
+
 // The online softmax over one chunk's block of scores: row r of `rows` has
 // `keys` scores at s + r · ld, to be multiplied by scale > 0 (1 when they
 // already are). Updates m, l, rescales out, writes P (zeros past keys up to
 // kp). The exponentials are exp_nonpositive's (flash_forward_bf16.h): P is
-// rounded to bfloat16 next.
+// rounded to bfloat16 next. Rows go 16 at a time, their maxima, sums and
+// running statistics one lane each.
 void softmax_chunk(const float* s, int64_t ld, int rows, int64_t keys, int64_t kp, float scale,
                    float* m, float* l, float* out, int64_t ev, uint16_t* probs) {
   const __mmask16 tail = static_cast<__mmask16>((1u << (keys % 16)) - 1);
-  const V vscale = _mm512_set1_ps(scale);
-  for (int r = 0; r < rows; ++r) {
-    const float* row = s + r * ld;
-    uint16_t* prow = probs + r * kp;
-    // The maximum, and whether a score is NaN: vmaxps and the reductions
-    // (clang's follows IEEE maxNum) may drop a NaN, and a row of NaN scores
-    // must give NaN, not a row that saw no key.
-    V vmax = _mm512_set1_ps(kNegInf);
-    __mmask16 nan = 0;
-    int64_t j = 0;
-    for (; j + 16 <= keys; j += 16) {
-      const V x = _mm512_loadu_ps(row + j);
-      nan |= _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
-      vmax = _mm512_max_ps(vmax, x);
+  const V vscale = _mm512_set1_ps(scale), neg_inf = _mm512_set1_ps(kNegInf);
+  for (int g0 = 0; g0 < rows; g0 += 16) {
+    const int group = std::min(16, rows - g0);
+    const __mmask16 in_group = static_cast<__mmask16>((1u << group) - 1);
+    // The maxima, and which rows hold a NaN: vmaxps (and clang's reductions,
+    // IEEE maxNum) may drop a NaN, and a row of NaN scores must give NaN,
+    // not a row that saw no key.
+    __m512i part[16];
+    __mmask16 nan_rows = 0;
+    for (int i = 0; i < 16; ++i) {
+      V vmax = neg_inf;
+      if (i < group) {
+        const float* row = s + (g0 + i) * ld;
+        __mmask16 nan = 0;
+        int64_t j = 0;
+        for (; j + 16 <= keys; j += 16) {
+          const V x = _mm512_loadu_ps(row + j);
+          nan |= _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+          vmax = _mm512_max_ps(vmax, x);
+        }
+        if (j < keys) {
+          const V x = _mm512_mask_loadu_ps(vmax, tail, row + j);
+          nan |= _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+          vmax = _mm512_max_ps(vmax, x);
+        }
+        if (nan != 0) nan_rows |= static_cast<__mmask16>(1u << i);
+      }
+      part[i] = _mm512_castps_si512(vmax);
     }
-    if (j < keys) {
-      const V x = _mm512_mask_loadu_ps(vmax, tail, row + j);
-      nan |= _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
-      vmax = _mm512_max_ps(vmax, x);
+    const V m_old = _mm512_mask_loadu_ps(neg_inf, in_group, m + g0);
+    const V m_new = _mm512_mask_blend_ps(
+        nan_rows, _mm512_max_ps(_mm512_mul_ps(reduce_rows<true>(part), vscale), m_old),
+        _mm512_set1_ps(std::numeric_limits<float>::quiet_NaN()));
+    // α = exp(m_old − m_new), 0 for rows that saw no key before.
+    const __mmask16 unseen = _mm512_cmp_ps_mask(m_old, neg_inf, _CMP_EQ_OQ);
+    const V alpha = _mm512_maskz_mov_ps(static_cast<__mmask16>(~unseen),
+                                        simd::exp<Avx512Bf16>(_mm512_sub_ps(m_old, m_new)));
+    // Rows with every key so far hidden: P = 0, O and l stay 0.
+    const __mmask16 empty = _mm512_cmp_ps_mask(m_new, neg_inf, _CMP_EQ_OQ);
+    alignas(64) float m_rows[16], alpha_rows[16];
+    _mm512_store_ps(m_rows, m_new);
+    _mm512_store_ps(alpha_rows, alpha);
+    for (int i = 0; i < 16; ++i) {
+      V sum = _mm512_setzero_ps();
+      if (i < group) {
+        const float* row = s + (g0 + i) * ld;
+        uint16_t* prow = probs + (g0 + i) * kp;
+        int64_t j = 0;
+        if ((empty >> i & 1u) == 0) {
+          const V shift = _mm512_set1_ps(-m_rows[i]);
+          for (; j + 16 <= keys; j += 16) {
+            const V e = simd::exp_nonpositive<Avx512Bf16>(
+                _mm512_fmadd_ps(_mm512_loadu_ps(row + j), vscale, shift));
+            sum = _mm512_add_ps(sum, e);
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(prow + j), bf16x16(e));
+          }
+          if (j < keys) {
+            const V x = _mm512_mask_loadu_ps(neg_inf, tail, row + j);
+            const V e = simd::exp_nonpositive<Avx512Bf16>(_mm512_fmadd_ps(x, vscale, shift));
+            sum = _mm512_add_ps(sum, e);  // (hidden lanes: exp(−inf) = 0)
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(prow + j), bf16x16(e));
+            j += 16;
+          }
+        }
+        std::fill(prow + j, prow + kp, uint16_t{0});
+      }
+      part[i] = _mm512_castps_si512(sum);
     }
-    const float m_new = nan != 0 ? std::numeric_limits<float>::quiet_NaN()
-                                 : std::max(m[r], _mm512_reduce_max_ps(vmax) * scale);
-    if (m_new == kNegInf) {  // every key so far hidden: P = 0, O and l stay 0
-      std::fill(prow, prow + kp, uint16_t{0});
-      continue;
-    }
-    const float alpha = m[r] == kNegInf ? 0.0f : std::exp(m[r] - m_new);
-    const V shift = _mm512_set1_ps(-m_new);
-    V sum = _mm512_setzero_ps();
-    for (j = 0; j + 16 <= keys; j += 16) {
-      const V e = simd::exp_nonpositive<Avx512Bf16>(
-          _mm512_fmadd_ps(_mm512_loadu_ps(row + j), vscale, shift));
-      sum = _mm512_add_ps(sum, e);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(prow + j), bf16x16(e));
-    }
-    if (j < keys) {
-      const V x = _mm512_mask_loadu_ps(_mm512_set1_ps(kNegInf), tail, row + j);
-      const V e = simd::exp_nonpositive<Avx512Bf16>(_mm512_fmadd_ps(x, vscale, shift));
-      sum = _mm512_add_ps(sum, e);  // (hidden lanes: exp(−inf) = 0)
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(prow + j), bf16x16(e));
-      j += 16;
-    }
-    std::fill(prow + j, prow + kp, uint16_t{0});
-    l[r] = l[r] * alpha + _mm512_reduce_add_ps(sum);
-    m[r] = m_new;
-    if (alpha != 1.0f) {
-      float* o = out + r * ev;
-      const V a = _mm512_set1_ps(alpha);
+    const V l_old = _mm512_mask_loadu_ps(_mm512_setzero_ps(), in_group, l + g0);
+    _mm512_mask_storeu_ps(l + g0, in_group,
+                          _mm512_add_ps(_mm512_mul_ps(l_old, alpha), reduce_rows<false>(part)));
+    _mm512_mask_storeu_ps(m + g0, in_group, m_new);
+    for (int i = 0; i < group; ++i) {
+      const float a = alpha_rows[i];
+      if (a == 1.0f || (empty >> i & 1u) != 0) continue;
+      float* o = out + (g0 + i) * ev;
+      const V va = _mm512_set1_ps(a);
       int64_t e = 0;
       for (; e + 16 <= ev; e += 16)
-        _mm512_storeu_ps(o + e, _mm512_mul_ps(_mm512_loadu_ps(o + e), a));
-      for (; e < ev; ++e) o[e] *= alpha;
+        _mm512_storeu_ps(o + e, _mm512_mul_ps(_mm512_loadu_ps(o + e), va));
+      for (; e < ev; ++e) o[e] *= a;
     }
   }
 }
