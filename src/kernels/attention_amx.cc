@@ -10,12 +10,14 @@
 //                      B = a panel of 32 value columns, pairs along keys
 //
 // A query tile (the driver's, up to 512 rows: forward_query_block) walks the
-// keys in blocks of up to 256; each key block's K and V are packed once into panels and then
-// meet the tile's 32-row chunks. Per chunk the scores go through the same
-// adjustments as the other kernels (flash_forward.h: soft-capping, ALiBi,
-// the mask, causal and window limits), the online softmax (running max m and
-// sum l per row, O rescaled when m grows) and P = exp(S − m) rounded to
-// bfloat16; finish_forward_rows writes O / l and the log-sum-exp.
+// keys in blocks of up to 256; each key block's K and V are packed once into
+// panels and then meet the tile's 32-row chunks. Per chunk the scores go
+// through the same adjustments as the other kernels (flash_forward.h:
+// soft-capping, ALiBi, the mask, causal and window limits), the online
+// softmax (running max m and sum l per row, 16 rows to a vector; O rescaled
+// when m grows) and P = exp(S − m) rounded to bfloat16; finish_forward_rows
+// writes O / l and the log-sum-exp. While the last tile of a problem runs,
+// the next problem's rows are asked for into L2 (NextProblemRows).
 //
 // Problems this does not cover run the avx512_bf16 entries: float32
 // products, dropout, and tiles of at most four queries (the few-query
