@@ -44,7 +44,6 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 using amx::bf16x16;
 using amx::row_as_bf16;
-using amx::transpose_16x16_words;
 using simd::round_up;
 
 bool runs_on_tiles(const SdpaProblem& p) { return p.bf16_products && p.dropout_p == 0.0; }
@@ -114,7 +113,6 @@ class NextProblemRows {
                   int64_t key_begin, int64_t key_end)
       : p_(p),
         b_(b + 1),
-        q_begin_(0),
         rows_(std::min(p.L, t.block_q)),
         key_begin_(key_begin),
         keys_(key_end - key_begin),
@@ -125,7 +123,7 @@ class NextProblemRows {
     const int64_t until = std::min(total_, total_ * share / std::max<int64_t>(shares, 1));
     for (; done_ < until; ++done_) {
       if (done_ < rows_) {
-        prefetch_row<true>(p_.q, p_.dtype, b_, q_begin_ + done_, p_.E);
+        prefetch_row<true>(p_.q, p_.dtype, b_, done_, p_.E);
       } else if (done_ < rows_ + keys_) {
         prefetch_row<true>(p_.k, p_.dtype, b_, key_begin_ + done_ - rows_, p_.E);
       } else {
@@ -136,7 +134,7 @@ class NextProblemRows {
 
  private:
   const SdpaProblem& p_;
-  int64_t b_, q_begin_, rows_, key_begin_, keys_, total_;
+  int64_t b_, rows_, key_begin_, keys_, total_;
   int64_t done_ = 0;
 };
 // Rows ahead that the packing loops prefetch.
@@ -149,26 +147,20 @@ void pack_keys_values(const SdpaProblem& p, int64_t b, int64_t j0, int64_t keys,
   const int64_t kp = round_up(keys, kBlock);
   const int64_t width = std::max(w.ep, w.evp);
   // K: pair s of key j at word (panel · ep/2 + s) · 32 + j % 32, 16 keys at a
-  // time: their rows of pairs, transposed 16 × 16 words at a time.
+  // time: their rows of pairs (ep apart in the stage), transposed.
   uint32_t* kw = reinterpret_cast<uint32_t*>(w.k);
-  const uint32_t* staged = reinterpret_cast<const uint32_t*>(w.stage);
   for (int64_t j16 = 0; j16 < kp; j16 += 16) {
     for (int64_t r = 0; r < 16; ++r) {
       const int64_t j = j16 + r;
       if (j + kPrefetchRows < keys) prefetch_row(p.k, p.dtype, b, j0 + j + kPrefetchRows, p.E);
       if (j < keys) {
-        row_as_bf16(p.k, p.dtype, b, j0 + j, p.E, w.ep, w.stage + r * width);
+        row_as_bf16(p.k, p.dtype, b, j0 + j, p.E, w.ep, w.stage + r * w.ep);
       } else {
-        std::fill(w.stage + r * width, w.stage + r * width + w.ep, uint16_t{0});
+        std::fill(w.stage + r * w.ep, w.stage + (r + 1) * w.ep, uint16_t{0});
       }
     }
-    uint32_t* panel = kw + (j16 / kBlock) * (w.ep / 2) * kBlock + j16 % kBlock;
-    for (int64_t s0 = 0; s0 < w.ep / 2; s0 += 16) {
-      __m512i words[16];
-      for (int r = 0; r < 16; ++r) words[r] = _mm512_loadu_si512(staged + r * width / 2 + s0);
-      transpose_16x16_words(words);
-      for (int c = 0; c < 16; ++c) _mm512_storeu_si512(panel + (s0 + c) * kBlock, words[c]);
-    }
+    amx::transpose_rows_into_panels(w.stage, 16, w.ep,
+                                    kw + (j16 / kBlock) * (w.ep / 2) * kBlock + j16 % kBlock);
   }
   // V: keys j, j + 1 interleaved: value e of pair s at word
   // ((e / 32) · kp/2 + s) · 32 + e % 32.

@@ -56,6 +56,7 @@ namespace {
 using amx::bf16x16;
 using amx::row_as_bf16;
 using amx::transpose_16x16_words;
+using amx::transpose_rows_into_panels;
 using simd::Avx512Bf16;
 using simd::round_up;
 using V = __m512;
@@ -145,22 +146,6 @@ void pair_rows_into_panels(const uint16_t* m, int64_t rows, int64_t width, uint3
       _mm512_storeu_si512(dst + ((e / kBlock) * (rows / 2) + r2) * kBlock + e % kBlock,
                           pair_rows(even + e, even + width + e));
   }
-}
-
-// kp bfloat16 rows of `width` (both multiples of 32) as panels of 32 rows
-// with the pairs of each row down a column: word
-// ((c / 32) · width/2 + s) · 32 + c % 32 = pair s of row c.
-void transpose_rows_into_panels(const uint16_t* m, int64_t kp, int64_t width, uint32_t* dst) {
-  const uint32_t* words = reinterpret_cast<const uint32_t*>(m);
-  const int64_t w2 = width / 2;
-  __m512i r[16];
-  for (int64_t c0 = 0; c0 < kp; c0 += 16)
-    for (int64_t s0 = 0; s0 < w2; s0 += 16) {
-      for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_si512(words + (c0 + i) * w2 + s0);
-      transpose_16x16_words(r);
-      uint32_t* out = dst + ((c0 / kBlock) * w2 + s0) * kBlock + c0 % kBlock;
-      for (int i = 0; i < 16; ++i) _mm512_storeu_si512(out + i * kBlock, r[i]);
-    }
 }
 
 // Keys [j0, j0 + cols) of the group's K and V as the three B operands.

@@ -1,7 +1,8 @@
 // The rows of an attention problem's operands (q, k, v, dO: a
 // MatrixOperand of float32 or bfloat16 values) as bfloat16 rows, the form
 // the AMX kernels build their tiles from (attention_amx.cc,
-// attention_amx_backward.cc). Rounded to nearest even, as amx::bf16x16.
+// attention_amx_backward.cc), and such rows transposed into B panels.
+// Rounded to nearest even, as amx::bf16x16.
 // Compiled only in translation units built with AVX512_BF16; internal
 // linkage, as kernels/simd/vec.h.
 #pragma once
@@ -53,6 +54,23 @@ void row_as_bf16(const MatrixOperand& m, DType dtype, int64_t b, int64_t row, in
     for (; e < n; ++e) dst[e] = bf16_of(src[e * m.col_stride]);
   }
   std::fill(dst + n, dst + padded, uint16_t{0});
+}
+
+// kp bfloat16 rows of `width` (kp a multiple of 16, width of 32) as panels of 32 rows
+// with the pairs of each row down a column: word
+// ((c / 32) · width/2 + s) · 32 + c % 32 = pair s of row c.
+inline void transpose_rows_into_panels(const uint16_t* m, int64_t kp, int64_t width,
+                                       uint32_t* dst) {
+  const uint32_t* words = reinterpret_cast<const uint32_t*>(m);
+  const int64_t w2 = width / 2;
+  __m512i r[16];
+  for (int64_t c0 = 0; c0 < kp; c0 += 16)
+    for (int64_t s0 = 0; s0 < w2; s0 += 16) {
+      for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_si512(words + (c0 + i) * w2 + s0);
+      transpose_16x16_words(r);
+      uint32_t* out = dst + ((c0 / kBlock) * w2 + s0) * kBlock + c0 % kBlock;
+      for (int i = 0; i < 16; ++i) _mm512_storeu_si512(out + i * kBlock, r[i]);
+    }
 }
 
 }  // namespace
