@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <new>
 
+#include "kernels/fused_attention.h"
 #include "qkv/attention.h"
 #include "qkv/masks.h"
 
@@ -46,6 +47,54 @@ TEST(SdpaInto, MatchesTheAllocatingCall) {
   EXPECT_LT(max_abs_diff(out, scaled_dot_product_attention(q, k, v, o).output), 1e-6);
   Tensor wrong = Tensor::empty({2, 6, 2, 32});
   EXPECT_THROW(scaled_dot_product_attention_into(wrong, q, k, v, o, ws), Error);
+}
+
+// The output may be the heads of a [B, L, H, E] buffer (transposed to
+// [B, H, L, E]), written in place: on every kernel table, in float32 and
+// bfloat16 precision, and by the reference; the columns around stay untouched.
+TEST(SdpaInto, WritesIntoStridedHeads) {
+  Generator gen(5);
+  const int64_t B = 2, H = 3, L = 37, E = 32;
+  const Tensor q = Tensor::randn({B, H, L, E}, gen), k = Tensor::randn({B, H, L, E}, gen);
+  const Tensor v = Tensor::randn({B, H, L, E}, gen);
+  auto expect_strided_like_contiguous = [&](const SdpaOptions& o, const char* what) {
+    SCOPED_TRACE(what);
+    const Tensor expected = scaled_dot_product_attention(q, k, v, o).output;
+    // One spare column per row: the heads' columns [0, H·E), a guard at H·E.
+    Tensor merged = Tensor::full({B, L, H * E + 1}, 7.0);
+    Tensor heads = merged.slice(2, 0, H * E).view({B, L, H, E}).transpose(1, 2);
+    SdpaWorkspace ws;
+    scaled_dot_product_attention_into(heads, q, k, v, o, ws);
+    EXPECT_EQ(max_abs_diff(heads, expected), 0.0);
+    EXPECT_EQ(max_abs_diff(merged.slice(2, H * E, H * E + 1), Tensor::full({B, L, 1}, 7.0)), 0.0);
+  };
+  for (const kernels::KernelTable* table : kernels::supported_kernel_tables()) {
+    kernels::override_kernel_table(table);
+    SdpaOptions o;
+    expect_strided_like_contiguous(o, table->name);
+    o.precision = Precision::kBFloat16;
+    o.causal = CausalMask::kTopLeft;
+    expect_strided_like_contiguous(o, table->name);
+  }
+  kernels::override_kernel_table(nullptr);
+  SdpaOptions reference;
+  reference.backend = SdpaBackend::kReference;
+  expect_strided_like_contiguous(reference, "reference");
+}
+
+TEST(SdpaInto, RefusesOutputsThatRepeatOrOverlap) {
+  Generator gen(6);
+  Tensor q = Tensor::randn({1, 2, 4, 8}, gen), k = Tensor::randn({1, 2, 4, 8}, gen);
+  Tensor v = Tensor::randn({1, 2, 4, 8}, gen);
+  SdpaWorkspace ws;
+  Tensor one_head = Tensor::empty({1, 1, 4, 8});
+  Tensor repeated = one_head.expand({1, 2, 4, 8});  // both heads on the same memory
+  EXPECT_THROW(scaled_dot_product_attention_into(repeated, q, k, v, {}, ws), Error);
+  Tensor memory = Tensor::empty({64});
+  Tensor interleaved = Tensor::from_blob(memory.raw_data(), {1, 2, 4, 8}, {64, 4, 16, 1},
+                                         DType::kFloat32, nullptr);  // head 1 overlaps head 0
+  EXPECT_THROW(scaled_dot_product_attention_into(interleaved, q, k, v, {}, ws), Error);
+  EXPECT_THROW(scaled_dot_product_attention_into(v, q, k, v, {}, ws), Error);  // in place
 }
 
 TEST(SdpaInto, DecodingStepsAllocateNothingOnceWarm) {

@@ -159,9 +159,12 @@ class SdpaWorkspace {
   std::unique_ptr<State> state_;
 };
 
-// scaled_dot_product_attention writing into a preallocated contiguous
-// `output` [..., H, L, Ev]: after the first call with a problem of this size,
-// later calls allocate nothing (decoding loops). No weights or dropout mask.
+// scaled_dot_product_attention writing into a preallocated `output`
+// [..., H, L, Ev]: contiguous, or any view whose rows of Ev are contiguous and
+// whose elements are distinct (e.g. the heads of a [B, L, H, Ev] buffer,
+// transposed), not overlapping q, k or v. After the first call with a problem
+// of this size, later calls allocate nothing (decoding loops). No weights or
+// dropout mask.
 void scaled_dot_product_attention_into(Tensor& output, const Tensor& q, const Tensor& k,
                                        const Tensor& v, const SdpaOptions& options,
                                        SdpaWorkspace& workspace);

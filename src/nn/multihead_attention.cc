@@ -331,12 +331,12 @@ void MultiheadAttention::self_attention_into(Tensor& out, const Tensor& x, const
   sdpa.precision = precision();
   sdpa.attn_mask = keep;
   if (causal) sdpa.causal = CausalMask::kTopLeft;
-  Tensor context = workspace.buffer(Workspace::kContext, {B, H, L, E}, o.dtype);
+  // The attention writes each head's rows into its columns of `merged`
+  // [B, L, H·E]: heads side by side again, no copy.
+  Tensor merged = workspace.buffer(Workspace::kMerged, {B, L, D}, o.dtype);
+  Tensor context = merged.view({B, L, H, E}).transpose(1, 2);  // [B, H, L, E] view
   scaled_dot_product_attention_into(context, part(0), part(1), part(2), sdpa,
                                     workspace.attention());
-  // Heads side by side again: [B, H, L, E] -> [B, L, H·E].
-  Tensor merged = workspace.buffer(Workspace::kMerged, {B, L, D}, o.dtype);
-  copy_4d(merged.view({B, L, H, E}).transpose(1, 2), context);
   note_input_range({kProjections[3]}, merged);
   if (low_precision_[3].empty()) {
     linear_into(out, merged, out_proj_weight_, out_proj_bias_);

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "tensor/parallel_threshold.h"
@@ -164,6 +165,38 @@ int64_t row_stride(const Tensor& out) {
 }
 
 }  // namespace
+
+bool elements_distinct(const Tensor& t) {
+  // Dims of size > 1 from the smallest stride up: each must step past all
+  // the elements the dims inside it reach.
+  std::vector<std::pair<int64_t, int64_t>> dims;  // (stride, size)
+  for (int64_t d = 0; d < t.dim(); ++d)
+    if (t.size(d) > 1) dims.emplace_back(t.stride(d), t.size(d));
+  std::sort(dims.begin(), dims.end());
+  int64_t reach = 0;  // the largest offset the inner dims reach
+  for (const auto& [stride, size] : dims) {
+    if (stride <= reach) return false;
+    reach += stride * (size - 1);
+  }
+  return true;
+}
+
+namespace {
+// [first, last] bytes of t's elements (t non-empty, strides >= 0).
+std::pair<const std::byte*, const std::byte*> byte_span(const Tensor& t) {
+  const auto* first = static_cast<const std::byte*>(t.raw_data());
+  int64_t last = 0;
+  for (int64_t d = 0; d < t.dim(); ++d) last += (t.size(d) - 1) * t.stride(d);
+  return {first, first + (last + 1) * static_cast<int64_t>(dtype_size(t.dtype())) - 1};
+}
+}  // namespace
+
+bool spans_overlap(const Tensor& a, const Tensor& b) {
+  if (a.numel() == 0 || b.numel() == 0) return false;
+  const auto [a0, a1] = byte_span(a);
+  const auto [b0, b1] = byte_span(b);
+  return a0 <= b1 && b0 <= a1;
+}
 
 int64_t check_linear_out(const Tensor& out, const Tensor& x, const Tensor& bias, int64_t rows,
                          int64_t n, const char* fn) {

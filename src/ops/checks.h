@@ -18,6 +18,12 @@ void check_finite(const Tensor& t, const char* fn, const char* arg);
 // A float mask may hold −inf (masked) but not NaN or +inf.
 void check_mask_values(const Tensor& mask, const char* fn, const char* arg);
 
+// Whether every index of t names its own element (no stride-0 or
+// interleaved dims): what a tensor written to needs.
+bool elements_distinct(const Tensor& t);
+// Whether the memory spans of a and b (first to last element) overlap.
+bool spans_overlap(const Tensor& a, const Tensor& b);
+
 // linear() on a converted weight (low precision, GGUF blocks): float32 x
 // [..., in] and bias [out] or undefined. `weight` names the weight's kind in
 // messages ("bfloat16", "Q4_1"). Returns the rows of x.

@@ -33,7 +33,8 @@ const kernels::SdpaProblem& stack_gqa_queries(const kernels::SdpaProblem& p, int
       p.causal == CausalMask::kNone || (single_query && p.causal == CausalMask::kBottomRight);
   const bool per_position_bias =
       p.alibi_slopes != nullptr || p.window_left >= 0 || p.window_right >= 0;
-  if (group <= 1 || p.dropout_p > 0.0 || !positions_free || per_position_bias || q.dim() < 3)
+  if (group <= 1 || p.dropout_p > 0.0 || !positions_free || per_position_bias || q.dim() < 3 ||
+      !p.output_offsets.empty())
     return p;
   if (p.mask.base != nullptr && !single_query) return p;
   const int64_t problems = p.problems / group;
@@ -118,12 +119,24 @@ void scaled_dot_product_attention_into(Tensor& output, const Tensor& q, const Te
   QKV_CHECK(!options.need_weights && !options.return_dropout_mask, fn,
             ": need_weights and return_dropout_mask are not available here; call "
             "scaled_dot_product_attention");
-  QKV_CHECK(output.defined() && output.shape() == st.prepared.out_shape && output.is_contiguous(),
-            fn, ": output must be a contiguous tensor of shape ", shape_str(st.prepared.out_shape),
-            ", got ", output.defined() ? shape_str(output.shape()) : "undefined",
-            output.defined() && !output.is_contiguous() ? " (not contiguous)" : "");
+  QKV_CHECK(output.defined() && output.shape() == st.prepared.out_shape &&
+                (output.stride(-1) == 1 || p.Ev == 1),
+            fn, ": output must be a tensor of shape ", shape_str(st.prepared.out_shape),
+            " with contiguous rows, got ",
+            output.defined() ? shape_str(output.shape()) : "undefined",
+            output.defined() && output.stride(-1) != 1 ? " (last dim strided)" : "");
   QKV_CHECK_TYPE(output.dtype() == q.dtype(), fn, ": output must be ", dtype_name(q.dtype()),
                  " like the query, got ", dtype_name(output.dtype()));
+  QKV_CHECK(output.is_contiguous() || elements_distinct(output), fn,
+            ": output must give every element its own memory (not an expanded view), got "
+            "strides ",
+            shape_str(output.strides()));
+  QKV_CHECK(!spans_overlap(output, q) && !spans_overlap(output, k) && !spans_overlap(output, v), fn,
+            ": output must not overlap query, key or value");
+  if (!output.is_contiguous()) {  // e.g. the heads of a [B, L, H, E] buffer
+    fill_offsets(p.output_offsets, output, st.prepared.out_lead, 1);
+    p.output_row_stride = output.stride(-2);
+  }
   const bool fused = use_fused_kernel(q, options, fn);
   if (p.dropout_p > 0.0 && p.keep.base == nullptr) {
     Generator& gen = options.generator ? *options.generator : default_generator();

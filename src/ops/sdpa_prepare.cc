@@ -13,7 +13,6 @@ Shape leading(const Tensor& t) { return Shape(t.shape().begin(), t.shape().end()
 
 }  // namespace
 
-namespace {
 void fill_offsets(std::vector<int64_t>& offsets, const Tensor& t, const Shape& out_lead,
                   int64_t head_group) {
   const int64_t nd = static_cast<int64_t>(out_lead.size());
@@ -39,7 +38,6 @@ void fill_offsets(std::vector<int64_t>& offsets, const Tensor& t, const Shape& o
     }
   }
 }
-}  // namespace
 
 std::vector<int64_t> matrix_offsets(const Tensor& t, const Shape& out_lead, int64_t head_group) {
   std::vector<int64_t> offsets;
@@ -138,6 +136,8 @@ void prepare_sdpa(PreparedSdpa& prepared, const Tensor& q, const Tensor& k, cons
   p.dropout_seed = 0;
   p.alibi_slopes = nullptr;
   p.output = p.weights = nullptr;
+  p.output_offsets.clear();
+  p.output_row_stride = 0;
   p.lse = nullptr;
   prepared.mask = Tensor();
   prepared.keep = Tensor();

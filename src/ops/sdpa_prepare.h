@@ -36,6 +36,9 @@ struct SdpaWorkspace::State {
 // of the output's leading dims `out_lead` (t's leading dims broadcast to it).
 // With head_group > 1 (GQA), output head h reads t's head h / head_group.
 std::vector<int64_t> matrix_offsets(const Tensor& t, const Shape& out_lead, int64_t head_group);
+// The same into `offsets`, reusing its memory.
+void fill_offsets(std::vector<int64_t>& offsets, const Tensor& t, const Shape& out_lead,
+                  int64_t head_group);
 
 kernels::MatrixOperand matrix_operand(const Tensor& t, const Shape& out_lead,
                                       int64_t head_group = 1);

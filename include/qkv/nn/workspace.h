@@ -18,8 +18,7 @@ class Workspace {
   // What each buffer holds in an encoder layer.
   enum Slot {
     kQkv,       // the packed q, k, v projections  [B, L, 3D]
-    kContext,   // attention output per head       [B, H, L, E]
-    kMerged,    // heads side by side              [B, L, D]
+    kMerged,    // attention output, heads side by side [B, L, D]
     kAttended,  // out_proj (+ residual, norm)     [B, L, D]
     kNormed,    // a pre-norm layer's norm output  [B, L, D]
     kHidden,    // the feed-forward hidden layer   [B, L, F]

@@ -68,7 +68,7 @@ void forward(const SdpaProblem& p) {
         for (int64_t e = 0; e < p.Ev; ++e) out_row[e] += scores[j] * element<T>(p.v, b, j, e);
       }
       for (int64_t e = 0; e < p.Ev; ++e)
-        output[(b * p.L + i) * p.Ev + e] = static_cast<T>(out_row[e]);
+        output[output_row_offset(p, b, i) + e] = static_cast<T>(out_row[e]);
     }
   }
   poll.throw_if_stopped("scaled_dot_product_attention");

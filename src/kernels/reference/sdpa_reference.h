@@ -50,13 +50,23 @@ struct SdpaProblem {
   // and the weights rounded to bfloat16; softmax and sums in float32): set
   // for bfloat16 inputs and for Precision::kBFloat16. The reference ignores it.
   bool bf16_products = false;
-  void* output = nullptr;   // contiguous [problems, L, Ev]
+  void* output = nullptr;  // [problems, L, Ev]: contiguous unless output_offsets is set
+  // A strided output (each row's Ev elements contiguous): problem b's row i
+  // starts at output_offsets[b] + i · output_row_stride elements. Empty: contiguous.
+  std::vector<int64_t> output_offsets;
+  int64_t output_row_stride = 0;
   void* weights = nullptr;  // contiguous [problems, L, S], or nullptr
   double* lse = nullptr;    // log-sum-exp of each score row [problems, L], or nullptr
   // The fused kernels set it (and never clear it) when they write a NaN or
   // infinite output, so that no second pass over the output has to look.
   std::atomic<bool>* nonfinite_output = nullptr;
 };
+
+// Where row i of problem b's output starts, in elements from p.output.
+static inline int64_t output_row_offset(const SdpaProblem& p, int64_t b, int64_t i) {
+  return p.output_offsets.empty() ? (b * p.L + i) * p.Ev
+                                  : p.output_offsets[b] + i * p.output_row_stride;
+}
 
 // Element (row, col) of problem b's matrix in m, as double.
 template <class T>

@@ -295,7 +295,6 @@ template <class Isa>
 void finish_forward_rows(const SdpaProblem& p, int64_t b, int64_t q_begin, int64_t rows,
                          const float* out_acc, const float* m, const float* l) {
   constexpr int kL = Isa::kLanes;
-  const int64_t first = (b * p.L + q_begin) * p.Ev;
   // x − x is 0 for a finite x and NaN otherwise, and a sum of such terms is
   // NaN once any is: one test for the whole tile instead of one per element.
   typename Isa::V bad = Isa::zero();
@@ -304,7 +303,7 @@ void finish_forward_rows(const SdpaProblem& p, int64_t b, int64_t q_begin, int64
     const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
     const float* acc = out_acc + r * p.Ev;
     if (p.dtype == DType::kBFloat16) {
-      uint16_t* out = static_cast<uint16_t*>(p.output) + first + r * p.Ev;
+      uint16_t* out = static_cast<uint16_t*>(p.output) + output_row_offset(p, b, q_begin + r);
       int64_t e = 0;
       if constexpr (kNativeBf16<Isa>) {
         for (; e + 32 <= p.Ev; e += 32)
@@ -317,7 +316,7 @@ void finish_forward_rows(const SdpaProblem& p, int64_t b, int64_t q_begin, int64
         if ((o & 0x7f80u) == 0x7f80u) bad_tail = std::numeric_limits<float>::quiet_NaN();
       }
     } else {
-      float* out = static_cast<float*>(p.output) + first + r * p.Ev;
+      float* out = static_cast<float*>(p.output) + output_row_offset(p, b, q_begin + r);
       const typename Isa::V scale = Isa::set1(inv);
       int64_t e = 0;
       for (; e + kL <= p.Ev; e += kL) {
