@@ -14,6 +14,7 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <set>
@@ -35,6 +36,12 @@ namespace {
 constexpr const char* kProjections[4] = {"q_proj", "k_proj", "v_proj", "out_proj"};
 
 constexpr double kNegInf = -std::numeric_limits<double>::infinity();
+
+// Whether a and b are the same view of the same storage (the same values).
+bool same_view(const Tensor& a, const Tensor& b) {
+  return a.shares_storage_with(b) && a.raw_data() == b.raw_data() && a.shape() == b.shape() &&
+         a.strides() == b.strides();
+}
 
 // Copies a 4-D view into another of the same shape and dtype (any strides).
 template <class T>
@@ -224,15 +231,24 @@ MultiheadAttentionOutput MultiheadAttention::forward(const Tensor& query, const 
     return bf ? x.reshape({B, len, H, E}).permute({0, 2, 1, 3})
               : x.reshape({len, B, H, E}).permute({1, 2, 0, 3});
   };
+  // Self-attention in low precision takes the fused in-projection, as
+  // self_attention_into does, so that a mask does not change the rounding.
+  const bool self =
+      !low_precision_in_proj_.empty() && same_view(query, key) && same_view(query, value);
+  const Tensor fused = self ? linear(query, low_precision_in_proj_, in_proj_bias_) : Tensor();
+  auto projected = [&](const Tensor& x, int64_t which) {
+    return self ? fused.slice(-1, which * o.embed_dim, (which + 1) * o.embed_dim)
+                : project(x, which);
+  };
   Tensor q = Tensor::empty({B, H, L, E}, dt);
-  copy_4d(q, split_heads(project(query, 0), L));
+  copy_4d(q, split_heads(projected(query, 0), L));
 
   // Keys and values: S projected rows, then bias_k/bias_v, then a zero row.
   const int64_t s_total = S + (o.add_bias_kv ? 1 : 0) + (o.add_zero_attn ? 1 : 0);
   Tensor k = Tensor::zeros({B, H, s_total, E}, dt);
   Tensor v = Tensor::zeros({B, H, s_total, E}, dt);
-  copy_4d(k.slice(2, 0, S), split_heads(project(key, 1), S));
-  copy_4d(v.slice(2, 0, S), split_heads(project(value, 2), S));
+  copy_4d(k.slice(2, 0, S), split_heads(projected(key, 1), S));
+  copy_4d(v.slice(2, 0, S), split_heads(projected(value, 2), S));
   if (o.add_bias_kv) {
     // bias element d belongs to head d / E, as torch's view(S+1, B*H, E).
     k.slice(2, S, S + 1).copy_from(bias_k_.reshape({1, H, 1, E}));
@@ -316,14 +332,10 @@ void MultiheadAttention::self_attention_into(Tensor& out, const Tensor& x, const
   const int64_t B = x.size(0), L = x.size(1), D = o.embed_dim, H = o.num_heads, E = head_dim();
   Tensor qkv = workspace.buffer(Workspace::kQkv, {B, L, 3 * D}, o.dtype);
   note_input_range({kProjections[0], kProjections[1], kProjections[2]}, x);
-  if (low_precision_[0].empty()) {
+  if (low_precision_in_proj_.empty())
     linear_into(qkv, x, in_proj_weight_, in_proj_bias_);
-  } else {  // three products into the column blocks of qkv
-    for (int64_t which = 0; which < 3; ++which) {
-      Tensor block = qkv.slice(2, which * D, (which + 1) * D);
-      linear_into(block, x, low_precision_[which], in_proj_bias_part(which));
-    }
-  }
+  else
+    linear_into(qkv, x, low_precision_in_proj_, in_proj_bias_);
   // q, k and v are strided views [B, H, L, E] of the one projection.
   const Tensor heads = qkv.view({B, L, 3, H, E});
   auto part = [&](int64_t which) { return heads.select(2, which).transpose(1, 2); };
@@ -366,10 +378,28 @@ Tensor MultiheadAttention::project(const Tensor& x, int64_t which) const {
 
 void MultiheadAttention::update_precision() {
   for (LowPrecisionWeight& w : low_precision_) w = LowPrecisionWeight();
+  low_precision_in_proj_ = LowPrecisionWeight();
   if (precision() == Precision::kFloat32) return;
   for (int64_t which = 0; which < 3; ++which)
     low_precision_[which] = detail::low_precision_weight(
         in_proj_weight_part(which), precision(), type_name(), input_range(kProjections[which]));
+  if (packed_) {
+    // The three projections' input ranges merged (in self-attention they are
+    // the same x's); undefined if none was recorded.
+    Tensor range;
+    for (const char* name : {kProjections[0], kProjections[1], kProjections[2]}) {
+      const Tensor r = input_range(name);
+      if (!r.defined()) continue;
+      if (!range.defined()) {
+        range = r.clone();
+        continue;
+      }
+      float* m = range.data<float>();
+      for (int64_t p = 0; p < range.numel(); ++p) m[p] = std::max(m[p], r.data<float>()[p]);
+    }
+    low_precision_in_proj_ =
+        detail::low_precision_weight(in_proj_weight_, precision(), type_name(), range);
+  }
   low_precision_[3] = detail::low_precision_weight(out_proj_weight_, precision(), type_name(),
                                                    input_range(kProjections[3]));
 }

@@ -146,6 +146,10 @@ class MultiheadAttention : public ModuleBase<MultiheadAttention, MultiheadAttent
   // In bfloat16 or int8 precision: the q, k, v and out_proj weights converted
   // (empty in float32).
   LowPrecisionWeight low_precision_[4];
+  // ... and, when packed, in_proj_weight as one [3D, D] weight: self-attention
+  // then projects q, k and v in one product that converts x once (int8: one
+  // smoothing for the three, as they read the same x).
+  LowPrecisionWeight low_precision_in_proj_;
 };
 
 }  // namespace qkv::nn
