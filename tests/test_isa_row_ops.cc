@@ -124,6 +124,34 @@ TEST_P(IsaRowOps, NormsHeldToFloat64AndBitIdenticalAcrossIsas) {
   EXPECT_EQ(got.rms_dw, portable.rms_dw);
 }
 
+// add_layer_norm (float32 statistics, for bfloat16 and int8 models) against
+// float64 layer_norm of the float32-rounded sum, with and without the
+// residual and the affine parameters, in place; and its argument checks.
+TEST_P(IsaRowOps, AddLayerNormHeldToFloat64) {
+  const NormInputs in;
+  Generator gen(23);
+  const Tensor r = Tensor::randn(in.x.shape(), gen);
+  const Tensor sum = add(in.x, r);  // rounded to float32, as the op's first step
+  auto check = [&](const Tensor& residual, const Tensor& w, const Tensor& b, const Tensor& s) {
+    Tensor out = in.x.clone();
+    add_layer_norm_into(out, out, residual, {389}, w, b, 1e-5);
+    const Tensor want =
+        layer_norm(f64(s), {389}, w.defined() ? f64(w) : w, b.defined() ? f64(b) : b, 1e-5);
+    const double err = scaled_error(out.to_vector(), want.to_vector());
+    EXPECT_LE(err, 1e-6);
+    EXPECT_GT(err, 0.0) << "float32 statistics cannot match float64 to the last bit everywhere";
+  };
+  check(r, in.w, in.b, sum);
+  check(Tensor(), in.w, in.b, in.x);
+  check(r, Tensor(), Tensor(), sum);
+
+  Tensor out = Tensor::empty(in.x.shape());
+  EXPECT_THROW(add_layer_norm_into(out, in.x, r.slice(0, 0, 5), {389}), Error);
+  EXPECT_THROW(add_layer_norm_into(out, in.x, r, {388}), Error);
+  Tensor out64 = Tensor::empty(in.x.shape(), DType::kFloat64);
+  EXPECT_THROW(add_layer_norm_into(out64, f64(in.x), Tensor(), {389}), Error);
+}
+
 // Activations and their derivatives with the kernels' exp and erf, against
 // the same ops in float64 (the C library), on [-12, 12] with a ragged tail.
 TEST_P(IsaRowOps, ActivationsHeldToFloat64) {

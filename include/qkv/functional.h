@@ -127,6 +127,15 @@ Tensor embedding(const std::vector<int64_t>& ids, const Shape& shape, const Tens
 void layer_norm_into(Tensor& out, const Tensor& x, const Shape& normalized_shape,
                      const Tensor& weight = {}, const Tensor& bias = {}, double eps = 1e-5);
 
+// out = layer_norm(x + residual) for models computing in bfloat16 or int8:
+// float32 only, the sum rounded to float32 (as add, then layer_norm), the
+// statistics in float32 (layer_norm_into's are float64), within ~1e-6 of the
+// row's scale. Post-norm Transformer blocks add and normalise in one pass.
+// x, residual (or undefined): [..., *normalized_shape]  out: like x
+void add_layer_norm_into(Tensor& out, const Tensor& x, const Tensor& residual,
+                         const Shape& normalized_shape, const Tensor& weight = {},
+                         const Tensor& bias = {}, double eps = 1e-5);
+
 // x: [..., *normalized_shape]  weight: normalized_shape or undefined  out: like x
 void rms_norm_into(Tensor& out, const Tensor& x, const Shape& normalized_shape,
                    const Tensor& weight = {}, std::optional<double> eps = std::nullopt);

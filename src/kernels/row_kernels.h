@@ -23,6 +23,10 @@ struct RowKernels {
   // One row of n: y = (x − mean) · rstd · w + b, w and b optional (null).
   void (*layer_norm)(const float* x, const float* w, const float* b, float* y, int64_t n,
                      double eps);
+  // One row of n: y = layer_norm(x + r) with r, w and b optional (null) and
+  // float32 statistics (simd/norm_rows_f32.h: for bfloat16 and int8 models).
+  void (*add_layer_norm_f32)(const float* x, const float* r, const float* w, const float* b,
+                             float* y, int64_t n, double eps);
   // One row of n: y = x · rrms · w, w optional.
   void (*rms_norm)(const float* x, const float* w, float* y, int64_t n, double eps);
   // One row of the backward: recomputes the row statistics as the forward

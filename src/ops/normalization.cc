@@ -113,6 +113,29 @@ void layer_norm_into(Tensor& out, const Tensor& x, const Shape& normalized_shape
                            optional_data<float>(bias), out.data<float>(), rows, eps);
 }
 
+void add_layer_norm_into(Tensor& out, const Tensor& x, const Tensor& residual,
+                         const Shape& normalized_shape, const Tensor& weight, const Tensor& bias,
+                         double eps) {
+  const char* fn = "add_layer_norm";
+  const Rows rows = check_normalized(x, normalized_shape, weight, bias, fn);
+  QKV_CHECK(eps >= 0.0 && std::isfinite(eps), fn, ": eps must be finite and >= 0, got ", eps);
+  check_into(out, x, fn);
+  QKV_CHECK_TYPE(x.dtype() == DType::kFloat32, fn, ": input must be float32, got ",
+                 dtype_name(x.dtype()));
+  if (residual.defined()) check_into(residual, x, fn);  // (same shape, dtype, contiguous)
+  check_contiguous_params(weight, bias, fn);
+  const float* xs = x.data<float>();
+  const float* rs = residual.defined() ? residual.data<float>() : nullptr;
+  const float* w = optional_data<float>(weight);
+  const float* b = optional_data<float>(bias);
+  float* y = out.data<float>();
+  const int64_t n = rows.length;
+  const kernels::RowKernels& isa = kernels::active_row_kernels();
+#pragma omp parallel for schedule(static) if (rows.count * n >= kParallelElements)
+  for (int64_t r = 0; r < rows.count; ++r)
+    isa.add_layer_norm_f32(xs + r * n, rs ? rs + r * n : nullptr, w, b, y + r * n, n, eps);
+}
+
 Tensor rms_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight,
                 std::optional<double> eps) {
   const Tensor xc = x.contiguous();

@@ -36,11 +36,14 @@ class LayerNorm : public ModuleBase<LayerNorm, LayerNormOptions> {
   Tensor forward(const Tensor& x, LayerNormRecord* record = nullptr) const;
 
   // Inference into a preallocated buffer (may be x itself), allocating nothing.
+  // In bfloat16 or int8 precision with float32 statistics (add_layer_norm_into).
   // x: [..., *normalized_shape] contiguous  out: like x
   void forward_into(Tensor& out, const Tensor& x) const;
 
   // x <- norm(x + residual) (norm(x) without a residual), in place, in
   // blocks of rows spread over the threads: a post-norm layer's residual step.
+  // In bfloat16 or int8 precision (the model's choice) with float32 statistics
+  // and the add in the same pass (add_layer_norm_into).
   // x: [..., *normalized_shape] contiguous  residual: like x, or undefined
   void norm_in_place(Tensor& x, const Tensor& residual = {}) const;
 

@@ -7,6 +7,7 @@
 #include "kernels/simd/activation_rows.h"
 #include "kernels/simd/adam_span.h"
 #include "kernels/simd/norm_rows.h"
+#include "kernels/simd/norm_rows_f32.h"
 
 namespace qkv::kernels::simd {
 namespace {
@@ -39,6 +40,7 @@ template <class Isa>
 constexpr RowKernels row_kernels() {
   return {Isa::kName,
           &layer_norm_row_f32,
+          &add_layer_norm_f32_span<Isa>,
           &rms_norm_row_f32,
           &layer_norm_backward_row_f32,
           &rms_norm_backward_row_f32,
