@@ -185,10 +185,11 @@ namespace qkv::kernels {
 
 namespace {
 
-// Backward tiles: 96 queries × 96 keys (two 48-wide panels) keep the tiles
-// of one step within L2.
+// Backward tiles: 96 queries × 192 keys (four 48-wide panels). Each key tile
+// streams all of Q, dO and dQ once, so long sequences want wide key tiles;
+// 192 keeps one step's tiles within L2 up to E = 128 (docs/benchmarks.md).
 constexpr int64_t kBackwardBlockQ = 96;
-constexpr int64_t kBackwardBlockK = 96;
+constexpr int64_t kBackwardBlockK = 192;
 
 // D = rowsum(dO ∘ O) for every query row, in float64. Eight partial sums: one
 // running sum would make every addition wait for the one before (~4 cycles).
