@@ -43,15 +43,19 @@ Tensor LayerNorm::forward(const Tensor& x, LayerNormRecord* record) const {
   return layer_norm(x, options_.normalized_shape, weight_, bias_, options_.eps);
 }
 
+bool LayerNorm::float32_statistics(const Tensor& x) const {
+  return precision() != Precision::kFloat32 && x.dtype() == DType::kFloat32;
+}
+
 void LayerNorm::forward_into(Tensor& out, const Tensor& x) const {
-  if (precision() != Precision::kFloat32 && x.dtype() == DType::kFloat32)
+  if (float32_statistics(x))
     return add_layer_norm_into(out, x, Tensor(), options_.normalized_shape, weight_, bias_,
                                options_.eps);
   layer_norm_into(out, x, options_.normalized_shape, weight_, bias_, options_.eps);
 }
 
 void LayerNorm::norm_in_place(Tensor& x, const Tensor& residual) const {
-  if (precision() != Precision::kFloat32 && x.dtype() == DType::kFloat32)
+  if (float32_statistics(x))
     return add_layer_norm_into(x, x, residual, options_.normalized_shape, weight_, bias_,
                                options_.eps);
   // Not tuned: any block of a few rows makes the ops' per-call checks negligible.

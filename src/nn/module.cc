@@ -147,6 +147,19 @@ void Module::record_input_ranges(bool on) {
   });
 }
 
+namespace {
+
+// max_so_far[p] = max(max_so_far[p], seen[p]) for the [in] float32 ranges;
+// a copy first, as the old note may be shared.
+Tensor merge_ranges(const Tensor& max_so_far, const float* seen) {
+  Tensor merged = max_so_far.clone();
+  float* m = merged.data<float>();
+  for (int64_t p = 0; p < merged.numel(); ++p) m[p] = std::max(m[p], seen[p]);
+  return merged;
+}
+
+}  // namespace
+
 void Module::note_input_range(std::initializer_list<const char*> weights, const Tensor& x) const {
   if (!recording_ranges_ || !x.defined() || x.dim() == 0) return;
   const int64_t in = x.size(-1);
@@ -162,16 +175,23 @@ void Module::note_input_range(std::initializer_list<const char*> weights, const 
       input_ranges_[name] = seen.clone();
       continue;
     }
-    Tensor merged = it->second.clone();
-    float* m = merged.data<float>();
-    for (int64_t p = 0; p < in; ++p) m[p] = std::max(m[p], max[p]);
-    it->second = merged;
+    it->second = merge_ranges(it->second, max);
   }
 }
 
 Tensor Module::input_range(const char* weight) const {
   const auto it = input_ranges_.find(weight);
   return it == input_ranges_.end() ? Tensor() : it->second;
+}
+
+Tensor Module::input_range(std::initializer_list<const char*> weights) const {
+  Tensor range;
+  for (const char* name : weights) {
+    const Tensor r = input_range(name);
+    if (!r.defined()) continue;
+    range = range.defined() ? merge_ranges(range, r.data<float>()) : r;
+  }
+  return range;
 }
 
 void Module::train(bool on) {

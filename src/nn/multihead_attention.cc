@@ -384,21 +384,10 @@ void MultiheadAttention::update_precision() {
     low_precision_[which] = detail::low_precision_weight(
         in_proj_weight_part(which), precision(), type_name(), input_range(kProjections[which]));
   if (packed_) {
-    // The three projections' input ranges merged (in self-attention they are
-    // the same x's); undefined if none was recorded.
-    Tensor range;
-    for (const char* name : {kProjections[0], kProjections[1], kProjections[2]}) {
-      const Tensor r = input_range(name);
-      if (!r.defined()) continue;
-      if (!range.defined()) {
-        range = r.clone();
-        continue;
-      }
-      float* m = range.data<float>();
-      for (int64_t p = 0; p < range.numel(); ++p) m[p] = std::max(m[p], r.data<float>()[p]);
-    }
-    low_precision_in_proj_ =
-        detail::low_precision_weight(in_proj_weight_, precision(), type_name(), range);
+    // In self-attention the three projections read the same x.
+    low_precision_in_proj_ = detail::low_precision_weight(
+        in_proj_weight_, precision(), type_name(),
+        input_range({kProjections[0], kProjections[1], kProjections[2]}));
   }
   low_precision_[3] = detail::low_precision_weight(out_proj_weight_, precision(), type_name(),
                                                    input_range(kProjections[3]));

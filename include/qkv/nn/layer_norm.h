@@ -54,6 +54,9 @@ class LayerNorm : public ModuleBase<LayerNorm, LayerNormOptions> {
  private:
   // "weight" and "bias" (those that exist), each of normalized_shape.
   void list_members(MemberList& m) override;
+  // Whether x is normalized with float32 statistics (add_layer_norm_into): a
+  // float32 x in a bfloat16 or int8 model, whose products round far more.
+  bool float32_statistics(const Tensor& x) const;
 
   Tensor weight_;
   Tensor bias_;

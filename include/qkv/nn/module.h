@@ -132,6 +132,10 @@ class Module {
   void note_input_range(std::initializer_list<const char*> weights, const Tensor& x) const;
   // The note of `weight`, [in] float32, or undefined when there is none.
   Tensor input_range(const char* weight) const;
+  // The notes of `weights` merged (elementwise max): the range of an input
+  // that several weights share, e.g. one x for the fused q/k/v product.
+  // Undefined when none of them has a note.
+  Tensor input_range(std::initializer_list<const char*> weights) const;
 
   // Throws when precision() is not kFloat32: `what` (e.g. "Linear::forward with
   // a record") needs float32 arithmetic.
