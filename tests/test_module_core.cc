@@ -151,5 +151,46 @@ TEST(ModuleCore, StateDictKeepsInsertionOrderAndLooksUpByName) {
   EXPECT_EQ(sorted.begin()->first, "a");
 }
 
+// Notes of input ranges: the max |x| per input feature over every recorded
+// forward, merged over several weights (elementwise max) on request.
+class RangeNotes : public ModuleBase<RangeNotes> {
+ public:
+  RangeNotes() : ModuleBase("RangeNotes") {}
+  void see(std::initializer_list<const char*> weights, const Tensor& x) const {
+    note_input_range(weights, x);
+  }
+  using Module::input_range;
+
+ protected:
+  void list_members(MemberList&) override {}
+};
+
+TEST(ModuleCore, InputRangesAreMaxAbsPerFeatureMergedOnRequest) {
+  RangeNotes m;
+  const Tensor x1 = Tensor::from_vector({2, 3}, std::vector<float>{1, -4, 2, -0.5f, 3, 1});
+  const Tensor x2 = Tensor::from_vector({1, 3}, std::vector<float>{-2, 1, 0});
+  m.see({"a"}, x1);  // not recording: nothing noted
+  EXPECT_FALSE(m.input_range("a").defined());
+  m.record_input_ranges();
+  m.see({"a", "b"}, x1);
+  m.see({"b"}, x2);
+  m.see({"c"}, Tensor::ones({1, 2}));
+  m.record_input_ranges(false);
+  auto values = [](const Tensor& t) {
+    return std::vector<float>(t.data<float>(), t.data<float>() + t.numel());
+  };
+  EXPECT_EQ(values(m.input_range("a")), (std::vector<float>{1.0f, 4.0f, 2.0f}));
+  EXPECT_EQ(values(m.input_range("b")), (std::vector<float>{2.0f, 4.0f, 2.0f}));
+  EXPECT_EQ(values(m.input_range({"a", "b", "missing"})), (std::vector<float>{2.0f, 4.0f, 2.0f}));
+  EXPECT_FALSE(m.input_range({"missing"}).defined());
+  // Merging does not change the notes it reads.
+  EXPECT_EQ(values(m.input_range("a")), (std::vector<float>{1.0f, 4.0f, 2.0f}));
+  expect_error([&] { m.input_range({"a", "c"}); }, {"RangeNotes", "different widths", "3 and 2"});
+  // A new recording starts from nothing.
+  m.record_input_ranges();
+  m.record_input_ranges(false);
+  EXPECT_FALSE(m.input_range("a").defined());
+}
+
 }  // namespace
 }  // namespace qkv::nn

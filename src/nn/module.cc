@@ -189,6 +189,9 @@ Tensor Module::input_range(std::initializer_list<const char*> weights) const {
   for (const char* name : weights) {
     const Tensor r = input_range(name);
     if (!r.defined()) continue;
+    QKV_CHECK(!range.defined() || r.numel() == range.numel(), type_name(),
+              ": input ranges of different widths cannot be merged: ", range.numel(), " and ",
+              r.numel(), " (\"", name, "\")");
     range = range.defined() ? merge_ranges(range, r.data<float>()) : r;
   }
   return range;
