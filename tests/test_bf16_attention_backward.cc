@@ -231,8 +231,8 @@ TEST_P(Bf16AttentionBackward, AwkwardShapesCausalGqa) {
     }
 }
 
-// Several key tiles and query tiles (96 × 96), a bool mask with a fully
-// masked row, and a scale.
+// Several key tiles and query tiles (96 × 192 without AMX, whose key tiles
+// are 256), a bool mask with a fully masked row, and a scale.
 TEST_P(Bf16AttentionBackward, LongerMaskedAndScaled) {
   Generator gen(52);
   const int64_t L = 200, S = 230, E = 64, Ev = 48;

@@ -185,9 +185,11 @@ namespace qkv::kernels {
 
 namespace {
 
-// Backward tiles: 96 queries × 192 keys (four 48-wide panels). Each key tile
-// streams all of Q, dO and dQ once, so long sequences want wide key tiles;
-// 192 keeps one step's tiles within L2 up to E = 128 (docs/benchmarks.md).
+// Backward tiles: 96 queries × 192 keys (four 48-wide panels), for float32
+// and for bfloat16 on tables without a key block of their own (AMX has one).
+// Each key tile streams all of Q, dO and dQ once, so long sequences want wide
+// key tiles; 192 keeps one step's tiles within L2 up to E = 128
+// (docs/benchmarks.md).
 constexpr int64_t kBackwardBlockQ = 96;
 constexpr int64_t kBackwardBlockK = 192;
 
