@@ -21,11 +21,17 @@ source scripts/clang_toolchain.sh
 # the fuzz/ harnesses (QKV_BUILD_FUZZERS, run by scripts/fuzz.sh) link this
 # same library instead of compiling it a second time.
 SAN_FLAGS="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
+# Through ccache, whatever directory the clone is in (CI builds a fresh clone
+# each time): base_dir makes the command lines' paths relative to the clone,
+# and the prefix map keeps its absolute path out of the line tables (their
+# paths are then relative to the clone's root, as the stack traces print them).
+export CCACHE_BASEDIR="$PWD"
 if [[ ! -f "$BUILD_DIR/build.ninja" ]]; then
   step "configuring the ASan + UBSan build in $BUILD_DIR"
   cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Sanitize \
         -DCMAKE_CXX_COMPILER=clang++ -DQKV_BUILD_FUZZERS=ON \
-        -DCMAKE_CXX_FLAGS_SANITIZE="-O1 -gline-tables-only $SAN_FLAGS -fsanitize=fuzzer-no-link" \
+        -DCMAKE_CXX_COMPILER_LAUNCHER=ccache \
+        -DCMAKE_CXX_FLAGS_SANITIZE="-O1 -gline-tables-only -fdebug-prefix-map=$PWD=. $SAN_FLAGS -fsanitize=fuzzer-no-link" \
         -DCMAKE_EXE_LINKER_FLAGS_SANITIZE="$SAN_FLAGS" \
         -DCMAKE_SHARED_LINKER_FLAGS_SANITIZE="$SAN_FLAGS" >/dev/null
 fi

@@ -37,12 +37,13 @@ void forward(const SdpaProblem& p) {
       // scores = softcap(scale · q_i · k_j) + alibi_ij + mask_ij   (−inf where not visible)
       int64_t begin, end;
       visible_keys(p, i, &begin, &end);
+      const MatrixRow<T> q_i = matrix_row<T>(p.q, b, i);
       for (int64_t j = 0; j < p.S; ++j) {
         double s = kNegInf;
         if (j >= begin && j < end) {
+          const MatrixRow<T> k_j = matrix_row<T>(p.k, b, j);
           double dot = 0.0;
-          for (int64_t e = 0; e < p.E; ++e)
-            dot += element<T>(p.q, b, i, e) * element<T>(p.k, b, j, e);
+          for (int64_t e = 0; e < p.E; ++e) dot += q_i[e] * k_j[e];
           s = softcapped(p, dot * p.scale) + alibi_bias(p, b, i, j) + mask_term<T>(p.mask, b, i, j);
         }
         scores[j] = s;
@@ -65,7 +66,8 @@ void forward(const SdpaProblem& p) {
       std::fill(out_row.begin(), out_row.end(), 0.0);
       for (int64_t j = 0; j < p.S; ++j) {
         if (scores[j] == 0.0) continue;
-        for (int64_t e = 0; e < p.Ev; ++e) out_row[e] += scores[j] * element<T>(p.v, b, j, e);
+        const MatrixRow<T> v_j = matrix_row<T>(p.v, b, j);
+        for (int64_t e = 0; e < p.Ev; ++e) out_row[e] += scores[j] * v_j[e];
       }
       for (int64_t e = 0; e < p.Ev; ++e)
         output[output_row_offset(p, b, i) + e] = static_cast<T>(out_row[e]);

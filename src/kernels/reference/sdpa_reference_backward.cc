@@ -14,9 +14,10 @@ namespace qkv::kernels {
 
 namespace {
 
+// Row `row` of problem b's gradient (its elements are contiguous).
 template <class T>
-T& grad_element(const GradOperand& g, int64_t b, int64_t row, int64_t col) {
-  return static_cast<T*>(g.base)[g.offsets[b] + row * g.row_stride + col];
+T* grad_row(const GradOperand& g, int64_t b, int64_t row) {
+  return static_cast<T*>(g.base) + g.offsets[b] + row * g.row_stride;
 }
 
 template <class T>
@@ -31,13 +32,15 @@ void backward(const SdpaBackwardProblem& bp) {
       // p_i = softmax(s_i), recomputed; s = softcap(scale·q·k) + alibi + mask
       int64_t begin, end;
       visible_keys(p, i, &begin, &end);
+      const MatrixRow<T> q_i = matrix_row<T>(p.q, b, i), dO_i = matrix_row<T>(bp.grad_output, b, i);
+      T* dq_i = grad_row<T>(bp.grad_q, b, i);
       for (int64_t j = 0; j < p.S; ++j) {
         double s = neg_inf;
         cap_slope[j] = 1.0;
         if (j >= begin && j < end) {
+          const MatrixRow<T> k_j = matrix_row<T>(p.k, b, j);
           double dot = 0.0;
-          for (int64_t e = 0; e < p.E; ++e)
-            dot += element<T>(p.q, b, i, e) * element<T>(p.k, b, j, e);
+          for (int64_t e = 0; e < p.E; ++e) dot += q_i[e] * k_j[e];
           s = softcapped(p, dot * p.scale);
           // d/dx cap·tanh(x/cap) = 1 − tanh² = 1 − (s/cap)²
           if (p.softcap > 0.0) cap_slope[j] = 1.0 - (s / p.softcap) * (s / p.softcap);
@@ -55,11 +58,12 @@ void backward(const SdpaBackwardProblem& bp) {
       double row_dot = 0.0;  // D_i = Σ_j p_ij ∂p_ij
       for (int64_t j = 0; j < p.S; ++j) {
         const double kept = dropout_kept(p, b, i, j) ? keep_scale : 0.0;
+        const MatrixRow<T> v_j = matrix_row<T>(p.v, b, j);
+        T* dv_j = grad_row<T>(bp.grad_v, b, j);
         double dp_tilde = 0.0;
         for (int64_t e = 0; e < p.Ev; ++e) {
-          const double go = element<T>(bp.grad_output, b, i, e);
-          dp_tilde += go * element<T>(p.v, b, j, e);
-          grad_element<T>(bp.grad_v, b, j, e) += static_cast<T>(prob[j] * kept * go);
+          dp_tilde += dO_i[e] * v_j[e];
+          dv_j[e] += static_cast<T>(prob[j] * kept * dO_i[e]);
         }
         dprob[j] = dp_tilde * kept;
         row_dot += prob[j] * dprob[j];
@@ -73,11 +77,11 @@ void backward(const SdpaBackwardProblem& bp) {
           static_cast<T*>(bp.grad_scores)[(b * p.L + i) * p.S + j] = static_cast<T>(ds);
         const double dx = ds * cap_slope[j];
         if (dx == 0.0) continue;
+        const MatrixRow<T> k_j = matrix_row<T>(p.k, b, j);
+        T* dk_j = grad_row<T>(bp.grad_k, b, j);
         for (int64_t e = 0; e < p.E; ++e) {
-          grad_element<T>(bp.grad_q, b, i, e) +=
-              static_cast<T>(p.scale * dx * element<T>(p.k, b, j, e));
-          grad_element<T>(bp.grad_k, b, j, e) +=
-              static_cast<T>(p.scale * dx * element<T>(p.q, b, i, e));
+          dq_i[e] += static_cast<T>(p.scale * dx * k_j[e]);
+          dk_j[e] += static_cast<T>(p.scale * dx * q_i[e]);
         }
       }
     }
