@@ -6,11 +6,12 @@
 //
 //   build/bench/bench_low_precision_gemm [--reps 7] [--threads 1,2] [--portable]
 //                                        [--shapes big|small|all] [--min-ms 20] [--wall]
-//                                        [--m 4096,128,16]
+//                                        [--m 4096,128,16] [--layers 0,1,2,3]
 //
 // Shapes: all-MiniLM-L6-v2's linear layers at 32 sentences × 128 tokens
 // (m = 4096; (n, k) = (1152, 384) fused QKV, (384, 384) attention output,
-// (1536, 384) FFN in, (384, 1536) FFN out), and m = 16 and 128 for latency.
+// (1536, 384) FFN in, (384, 1536) FFN out; --layers picks them by index 0-3),
+// and m = 16 and 128 for latency.
 // GFLOP/s count 2·m·n·k (int8: operations) per second of the process's CPU
 // time divided by the threads: on a shared machine, per second that the
 // cores ran this benchmark (--wall: per second of wall time). "peak%" is of the instruction's
@@ -247,6 +248,7 @@ int main(int argc, char** argv) {
   std::string which = "all";
   std::vector<int> thread_counts = {1, 2};
   std::vector<int> rows = {4096, 128, 16};
+  std::vector<int> layer_indices = {0, 1, 2, 3};
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--reps" && i + 1 < argc) {
@@ -255,6 +257,8 @@ int main(int argc, char** argv) {
       thread_counts = parse_list(argv[++i]);
     } else if (a == "--m" && i + 1 < argc) {
       rows = parse_list(argv[++i]);
+    } else if (a == "--layers" && i + 1 < argc) {
+      layer_indices = parse_list(argv[++i]);
     } else if (a == "--portable") {
       portable = true;
     } else if (a == "--shapes" && i + 1 < argc) {
@@ -266,7 +270,7 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: %s [--reps N] [--threads 1,2] [--portable] [--shapes big|small|all] "
-                   "[--min-ms MS] [--wall] [--m 4096,128,16]\n",
+                   "[--min-ms MS] [--wall] [--m 4096,128,16] [--layers 0,1,2,3]\n",
                    argv[0]);
       return 2;
     }
@@ -275,7 +279,14 @@ int main(int argc, char** argv) {
   std::vector<Shape> shapes;
   for (int64_t m : rows) {
     if ((which == "big" && m < 4096) || (which == "small" && m >= 4096)) continue;
-    for (auto [n, k] : layers) shapes.push_back({m, n, k});
+    for (int index : layer_indices) {
+      if (index < 0 || index > 3) {
+        std::fprintf(
+            stderr, "--layers: indices are 0 to 3 (QKV, output, FFN in, FFN out), got %d\n", index);
+        return 2;
+      }
+      shapes.push_back({m, layers[index].first, layers[index].second});
+    }
   }
 
   std::printf("%-22s %3s  %-22s %9s %9s %7s\n", "shape (m x n x k)", "thr", "impl", "GFLOP/s",
