@@ -53,17 +53,6 @@ struct ErrorStats {
   }
 };
 
-// The largest Euclidean norm of the rows of length n in `values`.
-double max_row_norm(const std::vector<double>& values, int64_t n) {
-  double worst = 0.0;
-  for (size_t r = 0; r + n <= values.size(); r += n) {
-    double sum = 0.0;
-    for (int64_t e = 0; e < n; ++e) sum += values[r + e] * values[r + e];
-    worst = std::max(worst, std::sqrt(sum));
-  }
-  return worst;
-}
-
 class Bf16Attention : public qkv_test::ActiveKernelTableTest {
  protected:
   // Runs the fused kernel on q, k, v (float32 with bf16 products, or
@@ -93,8 +82,8 @@ class Bf16Attention : public qkv_test::ActiveKernelTableTest {
     const int64_t E = q.size(-1), S = k.size(-2);
     const double scale = options.scale ? *options.scale : 1.0 / std::sqrt(double(E));
     const double delta = (E + 1) * kU32 * std::abs(scale) *
-                         max_row_norm(q64.contiguous().to_vector(), E) *
-                         max_row_norm(k64.contiguous().to_vector(), E);
+                         qkv_test::max_row_norm(q64.contiguous().to_vector(), E) *
+                         qkv_test::max_row_norm(k64.contiguous().to_vector(), E);
     const double factor = (kU16 + 2 * delta + 0x1p-16 + 2.0 * S * kU32) * (1 + 0x1p-7);
 
     const std::vector<double> o = got.output.to_vector(), r = ref.output.to_vector(),

@@ -60,16 +60,6 @@ struct ErrorStats {
   }
 };
 
-double max_row_norm(const std::vector<double>& values, int64_t n) {
-  double worst = 0.0;
-  for (size_t r = 0; r + n <= values.size(); r += n) {
-    double sum = 0.0;
-    for (int64_t e = 0; e < n; ++e) sum += values[r + e] * values[r + e];
-    worst = std::max(worst, std::sqrt(sum));
-  }
-  return worst;
-}
-
 std::vector<double> values(const Tensor& t) { return t.contiguous().to_vector(); }
 
 class Bf16AttentionBackward : public qkv_test::ActiveKernelTableTest {
@@ -115,8 +105,8 @@ class Bf16AttentionBackward : public qkv_test::ActiveKernelTableTest {
                               w = values(ref.weights), o = values(ref.output),
                               o_hat = values(fwd.output.to(DType::kFloat64)),
                               lse = values(ref.logsumexp);
-    const double delta =
-        (E + 1) * kU32 * std::abs(scale) * max_row_norm(qv, E) * max_row_norm(kv, E);
+    const double delta = (E + 1) * kU32 * std::abs(scale) * qkv_test::max_row_norm(qv, E) *
+                         qkv_test::max_row_norm(kv, E);
     std::vector<double> bq(qv.size(), 0.0), bk(kv.size(), 0.0), bv(vv.size(), 0.0);
     std::vector<double> dp(S), rho(S);
     for (int64_t b = 0; b < B; ++b)

@@ -5,6 +5,9 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>  // mkdtemp
 
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
 #include <exception>
 #include <filesystem>
 #include <fstream>
@@ -158,6 +161,18 @@ class TempDirTest : public ::testing::Test {
 
   fs::path dir_;
 };
+
+// The largest Euclidean norm of the rows of length n in `values` (row-major):
+// the ‖q‖ and ‖k‖ of the low-precision error bounds.
+inline double max_row_norm(const std::vector<double>& values, int64_t n) {
+  double worst = 0.0;
+  for (size_t r = 0; r + n <= values.size(); r += n) {
+    double sum = 0.0;
+    for (int64_t e = 0; e < n; ++e) sum += values[r + e] * values[r + e];
+    worst = std::max(worst, std::sqrt(sum));
+  }
+  return worst;
+}
 
 // all-MiniLM-L6-v2 as scripts/fetch_model.sh leaves it in the checkout.
 inline fs::path minilm_dir() { return fs::path(QKV_SOURCE_DIR) / "models" / "all-MiniLM-L6-v2"; }
