@@ -259,6 +259,13 @@ int main(int argc, char** argv) {
       rows = parse_list(argv[++i]);
     } else if (a == "--layers" && i + 1 < argc) {
       layer_indices = parse_list(argv[++i]);
+      for (int index : layer_indices)
+        if (index < 0 || index > 3) {
+          std::fprintf(stderr,
+                       "--layers: indices are 0 to 3 (QKV, output, FFN in, FFN out), got %d\n",
+                       index);
+          return 2;
+        }
     } else if (a == "--portable") {
       portable = true;
     } else if (a == "--shapes" && i + 1 < argc) {
@@ -279,14 +286,8 @@ int main(int argc, char** argv) {
   std::vector<Shape> shapes;
   for (int64_t m : rows) {
     if ((which == "big" && m < 4096) || (which == "small" && m >= 4096)) continue;
-    for (int index : layer_indices) {
-      if (index < 0 || index > 3) {
-        std::fprintf(
-            stderr, "--layers: indices are 0 to 3 (QKV, output, FFN in, FFN out), got %d\n", index);
-        return 2;
-      }
+    for (int index : layer_indices)
       shapes.push_back({m, layers[index].first, layers[index].second});
-    }
   }
 
   std::printf("%-22s %3s  %-22s %9s %9s %7s\n", "shape (m x n x k)", "thr", "impl", "GFLOP/s",
