@@ -46,10 +46,12 @@ QKV_VENV="$VENV" scripts/fetch_model.sh
 if [[ ! -f "$BUILD_DIR/build.ninja" ]]; then
   step "configuring CMake in $BUILD_DIR"
   # ccache: scripts/test.sh's `pip install .` compiles the same library
-  # sources with the same flags, and then takes them from the cache.
+  # sources with the same flags, and then takes them from the cache. base_dir
+  # (below) lets a clone in another directory take them too.
   cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release \
         -DCMAKE_CXX_COMPILER_LAUNCHER=ccache \
         -DCMAKE_INSTALL_PREFIX="$PWD/$BUILD_DIR/install" >/dev/null
 fi
 step "building (cmake --build $BUILD_DIR)"
-cmake --build "$BUILD_DIR" -j"$(nproc)"
+# The command lines' paths relative to the clone, for ccache (as sanitize.sh).
+CCACHE_BASEDIR="$PWD" cmake --build "$BUILD_DIR" -j"$(nproc)"

@@ -34,7 +34,7 @@ step "Python module: the wheel (scripts/build_wheel.sh), installed into $VENV"
 # the same. The tests then import the repaired wheel itself, and test_wheel.py
 # installs it once more into a fresh environment with nothing but numpy.
 rm -rf build/dist
-CMAKE_ARGS="-DCMAKE_CXX_COMPILER_LAUNCHER=ccache${CMAKE_ARGS:+ $CMAKE_ARGS}" \
+CCACHE_BASEDIR="$PWD" CMAKE_ARGS="-DCMAKE_CXX_COMPILER_LAUNCHER=ccache${CMAKE_ARGS:+ $CMAKE_ARGS}" \
   PYTHON="$VENV/bin/python" QKV_DIST=build/dist QKV_NO_BUILD_ISOLATION=1 scripts/build_wheel.sh
 wheel=$(ls build/dist/qkv-*.whl)
 "$VENV/bin/pip" install -q --disable-pip-version-check --force-reinstall --no-deps "$wheel"

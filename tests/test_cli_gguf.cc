@@ -28,7 +28,7 @@ fs::path write_text(const fs::path& path, const std::string& text) {
 }
 
 fs::path smollm2() {
-  return fs::path(QKV_SOURCE_DIR) / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf";
+  return fs::path(qkv_test::source_dir()) / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf";
 }
 
 TEST_F(Cli, GenerateReadsGgufFiles) {

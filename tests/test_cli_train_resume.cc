@@ -20,12 +20,6 @@
 #include "cli_runner.h"
 #include "qkv/io/safetensors.h"
 
-#ifdef QKV_CLI_PATH
-#define QKV_CLI_PATH_OR_EMPTY QKV_CLI_PATH
-#else
-#define QKV_CLI_PATH_OR_EMPTY ""
-#endif
-
 namespace {
 
 using namespace qkv_test;
@@ -101,9 +95,8 @@ TEST_F(Cli, TrainLmCtrlCSavesAndResumesBitForBit) {
   write_fortunes(text);
   const int steps = 600;
   const fs::path b = dir_ / "b", log = dir_ / "log.txt";
-  const std::string command = std::string("exec '") + QKV_CLI_PATH_OR_EMPTY + "' " +
-                              lm_args(text, steps) + " --out '" + b.string() + "' > '" +
-                              log.string() + "' 2>&1";
+  const std::string command = std::string("exec '") + cli_path() + "' " + lm_args(text, steps) +
+                              " --out '" + b.string() + "' > '" + log.string() + "' 2>&1";
   const pid_t pid = ::fork();
   ASSERT_GE(pid, 0);
   if (pid == 0) {
@@ -256,8 +249,8 @@ TEST_F(Cli, TrainRecallResumesInEitherPhase) {
 }
 
 TEST_F(Cli, TrainRecallWritesUnderRunsByDefault) {
-  const std::string command = "cd '" + dir_.string() + "' && '" + QKV_CLI_PATH_OR_EMPTY +
-                              "' train recall --steps 2 --examples 1 2>&1";
+  const std::string command =
+      "cd '" + dir_.string() + "' && '" + cli_path() + "' train recall --steps 2 --examples 1 2>&1";
   FILE* pipe = ::popen(command.c_str(), "r");
   ASSERT_NE(pipe, nullptr);
   char buffer[4096];

@@ -487,7 +487,7 @@ TEST(Gguf, TypeTable) {
 // --- The real model ------------------------------------------------------------------------
 
 fs::path smollm2_path() {
-  return fs::path(QKV_SOURCE_DIR) / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf";
+  return fs::path(qkv_test::source_dir()) / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf";
 }
 
 TEST(GgufSmolLM2, ReadsTheWholeFile) {

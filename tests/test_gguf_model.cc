@@ -204,16 +204,10 @@ TEST(GgufModel, SkipWeightInitLeavesWeightsUnset) {
   }();
   EXPECT_FALSE(qkv::nn::SkipWeightInit::active());
   EXPECT_FALSE(lin.weight().defined());
-  qkv_test::expect_error(
-      [&] {
-        lin.forward(Tensor::ones({2, 4}));
-      },
-      {"Linear [3, 4]: no weight", "SkipWeightInit"});
-  qkv_test::expect_error(
-      [&] {
-        lin.set_weight(Tensor::ones({4, 3}));
-      },
-      {"expected a weight of shape [3, 4]", "[4, 3]"});
+  qkv_test::expect_error([&] { lin.forward(Tensor::ones({2, 4})); },
+                         {"Linear [3, 4]: no weight", "SkipWeightInit"});
+  qkv_test::expect_error([&] { lin.set_weight(Tensor::ones({4, 3})); },
+                         {"expected a weight of shape [3, 4]", "[4, 3]"});
   lin.set_weight(Tensor::ones({3, 4}));
   EXPECT_FLOAT_EQ(lin.forward(Tensor::ones({1, 4})).data<float>()[0], 4.0f);
 }
@@ -221,7 +215,7 @@ TEST(GgufModel, SkipWeightInitLeavesWeightsUnset) {
 // --- SmolLM2 ---------------------------------------------------------------------------------
 
 fs::path smollm2_path() {
-  return fs::path(QKV_SOURCE_DIR) / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf";
+  return fs::path(qkv_test::source_dir()) / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf";
 }
 
 #define SKIP_WITHOUT_SMOLLM2()     \
@@ -250,7 +244,7 @@ TEST(GgufModelSmolLM2, LoadsWithItsConfig) {
 // `count` teacher-forced sequences of `length` ids cut from tests/data's text.
 std::vector<std::vector<int64_t>> corpus_sequences(const GgufModel& m, size_t count,
                                                    size_t length) {
-  std::ifstream in(fs::path(QKV_SOURCE_DIR) / "tests" / "data" / "tokenizer_corpus.txt");
+  std::ifstream in(fs::path(qkv_test::source_dir()) / "tests" / "data" / "tokenizer_corpus.txt");
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   const std::vector<int32_t> ids = m.tokenizer.encode(text);
   EXPECT_GE(ids.size(), count * length);

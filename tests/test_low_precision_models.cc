@@ -106,11 +106,8 @@ TEST(LowPrecisionLinear, CloseToFloat32AndChecked) {
     EXPECT_LT(relative_error(block, y.reshape({15, 48})), 1e-6);
     EXPECT_EQ(max_abs(wide.slice(1, 0, 2)), 0.0);
     EXPECT_EQ(max_abs(wide.slice(1, 50, 100)), 0.0);
-    qkv_test::expect_error(
-        [&] {
-          qkv::linear(Tensor::randn({2, 95}, gen), lw);
-        },
-        {"linear", "in_features = 96", "[2, 95]"});
+    qkv_test::expect_error([&] { qkv::linear(Tensor::randn({2, 95}, gen), lw); },
+                           {"linear", "in_features = 96", "[2, 95]"});
     qkv_test::expect_error([&] { qkv::linear(x.to(qkv::DType::kFloat64), lw); },
                            {"linear", "float32", "float64"}, qkv::ErrorKind::kType);
   }
@@ -338,7 +335,7 @@ double row_cosine(const Tensor& a, const Tensor& b, int64_t i) {
 TEST(LowPrecisionSentenceEncoder, EmbeddingsCloseToFloat32) {
   QKV_SKIP_WITHOUT_MINILM();
   const std::vector<std::string> texts =
-      read_lines(fs::path(QKV_SOURCE_DIR) / "tests" / "data" / "tokenizer_corpus.txt");
+      read_lines(fs::path(qkv_test::source_dir()) / "tests" / "data" / "tokenizer_corpus.txt");
   ASSERT_GT(texts.size(), 1000u);
   const qkv::models::SentenceEncoder exact(qkv_test::minilm_dir());
   const Tensor reference = exact.encode(texts);

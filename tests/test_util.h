@@ -18,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "checkout_paths.h"
 #include "qkv/error.h"
 
 namespace qkv_test {
@@ -175,7 +176,7 @@ inline double max_row_norm(const std::vector<double>& values, int64_t n) {
 }
 
 // all-MiniLM-L6-v2 as scripts/fetch_model.sh leaves it in the checkout.
-inline fs::path minilm_dir() { return fs::path(QKV_SOURCE_DIR) / "models" / "all-MiniLM-L6-v2"; }
+inline fs::path minilm_dir() { return fs::path(source_dir()) / "models" / "all-MiniLM-L6-v2"; }
 
 }  // namespace qkv_test
 

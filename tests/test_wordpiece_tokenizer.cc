@@ -36,7 +36,7 @@ const Strings kVocab = {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "un",     
 
 fs::path test_data_dir() {
   if (const char* dir = std::getenv("QKV_TEST_DATA")) return dir;
-  return fs::path(QKV_SOURCE_DIR) / "tests" / "data";  // running the executable by hand
+  return fs::path(qkv_test::source_dir()) / "tests" / "data";  // running the executable by hand
 }
 
 class WordPieceTest : public qkv_test::TempDirTest {
@@ -327,9 +327,7 @@ TEST_F(WordPieceTest, RejectsBadTokenizerJson) {
                        "model.type is 'BPE', expected 'WordPiece'");
   expect_json_rejected(edited([](auto& j) { j["model"].erase("vocab"); }),
                        "model.vocab is missing");
-  expect_json_rejected(edited([](auto& j) {
-                         j["model"]["vocab"] = {"a", "b"};
-                       }),
+  expect_json_rejected(edited([](auto& j) { j["model"]["vocab"] = {"a", "b"}; }),
                        "model.vocab must be an object");
   expect_json_rejected(edited([](auto& j) { j["model"]["vocab"] = nlohmann::json::object(); }),
                        "model.vocab is empty");
@@ -351,9 +349,7 @@ TEST_F(WordPieceTest, RejectsBadTokenizerJson) {
                        "normalizer.type 'NFKC' is not supported");
   expect_json_rejected(edited([](auto& j) { j["normalizer"]["lowercase"] = 1; }),
                        "normalizer.lowercase must be true or false");
-  expect_json_rejected(edited([](auto& j) {
-                         j["pre_tokenizer"] = {{"type", "Whitespace"}};
-                       }),
+  expect_json_rejected(edited([](auto& j) { j["pre_tokenizer"] = {{"type", "Whitespace"}}; }),
                        "pre_tokenizer.type 'Whitespace' is not supported");
   expect_json_rejected(edited([](auto& j) { j["post_processor"]["type"] = "ByteLevel"; }),
                        "post_processor.type 'ByteLevel' is not supported");
@@ -365,22 +361,16 @@ TEST_F(WordPieceTest, RejectsBadTokenizerJson) {
       "special token '[SEP]' is given id 5, which is not its id");
   expect_json_rejected(edited([](auto& j) { j["added_tokens"][4]["id"] = 7; }),
                        "added token '[MASK]' has id 7, which is '##able'");
-  expect_json_rejected(edited([](auto& j) {
-                         j["added_tokens"].push_back({{"id", 40}, {"content", "<x>"}});
-                       }),
-                       "added token '<x>' has id 40; the next free id is 38");
-  expect_json_rejected(edited([](auto& j) {
-                         j["truncation"] = {{"max_length", "long"}};
-                       }),
+  expect_json_rejected(
+      edited([](auto& j) { j["added_tokens"].push_back({{"id", 40}, {"content", "<x>"}}); }),
+      "added token '<x>' has id 40; the next free id is 38");
+  expect_json_rejected(edited([](auto& j) { j["truncation"] = {{"max_length", "long"}}; }),
                        "truncation.max_length must be a non-negative integer");
-  expect_json_rejected(edited([](auto& j) {
-                         j["truncation"] = {{"max_length", 1}};
-                       }),
+  expect_json_rejected(edited([](auto& j) { j["truncation"] = {{"max_length", 1}}; }),
                        "max_length 1 must be 0 (no truncation) or at least 2");
-  expect_json_rejected(edited([](auto& j) {
-                         j["padding"] = {{"strategy", "Longest"}, {"pad_token", "[PAD]"}};
-                       }),
-                       "padding.strategy must be");
+  expect_json_rejected(
+      edited([](auto& j) { j["padding"] = {{"strategy", "Longest"}, {"pad_token", "[PAD]"}}; }),
+      "padding.strategy must be");
   expect_json_rejected(edited([](auto& j) {
                          j["padding"] = {{"strategy", "BatchLongest"}, {"pad_token", "<pad>"}};
                        }),
