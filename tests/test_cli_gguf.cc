@@ -27,10 +27,6 @@ fs::path write_text(const fs::path& path, const std::string& text) {
   return path;
 }
 
-fs::path smollm2() {
-  return fs::path(qkv_test::source_dir()) / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf";
-}
-
 TEST_F(Cli, GenerateReadsGgufFiles) {
   const fs::path model = write_tiny(dir_);
   for (const char* mode : {"", " --exact"}) {
@@ -61,16 +57,16 @@ TEST_F(Cli, ChatReadsTurnsFromStdin) {
 }
 
 TEST_F(Cli, SmolLM2GeneratesAndChats) {
-  if (!fs::exists(smollm2()))
-    GTEST_SKIP() << smollm2() << " is missing: run scripts/fetch_model.sh";
-  const CliRun gen = run_qkv("generate '" + smollm2().string() +
+  if (!fs::exists(smollm2_path()))
+    GTEST_SKIP() << smollm2_path() << " is missing: run scripts/fetch_model.sh";
+  const CliRun gen = run_qkv("generate '" + smollm2_path().string() +
                              "' --prompt 'The capital of France is' --greedy --max-new-tokens 8");
   EXPECT_EQ(gen.exit_code, 0) << gen.output;
   expect_output_has(gen, {"The capital of France is", "Paris"});
   const fs::path input = write_text(dir_ / "turns.txt", "What is the capital of France?\n");
   const CliRun chat =
-      run_qkv("chat '" + smollm2().string() + "' --greedy --max-new-tokens 24 --context 512 < '" +
-              input.string() + "'");
+      run_qkv("chat '" + smollm2_path().string() +
+              "' --greedy --max-new-tokens 24 --context 512 < '" + input.string() + "'");
   EXPECT_EQ(chat.exit_code, 0) << chat.output;
   // The avx512_vnni kernels decode on x rounded to 8 bits per block, as
   // llama.cpp does, and then answer as llama.cpp (llama-cpp-python 0.3.36,

@@ -486,9 +486,7 @@ TEST(Gguf, TypeTable) {
 
 // --- The real model ------------------------------------------------------------------------
 
-fs::path smollm2_path() {
-  return fs::path(qkv_test::source_dir()) / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf";
-}
+using qkv_test::smollm2_path;
 
 TEST(GgufSmolLM2, ReadsTheWholeFile) {
   if (!fs::exists(smollm2_path()))

@@ -214,9 +214,7 @@ TEST(GgufModel, SkipWeightInitLeavesWeightsUnset) {
 
 // --- SmolLM2 ---------------------------------------------------------------------------------
 
-fs::path smollm2_path() {
-  return fs::path(qkv_test::source_dir()) / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf";
-}
+using qkv_test::smollm2_path;
 
 #define SKIP_WITHOUT_SMOLLM2()     \
   if (!fs::exists(smollm2_path())) \
@@ -244,7 +242,7 @@ TEST(GgufModelSmolLM2, LoadsWithItsConfig) {
 // `count` teacher-forced sequences of `length` ids cut from tests/data's text.
 std::vector<std::vector<int64_t>> corpus_sequences(const GgufModel& m, size_t count,
                                                    size_t length) {
-  std::ifstream in(fs::path(qkv_test::source_dir()) / "tests" / "data" / "tokenizer_corpus.txt");
+  std::ifstream in(qkv_test::tokenizer_corpus_path());
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   const std::vector<int32_t> ids = m.tokenizer.encode(text);
   EXPECT_GE(ids.size(), count * length);

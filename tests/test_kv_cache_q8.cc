@@ -275,9 +275,7 @@ TEST(KVCacheQ8, ModelRefusesQ8WhenItsHeadDimIsNotAMultipleOf32) {
 
 // --- SmolLM2 ---------------------------------------------------------------------------------
 
-fs::path smollm2_path() {
-  return fs::path(qkv_test::source_dir()) / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf";
-}
+using qkv_test::smollm2_path;
 
 int64_t argmax(std::span<const float> row) {
   return std::max_element(row.begin(), row.end()) - row.begin();
@@ -291,7 +289,7 @@ TEST(KVCacheQ8SmolLM2, GreedyChoicesAgreeWithTheFloatCache) {
   if (!fs::exists(smollm2_path()))
     GTEST_SKIP() << smollm2_path() << " is missing: run scripts/fetch_model.sh";
   models::GgufModel m = models::load_gguf_model(smollm2_path(), {.max_seq_len = 256});
-  std::ifstream in(fs::path(qkv_test::source_dir()) / "tests" / "data" / "tokenizer_corpus.txt");
+  std::ifstream in(qkv_test::tokenizer_corpus_path());
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   const std::vector<int32_t> ids = m.tokenizer.encode(text);
   constexpr size_t kPrompts = 20, kPromptLen = 24;

@@ -334,8 +334,7 @@ double row_cosine(const Tensor& a, const Tensor& b, int64_t i) {
 
 TEST(LowPrecisionSentenceEncoder, EmbeddingsCloseToFloat32) {
   QKV_SKIP_WITHOUT_MINILM();
-  const std::vector<std::string> texts =
-      read_lines(fs::path(qkv_test::source_dir()) / "tests" / "data" / "tokenizer_corpus.txt");
+  const std::vector<std::string> texts = read_lines(qkv_test::tokenizer_corpus_path());
   ASSERT_GT(texts.size(), 1000u);
   const qkv::models::SentenceEncoder exact(qkv_test::minilm_dir());
   const Tensor reference = exact.encode(texts);

@@ -178,6 +178,16 @@ inline double max_row_norm(const std::vector<double>& values, int64_t n) {
 // all-MiniLM-L6-v2 as scripts/fetch_model.sh leaves it in the checkout.
 inline fs::path minilm_dir() { return fs::path(source_dir()) / "models" / "all-MiniLM-L6-v2"; }
 
+// SmolLM2-135M-Instruct in GGUF (Q4_1), as scripts/fetch_model.sh leaves it.
+inline fs::path smollm2_path() {
+  return fs::path(source_dir()) / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf";
+}
+
+// tests/data/tokenizer_corpus.txt: over 1,000 varied lines of text.
+inline fs::path tokenizer_corpus_path() {
+  return fs::path(source_dir()) / "tests" / "data" / "tokenizer_corpus.txt";
+}
+
 }  // namespace qkv_test
 
 // Skips the test when all-MiniLM-L6-v2 has not been fetched.
