@@ -3,9 +3,12 @@
     import torch.distributed as dist
     import qkv.distributed as qd
     dist.init_process_group("gloo", ...)          # every rank
-    q, k, v = (qd.zigzag_split(x, rank, world) for x in (Q, K, V))   # this rank's block
+    q, k, v = (x.chunk(world, -2)[rank] for x in (Q, K, V))         # this rank's block
     out = qd.ring_attention(q, k, v, is_causal=True)                  # [B, H, L_local, Ev]
     out.backward(grad)                            # every rank, together
+    # Causal and balanced: the zig-zag layout, named to ring_attention.
+    q, k, v = (qd.zigzag_split(x, rank, world) for x in (Q, K, V))
+    out = qd.ring_attention(q, k, v, is_causal=True, layout="zigzag")
     full = qd.zigzag_gather(out)                  # the whole sequence, if needed
 
 Each rank holds one block of the sequence: its queries, keys and values. The
@@ -23,13 +26,22 @@ block's gradient is exact because the backward op takes the forward's global
 output and log-sum-exp: P = exp(S − lse) and D = rowsum(dO ∘ O) are the global
 softmax and its row term restricted to the block (see _attend_backward).
 
-Causal attention uses the zig-zag layout, which gives every rank the same work:
-the sequence is cut into 2N chunks and rank r holds chunks r and 2N−1−r (one
-early, one late). At each ring step a rank then attends either its whole query
-block to the first half of the arriving keys, or the second half of its
-queries to all arriving keys: half a block each time, on every rank
-(zigzag_split, zigzag_unsplit and zigzag_gather move tensors in and out of
-that layout). Non-causal attention accepts any layout.
+Which tokens a rank holds only matters to causal attention, and the function
+cannot see it, so the caller names it (`layout`):
+
+- "contiguous" (the default, what x.chunk(N)[r] gives): rank r holds tokens
+  [r·T/N, (r+1)·T/N). Rank r's queries see the blocks of ranks s < r whole,
+  their own block causally, and nothing of ranks s > r: it skips those
+  (the blocks still pass through it). Right, but unbalanced: rank N−1 does
+  N − ½ blocks of work, rank 0 half of one, and every ring step waits for
+  the slowest rank.
+- "zigzag": the sequence is cut into 2N chunks and rank r holds chunks r and
+  2N−1−r (one early, one late). At each ring step a rank attends either its
+  whole query block to the first half of the arriving keys, or the second half
+  of its queries to all arriving keys: half a block each time, on every rank
+  (zigzag_split, zigzag_unsplit and zigzag_gather move tensors in and out of
+  that layout). With a core per rank, causal attention up to 2 − 1/N times
+  as fast as on contiguous blocks.
 
 Transport: whatever backend the process group has (gloo on CPUs). What moves,
 and when the transfers hide behind compute: docs/scaling.md.
@@ -172,10 +184,17 @@ class _Packer:
         return k, v, keep
 
 
-def _step_plan(rank, source, causal, half):
+_LAYOUTS = ("contiguous", "zigzag")
+
+
+def _step_plan(rank, source, causal, layout, half):
     """Which of this rank's queries meet which keys of `source`'s block:
-    -> (query rows, key rows, diagonal). In the zig-zag layout (chunks r and
-    2N−1−r on rank r), a block from an earlier rank is seen by every query up
+    -> (query rows, key rows, diagonal), or None when no query sees a key of
+    it (the step computes nothing).
+
+    Contiguous layout: an earlier rank's block is seen whole, a later one's
+    not at all, the rank's own block causally. Zig-zag layout (chunks r and
+    2N−1−r on rank r): a block from an earlier rank is seen by every query up
     to its first chunk; a block from a later rank only by the second half of
     the queries, all of it; its own block causally."""
     everything = slice(None)
@@ -183,6 +202,8 @@ def _step_plan(rank, source, causal, half):
         return everything, everything, False
     if source == rank:
         return everything, everything, True
+    if layout == "contiguous":
+        return (everything, everything, False) if source < rank else None
     if source < rank:
         return everything, slice(0, half), False
     return slice(half, None), everything, False
@@ -285,7 +306,7 @@ def _rows(x, rows):
 # The two ring passes
 
 
-def _ring_forward(q, k, v, keep, causal, scale, ring):
+def _ring_forward(q, k, v, keep, causal, layout, scale, ring):
     """-> (output [B, H, L, Ev], logsumexp float64 [B, H, L]) of this rank's
     queries over every rank's keys."""
     half = q.shape[-2] // 2
@@ -297,27 +318,30 @@ def _ring_forward(q, k, v, keep, causal, scale, ring):
         if step + 1 < ring.size:  # the next block travels while this one computes
             incoming, works = ring.shift(block, _KV_TAG)
         source = (ring.rank - step) % ring.size
-        kb, vb, keepb = packer.unpack(block)
-        rows, keys, diagonal = _step_plan(ring.rank, source, causal, half)
-        block_out, block_lse = _attend(
-            _rows(q, rows), _rows(kb, keys), _rows(vb, keys),
-            None if keepb is None else keepb[:, keys].contiguous(), diagonal, scale)
-        if out is None:  # step 0: this rank's own block, every query
-            out, lse = block_out.clone(), block_lse.clone()
-        else:
-            _merge(out[..., rows, :], lse[..., rows], block_out, block_lse)
+        plan = _step_plan(ring.rank, source, causal, layout, half)
+        if plan is not None:
+            rows, keys, diagonal = plan
+            kb, vb, keepb = packer.unpack(block)
+            block_out, block_lse = _attend(
+                _rows(q, rows), _rows(kb, keys), _rows(vb, keys),
+                None if keepb is None else keepb[:, keys].contiguous(), diagonal, scale)
+            if out is None:  # step 0: this rank's own block, every query
+                out, lse = block_out.clone(), block_lse.clone()
+            else:
+                _merge(out[..., rows, :], lse[..., rows], block_out, block_lse)
         _wait(works)
         if works:
             block = incoming
     return out, lse
 
 
-def _ring_backward(grad_out, q, k, v, keep, out, lse, causal, scale, ring):
+def _ring_backward(grad_out, q, k, v, keep, out, lse, causal, layout, scale, ring):
     """-> (dq, dk, dv) of this rank's blocks. Key/value blocks travel as in the
     forward; each rank adds its share of dK, dV of the block it holds to the
     accumulator that arrives from the previous rank (computed there one step
     earlier) and passes it on; after N steps it reaches the block's owner.
-    Both transfers of a step overlap the next step's compute."""
+    Both transfers of a step overlap the next step's compute. A block none of
+    this rank's queries see passes its accumulator on unchanged."""
     half = q.shape[-2] // 2
     packer = _Packer(k, v, keep)
     block = packer.pack(k, v, keep)
@@ -329,19 +353,24 @@ def _ring_backward(grad_out, q, k, v, keep, out, lse, causal, scale, ring):
         if step + 1 < ring.size:
             incoming, kv_works = ring.shift(block, _KV_TAG)
         source = (ring.rank - step) % ring.size
-        kb, vb, keepb = packer.unpack(block)
-        rows, keys, diagonal = _step_plan(ring.rank, source, causal, half)
-        dq_b, dk_b, dv_b = _attend_backward(
-            _rows(grad_out, rows), _rows(q, rows), _rows(kb, keys), _rows(vb, keys),
-            None if keepb is None else keepb[:, keys].contiguous(), _rows(out, rows),
-            lse[..., rows].contiguous(), diagonal, scale)
-        dq[..., rows, :] += dq_b
-        grad = torch.zeros(k_numel + v.numel(), dtype=q.dtype)
-        grad[:k_numel].view(k.shape)[..., keys, :] = dk_b
-        grad[k_numel:].view(v.shape)[..., keys, :] = dv_b
-        if step > 0:  # the accumulator of this block, from the previous rank
+        plan = _step_plan(ring.rank, source, causal, layout, half)
+        if plan is None:  # step > 0: the rank's own block is never skipped
             _wait(grad_works)
-            grad += incoming_grad
+            grad = incoming_grad
+        else:
+            rows, keys, diagonal = plan
+            kb, vb, keepb = packer.unpack(block)
+            dq_b, dk_b, dv_b = _attend_backward(
+                _rows(grad_out, rows), _rows(q, rows), _rows(kb, keys), _rows(vb, keys),
+                None if keepb is None else keepb[:, keys].contiguous(), _rows(out, rows),
+                lse[..., rows].contiguous(), diagonal, scale)
+            dq[..., rows, :] += dq_b
+            grad = torch.zeros(k_numel + v.numel(), dtype=q.dtype)
+            grad[:k_numel].view(k.shape)[..., keys, :] = dk_b
+            grad[k_numel:].view(v.shape)[..., keys, :] = dv_b
+            if step > 0:  # the accumulator of this block, from the previous rank
+                _wait(grad_works)
+                grad += incoming_grad
         if ring.size == 1:  # nothing to pass on (and gloo cannot send to itself)
             incoming_grad = grad
         else:
@@ -359,10 +388,10 @@ def _ring_backward(grad_out, q, k, v, keep, out, lse, causal, scale, ring):
 class _RingAttention(torch.autograd.Function):
 
     @staticmethod
-    def forward(ctx, q, k, v, keep, causal, scale, ring):
-        out, lse = _ring_forward(q, k, v, keep, causal, scale, ring)
+    def forward(ctx, q, k, v, keep, causal, layout, scale, ring):
+        out, lse = _ring_forward(q, k, v, keep, causal, layout, scale, ring)
         ctx.save_for_backward(q, k, v, keep, out, lse)
-        ctx.causal, ctx.scale, ctx.ring = causal, scale, ring
+        ctx.causal, ctx.layout, ctx.scale, ctx.ring = causal, layout, scale, ring
         ctx.mark_non_differentiable(lse)
         return out, lse
 
@@ -372,8 +401,8 @@ class _RingAttention(torch.autograd.Function):
         if grad_out is None:
             grad_out = torch.zeros_like(out)
         dq, dk, dv = _ring_backward(grad_out.to(q.dtype).contiguous(), q, k, v, keep, out, lse,
-                                    ctx.causal, ctx.scale, ctx.ring)
-        return dq, dk, dv, None, None, None, None
+                                    ctx.causal, ctx.layout, ctx.scale, ctx.ring)
+        return dq, dk, dv, None, None, None, None, None
 
 
 # ---------------------------------------------------------------------------
@@ -382,11 +411,18 @@ class _RingAttention(torch.autograd.Function):
 
 _DTYPES = {torch.float32: 1, torch.float64: 2}
 _FIELDS = ("arguments valid", "batch", "heads", "block length", "query/key head dim",
-           "value head dim", "dtype", "is_causal", "key_padding_mask given")
+           "value head dim", "dtype", "is_causal", "key_padding_mask given", "layout")
+# How a disagreement names a descriptor's coded values.
+_VALUE_NAMES = {"dtype": {code: str(t) for t, code in _DTYPES.items()},
+                "layout": {code: repr(name) for code, name in enumerate(_LAYOUTS)}}
 
 
-def _local_problem(q, k, v, key_padding_mask, is_causal, scale):
+def _local_problem(q, k, v, key_padding_mask, is_causal, scale, layout):
     """-> (exception or None, the descriptor other ranks must share)."""
+    if not (isinstance(layout, str) and layout in _LAYOUTS):
+        return ValueError(f"{_FN}: layout must be 'contiguous' (rank r holds tokens "
+                          "[r·T/N, (r+1)·T/N)) or 'zigzag' (zigzag_split's chunks r and "
+                          f"2N−1−r), got {layout!r}"), None
     tensors = {"q": q, "k": k, "v": v}
     for name, t in tensors.items():
         if not isinstance(t, torch.Tensor):
@@ -411,8 +447,8 @@ def _local_problem(q, k, v, key_padding_mask, is_causal, scale):
     if L == 0 or E == 0 or v.shape[-1] == 0:
         return ValueError(f"{_FN}: empty blocks are not allowed, got q {tuple(q.shape)} and v "
                           f"{tuple(v.shape)}"), None
-    if is_causal and L % 2 != 0:
-        return ValueError(f"{_FN}: is_causal needs the zig-zag layout (two chunks per rank), "
+    if is_causal and layout == "zigzag" and L % 2 != 0:
+        return ValueError(f"{_FN}: is_causal with layout='zigzag' needs two chunks per rank, "
                           f"so the block length must be even, got {L}"), None
     if key_padding_mask is not None:
         m = key_padding_mask
@@ -426,7 +462,7 @@ def _local_problem(q, k, v, key_padding_mask, is_causal, scale):
     if scale is not None and not (isinstance(scale, (int, float)) and math.isfinite(scale)):
         return ValueError(f"{_FN}: scale must be a finite number or None, got {scale!r}"), None
     return None, (1, B, H, L, E, v.shape[-1], _DTYPES[q.dtype], int(bool(is_causal)),
-                  int(key_padding_mask is not None))
+                  int(key_padding_mask is not None), _LAYOUTS.index(layout))
 
 
 def _check_ranks_agree(problem, descriptor, ring):
@@ -444,12 +480,14 @@ def _check_ranks_agree(problem, descriptor, ring):
                              "every rank stops")
         for field, a, b in zip(_FIELDS, mine.tolist(), theirs.tolist()):
             if a != b:
+                a, b = (_VALUE_NAMES.get(field, {}).get(x, x) for x in (a, b))
                 raise ValueError(f"{_FN}: every rank must pass blocks of one shape and the same "
                                  f"options, but {field} is {a} on rank {ring.rank} and {b} on "
                                  f"rank {other}")
 
 
-def ring_attention(q, k, v, key_padding_mask=None, is_causal=False, scale=None, group=None):
+def ring_attention(q, k, v, key_padding_mask=None, is_causal=False, scale=None, group=None,
+                   layout="contiguous"):
     """Scaled dot-product attention over a sequence split across the ranks of
     `group` (ring attention), differentiable.
 
@@ -464,9 +502,15 @@ def ring_attention(q, k, v, key_padding_mask=None, is_causal=False, scale=None, 
 
     key_padding_mask: bool [B, L], True = this key is padding (torch's
         key_padding_mask polarity); it travels with its keys.
-    is_causal: causal attention over the whole sequence, with the blocks in the
-        zig-zag layout (zigzag_split): rank r holds chunks r and 2N−1−r of
-        2N, so L must be even. Without it any layout works.
+    is_causal: causal attention over the whole sequence. Which tokens each
+        rank holds decides what it sees, and the blocks cannot tell, hence:
+    layout: how the sequence was split (only causal attention depends on it).
+        "contiguous" (default): rank r holds tokens [r·L, (r+1)·L), as
+        x.chunk(N, -2)[r] gives; exact, but rank N−1 does about 2N − 1 times
+        rank 0's work. "zigzag": the blocks of zigzag_split (chunks r and
+        2N−1−r of 2N; L even), every rank the same work: the fast path for
+        causal attention. The caller must say which one it used: a wrong
+        layout gives wrong numbers, not an error.
     scale: defaults to 1/sqrt(E).
 
     float32 (qkv's fused kernels) or float64 (its float64 reference) CPU
@@ -479,10 +523,10 @@ def ring_attention(q, k, v, key_padding_mask=None, is_causal=False, scale=None, 
         raise RuntimeError(f"{_FN}: torch.distributed is not initialized; call "
                            "torch.distributed.init_process_group first (every rank)")
     ring = _Ring(group)
-    problem, descriptor = _local_problem(q, k, v, key_padding_mask, is_causal, scale)
+    problem, descriptor = _local_problem(q, k, v, key_padding_mask, is_causal, scale, layout)
     _check_ranks_agree(problem, descriptor, ring)
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
     keep = None if key_padding_mask is None else ~key_padding_mask
     out, _ = _RingAttention.apply(q.contiguous(), k.contiguous(), v.contiguous(), keep,
-                                  bool(is_causal), scale, ring)
+                                  bool(is_causal), layout, scale, ring)
     return out
