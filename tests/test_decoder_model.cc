@@ -18,6 +18,7 @@
 #include "qkv/nn/decoder_model.h"
 #include "qkv/nn/decoder_session.h"
 #include "qkv/sampling.h"
+#include "test_util.h"
 
 // --- Counting every C++ allocation of this process ----------------------------
 // Every replaceable operator new and delete is replaced, all on malloc/free:
@@ -281,7 +282,9 @@ TEST(DecoderModel, BatchedStepsMatchEachSequenceAlone) {
 
 TEST(DecoderModel, DecodingAThousandTokensAllocatesNothingPerToken) {
   Generator gen(6);
-  DecoderModel model(tiny({.num_kv_heads = 2, .max_seq_len = 1100}), &gen);
+  DecoderModelConfig config = tiny({.num_kv_heads = 2});
+  config.max_seq_len = 1100;
+  DecoderModel model(config, &gen);
   DecoderSession session(model, 1, 1100);
   Sampler sampler({.temperature = 0.9, .top_k = 20, .top_p = 0.9}, 37);
   Generator draws(7);
@@ -354,8 +357,14 @@ TEST(DecoderModel, GenerateIsDeterministicPerSeedAndStops) {
   int seen = 0;
   const auto early = generate(model, prompt, o, [&](int64_t) { return ++seen < 3; });
   EXPECT_EQ(early.size(), 3u);
-  o.max_new_tokens = 100;  // 3 + 99 positions > max_seq_len 64 is fine for RoPE
-  EXPECT_EQ(generate(model, prompt, o).size(), 100u);
+  o.max_new_tokens = 62;  // 3 + 61 positions: all of max_seq_len = 64
+  EXPECT_EQ(generate(model, prompt, o).size(), 62u);
+  // One more is refused by name, with RoPE too (it could compute further).
+  o.max_new_tokens = 63;
+  qkv_test::expect_error([&] { generate(model, prompt, o); },
+                         "need 65 positions, but the context holds 64 (the model's max_seq_len)");
+  EXPECT_THROW(model.forward(std::vector<int64_t>(65, 1), 1), Error);
+  o.max_new_tokens = 100;
   DecoderSession small(model, 1, 10);
   EXPECT_THROW(small.generate(prompt, o), Error);
   EXPECT_THROW(small.generate({}, {.max_new_tokens = 1}), Error);

@@ -27,6 +27,25 @@ using nn::DecoderSession;
 // Token ids from a Python int sequence or integer array of 1 or 2 dims:
 // -> (row-major ids, batch size)
 std::pair<std::vector<int64_t>, int64_t> token_ids(py::handle obj, const char* function) {
+  // numpy would hold a Python int past int64 as uint64, or the whole list as
+  // float64 or object: name such an id as the caller wrote it.
+  if (py::isinstance<py::list>(obj) || py::isinstance<py::tuple>(obj)) {
+    int64_t index = 0;
+    auto check = [&](py::handle item) {
+      if (!PyLong_Check(item.ptr())) return;
+      int overflow = 0;
+      PyLong_AsLongLongAndOverflow(item.ptr(), &overflow);
+      if (overflow != 0)
+        throw py::value_error(std::string(function) + ": ids[" + std::to_string(index) + "] = " +
+                              std::string(py::str(item)) + " is not a token id (outside int64)");
+    };
+    for (py::handle row : obj) {
+      if (py::isinstance<py::list>(row) || py::isinstance<py::tuple>(row))
+        for (py::handle item : row) check(item), ++index;
+      else
+        check(row), ++index;
+    }
+  }
   py::array array = py::array::ensure(obj);
   if (!array) throw py::type_error(std::string(function) + ": ids must be a sequence of ints");
   if (array.size() > 0 && !py::isinstance<py::array_t<int64_t>>(array) &&
@@ -36,6 +55,15 @@ std::pair<std::vector<int64_t>, int64_t> token_ids(py::handle obj, const char* f
   if (array.ndim() != 1 && array.ndim() != 2)
     throw py::value_error(std::string(function) + ": ids must be [T] or [B, T], got " +
                           std::to_string(array.ndim()) + " dims");
+  // forcecast would wrap uint64 ids past 2^63 - 1 to negative numbers: name them as given.
+  if (array.dtype().kind() == 'u' && array.itemsize() == 8) {
+    const auto big =
+        py::array_t<uint64_t, py::array::c_style | py::array::forcecast>::ensure(array);
+    for (py::ssize_t i = 0; i < big.size(); ++i)
+      if (big.data()[i] > static_cast<uint64_t>(INT64_MAX))
+        throw py::value_error(std::string(function) + ": ids[" + std::to_string(i) + "] = " +
+                              std::to_string(big.data()[i]) + " is not a token id (outside int64)");
+  }
   const auto ints = py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(array);
   const int64_t batch = array.ndim() == 2 ? array.shape(0) : 1;
   return {std::vector<int64_t>(ints.data(), ints.data() + ints.size()), batch};

@@ -67,10 +67,13 @@ class DecoderModelConfig:
 
 def _generation_args(max_new_tokens, temperature, top_k, top_p, seed, stop_token):
     """The one tuple _core's generate and decode take."""
+    max_new_tokens = int(max_new_tokens)
+    if not 0 <= max_new_tokens < 1 << 63:
+        raise ValueError(f"max_new_tokens must be in [0, 2**63), got {max_new_tokens}")
     seed = int(seed)
     if not 0 <= seed < 1 << 64:
         raise ValueError(f"seed must be in [0, 2**64), got {seed}")
-    return (int(max_new_tokens), float(temperature), int(top_k), float(top_p), seed,
+    return (max_new_tokens, float(temperature), int(top_k), float(top_p), seed,
             None if stop_token is None else int(stop_token))
 
 

@@ -36,6 +36,17 @@ the mask is 1 for real tokens and 0 for padding."""
 _DEFAULT_SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 
 
+def _token_id(value, vocab_size, what, name="token id "):
+    """`value` as an int in [0, vocab_size), else the error naming it as given
+    (the C++ side takes int32: a larger Python int must not reach it)."""
+    if isinstance(value, bool) or not hasattr(value, "__index__"):
+        raise TypeError(f"{what}: token ids must be ints, got {name}{value!r}")
+    i = value.__index__()
+    if not 0 <= i < vocab_size:
+        raise ValueError(f"{what}: {name}{i} is out of range [0, {vocab_size})")
+    return i
+
+
 class WordPieceTokenizer:
     """BERT's WordPiece tokenizer (qkv::text::WordPieceTokenizer).
 
@@ -172,7 +183,9 @@ class BpeTokenizer:
         """The text of `ids` (control tokens left out when skip_special);
         bytes that are not valid UTF-8 become U+FFFD. ValueError for ids out
         of range."""
-        return self._impl.decode([int(i) for i in ids], bool(skip_special))
+        n = self.vocab_size
+        ids = [_token_id(id, n, "decode()", f"ids[{i}] = ") for i, id in enumerate(ids)]
+        return self._impl.decode(ids, bool(skip_special))
 
     def pre_tokenize(self, text):
         """The pieces the pre-tokenizer cuts `text` into (no special tokens)."""
@@ -180,11 +193,11 @@ class BpeTokenizer:
 
     def token_to_piece(self, id):
         """The raw bytes of one token (may be part of a UTF-8 character)."""
-        return self._impl.token_to_piece(int(id))
+        return self._impl.token_to_piece(_token_id(id, self.vocab_size, "token_to_piece()"))
 
     def id_to_token(self, id):
         """The vocabulary text of `id` (byte-level characters)."""
-        return self._impl.token(int(id))
+        return self._impl.token(_token_id(id, self.vocab_size, "id_to_token()"))
 
     def token_to_id(self, token):
         """The id of the vocabulary text `token`, or None."""
@@ -215,9 +228,10 @@ class BpeStreamDecoder:
 
     def __init__(self, tokenizer, skip_special=False):
         self._impl = _core.BpeStreamDecoder(tokenizer._impl, bool(skip_special))
+        self._vocab_size = tokenizer.vocab_size
 
     def push(self, id):
-        return self._impl.push(int(id))
+        return self._impl.push(_token_id(id, self._vocab_size, "push()"))
 
     def finish(self):
         return self._impl.finish()

@@ -164,8 +164,9 @@ Tensor DecoderModel::position_table() const {
 
 KVCache DecoderModel::make_cache(int64_t batch_size, int64_t max_len) const {
   const DecoderModelConfig& c = config_;
-  QKV_CHECK(max_len >= 0, "DecoderModel::make_cache: max_len must be >= 0 (0 = max_seq_len), got ",
-            max_len);
+  QKV_CHECK(max_len >= 0 && max_len <= c.max_seq_len,
+            "DecoderModel::make_cache: max_len must be in [0, max_seq_len = ", c.max_seq_len,
+            "] (0 = max_seq_len), got ", max_len);
   return KVCache({.num_layers = c.num_layers,
                   .batch_size = batch_size,
                   .num_kv_heads = c.num_kv_heads,
@@ -210,9 +211,12 @@ Tensor DecoderModel::embed(std::span<const int64_t> ids, int64_t batch_size, int
                            EmbeddingRecord* record) const {
   const DecoderModelConfig& c = config_;
   const int64_t T = sequence_length(ids, batch_size);
-  QKV_CHECK(c.positions == PositionKind::kRope || offset + T <= c.max_seq_len,
-            "DecoderModel::forward: positions ", offset, " to ", offset + T - 1,
-            " exceed the position table (max_seq_len = ", c.max_seq_len, ")");
+  // RoPE could compute further, but max_seq_len is the context the model was
+  // built or loaded for (a GGUF file's context_length, or the caller's cap).
+  QKV_CHECK(offset + T <= c.max_seq_len, "DecoderModel::forward: positions ", offset, " to ",
+            offset + T - 1, " exceed max_seq_len = ", c.max_seq_len,
+            " (the longest sequence of this model); shorten the input or build/load the model "
+            "with a larger max_seq_len");
   Tensor x = tok_embeddings_.forward(std::vector<int64_t>(ids.begin(), ids.end()), {batch_size, T},
                                      record);  // [B, T, D]
   if (learned_positions_) x = learned_positions_->forward(x, offset);

@@ -20,15 +20,19 @@ DecoderSession::DecoderSession(DecoderModel& model, int64_t batch_size, int64_t 
       cache_(model.make_cache(batch_size, max_len)),
       buffers_(block_options(config_), batch_size) {
   const DecoderModelConfig& c = config_;
-  QKV_CHECK(c.positions == PositionKind::kRope || cache_.max_len() <= c.max_seq_len,
-            "DecoderSession: max_len (", cache_.max_len(),
-            ") exceeds the model's position table (max_seq_len = ", c.max_seq_len, ")");
   position_table_ = model.position_table();
   const DType dt = c.dtype;
   const int64_t B = batch_size;
   x_ = Tensor::zeros({B, c.d_model}, dt);
   logits_ = Tensor::zeros({B, c.vocab_size}, dt);
   if (dt == DType::kFloat64) logits_f32_.resize(static_cast<size_t>(c.vocab_size));
+}
+
+std::string DecoderSession::context_limit() const {
+  std::string limit = std::to_string(cache_.max_len());
+  if (cache_.max_len() == config_.max_seq_len) return limit + " (the model's max_seq_len)";
+  return limit + " (this session's max_len; the model's max_seq_len is " +
+         std::to_string(config_.max_seq_len) + ")";
 }
 
 const Tensor& DecoderSession::prefill(std::span<const int64_t> ids) {
@@ -52,7 +56,7 @@ const Tensor& DecoderSession::step(std::span<const int64_t> tokens) {
   for (int64_t i = 0; i < c.num_layers; ++i)
     QKV_CHECK(cache_.length(i) == pos, m, ": the cache's layers hold different lengths (layer ", i,
               ": ", cache_.length(i), ", fewest: ", pos, "); truncate() it first");
-  QKV_CHECK(pos < cache_.max_len(), m, ": the cache is full (", cache_.max_len(),
+  QKV_CHECK(pos < cache_.max_len(), m, ": the cache is full (", context_limit(),
             " positions); reset() the session or make one with a larger max_len");
 
   model_.tok_embeddings().forward_into(x_, tokens);
@@ -96,7 +100,7 @@ std::vector<int64_t> DecoderSession::decode(const GenerationOptions& options,
   const int64_t needed = length() + std::max<int64_t>(options.max_new_tokens - 1, 0);
   QKV_CHECK(needed <= cache_.max_len(), m, ": ", length(),
             " tokens so far and max_new_tokens = ", options.max_new_tokens, " need ", needed,
-            " positions, but the context holds ", cache_.max_len());
+            " positions, but the context holds ", context_limit());
   Sampler sampler(options.sampling, V);
   Generator gen(options.seed);
   std::vector<int64_t> out;
@@ -120,7 +124,7 @@ std::vector<int64_t> DecoderSession::generate(std::span<const int64_t> prompt,
       static_cast<int64_t>(prompt.size()) + std::max<int64_t>(options.max_new_tokens - 1, 0);
   QKV_CHECK(needed <= cache_.max_len(), "generate: a prompt of ", prompt.size(),
             " tokens and max_new_tokens = ", options.max_new_tokens, " need ", needed,
-            " positions, but the context holds ", cache_.max_len());
+            " positions, but the context holds ", context_limit());
   check_sampling_options(options.sampling);
   reset();
   prefill(prompt);
@@ -134,7 +138,8 @@ std::vector<int64_t> generate(DecoderModel& model, std::span<const int64_t> prom
   int64_t max_len =
       static_cast<int64_t>(prompt.size()) + std::max<int64_t>(options.max_new_tokens - 1, 0);
   max_len = std::max<int64_t>(max_len, 1);
-  if (c.positions != PositionKind::kRope) max_len = std::min(max_len, c.max_seq_len);
+  // Past max_seq_len, session.generate() below names the limit.
+  max_len = std::min(max_len, c.max_seq_len);
   DecoderSession session(model, 1, max_len);
   return session.generate(prompt, options, on_token);
 }

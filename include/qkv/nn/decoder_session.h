@@ -23,6 +23,7 @@
 #include <functional>
 #include <optional>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "qkv/attention.h"
@@ -80,6 +81,9 @@ class DecoderSession {
   std::span<const float> logits_row(int64_t b = 0) const;
 
  private:
+  // "N (the model's max_seq_len)" or "N (this session's max_len; ...)", for errors.
+  std::string context_limit() const;
+
   DecoderModel& model_;
   const DecoderModelConfig config_;
   int64_t batch_size_;
