@@ -129,6 +129,50 @@ std::vector<std::pair<std::string, Shape>> parameter_shapes(const BertConfig& c)
   return shapes;
 }
 
+// Every tensor of the file under "embeddings." or "encoder." (with either
+// prefix) is one BertModel uses: anything else there (a relative position
+// table, a second copy of the encoder under the other prefix, ...) would be
+// part of the model that transformers runs and qkv would not. The buffers
+// transformers may save are accepted at the values it computes anyway.
+void check_no_unused_tensors(const io::SafetensorsFile& file, const std::string& prefix,
+                             const std::vector<std::pair<std::string, Shape>>& shapes,
+                             int64_t max_positions) {
+  std::set<std::string> used;
+  for (const auto& [name, shape] : shapes) used.insert(prefix + name);
+  const std::string& source = file.source();
+  for (const std::string& name : file.names()) {
+    std::string local = name;  // the name without "bert."
+    if (local.starts_with("bert.")) local = local.substr(5);
+    if (!local.starts_with("embeddings.") && !local.starts_with("encoder.")) continue;
+    if (used.count(name)) continue;
+    // Older transformers saved (and then used) these buffers: position_ids
+    // must be arange(max_position_embeddings), token_type_ids zeros.
+    const bool position_ids = local == "embeddings.position_ids";
+    if ((position_ids || local == "embeddings.token_type_ids") && name == prefix + local) {
+      const io::SafetensorsEntry& e = file.entry(name);
+      bool expected = (e.shape == Shape{1, max_positions} || e.shape == Shape{max_positions}) &&
+                      e.dtype != "BOOL" && io::safetensors_dtype_bits(e.dtype) >= 16;
+      if (expected) {  // integers (I64 as saved) or floats; the values must be exact
+        const Tensor values = file.load(name).to(DType::kFloat64);
+        const double* v = values.data<double>();
+        for (int64_t i = 0; expected && i < max_positions; ++i)
+          expected = v[i] == (position_ids ? static_cast<double>(i) : 0.0);
+      }
+      QKV_CHECK(expected, source, ": the buffer \"", name, "\" (", e.dtype, " ", shape_str(e.shape),
+                ") is not ", position_ids ? "0, 1, ..., max_position_embeddings - 1" : "all zeros",
+                "; transformers would use its values, BertModel computes ",
+                position_ids ? "positions from 0" : "token types 0", ". Remove it from the file");
+      continue;
+    }
+    QKV_CHECK(false, source, ": tensor \"", name,
+              "\" is not part of a BertModel (embeddings and encoder layers of config.json's "
+              "sizes, prefix \"",
+              prefix,
+              "\"); qkv would ignore it and compute another model than transformers. "
+              "Remove it, or use a model of model_type \"bert\" whose files hold only those");
+  }
+}
+
 BertConfig validated(const BertConfig& config) {
   config.validate();
   return config;
@@ -194,6 +238,11 @@ BertConfig BertConfig::from_json(const std::string& text, const std::string& sou
             "\"; only \"absolute\" (learned position embeddings) is implemented");
   QKV_CHECK(!r.flag("is_decoder") && !r.flag("add_cross_attention"), source,
             ": \"is_decoder\"/\"add_cross_attention\" are set; BertModel is an encoder only");
+  // transformers removes these heads from the model at load time.
+  if (const auto it = j.find("pruned_heads"); it != j.end())
+    QKV_CHECK(it->is_null() || (it->is_object() && it->empty()), source, ": \"pruned_heads\" is ",
+              json_excerpt(*it),
+              "; pruned attention heads are not supported (only {} or no field)");
   c.validate(source);
   return c;
 }
@@ -358,6 +407,7 @@ BertModel BertModel::load(const BertConfig& config, const std::filesystem::path&
               ", max_position_embeddings ", config.max_position_embeddings, ", type_vocab_size ",
               config.type_vocab_size, ") needs ", shape_str(shape));
   }
+  check_no_unused_tensors(file, prefix, shapes, config.max_position_embeddings);
   BertModel model(config, nullptr, /*random=*/false);
   std::map<std::string, Tensor> own = model.state_dict();
   for (const auto& [name, shape] : shapes) {

@@ -17,7 +17,10 @@
 //     encoder.layer.<i>.attention.output.dense.{weight,bias}, ...attention.output.LayerNorm.*
 //     encoder.layer.<i>.intermediate.dense.*, encoder.layer.<i>.output.dense.*,
 //     encoder.layer.<i>.output.LayerNorm.*
-//   Other tensors (the pooler, heads of derived models, the position_ids buffer) are ignored.
+//   Tensors outside embeddings.* and encoder.* (the pooler, heads of derived
+//   models) are ignored; one inside them that BertModel does not use is an
+//   error naming it, and the buffers embeddings.position_ids and
+//   embeddings.token_type_ids must hold transformers' values (0, 1, ... and 0s).
 //
 // Differences from transformers: a row whose attention_mask is all 0 has no key
 // to attend to and gets attention output 0 (transformers spreads it uniformly
@@ -67,8 +70,10 @@ struct BertConfig {
   // Parses config.json text. vocab_size, hidden_size, num_hidden_layers,
   // num_attention_heads and intermediate_size are required; the others
   // default to transformers' values. Every field read is checked (type and
-  // range, D divisible by H, position_embedding_type "absolute", not a
-  // decoder); errors name `source` and the field.
+  // range, D divisible by H, model_type "bert", position_embedding_type
+  // "absolute", not a decoder, no pruned_heads); errors name `source` and the
+  // field. Other fields (dropout, initializer_range, ...) do not change the
+  // last hidden state and are ignored.
   static BertConfig from_json(const std::string& text, const std::string& source = "config.json");
   // Reads and parses the file.
   static BertConfig from_file(const std::filesystem::path& config_json);
