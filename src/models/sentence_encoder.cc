@@ -61,6 +61,140 @@ std::vector<std::string> calibration_texts(const text::WordPieceTokenizer& token
   return texts;
 }
 
+// sentence_bert_config.json keys that would make sentence-transformers load or
+// run another model than config.json, tokenizer.json and model.safetensors
+// describe: refused unless absent or at their defaults.
+void check_transformer_module_config(const Json& j, const std::filesystem::path& file) {
+  const auto where = [&](const char* key) {
+    return "SentenceEncoder: " + file.string() + ": \"" + key + "\" is ";
+  };
+  for (const char* key : {"model_args", "model_kwargs", "tokenizer_args", "processor_kwargs",
+                          "config_args", "config_kwargs", "processing_kwargs"}) {
+    const auto it = j.find(key);
+    QKV_CHECK(it == j.end() || it->is_null() || (it->is_object() && it->empty()), where(key),
+              json_excerpt(*it),
+              "; sentence-transformers would pass these settings on to transformers, and qkv "
+              "reads the model's own files alone: put them into config.json / "
+              "tokenizer_config.json, or remove them");
+  }
+  const std::pair<const char*, const char*> defaults[] = {
+      {"transformer_task", "feature-extraction"}, {"module_output_name", "token_embeddings"}};
+  for (const auto& [key, expected] : defaults) {
+    const auto it = j.find(key);
+    QKV_CHECK(it == j.end() || it->is_null() || *it == expected, where(key), json_excerpt(*it),
+              "; qkv computes \"", expected, "\" (the last hidden state) only");
+  }
+  if (const auto it = j.find("modality_config"); it != j.end() && !it->is_null()) {
+    const Json text_only = {
+        {"text", {{"method", "forward"}, {"method_output_name", "last_hidden_state"}}}};
+    QKV_CHECK(*it == text_only, where("modality_config"), json_excerpt(*it, 120),
+              "; qkv computes {\"text\": {\"method\": \"forward\", \"method_output_name\": "
+              "\"last_hidden_state\"}} only");
+  }
+}
+
+// sentence-transformers tokenizes with transformers' AutoTokenizer. For
+// tokenizer_class BertTokenizer (the class of a "bert" model without a
+// tokenizer_config.json too), transformers 5 builds the normalizer, the
+// continuation prefix and the [CLS] $A [SEP] template from
+// tokenizer_config.json's fields and their defaults, not from tokenizer.json;
+// qkv reads tokenizer.json. The two must agree. Either file sets the
+// truncation and padding sides (tokenizer_config.json first).
+void check_tokenizer_agrees(const std::filesystem::path& tokenizer_config,
+                            const text::WordPieceTokenizer& tokenizer) {
+  const std::string source = tokenizer_config.string();
+  Json j = Json::object();
+  const bool exists = std::filesystem::exists(tokenizer_config);
+  if (exists) {
+    j = read_json(tokenizer_config);
+    QKV_CHECK(j.is_object(), "SentenceEncoder: ", source, " must be a JSON object");
+  }
+  const text::WordPieceOptions& o = tokenizer.options();
+  const auto value = [&](const char* key) -> const Json* {
+    const auto it = j.find(key);
+    return it == j.end() ? nullptr : &*it;
+  };
+  const auto disagree = [&](const char* key, const Json& theirs, const std::string& ours) {
+    QKV_CHECK(false, "SentenceEncoder: ", exists ? source : source + " (absent)", ": \"", key,
+              "\" is ", json_excerpt(theirs), " but tokenizer.json gives ", ours,
+              "; sentence-transformers would tokenize by the former, qkv by the latter. Make the "
+              "two files agree");
+  };
+  const std::string tokenizer_class =
+      value("tokenizer_class") && value("tokenizer_class")->is_string()
+          ? value("tokenizer_class")->get<std::string>()
+          : "BertTokenizer";
+  if (tokenizer_class == "BertTokenizer" || tokenizer_class == "BertTokenizerFast") {
+    const auto flag_or = [&](const char* key, bool fallback) -> std::pair<Json, bool> {
+      const Json* v = value(key);
+      if (!v || v->is_null()) return {v ? *v : Json(fallback), fallback};
+      QKV_CHECK(v->is_boolean(), "SentenceEncoder: ", source, ": \"", key,
+                "\" must be true, false or null, got ", json_excerpt(*v));
+      return {*v, v->get<bool>()};
+    };
+    const auto bool_name = [](bool b) { return std::string(b ? "true" : "false"); };
+    const auto [lower_json, lowercase] = flag_or("do_lower_case", true);
+    if (lowercase != o.lowercase)
+      disagree("do_lower_case", lower_json, "normalizer.lowercase " + bool_name(o.lowercase));
+    // strip_accents null follows do_lower_case, as in BERT.
+    const auto [strip_json, strip] = flag_or("strip_accents", lowercase);
+    if (strip != o.strip_accents)
+      disagree("strip_accents", strip_json,
+               "accents " + std::string(o.strip_accents ? "stripped" : "kept"));
+    const auto [chinese_json, chinese] = flag_or("tokenize_chinese_chars", true);
+    if (chinese != o.split_chinese_chars)
+      disagree("tokenize_chinese_chars", chinese_json,
+               "normalizer.handle_chinese_chars " + bool_name(o.split_chinese_chars));
+    if (!o.clean_text)
+      disagree("tokenizer_class", Json(tokenizer_class),
+               "no clean_text (BertTokenizer always cleans the text)");
+    if (o.continuing_prefix != "##" || o.max_input_chars_per_word != 100)
+      disagree("tokenizer_class", Json(tokenizer_class),
+               "model.continuing_subword_prefix \"" + o.continuing_prefix +
+                   "\" and max_input_chars_per_word " + std::to_string(o.max_input_chars_per_word) +
+                   " (BertTokenizer uses \"##\" and 100)");
+    const std::pair<const char*, const std::string*> specials[] = {
+        {"cls_token", &o.cls_token}, {"sep_token", &o.sep_token}, {"unk_token", &o.unk_token}};
+    for (const auto& [key, ours] : specials) {
+      const std::string fallback = key == std::string("cls_token")   ? "[CLS]"
+                                   : key == std::string("sep_token") ? "[SEP]"
+                                                                     : "[UNK]";
+      const Json* v = value(key);
+      // transformers 5 writes a special token as a string; an older file may
+      // hold an AddedToken object with its "content".
+      const Json theirs = !v || v->is_null()                         ? Json(fallback)
+                          : v->is_object() && v->contains("content") ? (*v)["content"]
+                                                                     : *v;
+      if (theirs != *ours)
+        disagree(key, theirs, *ours == "" ? std::string("no such token") : "\"" + *ours + "\"");
+    }
+  } else {
+    QKV_CHECK(
+        tokenizer_class == "PreTrainedTokenizerFast" || tokenizer_class == "TokenizersBackend",
+        "SentenceEncoder: ", source, ": \"tokenizer_class\" is \"", tokenizer_class,
+        "\"; supported: BertTokenizer, BertTokenizerFast (checked against tokenizer.json), "
+        "PreTrainedTokenizerFast and TokenizersBackend (which read tokenizer.json as qkv "
+        "does)");
+  }
+  const auto side = [&](const char* key, bool left_in_json) -> std::string {
+    const Json* v = value(key);
+    if (!v || v->is_null()) return left_in_json ? "left" : "right";
+    QKV_CHECK(v->is_string() && (*v == "left" || *v == "right"), "SentenceEncoder: ", source,
+              ": \"", key, "\" must be \"left\" or \"right\", got ", json_excerpt(*v));
+    return v->get<std::string>();
+  };
+  const std::string truncation = side("truncation_side", o.truncate_left);
+  if ((truncation == "left") != o.truncate_left)
+    disagree("truncation_side", Json(truncation),
+             std::string("truncation.direction ") + (o.truncate_left ? "\"Left\"" : "\"Right\""));
+  // BERT numbers positions from the first column, padding or not: padded on
+  // the left, a shorter text's tokens would get other positions.
+  QKV_CHECK(side("padding_side", o.pad_left) == "right", "SentenceEncoder: ", source,
+            ": the padding side is \"left\" (\"padding_side\", else tokenizer.json's "
+            "padding.direction); sentence-transformers would then shift the positions of "
+            "shorter texts in a batch, qkv pads on the right. Set it to \"right\"");
+}
+
 }  // namespace
 
 // What modules.json asks for: where the transformer and the pooling config
@@ -100,7 +234,7 @@ SentenceEncoder::Layout SentenceEncoder::read_layout(const std::filesystem::path
       p.transformer_dir = model_dir / path;
     } else if (name == "Pooling" && i == 1) {
       p.pooling_dir = model_dir / path;
-    } else if (name == "Normalize" && i + 1 == modules.size() && i >= 1) {
+    } else if (name == "Normalize" && i + 1 == modules.size() && i == 2) {
       p.normalize = true;
     } else {
       QKV_CHECK(false, "SentenceEncoder: ", file.string(), ": module ", i, " is \"", type,
@@ -108,6 +242,11 @@ SentenceEncoder::Layout SentenceEncoder::read_layout(const std::filesystem::path
     }
   }
   QKV_CHECK(!modules.empty(), "SentenceEncoder: ", file.string(), " lists no module");
+  // Without a Pooling module sentence-transformers has no sentence embedding
+  // to give; mean pooling here would be an invention.
+  QKV_CHECK(!p.pooling_dir.empty(), "SentenceEncoder: ", file.string(),
+            " lists no Pooling module after the Transformer; supported: Transformer, then "
+            "Pooling, then optionally Normalize");
   return p;
 }
 
@@ -189,13 +328,19 @@ SentenceEncoder::SentenceEncoder(const Layout& p, Precision precision)
     const Json j = read_json(tokenizer_config);
     // Unset, transformers writes a huge float (1e30): only integers count.
     if (const auto it = j.find("model_max_length");
-        j.is_object() && it != j.end() && it->is_number_integer() && it->get<int64_t>() >= 2)
+        j.is_object() && it != j.end() && it->is_number_integer()) {
+      QKV_CHECK(it->get<int64_t>() >= 2, "SentenceEncoder: ", tokenizer_config.string(),
+                ": \"model_max_length\" is ", json_excerpt(*it),
+                "; it must leave room for [CLS] and [SEP] (>= 2)");
       max_seq_length_ = std::min(max_seq_length_, it->get<int64_t>());
+    }
   }
+  check_tokenizer_agrees(tokenizer_config, tokenizer_);
   const std::filesystem::path st_config = p.transformer_dir / "sentence_bert_config.json";
   if (std::filesystem::exists(st_config)) {
     const Json j = read_json(st_config);
     QKV_CHECK(j.is_object(), "SentenceEncoder: ", st_config.string(), " must be a JSON object");
+    check_transformer_module_config(j, st_config);
     if (const auto it = j.find("max_seq_length"); it != j.end() && !it->is_null()) {
       QKV_CHECK(it->is_number_integer() && it->get<int64_t>() >= 2 &&
                     it->get<int64_t>() <= c.max_position_embeddings,

@@ -18,6 +18,14 @@
 // dir>/config.json (1_Pooling/config.json), and for max_seq_length
 // sentence_bert_config.json or tokenizer_config.json (both optional), in the
 // layouts of sentence-transformers before and from version 6.
+//
+// What sentence-transformers would compute otherwise is refused by name, not
+// guessed: modules.json without Pooling; sentence_bert_config.json settings
+// passed on to transformers (config_kwargs, processor_kwargs, ...) or another
+// transformer_task / modality_config; a tokenizer_config.json that disagrees
+// with tokenizer.json (transformers 5's BertTokenizer builds its normalizer
+// and [CLS]/[SEP] from the former, qkv reads the latter), another
+// truncation side, or left padding (it would shift BERT's positions).
 #pragma once
 
 #include <cstdint>
