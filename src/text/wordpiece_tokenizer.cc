@@ -129,8 +129,18 @@ std::pair<std::string, std::string> read_post_processor(const json* post,
   const json* specials = r.find(*post, "special_tokens");
   std::vector<std::string> before, after;
   bool sequence_seen = false;
+  // Each piece's type id becomes the token type the model sees; qkv encodes
+  // none (BertModel then takes 0 for every token), so only 0 is read exactly.
+  const auto check_type_id = [&](const json& inner) {
+    const json* type_id = inner.is_object() ? r.find(inner, "type_id") : nullptr;
+    r.check(!type_id || *type_id == 0,
+            "post_processor.single: type_id " + (type_id ? json_excerpt(*type_id) : "") + " in " +
+                json_excerpt(inner) +
+                "; qkv gives every token of a single text type 0, as the template must");
+  };
   for (const json& piece : *single) {
     if (piece.is_object() && piece.contains("Sequence")) {
+      check_type_id(piece["Sequence"]);
       r.check(!sequence_seen, "post_processor.single has the sequence twice");
       sequence_seen = true;
       continue;
@@ -141,6 +151,7 @@ std::pair<std::string, std::string> read_post_processor(const json* post,
             "post_processor.single: expected {\"SpecialToken\": {\"id\": ...}} or "
             "{\"Sequence\": ...}, got " +
                 json_excerpt(piece));
+    check_type_id(piece["SpecialToken"]);
     const std::string name = piece["SpecialToken"]["id"].get<std::string>();
     // The special token's entry lists the tokens it stands for.
     r.check(specials && specials->is_object() && specials->contains(name),
@@ -275,6 +286,12 @@ WordPieceTokenizer WordPieceTokenizer::from_json(const std::filesystem::path& to
     r.check(direction == "Right" || direction == "Left",
             "truncation.direction must be 'Right' or 'Left', got '" + direction + "'");
     options.truncate_left = direction == "Left";
+    // One text: LongestFirst and OnlyFirst cut it alike; OnlySecond has no
+    // second text to cut, and tokenizers fails on it.
+    const std::string strategy =
+        r.get_string(*truncation, "strategy", "LongestFirst", "truncation");
+    r.check(strategy == "LongestFirst" || strategy == "OnlyFirst",
+            "truncation.strategy must be 'LongestFirst' or 'OnlyFirst', got '" + strategy + "'");
   }
   options.pad_token = "";
   if (const json* padding = r.find(root, "padding")) {
