@@ -76,8 +76,18 @@ Checkpoint load_checkpoint(const std::filesystem::path& path) {
   }
   QKV_CHECK(step_ok, "load_checkpoint: '", path.string(), "' has an invalid \"", kStepKey,
             "\" entry \"", step ? *step : "(missing)", "\" (expected a whole number >= 0)");
-  for (const auto& [key, value] : metadata)
-    if (!starts_with(key, "qkv.")) checkpoint.metadata[key] = value;
+  for (const auto& [key, value] : metadata) {
+    if (!starts_with(key, "qkv.")) {
+      checkpoint.metadata[key] = value;
+      continue;
+    }
+    // Keys this version does not know would describe the checkpoint in a way
+    // it cannot honour (a later format's): refused rather than dropped.
+    QKV_CHECK(key == kFormatKey || key == kVersionKey || key == kStepKey, "load_checkpoint: '",
+              path.string(), "' has the metadata key \"", key, "\" (= \"", value.substr(0, 60),
+              "\"), which this qkv does not know; it reads \"", kFormatKey, "\", \"", kVersionKey,
+              "\" and \"", kStepKey, "\" (keys starting with \"qkv.\" are reserved)");
+  }
   for (const std::string& name : file->names()) {
     if (starts_with(name, kModelPrefix)) {
       checkpoint.model[name.substr(std::string(kModelPrefix).size())] = file->load(name);

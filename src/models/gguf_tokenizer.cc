@@ -39,7 +39,9 @@ text::BpeTokenizer gguf_bpe_tokenizer(const io::GgufFile& f) {
       v.token_types.push_back(static_cast<int32_t>(types[i]));
     }
   }
-  // llama.cpp reads a missing pre-tokenizer as its "default", the GPT-2 regex.
+  // A missing pre-tokenizer is read as transformers reads it (GPT-2's regex).
+  // llama.cpp warns and runs its own "default" instead (punctuation runs, the
+  // GPT-2 regex, digit runs, then groups of three digits): the two differ.
   v.pre_tokenizer = f.find_string("tokenizer.ggml.pre").value_or("gpt2");
   v.bos = token_id(f, "tokenizer.ggml.bos_token_id");
   v.eos = token_id(f, "tokenizer.ggml.eos_token_id");
