@@ -135,7 +135,8 @@ class SentenceEncoder:
                              f"{list(self.prompts)}")
         self.similarity_fn_name = similarity_fn_name or config.get("similarity_fn_name") \
             or "cosine"
-        self.truncate_dim = truncate_dim
+        self.truncate_dim = _check_truncate_dim(truncate_dim, "SentenceEncoder")
+        self._include_prompt = _pooling_includes_prompt(model_dir)
 
     @property
     def similarity_fn_name(self):
@@ -169,12 +170,16 @@ class SentenceEncoder:
 
         prompt (or prompt_name, a key of `prompts`; else default_prompt_name):
         a string put before every text, as sentence-transformers does (its
-        tokens are pooled with the text's). batch_size: texts per forward pass
+        tokens are pooled with the text's; a ValueError when the Pooling config
+        sets include_prompt false, or when both prompt and prompt_name are
+        given). batch_size: texts per forward pass
         (texts are sorted by token count, so that little padding is computed;
         results come back in the order given). show_progress_bar: a bar on
         stderr (tqdm's when installed); None means off. normalize_embeddings:
         L2-normalise each embedding. truncate_dim: keep the first dimensions
-        (Matryoshka models), before normalize_embeddings. Longer texts are
+        (Matryoshka models; a positive int), before normalize_embeddings;
+        neither applies to token embeddings (a ValueError when given with
+        them). Longer texts are
         truncated to max_seq_length tokens. precision: "float32" only (the
         model's own arithmetic is set by the constructor's precision); device:
         None or "cpu".
@@ -202,8 +207,19 @@ class SentenceEncoder:
             if not isinstance(text, str):
                 raise TypeError(f"SentenceEncoder.encode(): sentences[{i}] must be a str, "
                                 f"got {type(text).__name__}")
+        if output_value == "token_embeddings" and (normalize_embeddings or truncate_dim is not None):
+            # sentence-transformers would return the token vectors as they are.
+            raise ValueError("SentenceEncoder.encode(): normalize_embeddings and truncate_dim "
+                             "apply to sentence embeddings; output_value=\"token_embeddings\" "
+                             "gives the raw token vectors, so leave them unset")
         prompt = self._resolve_prompt(prompt, prompt_name)
         if prompt:
+            if not self._include_prompt and output_value == "sentence_embedding":
+                raise ValueError(
+                    f"SentenceEncoder.encode(): the model's Pooling config sets include_prompt "
+                    f"false: sentence-transformers leaves the prompt's tokens out of the pooling, "
+                    f"qkv pools over every token. Encode without the prompt {prompt!r} (and "
+                    f"default_prompt_name), or set include_prompt to true in that config")
             texts = [prompt + text for text in texts]
 
         update, close = _progress_bar(len(texts), bool(show_progress_bar))
@@ -216,7 +232,8 @@ class SentenceEncoder:
             out = self._encoder.encode(texts, int(batch_size), update)
         finally:
             close()
-        truncate_dim = self.truncate_dim if truncate_dim is None else truncate_dim
+        truncate_dim = _check_truncate_dim(self.truncate_dim if truncate_dim is None
+                                           else truncate_dim, "SentenceEncoder.encode()")
         if truncate_dim is not None:
             out = np.ascontiguousarray(out[:, :int(truncate_dim)])
         if normalize_embeddings:  # torch.nn.functional.normalize: x / max(‖x‖, 1e-12)
@@ -230,6 +247,9 @@ class SentenceEncoder:
 
     def _resolve_prompt(self, prompt, prompt_name):
         if prompt is not None:
+            if prompt_name is not None:  # sentence-transformers warns and drops prompt_name
+                raise ValueError(f"SentenceEncoder.encode(): give prompt or prompt_name, not "
+                                 f"both (got prompt={prompt!r}, prompt_name={prompt_name!r})")
             return prompt
         if prompt_name is not None:
             if prompt_name not in self.prompts:
@@ -317,6 +337,34 @@ class SentenceEncoder:
     def normalize(self):
         """Whether embeddings are L2-normalised (modules.json lists Normalize)."""
         return self._encoder.normalize
+
+
+def _check_truncate_dim(truncate_dim, where):
+    """None or a positive int; a larger one keeps every dimension, as in
+    sentence-transformers (numpy would read 0 as none and -k as all but k)."""
+    if truncate_dim is None:
+        return None
+    if isinstance(truncate_dim, bool) or not isinstance(truncate_dim, (int, np.integer)) \
+            or truncate_dim <= 0:
+        raise ValueError(f"{where}: truncate_dim must be None or a positive int, "
+                         f"got {truncate_dim!r}")
+    return int(truncate_dim)
+
+
+def _pooling_includes_prompt(model_dir):
+    """The Pooling config's include_prompt (default true), found as the C++
+    reader found it (module 1 of modules.json, which it has checked)."""
+    modules_file = model_dir / "modules.json"
+    if not modules_file.is_file():
+        return True
+    with open(modules_file, encoding="utf-8") as f:
+        modules = json.load(f)
+    with open(model_dir / modules[1].get("path", "") / "config.json", encoding="utf-8") as f:
+        include = json.load(f).get("include_prompt", True)
+    if not isinstance(include, bool):
+        raise ValueError(f"SentenceEncoder: {model_dir / modules[1].get('path', '')}/config.json:"
+                         f" \"include_prompt\" must be true or false, got {include!r}")
+    return include
 
 
 def _check_device(device):

@@ -8,6 +8,7 @@ token embeddings, of order 1: relative to the largest |ST| entry).
 """
 
 import io
+import json
 import os
 import pathlib
 import signal
@@ -127,6 +128,46 @@ def test_prompt_and_prompt_name(models):
     assert err(default.encode(TEXTS[:3]), got) <= TOLERANCE
     with pytest.raises(ValueError, match="prompt name 'passage'"):
         named.encode(TEXTS, prompt_name="passage")
+    # sentence-transformers warns and drops prompt_name; here it is an error.
+    with pytest.raises(ValueError, match="prompt or prompt_name, not both"):
+        named.encode(TEXTS, prompt="query: ", prompt_name="query")
+
+
+def test_include_prompt_false_is_refused_with_a_prompt(models, tmp_path):
+    # sentence-transformers then pools over the text's tokens alone; qkv cannot.
+    _, ref = models
+    for entry in MODEL.iterdir():
+        if entry.name != "1_Pooling":
+            (tmp_path / entry.name).symlink_to(entry)
+    (tmp_path / "1_Pooling").mkdir()
+    config = json.loads((MODEL / "1_Pooling" / "config.json").read_text())
+    (tmp_path / "1_Pooling" / "config.json").write_text(
+        json.dumps({**config, "include_prompt": False}))
+    excluded = st.SentenceTransformer(str(tmp_path), device="cpu")
+    assert err(excluded.encode(TEXTS[:3], prompt="query: "),
+               ref.encode(TEXTS[:3], prompt="query: ")) > 1e-3
+    ours = qkv.SentenceEncoder(tmp_path)
+    with pytest.raises(ValueError, match="include_prompt"):
+        ours.encode(TEXTS[:3], prompt="query: ")
+    with pytest.raises(ValueError, match="include_prompt"):
+        qkv.SentenceEncoder(tmp_path, prompts={"q": "query: "}, default_prompt_name="q").encode("x")
+    # Without a prompt, or for token embeddings, there is nothing to leave out.
+    assert err(ours.encode(TEXTS[:3]), ref.encode(TEXTS[:3])) <= TOLERANCE
+    assert len(ours.encode(TEXTS[:2], prompt="query: ", output_value="token_embeddings")) == 2
+
+
+def test_truncate_dim_must_be_a_positive_int(models):
+    ours, _ = models
+    for bad in (0, -5, 2.5, True, "64"):
+        with pytest.raises(ValueError, match="truncate_dim must be None or a positive int"):
+            ours.encode(TEXTS[:2], truncate_dim=bad)
+        with pytest.raises(ValueError, match="truncate_dim must be None or a positive int"):
+            qkv.SentenceEncoder(MODEL, truncate_dim=bad)
+    assert ours.encode(TEXTS[:2], truncate_dim=np.int64(1000)).shape == (2, 384)  # as ST: all
+    with pytest.raises(ValueError, match="raw token vectors"):
+        ours.encode(TEXTS[:2], output_value="token_embeddings", normalize_embeddings=True)
+    with pytest.raises(ValueError, match="raw token vectors"):
+        ours.encode(TEXTS[:2], output_value="token_embeddings", truncate_dim=64)
 
 
 def test_similarity(models):
