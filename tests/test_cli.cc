@@ -63,11 +63,13 @@ TEST_F(Cli, DemoIsReproducibleForASeed) {
 TEST_F(Cli, UnknownOptionFailsWithAHint) {
   const CliRun run = run_qkv("demo --bogus");
   expect_failure(run, {"--bogus", "qkv demo --help"});
+  EXPECT_EQ(run.exit_code, 2) << "a wrong command line exits 2";
 }
 
 TEST_F(Cli, UnknownCommandFailsWithAHint) {
   const CliRun run = run_qkv("frobnicate");
   expect_failure(run, {"frobnicate", "qkv --help"});
+  EXPECT_EQ(run.exit_code, 2) << "a wrong command line exits 2";
 }
 
 TEST_F(Cli, UnusableOutDirIsAnErrorNotACrash) {
@@ -94,6 +96,7 @@ TEST_F(Cli, HelpAndVersion) {
 
   const CliRun bare = run_qkv("");
   expect_failure(bare, {"demo"});
+  EXPECT_EQ(bare.exit_code, 2) << "no command: the help, and exit 2";
 }
 
 }  // namespace
@@ -299,8 +302,10 @@ TEST_F(Cli, TrainRecallPrintsBothAccuraciesAndWritesHeatmaps) {
 TEST_F(Cli, TrainRecallRejectsBadOptions) {
   const CliRun zero = run_qkv("train recall --pairs 0");
   expect_failure(zero, {"qkv train recall --help"});
+  EXPECT_EQ(zero.exit_code, 2);
   const CliRun bare = run_qkv("train");
   expect_failure(bare, {"recall"});
+  EXPECT_EQ(bare.exit_code, 2);
 }
 
 }  // namespace

@@ -7,6 +7,12 @@
 
 namespace qkv::cli {
 
+// Exit codes: 0 success, 1 an error while running (qkv::Error, out of memory),
+// 2 a wrong command line (as argparse and getopt tools; CLI11's own codes,
+// 105-114, would tell a script nothing more). docs/errors.md lists them.
+constexpr int kExitFailure = 1;
+constexpr int kExitUsage = 2;
+
 // A parsed subcommand and what to do when it was chosen. `run` returns the
 // process exit code; it may throw qkv::Error, which main() reports.
 struct Command {

@@ -35,7 +35,7 @@ int report_parse_error(CLI::App& app, const CLI::ParseError& error) {
   const std::string path = command_path(app);
   std::cerr << path << ": error: " << error.what() << "\n"
             << "Run '" << path << " --help' for usage.\n";
-  return error.get_exit_code();
+  return qkv::cli::kExitUsage;
 }
 
 }  // namespace
@@ -75,10 +75,10 @@ int main(int argc, char** argv) {
     } catch (const std::exception& error) {
       std::cerr << path << ": internal error: " << error.what() << "\n";
     }
-    return 1;
+    return qkv::cli::kExitFailure;
   }
 
   // No command: show what there is.
   std::cout << app.help();
-  return 1;
+  return qkv::cli::kExitUsage;
 }

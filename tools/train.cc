@@ -18,7 +18,7 @@ Command add_train_command(CLI::App& parent) {
             for (const Command& task : tasks)
               if (task.app->parsed()) return task.run();
             std::cout << app->help();
-            return 1;
+            return kExitUsage;  // `qkv train` without a task
           }};
 }
 
