@@ -192,6 +192,32 @@ TEST_F(SentenceEncoderAudit, SentenceBertConfigSettingsForTransformersAreRefused
   EXPECT_EQ(models::SentenceEncoder(model_).max_seq_length(), 256);
 }
 
+// Already refused before the audit; held here with the rest.
+TEST_F(SentenceEncoderAudit, PoolingModesItCannotComputeAreRefused) {
+  QKV_SKIP_WITHOUT_MINILM();
+  const Json original = read_json(model_ / "1_Pooling/config.json");
+  const std::pair<Json, const char*> cases[] = {
+      {{{"pooling_mode", "weightedmean"}}, "\"weightedmean\" is not implemented"},
+      {{{"pooling_mode", "lasttoken"}}, "\"lasttoken\" is not implemented"},
+      {{{"pooling_mode", {"mean", "max"}}}, "2 pooling modes"},
+      {{{"pooling_mode_max_tokens", true}}, "2 pooling modes"},  // with mean, as the file has
+      {{{"pooling_mode_lasttoken", true}, {"pooling_mode_mean_tokens", false}},
+       "\"lasttoken\" is not implemented"}};
+  for (const auto& [change, message] : cases) {
+    SCOPED_TRACE(change.dump());
+    Json j = original;
+    j.update(change);
+    write_json(model_ / "1_Pooling/config.json", j);
+    refused({"1_Pooling/config.json", message});
+  }
+  // sentence_bert_config.json's do_lower_case over a tokenizer that keeps case.
+  edit("sentence_bert_config.json", [](Json& j) { j["do_lower_case"] = true; });
+  edit("tokenizer.json", [](Json& t) { t["normalizer"]["lowercase"] = false; });
+  edit("tokenizer_config.json", [](Json& t) { t["do_lower_case"] = false; });
+  write_json(model_ / "1_Pooling/config.json", original);
+  refused({"sentence_bert_config.json", "\"do_lower_case\" is set"});
+}
+
 // transformers 5's BertTokenizer builds its normalizer and template from
 // tokenizer_config.json, not tokenizer.json; qkv reads tokenizer.json.
 TEST_F(SentenceEncoderAudit, TokenizerConfigMustAgreeWithTokenizerJson) {
