@@ -194,6 +194,15 @@ def _check_output(output_dir, overwrite):
     if os.path.isdir(out) and os.listdir(out) and not overwrite:
         raise FileExistsError(f"embed_corpus(): output_dir '{out}' is not empty; pass "
                               f"overwrite=True (--overwrite) to replace what it holds")
+    # Created now, so that a path under a regular file or without write
+    # permission fails here and not after Ray has embedded the whole corpus.
+    try:
+        os.makedirs(out, exist_ok=True)
+    except OSError as e:
+        raise type(e)(e.errno, f"embed_corpus(): cannot create output_dir '{out}': "
+                      f"{e.strerror}") from None
+    if not os.access(out, os.W_OK | os.X_OK):
+        raise PermissionError(f"embed_corpus(): output_dir '{out}' is not writable")
     return os.path.abspath(out)
 
 
@@ -258,7 +267,7 @@ def embed_corpus(input_paths, output_dir, model="models/all-MiniLM-L6-v2", *, ba
     # The actors may start in another directory: give them an absolute path,
     # and load the model here once so that a bad one fails before Ray starts.
     model_dir = str(pathlib.Path(resolve_model_dir(model, None)).resolve())
-    SentenceEncoder(model_dir, precision)
+    dimension = SentenceEncoder(model_dir, precision).dimension
 
     try:
         import ray
@@ -287,7 +296,10 @@ def embed_corpus(input_paths, output_dir, model="models/all-MiniLM-L6-v2", *, ba
     finally:
         if started:
             ray.shutdown()
-    return _count_rows(out)
+    rows = _count_rows(out)
+    if rows == 0:
+        _write_empty_table(out, dimension)
+    return rows
 
 
 def _our_error(e):
@@ -305,12 +317,31 @@ def _count_rows(out):
     """Rows in the Parquet files of `out` (0 when the corpus had no lines)."""
     import pyarrow.dataset
 
-    if not _is_uri(out):
-        os.makedirs(out, exist_ok=True)
     try:
         return pyarrow.dataset.dataset(out, format="parquet").count_rows()
     except FileNotFoundError:
         return 0
+
+
+def _schema(dimension):
+    """The columns of the module's doc."""
+    import pyarrow as pa
+
+    return pa.schema([("path", pa.string()), ("line", pa.int64()), ("text", pa.string()),
+                      ("embedding", pa.list_(pa.float32(), dimension))])
+
+
+def _write_empty_table(out, dimension):
+    """A corpus without lines still gives a Parquet file with the columns, so
+    that a reader of `out` finds the schema (Ray writes no file for no rows)."""
+    import pyarrow.fs
+    import pyarrow.parquet as pq
+
+    fs, root = pyarrow.fs.FileSystem.from_uri(out if _is_uri(out) else os.path.abspath(out))
+    fs.create_dir(root, recursive=True)
+    name, partial = f"{root}/part-empty.parquet", f"{root}/.part-empty.parquet.partial"
+    pq.write_table(_schema(dimension).empty_table(), partial, filesystem=fs)
+    fs.move(partial, name)  # atomic on a local file system: no half-written file
 
 
 def _run_pipeline(ray, paths, out, model_dir, precision, batch_size, concurrency,

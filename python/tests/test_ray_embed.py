@@ -137,6 +137,19 @@ def test_missing_input_and_nonempty_output_are_refused(tmp_path):
         embed_corpus([], tmp_path / "out2", MODEL)
 
 
+def test_an_output_that_cannot_be_created_fails_before_ray_runs(tmp_path, monkeypatch):
+    from qkv import ray_embed
+
+    # Ray is never imported: the output is checked first (docs/ray.md).
+    monkeypatch.setitem(sys.modules, "ray", None)
+    (tmp_path / "in.txt").write_text("a line\n")
+    (tmp_path / "a-file").write_text("not a directory")
+    with pytest.raises(NotADirectoryError, match="cannot create output_dir '.*a-file/out'"):
+        ray_embed.embed_corpus([tmp_path / "in.txt"], tmp_path / "a-file" / "out", MODEL)
+    assert ray_embed.main([str(tmp_path / "in.txt"), "-o", str(tmp_path / "a-file" / "o"),
+                           "--model", str(MODEL)]) == 2
+
+
 # --- pooling and normalisation options, without Ray -----------------------------
 
 
@@ -357,6 +370,14 @@ def test_a_corpus_of_blank_lines_gives_no_rows(ray_cluster, tmp_path):
     with deadline(RUN_SECONDS, "embed_corpus (blank lines)"):
         assert embed_corpus([tmp_path / "blank.txt"], tmp_path / "out", MODEL,
                             show_progress=False) == 0
+    # No rows, but a Parquet file with the documented columns for readers of the folder.
+    import pyarrow.dataset
+
+    table = pyarrow.dataset.dataset(tmp_path / "out", format="parquet").to_table()
+    assert table.num_rows == 0
+    assert table.column_names == ["path", "line", "text", "embedding"]
+    embedding = table.schema.field("embedding").type
+    assert (embedding.list_size, str(embedding.value_type)) == (384, "float"), embedding
 
 
 def test_help_says_what_to_do():
