@@ -1,5 +1,8 @@
 """Shared helpers of the parity tests."""
 
+import os
+import pathlib
+
 import numpy as np
 import torch
 
@@ -55,3 +58,11 @@ def copy_torch_state(theirs, ours, as_torch, train):
     ours.load_state_dict(state)
     for module in (theirs, ours):
         module.train(train)
+
+
+def cli_path():
+    """The `qkv` binary: $QKV_CLI, else the build's ($QKV_BUILD_DIR, default build/)."""
+    if os.environ.get("QKV_CLI"):
+        return pathlib.Path(os.environ["QKV_CLI"])
+    root = pathlib.Path(__file__).resolve().parents[2]
+    return root / os.environ.get("QKV_BUILD_DIR", "build") / "tools" / "qkv"

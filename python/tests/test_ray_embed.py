@@ -21,6 +21,8 @@ import time
 import numpy as np
 import pytest
 
+from helpers import cli_path
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 MODEL = ROOT / "models" / "all-MiniLM-L6-v2"
 FORTUNES = pathlib.Path("/usr/share/games/fortunes")
@@ -32,12 +34,6 @@ MAX_CHARS = 200  # short lines: CI's time is scarce
 CLI_BATCH, RAY_BATCH = 64, 64  # texts per forward pass, both sides
 RAY_START_SECONDS = 120
 RUN_SECONDS = 300
-
-
-def cli_path():
-    if os.environ.get("QKV_CLI"):
-        return pathlib.Path(os.environ["QKV_CLI"])
-    return ROOT / os.environ.get("QKV_BUILD_DIR", "build") / "tools" / "qkv"
 
 
 def require_cli_and_model():
