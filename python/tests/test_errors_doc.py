@@ -118,6 +118,17 @@ def train_on_invalid_utf8(tmp):
     return cli_error("train lm --text bad.txt --steps 1 --out m.safetensors", tmp)
 
 
+def smollm2(max_seq_len):
+    if not SMOLLM2.exists():
+        pytest.skip(f"{SMOLLM2} is missing: scripts/fetch_model.sh fetches it")
+    return qkv.models.load_gguf(SMOLLM2, max_seq_len=max_seq_len)
+
+
+def short_gguf(tmp):
+    (tmp / "short.gguf").write_bytes(b"GG")
+    return qkv.models.load_gguf(tmp / "short.gguf")
+
+
 def short_safetensors(tmp):
     path = tmp / "short.safetensors"
     path.write_bytes((16).to_bytes(8, "little") + b"{}      ")
@@ -164,6 +175,12 @@ REPRODUCE = {
     "module arguments": lambda tmp: qkv.nn.MultiheadAttention(10, 3),
     "a shape whose element count": lambda tmp: qkv.nn.Linear(2**31, 2**31),
     "a tensor the system cannot allocate": lambda tmp: qkv.nn.Linear(2**28, 2**28),
+    # Never silently wrong
+    "a RoPE decoder (any GGUF model)": lambda tmp: smollm2(16).logits(list(range(17))),
+    "`generate(prompt, 10**9)`": lambda tmp: smollm2(16).generate([1, 2], 10**9),
+    "a token id past int32": [lambda tmp: smollm2(16).tokenizer.decode([1, 2**31]),
+                              lambda tmp: smollm2(16).logits([1, 2**63])],
+    "a GGUF file shorter than its magic": short_gguf,
 }
 
 
@@ -187,12 +204,13 @@ def test_every_reproduction_has_its_row():
 def test_the_quoted_message_is_what_qkv_says(label, quoted, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     reproduce = reproduction(label)
-    assert len(quoted) == 1, f"one quoted message a row: {label!r} has {quoted}"
-    (kind, pattern), = quoted
-    got_kind, message = outcome(reproduce, tmp_path)
-    assert got_kind == kind, f"{label!r}: documented {kind}, qkv raised {got_kind}: {message}"
-    assert matches(pattern, message), (f"{label!r}:\n  documented: {pattern}\n"
-                                       f"  qkv says:   {message}")
+    reproduce = reproduce if isinstance(reproduce, list) else [reproduce]
+    assert len(reproduce) == len(quoted), f"{label!r} quotes {len(quoted)} messages"
+    for (kind, pattern), one in zip(quoted, reproduce):
+        got_kind, message = outcome(one, tmp_path)
+        assert got_kind == kind, f"{label!r}: documented {kind}, qkv raised {got_kind}: {message}"
+        assert matches(pattern, message), (f"{label!r}:\n  documented: {pattern}\n"
+                                           f"  qkv says:   {message}")
 
 
 @pytest.mark.parametrize("command,stderr,code", console_examples(),
