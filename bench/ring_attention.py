@@ -4,20 +4,33 @@
     PYTHONPATH=$PWD/python .venv/bin/python bench/ring_attention.py --ranks 4 --tokens 16384
 
 One sequence (B 1) of --tokens tokens, --heads heads of dim --dim, float32,
-causal (zig-zag layout) unless --full; forward + backward unless --forward-only.
+causal unless --full; forward + backward unless --forward-only.
 
 Measured after one warm-up run of each, median over --reps repetitions (a
 repetition: all ranks start after a barrier; its time is the slowest rank's):
-  ring          qkv.distributed.ring_attention, forward and backward
+  ring          qkv.distributed.ring_attention, forward and backward; causal:
+                zig-zag layout
+  ring, contiguous        (causal only) the same on contiguous blocks
+                (layout="contiguous": rank r holds tokens [r·L, (r+1)·L))
   compute only  the same per-step attention calls on each rank's own block,
-                no transfers (the ring's arithmetic alone)
+                no transfers (the ring's arithmetic alone); causal: zig-zag
+  compute only, contiguous  (causal only) the same for contiguous blocks
   comm only     the same transfers, in the same order, without the attention
   single        torch.ops.qkv SDPA forward + backward on the whole sequence in
                 one process (--single-threads threads)
 hidden share of the communication = 1 − (ring − compute only) / comm only:
 1 when the transfers cost nothing on top of the compute, 0 when they add
 their whole time (clipped to [0, 1]); printed from the medians and, steadier
-under load, from the minimums.
+under load, from the minimums. Causal: the zig-zag layout's gain over
+contiguous blocks, ring, contiguous / ring (medians and minimums); with one
+core per rank the ideal is 2 − 1/N (contiguous: each step waits for the rank
+with a whole block, N − ½ blocks in all; zig-zag: N half blocks).
+
+CPU s: the process CPU time of the slowest rank (time.process_time), median.
+When the ranks share fewer cores than there are ranks, wall time spreads the
+slowest rank's work over the idle ones' time slices; the CPU time of
+"compute only" is what that rank's attention takes on a core of its own, the
+ring's time with one core per rank and free transfers.
 
 Peak memory: ru_maxrss of each process (resource.getrusage), and the same
 after imports and setup, before any attention ran, so that the difference is
@@ -76,43 +89,57 @@ def ring_worker(rank, world_size, port, args, results):
                             timeout=datetime.timedelta(seconds=600))
     causal = not args.full
     full = inputs(args.tokens, args.heads, args.dim)
-    q, k, v, grad = (qd.zigzag_split(t, rank, world_size) if causal
-                     else t.chunk(world_size, -2)[rank] for t in full)
+    # This rank's q, k, v, dO in each layout the run times.
+    blocks = {"contiguous": [t.chunk(world_size, -2)[rank].contiguous() for t in full]}
+    if causal:
+        blocks["zigzag"] = [qd.zigzag_split(t, rank, world_size).contiguous() for t in full]
     del full
-    q, k, v, grad = (t.contiguous() for t in (q, k, v, grad))
     scale = args.dim ** -0.5
     ring, alone = qd._Ring(None), qd._NoComm(rank, world_size)
+    k, v = blocks["contiguous"][1:3]
     block = qd._Packer(k, v, None).pack(k, v, None)
     setup_rss = max_rss_mib()
 
-    def ring_pass():
+    def ring_pass(layout):
+        q, k, v, grad = blocks[layout]
         q.requires_grad_(not args.forward_only)
-        out = qd.ring_attention(q, k, v, is_causal=causal)
+        out = qd.ring_attention(q, k, v, is_causal=causal, layout=layout)
         if not args.forward_only:
             out.backward(grad)
             q.grad = None
 
-    def compute_pass():
-        out, lse = qd._ring_forward(q, k, v, None, causal, scale, alone)
+    def compute_pass(layout):
+        q, k, v, grad = blocks[layout]
+        out, lse = qd._ring_forward(q, k, v, None, causal, layout, scale, alone)
         if not args.forward_only:
-            qd._ring_backward(grad, q, k, v, None, out, lse, causal, scale, alone)
+            qd._ring_backward(grad, q, k, v, None, out, lse, causal, layout, scale, alone)
 
     def comm_pass():
         comm_only(ring, block, k.numel() + v.numel(), not args.forward_only)
 
-    times = {"ring": [], "compute only": [], "comm only": []}
-    passes = {"ring": ring_pass, "compute only": compute_pass, "comm only": comm_pass}
+    # "ring" and "compute only" in the layout causal attention should use.
+    main_layout = "zigzag" if causal else "contiguous"
+    passes = {"ring": lambda: ring_pass(main_layout),
+              "compute only": lambda: compute_pass(main_layout), "comm only": comm_pass}
+    if causal:
+        passes["ring, contiguous"] = lambda: ring_pass("contiguous")
+        passes["compute only, contiguous"] = lambda: compute_pass("contiguous")
+    times = {name: [] for name in passes}
     for fn in passes.values():  # warm-up: gloo connects its pairs on first use
         fn()
+    cpu = {name: [] for name in passes}
     for rep in range(args.reps):
         for name, fn in passes.items():
             dist.barrier()
-            start = time.perf_counter()
+            start, cpu_start = time.perf_counter(), time.process_time()
             fn()
-            elapsed = torch.tensor([time.perf_counter() - start], dtype=torch.float64)
+            elapsed = torch.tensor([time.perf_counter() - start,
+                                    time.process_time() - cpu_start], dtype=torch.float64)
             dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
-            times[name].append(elapsed.item())
-    results[rank] = {"times": times, "setup_rss": setup_rss, "peak_rss": max_rss_mib()}
+            times[name].append(elapsed[0].item())
+            cpu[name].append(elapsed[1].item())
+    results[rank] = {"times": times, "cpu": cpu, "setup_rss": setup_rss,
+                     "peak_rss": max_rss_mib()}
     dist.destroy_process_group()
 
 
@@ -167,15 +194,19 @@ def main():
     med["single"] = statistics.median(single["times"])
     hidden = 1 - (med["ring"] - med["compute only"]) / med["comm only"]
     what = "forward" if args.forward_only else "forward + backward"
-    print(f"{what}, {'full' if args.full else 'causal'}, B 1, H {args.heads}, E {args.dim}, "
+    print(f"{what}, {'full' if args.full else 'causal, zig-zag'}, B 1, H {args.heads}, "
+          f"E {args.dim}, "
           f"{args.tokens} tokens, float32; ring: {args.ranks} processes × 1 thread; single: 1 "
           f"process × {args.single_threads} threads; median of {args.reps}; load average "
           f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}\n")
-    print("| run | median s | min s | / single |")
-    print("|---|---:|---:|---:|")
-    for name in ("single", "ring", "compute only", "comm only"):
+    cpu = {name: statistics.median(t) for name, t in ranks[0]["cpu"].items()}
+    print("| run | median s | min s | / single | CPU s, slowest rank |")
+    print("|---|---:|---:|---:|---:|")
+    for name in ["single"] + list(ranks[0]["times"]):
         t = single["times"] if name == "single" else ranks[0]["times"][name]
-        print(f"| {name} | {med[name]:.3f} | {min(t):.3f} | {med[name] / med['single']:.2f} |")
+        cpu_s = "—" if name == "single" else f"{cpu[name]:.3f}"
+        print(f"| {name} | {med[name]:.3f} | {min(t):.3f} | {med[name] / med['single']:.2f} | "
+              f"{cpu_s} |")
     print(f"\ncommunication hidden behind compute: 1 − ({med['ring']:.3f} − "
           f"{med['compute only']:.3f}) / {med['comm only']:.3f} = "
           f"**{min(1.0, max(0.0, hidden)):.0%}** (unclipped {hidden:.2f})")
@@ -185,6 +216,14 @@ def main():
     print(f"from the minimums: 1 − ({low['ring']:.3f} − {low['compute only']:.3f}) / "
           f"{low['comm only']:.3f} = **{min(1.0, max(0.0, hidden_min)):.0%}** "
           f"(unclipped {hidden_min:.2f})\n")
+    if not args.full:
+        ratio = lambda x, name: x[f"{name}, contiguous"] / x[name]  # noqa: E731
+        print(f"zig-zag layout's gain over contiguous blocks ({args.ranks} ranks), contiguous "
+              f"/ zig-zag: ring **{ratio(med, 'ring'):.2f}×** (medians), "
+              f"{ratio(low, 'ring'):.2f}× (minimums); compute only "
+              f"{ratio(med, 'compute only'):.2f}× (medians); slowest rank's CPU time: ring "
+              f"{ratio(cpu, 'ring'):.2f}×, compute only **{ratio(cpu, 'compute only'):.2f}×** "
+              f"(a core per rank; ideal {2 - 1 / args.ranks:.2f}×)\n")
     print("| process | RSS after setup MiB | peak RSS MiB | peak − setup MiB |")
     print("|---|---:|---:|---:|")
     rows = [("single", single)] + [(f"ring rank {r}", x) for r, x in enumerate(ranks)]
