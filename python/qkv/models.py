@@ -47,6 +47,8 @@ class DecoderModelConfig:
     positions: str = "rope"
     rope_base: float = 10000.0
     rope_style: str = "half_split"
+    # [] or head_dim / 2 divisors of the RoPE frequencies (Llama 3's rope_freqs)
+    rope_freq_factors: list = _dataclasses.field(default_factory=list)
     norm: str = "rmsnorm"
     norm_eps: float = 1e-5
     ffn: str = "swiglu"

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "io/json_document.h"
 #include "tensor/enum_names.h"
@@ -69,6 +70,14 @@ double number(const Json& j, const char* field) {
   return j.get<double>();
 }
 
+std::vector<double> numbers(const Json& j, const char* field) {
+  QKV_CHECK(j.is_array() && j.size() <= static_cast<size_t>(kMaxSize), "DecoderModel config: \"",
+            field, "\" must be an array of numbers, got ", json_excerpt(j));
+  std::vector<double> out;
+  for (const Json& v : j) out.push_back(number(v, field));
+  return out;
+}
+
 bool boolean(const Json& j, const char* field) {
   QKV_CHECK(j.is_boolean(), "DecoderModel config: \"", field, "\" must be true or false, got ",
             json_excerpt(j));
@@ -126,6 +135,8 @@ std::string decoder_config_to_json(const DecoderModelConfig& c) {
   j["positions"] = name_of(kPositions, c.positions);
   j["rope_base"] = c.rope_base;
   j["rope_style"] = name_of(kRopeStyles, c.rope_style);
+  // Only when set: the configs of every other model stay as they were.
+  if (!c.rope_freq_factors.empty()) j["rope_freq_factors"] = c.rope_freq_factors;
   j["norm"] = name_of(kNorms, c.norm);
   j["norm_eps"] = c.norm_eps;
   j["ffn"] = name_of(kFfns, c.ffn);
@@ -161,6 +172,8 @@ DecoderModelConfig decoder_config_from_json(const std::string& text) {
       c.rope_base = number(value, k);
     else if (key == "rope_style")
       c.rope_style = value_of(kRopeStyles, value, k);
+    else if (key == "rope_freq_factors")
+      c.rope_freq_factors = numbers(value, k);
     else if (key == "norm")
       c.norm = value_of(kNorms, value, k);
     else if (key == "norm_eps")

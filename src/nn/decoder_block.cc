@@ -50,6 +50,7 @@ DecoderBlock::DecoderBlock(const DecoderBlockOptions& options, Generator* gen)
                   .rope = options.rope,
                   .rope_base = options.rope_base,
                   .rope_style = options.rope_style,
+                  .rope_freq_factors = options.rope_freq_factors,
                   .dtype = options.dtype},
                  gen),
       ffn_norm_(detail::make_norm(options.norm, options.d_model, options.norm_eps, options.bias,

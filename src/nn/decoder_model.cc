@@ -2,6 +2,7 @@
 // (with or without a KV cache) and the state_dict.
 #include "qkv/nn/decoder_model.h"
 
+#include <cmath>
 #include <string>
 
 #include "nn/decoder_variants.h"
@@ -23,6 +24,7 @@ DecoderBlockOptions block_options(const DecoderModelConfig& c) {
           .rope = c.positions == PositionKind::kRope,
           .rope_base = c.rope_base,
           .rope_style = c.rope_style,
+          .rope_freq_factors = c.rope_freq_factors,
           .bias = c.bias,
           .dtype = c.dtype};
 }
@@ -49,6 +51,17 @@ DecoderModelConfig resolved_config(const DecoderModelConfig& config) {
             ": RoPE needs an even head dim, got d_model / num_heads = ", c.d_model / c.num_heads);
   QKV_CHECK(c.norm_eps >= 0.0 && c.norm_eps < 1.0, m, ": norm_eps must be in [0, 1), got ",
             c.norm_eps);
+  // Checked here, not only by RotaryEmbedding: factors a model without RoPE would drop.
+  const auto half = static_cast<size_t>(c.d_model / c.num_heads / 2);
+  QKV_CHECK(c.rope_freq_factors.empty() ||
+                (c.positions == PositionKind::kRope && c.rope_freq_factors.size() == half),
+            m, ": rope_freq_factors must be empty or, with RoPE, hold head_dim / 2 = ", half,
+            " values; got ", c.rope_freq_factors.size(),
+            c.positions == PositionKind::kRope ? "" : " without RoPE");
+  for (size_t i = 0; i < c.rope_freq_factors.size(); ++i)
+    QKV_CHECK(std::isfinite(c.rope_freq_factors[i]) && c.rope_freq_factors[i] > 0.0, m,
+              ": rope_freq_factors[", i, "] must be finite and > 0 (it divides a frequency), got ",
+              c.rope_freq_factors[i]);
   if (c.ffn_hidden == 0) {
     if (c.ffn == FeedForwardKind::kGelu) {
       c.ffn_hidden = 4 * c.d_model;

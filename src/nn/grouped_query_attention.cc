@@ -53,7 +53,8 @@ GroupedQueryAttention::GroupedQueryAttention(const GroupedQueryAttentionOptions&
       // An even placeholder dim keeps the constructor valid when RoPE is off.
       rope_({.head_dim = options_.rope ? options_.head_dim : 2,
              .base = options_.rope_base,
-             .style = options_.rope_style}) {}
+             .style = options_.rope_style,
+             .freq_factors = options_.rope ? options_.rope_freq_factors : std::vector<double>{}}) {}
 
 ProjectedQkv GroupedQueryAttention::project(const Tensor& x, int64_t position_offset) const {
   return project(x, position_offset, nullptr);

@@ -43,14 +43,24 @@ RotaryEmbedding::RotaryEmbedding(const RotaryEmbeddingOptions& options)
             options_.head_dim);
   QKV_CHECK(options_.base > 1.0 && std::isfinite(options_.base),
             "RotaryEmbedding: base must be finite and > 1, got ", options_.base);
+  const std::vector<double>& f = options_.freq_factors;
+  QKV_CHECK(f.empty() || static_cast<int64_t>(f.size()) == options_.head_dim / 2,
+            "RotaryEmbedding: freq_factors must be empty or hold head_dim / 2 = ",
+            options_.head_dim / 2, " values (one per rotated pair), got ", f.size());
+  for (size_t i = 0; i < f.size(); ++i)
+    QKV_CHECK(std::isfinite(f[i]) && f[i] > 0.0, "RotaryEmbedding: freq_factors[", i,
+              "] must be finite and > 0 (it divides a frequency), got ", f[i]);
   theta_ = inverse_frequencies();
 }
 
 std::vector<double> RotaryEmbedding::inverse_frequencies() const {
   const int64_t E = options_.head_dim;
+  const std::vector<double>& f = options_.freq_factors;
   std::vector<double> theta(static_cast<size_t>(E / 2));
-  for (int64_t i = 0; i < E / 2; ++i)
+  for (int64_t i = 0; i < E / 2; ++i) {
     theta[i] = std::pow(options_.base, -2.0 * static_cast<double>(i) / static_cast<double>(E));
+    if (!f.empty()) theta[i] /= f[i];  // llama.cpp's ggml_rope_ext: theta / freq_factors[i]
+  }
   return theta;
 }
 

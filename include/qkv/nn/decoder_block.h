@@ -38,6 +38,8 @@ struct DecoderBlockOptions {
   bool rope = true;  // rotate q and k; false: positions enter elsewhere
   double rope_base = 10000.0;
   RopeStyle rope_style = RopeStyle::kHalfSplit;
+  // Empty, or RotaryEmbeddingOptions::freq_factors.
+  std::vector<double> rope_freq_factors;
   bool bias = false;  // in every linear layer (and LayerNorm)
   DType dtype = DType::kFloat32;
 };

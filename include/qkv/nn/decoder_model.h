@@ -82,6 +82,9 @@ struct DecoderModelConfig {
   PositionKind positions = PositionKind::kRope;
   double rope_base = 10000.0;
   RopeStyle rope_style = RopeStyle::kHalfSplit;
+  // Empty, or head_dim / 2 divisors of the RoPE frequencies (Llama 3's
+  // rope_freqs; RotaryEmbeddingOptions::freq_factors). RoPE only.
+  std::vector<double> rope_freq_factors;
   NormKind norm = NormKind::kRMSNorm;
   double norm_eps = 1e-5;
   FeedForwardKind ffn = FeedForwardKind::kSwiGLU;

@@ -46,6 +46,7 @@ struct GroupedQueryAttentionOptions {
   bool rope = true;          // rotate q and k (RoPE); false: no positions here
   double rope_base = 10000.0;
   RopeStyle rope_style = RopeStyle::kHalfSplit;
+  std::vector<double> rope_freq_factors;  // RotaryEmbeddingOptions::freq_factors
   DType dtype = DType::kFloat32;
 };
 

@@ -103,10 +103,15 @@ struct RotaryEmbeddingOptions {
   int64_t head_dim = 0;  // E, even
   double base = 10000.0;
   RopeStyle style = RopeStyle::kHalfSplit;
+  // Empty, or E/2 finite values > 0 that divide the frequencies: θ_i = base^(-2i/E) / f_i.
+  // Llama 3's long-context RoPE (GGUF rope_freqs.weight; transformers'
+  // rope_type "llama3") slows the low frequencies this way.
+  std::vector<double> freq_factors;
 };
 
 // Rotates each pair (a, b) of coordinates by the angle pos · θ_i with
-// θ_i = base^(-2i/E), i in [0, E/2):  a' = a cos − b sin,  b' = b cos + a sin.
+// θ_i = base^(-2i/E) (/ freq_factors[i]), i in [0, E/2):
+// a' = a cos − b sin,  b' = b cos + a sin.
 // Then q'·k' depends on the positions only through their difference.
 // Angles, cos and sin are computed in float64.
 class RotaryEmbedding : public ModuleBase<RotaryEmbedding, RotaryEmbeddingOptions> {
@@ -128,7 +133,7 @@ class RotaryEmbedding : public ModuleBase<RotaryEmbedding, RotaryEmbeddingOption
   // grad_output: [..., L, E]  ->  like grad_output
   Tensor backward(const Tensor& grad_output, int64_t offset = 0) const;
 
-  // θ_i = base^(-2i/E).
+  // θ_i = base^(-2i/E) / freq_factors[i] (no division without factors).
   // -> E/2 values
   std::vector<double> inverse_frequencies() const;
 
