@@ -16,11 +16,13 @@
 #include <string>
 #include <vector>
 
+#include "float_quant_kernels.h"
 #include "gguf_writer.h"
 #include "kernels/quant_gemm.h"
 #include "qkv/models/gguf_model.h"
 #include "qkv/nn/decoder_session.h"
 #include "qkv/nn/skip_weight_init.h"
+#include "relative_diff.h"
 #include "test_util.h"
 #include "tiny_llama_gguf.h"
 
@@ -40,22 +42,12 @@ using qkv_test::kHidden;
 using qkv_test::kKv;
 using qkv_test::kVocab;
 using qkv_test::le;
+using qkv_test::max_relative_diff;
 using qkv_test::tiny_llama;
 using qkv_test::TinySpec;
 
 GgufModel load_tiny(const TinySpec& s = {}, bool exact = false) {
   return load_gguf_model(GgufFile::from_bytes(tiny_llama(s), "tiny.gguf"), {.exact = exact});
-}
-
-// max |a - b| / max |b|.
-double relative_diff(const Tensor& a, const Tensor& b) {
-  const Tensor ac = a.contiguous(), bc = b.contiguous();
-  double diff = 0.0, ref = 0.0;
-  for (int64_t i = 0; i < bc.numel(); ++i) {
-    diff = std::max(diff, std::abs(double(ac.data<float>()[i]) - bc.data<float>()[i]));
-    ref = std::max(ref, std::abs(double(bc.data<float>()[i])));
-  }
-  return diff / ref;
 }
 
 int64_t argmax_row(const float* row, int64_t n) { return std::max_element(row, row + n) - row; }
@@ -110,35 +102,18 @@ TEST(GgufModel, FastMatchesExactAndF32Loads) {
     const Tensor b = exact.model.forward(ids, 1);
     ASSERT_EQ(b.shape(), (Shape{1, 10, kVocab}));
     // The same dequantized weights; only float32 summation order differs.
-    EXPECT_LT(relative_diff(a, b), 1e-5) << "untied=" << untied;
+    EXPECT_LT(max_relative_diff(a, b), 1e-5) << "untied=" << untied;
   }
   GgufModel f32 = load_tiny({.quantized = false});  // F32 weights load as float in either mode
   EXPECT_TRUE(f32.model.tok_embeddings().quantized_weight().empty());
   EXPECT_EQ(f32.model.forward(std::vector<int64_t>{1, 2, 3}, 1).shape(), (Shape{1, 3, kVocab}));
 }
 
-// Pins the fastest quantised-linear table that does not round x on the
-// decoding route (kernels/quant_gemm.h: avx512_vnni16 rounds it to 16 bits,
-// avx512_vnni to 8, and the prompt route never does), so that decoding and
-// recomputing differ by float32 summation order only.
-struct FloatQuantKernels {
-  FloatQuantKernels() {
-    for (const auto* t : qkv::kernels::supported_quant_kernels())
-      if (t->x_bits == 32) {
-        qkv::kernels::override_quant_kernels(t);
-        break;
-      }
-  }
-  ~FloatQuantKernels() { qkv::kernels::override_quant_kernels(nullptr); }
-  FloatQuantKernels(const FloatQuantKernels&) = delete;
-  FloatQuantKernels& operator=(const FloatQuantKernels&) = delete;
-};
-
 // Decoding with the cache (prefill, then one token at a time) gives the logits of
 // recomputing the whole sequence, in both modes.
 void expect_cache_matches_recompute(GgufModel& m, const std::vector<int64_t>& prompt, int64_t steps,
                                     double tolerance) {
-  const FloatQuantKernels float_kernels;
+  const qkv_test::FloatQuantKernels float_kernels;
   qkv::nn::DecoderSession session(m.model);
   const int64_t V = m.model.config().vocab_size;
   std::vector<int64_t> seq = prompt;
@@ -153,7 +128,7 @@ void expect_cache_matches_recompute(GgufModel& m, const std::vector<int64_t>& pr
   for (size_t k = 0; k < cached.size(); ++k) {
     const int64_t pos = static_cast<int64_t>(prompt.size() + k) - 1;
     const Tensor row = full.select(1, pos);  // [1, V]
-    EXPECT_LT(relative_diff(cached[k], row), tolerance) << "position " << pos;
+    EXPECT_LT(max_relative_diff(cached[k], row), tolerance) << "position " << pos;
     const Tensor rc = row.contiguous();
     EXPECT_EQ(argmax_row(cached[k].data<float>(), V), argmax_row(rc.data<float>(), V))
         << "position " << pos;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
@@ -25,6 +26,9 @@ struct TinySpec {
   bool quantized = true;       // 2-D weights as Q8_0, else F32
   bool untied = false;         // an output.weight of its own
   int64_t layers = 2;
+  // Called after the keys, and after the tensors, above: more of either for a test.
+  std::function<void(GgufWriter&)> more_keys;
+  std::function<void(GgufWriter&)> more_tensors;
 };
 
 constexpr int64_t kD = 32, kHidden = 64, kKv = 16, kVocab = 8;
@@ -73,6 +77,7 @@ inline std::vector<std::byte> tiny_llama(const TinySpec& s = {}) {
         "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + "
         "message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}"
         "{{ '<|im_start|>assistant\\n' }}{% endif %}");
+  if (s.more_keys) s.more_keys(w);
 
   std::mt19937 rng(7);
   auto add = [&](const std::string& name, std::vector<uint64_t> dims, bool matrix) {
@@ -108,6 +113,7 @@ inline std::vector<std::byte> tiny_llama(const TinySpec& s = {}) {
   }
   add("output_norm.weight", {kD}, false);
   if (s.untied) add("output.weight", {kD, kVocab}, true);
+  if (s.more_tensors) s.more_tensors(w);
   return w.bytes();
 }
 

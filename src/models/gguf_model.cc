@@ -4,10 +4,13 @@
 #include "qkv/models/gguf_model.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
+#include "models/gguf_llama_keys.h"
 #include "qkv/error.h"
 #include "qkv/nn/linear.h"
 #include "qkv/nn/rms_norm.h"
@@ -90,6 +93,56 @@ std::vector<std::pair<std::string, std::string>> block_tensors(int64_t i) {
           {l + "feed_forward.w3", b + "ffn_up.weight"}};
 }
 
+// Llama 3's RoPE frequency factors (rope_freqs.weight, written by llama.cpp's converter for
+// rope_type "llama3"): llama.cpp divides frequency i by factor i. Empty without the tensor.
+std::vector<double> rope_freq_factors(const io::GgufFile& f, int64_t head_dim) {
+  constexpr const char* kName = "rope_freqs.weight";
+  if (!f.has_tensor(kName)) return {};
+  const io::GgufTensorInfo& t = f.tensor(kName);
+  QKV_CHECK(t.shape() == Shape{head_dim / 2}, "GGUF file '", f.source(), "': tensor \"", kName,
+            "\" has shape ", shape_text(t.shape()), ", expected [", head_dim / 2,
+            "] (one factor per rotated pair of a head of ", head_dim, ")");
+  QKV_CHECK_TYPE(
+      t.type == io::GgmlType::kF32 || t.type == io::GgmlType::kF16 || t.type == io::GgmlType::kBF16,
+      "GGUF file '", f.source(), "': tensor \"", kName, "\" is ", io::ggml_type_name(t.type),
+      "; supported: F32, F16, BF16");
+  const Tensor factors = f.load(kName);  // float32
+  std::vector<double> out(factors.data<float>(), factors.data<float>() + factors.numel());
+  for (size_t i = 0; i < out.size(); ++i)
+    QKV_CHECK(std::isfinite(out[i]) && out[i] > 0.0, "GGUF file '", f.source(), "': tensor \"",
+              kName, "\" holds ", out[i], " at ", i,
+              "; a factor divides a RoPE frequency and must be finite and > 0");
+  return out;
+}
+
+// Throws naming the first tensor of the file (in file order) that is not in `used`: a tensor
+// the model would not read may carry math it does not do (a bias, a norm), or the metadata
+// may understate the blocks (block_count 29 of 30), so the file is refused.
+void check_every_tensor_used(const io::GgufFile& f, const std::set<std::string>& used,
+                             int64_t num_layers) {
+  for (const io::GgufTensorInfo& t : f.tensors()) {
+    if (used.contains(t.name)) continue;
+    int64_t block = -1;
+    if (t.name.starts_with("blk.")) {
+      const size_t dot = t.name.find('.', 4);
+      const std::string digits = t.name.substr(4, dot == std::string::npos ? dot : dot - 4);
+      if (!digits.empty() && digits.size() < 10 &&
+          digits.find_first_not_of("0123456789") == std::string::npos)
+        block = std::stoll(digits);
+    }
+    if (block >= num_layers)
+      QKV_CHECK(false, "GGUF file '", f.source(), "': tensor \"", t.name, "\" is in block ", block,
+                ", but llama.block_count is ", num_layers, " (blocks 0 to ", num_layers - 1,
+                "): the metadata and the tensors disagree; qkv uses every tensor of a file "
+                "or refuses it");
+    QKV_CHECK(false, "GGUF file '", f.source(), "': tensor \"", t.name,
+              "\" is not one a llama model uses (token_embd, output_norm, output, rope_freqs "
+              "and, per block, attn_norm, attn_q, attn_k, attn_v, attn_output, ffn_norm, "
+              "ffn_gate, ffn_up, ffn_down weights); it may carry math qkv does not do, so the "
+              "file is refused rather than loaded without it");
+  }
+}
+
 }  // namespace
 
 nn::DecoderModelConfig gguf_decoder_config(const io::GgufFile& f, int64_t max_seq_len) {
@@ -112,15 +165,6 @@ nn::DecoderModelConfig gguf_decoder_config(const io::GgufFile& f, int64_t max_se
             "attention.head_count (", c.num_heads, ") and ", p, "attention.head_count_kv (",
             c.num_kv_heads, ") do not divide: heads must divide the width and kv heads the heads");
   const int64_t head_dim = c.d_model / c.num_heads;
-  if (f.has(p + "rope.dimension_count")) {
-    const int64_t rope_dims = f.integer(p + "rope.dimension_count");
-    QKV_CHECK(rope_dims == head_dim, "GGUF file '", f.source(), "': ", p,
-              "rope.dimension_count is ", rope_dims,
-              ", but partial RoPE is not supported (head dim ", head_dim, ")");
-  }
-  if (const auto scaling = f.find_string(p + "rope.scaling.type"))
-    QKV_CHECK(*scaling == "none", "GGUF file '", f.source(), "': ", p, "rope.scaling.type \"",
-              *scaling, "\" is not supported (only \"none\")");
   c.rope_base = f.find_number(p + "rope.freq_base").value_or(10000.0);
   QKV_CHECK(c.rope_base > 1.0 && c.rope_base < 1e12, "GGUF file '", f.source(), "': ", p,
             "rope.freq_base is ", c.rope_base, ", expected a value in (1, 1e12)");
@@ -129,6 +173,8 @@ nn::DecoderModelConfig gguf_decoder_config(const io::GgufFile& f, int64_t max_se
             "attention.layer_norm_rms_epsilon is ", c.norm_eps, ", expected a value in [0, 1)");
   const int64_t context = bounded(f, p + "context_length", 1, INT64_MAX);
   c.max_seq_len = std::min(context, max_seq_len);
+  detail::check_llama_keys(f, p, head_dim, c.max_seq_len);
+  c.rope_freq_factors = rope_freq_factors(f, head_dim);
   c.vocab_size = static_cast<int64_t>(f.strings("tokenizer.ggml.tokens").size());
   QKV_CHECK(c.vocab_size > 0, "GGUF file '", f.source(), "': tokenizer.ggml.tokens is empty");
   if (f.has(p + "vocab_size"))
@@ -180,6 +226,10 @@ GgufModel load_gguf_model(const io::GgufFile& f, const GgufModelOptions& options
       plans[module] = {tensor, shapes.at(tensor.substr(tensor.find('.', 4) + 1))};
   }
   for (const auto& [module, plan] : plans) checked_tensor(f, plan);
+  std::set<std::string> used;
+  for (const auto& [module, plan] : plans) used.insert(plan.gguf_name);
+  if (!c.rope_freq_factors.empty()) used.insert("rope_freqs.weight");
+  check_every_tensor_used(f, used, c.num_layers);
 
   // Norms are 1-D F32 in practice; anything 1-D goes through load().
   auto give = [&](nn::Module& m, const WeightPlan& plan) {

@@ -16,9 +16,20 @@
 // feed_forward_length, attention.head_count, attention.head_count_kv (default:
 // head_count), rope.freq_base (default 10000), attention.layer_norm_rms_epsilon,
 // context_length (max_seq_len = min(context_length, options.max_seq_len)); the
-// vocabulary size from tokenizer.ggml.tokens. Every tensor is checked (present,
-// shape, type) before the model is built, and errors name the file and the
-// missing key or tensor, or what was found and expected.
+// vocabulary size from tokenizer.ggml.tokens; Llama 3's RoPE frequency factors
+// from the tensor rope_freqs.weight (F32 [head_dim / 2]; frequency i is divided
+// by factor i, as llama.cpp does). Every tensor is checked (present, shape,
+// type) before the model is built, and errors name the file and the missing key
+// or tensor, or what was found and expected.
+//
+// Nothing in the file is ignored that could change the outputs:
+//   - every other llama.* key is refused by name unless it holds a value that
+//     changes nothing (src/models/gguf_llama_keys.h lists them): RoPE scaling
+//     types other than none, partial rotary dims, logit softcapping, sliding
+//     windows, experts, a head dim of its own, ...;
+//   - every tensor of the file must be one the model uses: a tensor it would
+//     not read (a bias, a q/k norm, a block past block_count) is an error
+//     naming it.
 //
 // RoPE: GGUF files store the rows of attn_q and attn_k permuted for llama.cpp's
 // rotation of adjacent pairs (convert_hf_to_gguf.py's `permute`). The rows are
@@ -76,8 +87,9 @@ struct GgufModel {
   std::optional<int32_t> end_of_turn() const;
 };
 
-// The model config from a llama GGUF file's metadata (see above); max_seq_len
-// caps context_length. Checks the keys only, not the tensors.
+// The model config from a llama GGUF file's metadata and its rope_freqs.weight
+// (see above); max_seq_len caps context_length. Checks the keys, not the other
+// tensors.
 nn::DecoderModelConfig gguf_decoder_config(const io::GgufFile& file, int64_t max_seq_len = 8192);
 
 // The byte-level BPE tokenizer of tokenizer.ggml.* (model "gpt2": tokens,

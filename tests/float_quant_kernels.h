@@ -1,0 +1,24 @@
+// FloatQuantKernels: while alive, pins the fastest quantised-linear table that
+// does not round x on the decoding route (kernels/quant_gemm.h: avx512_vnni16
+// rounds it to 16 bits, avx512_vnni to 8, and the prompt route never does), so
+// that decoding and recomputing differ by float32 summation order only.
+#pragma once
+
+#include "kernels/quant_gemm.h"
+
+namespace qkv_test {
+
+struct FloatQuantKernels {
+  FloatQuantKernels() {
+    for (const auto* t : qkv::kernels::supported_quant_kernels())
+      if (t->x_bits == 32) {
+        qkv::kernels::override_quant_kernels(t);
+        break;
+      }
+  }
+  ~FloatQuantKernels() { qkv::kernels::override_quant_kernels(nullptr); }
+  FloatQuantKernels(const FloatQuantKernels&) = delete;
+  FloatQuantKernels& operator=(const FloatQuantKernels&) = delete;
+};
+
+}  // namespace qkv_test
