@@ -43,6 +43,17 @@ TEST_F(Cli, GenerateReadsGgufFiles) {
                  {"--precision int8 needs --exact"});
 }
 
+// A .gguf file too short for the magic is reported by the GGUF reader, not the safetensors one.
+TEST_F(Cli, GenerateNamesAShortGgufFileAsGguf) {
+  for (const char* bytes : {"", "GGU"}) {
+    const fs::path model = write_text(dir_ / "short.gguf", bytes);
+    const CliRun run = run_qkv("generate '" + model.string() + "' --prompt ab");
+    expect_failure(
+        run, {"invalid GGUF file '" + model.string() + "'", "the magic \"GGUF\" needs 4 bytes"});
+    expect_output_lacks(run, {"safetensors"});
+  }
+}
+
 TEST_F(Cli, ChatReadsTurnsFromStdin) {
   const fs::path model = write_tiny(dir_);
   const fs::path input = write_text(dir_ / "turns.txt", "a\n\nab c\n");

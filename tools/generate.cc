@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -36,7 +37,9 @@ struct GenerateOptions {
 
 int run_generate(const GenerateOptions& o) {
   if (o.threads > 0) set_num_threads(o.threads);
-  if (is_gguf_file(o.model))
+  // By name too: a truncated or damaged x.gguf gets the GGUF reader's error, not the
+  // safetensors reader's.
+  if (is_gguf_file(o.model) || std::filesystem::path(o.model).extension() == ".gguf")
     return run_generate_gguf({.model = o.model,
                               .prompt = o.prompt,
                               .max_new_tokens = o.max_new_tokens,
