@@ -224,6 +224,11 @@ class GgufModel:
 def load_gguf(path, exact=False, max_seq_len=8192, kv_cache="f32"):
     """Loads a llama-architecture GGUF file -> GgufModel.
 
+    Llama 3's RoPE frequency factors (rope_freqs.weight) are applied; a key or
+    tensor that changes the math and that qkv does not implement (RoPE scaling
+    other than Llama 3's, logit softcapping, biases, a block past block_count,
+    ...) is a ValueError naming it (include/qkv/models/gguf_model.h).
+
     exact=False keeps the weights in their quantized blocks (read in place from
     the file's mapping); exact=True dequantizes every weight to float32.
     max_seq_len caps the file's context length (the KV cache size).
