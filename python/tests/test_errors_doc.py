@@ -12,6 +12,7 @@ import re
 import shlex
 import subprocess
 
+import numpy as np
 import pytest
 import torch
 
@@ -129,6 +130,15 @@ def short_gguf(tmp):
     return qkv.models.load_gguf(tmp / "short.gguf")
 
 
+def tiny_llama3_file(tmp, **changes):
+    """The tiny Llama 3 GGUF file of test_gguf_llama3.py, with `changes` (see write_gguf)."""
+    pytest.importorskip("transformers")
+    pytest.importorskip("gguf")
+    from tiny_llama3_gguf import tiny_llama3, write_gguf
+
+    return qkv.models.load_gguf(write_gguf(tmp / "tiny.gguf", tiny_llama3(), **changes))
+
+
 def short_safetensors(tmp):
     path = tmp / "short.safetensors"
     path.write_bytes((16).to_bytes(8, "little") + b"{}      ")
@@ -181,6 +191,13 @@ REPRODUCE = {
     "a token id past int32": [lambda tmp: smollm2(16).tokenizer.decode([1, 2**31]),
                               lambda tmp: smollm2(16).logits([1, 2**63])],
     "a GGUF file shorter than its magic": short_gguf,
+    "a GGUF key that changes the math": lambda tmp: tiny_llama3_file(
+        tmp, keys={"llama.attn_logit_softcapping": 30.0}),
+    "a GGUF tensor no part of the model uses": lambda tmp: tiny_llama3_file(
+        tmp, extra={"blk.1.attn_q.bias": np.zeros(64, dtype=np.float32)}),
+    "a GGUF file whose `block_count` understates": lambda tmp: tiny_llama3_file(
+        tmp, block_count=1),
+    "a GGUF file whose metadata promises": lambda tmp: tiny_llama3_file(tmp, block_count=3),
 }
 
 
