@@ -3,9 +3,9 @@
 //
 // Uses only API that both d191fe6 and the commit after the block work have, so
 // the same file compiles against either tree's headers and links that tree's
-// libqkv (bench/blocks_ab.py builds both and alternates them):
+// libqkv (bench/experiments/blocks_ab.py builds both and alternates them):
 //
-//   g++ -O3 -std=c++20 -fopenmp bench/blocks_ab.cc -I<tree>/include
+//   g++ -O3 -std=c++20 -fopenmp bench/experiments/blocks_ab.cc -I<tree>/include
 //       <tree>/build/libqkv.so -Wl,-rpath,<tree>/build -o blocks_ab
 //   OMP_NUM_THREADS=2 ./blocks_ab [--model models/all-MiniLM-L6-v2] [--warmup 1]
 //       [--reps-embed 5] [--reps-decode 5] [--reps-train 5] [--only embed,decode,train]

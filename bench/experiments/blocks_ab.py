@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
-"""A/B of bench/blocks_ab.cc: the same program linked to two builds of libqkv, alternated.
+"""A/B of blocks_ab.cc (beside this script): one program linked to two builds of libqkv, alternated.
 
-    python3 bench/blocks_ab.py --before /work/wt-before --after /work/wt-ab --rounds 5
+    python3 bench/experiments/blocks_ab.py --before /work/wt-before --after /work/wt-ab --rounds 5
 
 Each tree must have its library built (cmake --build <tree>/build --target qkv). The script
-compiles bench/blocks_ab.cc (of the tree it lives in) against each tree's include/ and links
+compiles blocks_ab.cc (of the tree it lives in) against each tree's include/ and links
 <tree>/build/libqkv.so, then runs the two binaries alternately, each run one process with
 OMP_NUM_THREADS=--threads, from the current directory (which must hold
 models/all-MiniLM-L6-v2). A round runs, for each measurement in turn, one process of each

@@ -2,7 +2,7 @@
 """Could all-MiniLM-L6-v2's feed-forward run in int8 within issue 18's
 retrieval bound? A study by simulated quantization, not a timing.
 
-    .venv/bin/python bench/int8_feed_forward_study.py [--variants ffn:rows:channel,...]
+    .venv/bin/python bench/experiments/int8_feed_forward_study.py [--variants ffn:rows:channel,...]
 
 qkv's int8 SentenceEncoder keeps the feed-forward (linear1, linear2) in
 bfloat16, because in int8 the nearest neighbours moved (docs/benchmarks.md).
@@ -32,7 +32,7 @@ import sys
 
 import torch
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FORTUNE_TOPICS = ["computers", "science", "food", "politics", "love", "education", "literature",
                   "work", "wisdom", "people"]
 DEFAULT_VARIANTS = [
