@@ -30,7 +30,7 @@ TEST_F(Cli, TrainLmWritesAModelThatGenerateReads) {
   const fs::path out = dir_ / "tiny";
   const CliRun run = run_qkv("train lm --text '" + text.string() +
                              "' --steps 12 --batch-size 4 --context 16 --layers 1 --d-model 16 "
-                             "--heads 2 --sample-tokens 30 --threads 1 --out '" +
+                             "--heads 2 --sample-tokens 16 --threads 1 --out '" +
                              out.string() + "'");
   ASSERT_EQ(run.exit_code, 0) << run.output;
   const fs::path model = out / "last.safetensors";
@@ -40,7 +40,7 @@ TEST_F(Cli, TrainLmWritesAModelThatGenerateReads) {
   ASSERT_TRUE(fs::exists(model));
   ASSERT_TRUE(fs::exists(out / "best.safetensors"));
 
-  const CliRun gen = run_qkv("generate '" + model.string() + "' --max-new-tokens 20 --seed 3");
+  const CliRun gen = run_qkv("generate '" + model.string() + "' --max-new-tokens 16 --seed 3");
   ASSERT_EQ(gen.exit_code, 0) << gen.output;
   // Every generated character comes from the training text's vocabulary
   // (none is '%', which only appeared in separator lines).
@@ -55,7 +55,7 @@ TEST_F(Cli, TrainLmWritesAModelThatGenerateReads) {
   // The same model in low precision: greedy text from the same vocabulary.
   for (const char* precision : {"bf16", "int8"}) {
     const CliRun low = run_qkv("generate '" + model.string() +
-                               "' --greedy --max-new-tokens 20 --precision " + precision);
+                               "' --greedy --max-new-tokens 16 --precision " + precision);
     ASSERT_EQ(low.exit_code, 0) << precision << ": " << low.output;
     for (char c : low.output)
       EXPECT_NE(vocab.find(c), std::string::npos) << precision << " character " << int(c);
@@ -76,6 +76,19 @@ TEST_F(Cli, TrainLmRejectsAnEmptyTextFile) {
   const CliRun run = run_qkv("train lm --text '" + empty.string() + "' --steps 1 --out '" +
                              (dir_ / "m.safetensors").string() + "'");
   expect_failure(run, {empty.string(), "empty"});
+}
+
+// The sample after training cannot continue past the model's context
+// (max_seq_len): refused before the first step, not after the last.
+TEST_F(Cli, TrainLmRefusesASampleLongerThanTheContextBeforeTraining) {
+  const fs::path text = dir_ / "tiny.fortunes";
+  write_fortunes(text);
+  const CliRun run =
+      run_qkv("train lm --text '" + text.string() +
+              "' --steps 100000 --context 16 --sample-tokens 17 --threads 1 --out '" +
+              (dir_ / "m").string() + "'");
+  expect_failure(run, {"--sample-tokens (17) must be at most --context (16)"});
+  EXPECT_FALSE(contains(run.output, "step ")) << run.output;  // no training started
 }
 
 // Training would run every step and then fail to save the vocabulary: the

@@ -134,6 +134,11 @@ struct Best {
 };
 
 int run_lm(const LmOptions& o) {
+  // Checked before training: the sample after it continues a one-character
+  // prompt, and the model's longest sequence (max_seq_len) is its context.
+  QKV_CHECK(o.sample_tokens <= o.context, "--sample-tokens (", o.sample_tokens,
+            ") must be at most --context (", o.context,
+            "): the model's longest sequence is its context");
   if (o.threads > 0) set_num_threads(o.threads);
   const Style style(stdout_wants_color());
   const bool in_place = ::isatty(STDOUT_FILENO) != 0;
