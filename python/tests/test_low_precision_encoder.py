@@ -4,15 +4,12 @@ in float32 (the C++ tests hold the issue's bounds on the whole corpus and on
 nearest neighbours; these check the Python surface and a sample).
 """
 
-import pathlib
-
 import numpy as np
 import pytest
 
 import qkv
+from model_files import MINILM, needs_minilm
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-MODEL = ROOT / "models" / "all-MiniLM-L6-v2"
 SENTENCES = [
     "A man is eating food.",
     "A man is eating a piece of bread.",
@@ -24,21 +21,17 @@ SENTENCES = [
 # Issue 18 asks cosine >= 0.9995 (bfloat16) and >= 0.995 (int8) on every text.
 MIN_COSINE = {"bfloat16": 0.9995, "int8": 0.995}
 
-needs_model = pytest.mark.skipif(
-    not (MODEL / "model.safetensors").exists(),
-    reason=f"{MODEL} is missing: run scripts/fetch_model.sh to fetch all-MiniLM-L6-v2")
-
 
 @pytest.fixture(scope="module")
 def float32_embeddings():
-    return qkv.SentenceEncoder(MODEL).encode(SENTENCES)
+    return qkv.SentenceEncoder(MINILM).encode(SENTENCES)
 
 
-@needs_model
+@needs_minilm
 @pytest.mark.parametrize("name, canonical", [("bfloat16", "bfloat16"), ("bf16", "bfloat16"),
                                              ("int8", "int8"), ("fp32", "float32")])
 def test_precision_names_and_closeness(name, canonical, float32_embeddings):
-    encoder = qkv.SentenceEncoder(MODEL, precision=name)
+    encoder = qkv.SentenceEncoder(MINILM, precision=name)
     assert encoder.precision == canonical
     e = encoder.encode(SENTENCES)
     assert e.dtype == np.float32 and e.shape == float32_embeddings.shape
@@ -50,20 +43,20 @@ def test_precision_names_and_closeness(name, canonical, float32_embeddings):
         assert cosine.min() < 1.0  # the low-precision kernels ran
 
 
-@needs_model
+@needs_minilm
 def test_low_precision_against_sentence_transformers():
     st = pytest.importorskip("sentence_transformers")
-    reference = st.SentenceTransformer(str(MODEL), device="cpu").encode(SENTENCES)
+    reference = st.SentenceTransformer(str(MINILM), device="cpu").encode(SENTENCES)
     for precision, bound in MIN_COSINE.items():
-        e = qkv.SentenceEncoder(MODEL, precision=precision).encode(SENTENCES)
+        e = qkv.SentenceEncoder(MINILM, precision=precision).encode(SENTENCES)
         cosine = np.sum(e * reference, axis=1) / np.linalg.norm(reference, axis=1)
         assert cosine.min() >= bound, (precision, cosine)
 
 
-@needs_model
+@needs_minilm
 def test_unknown_precision_is_a_clear_error():
     with pytest.raises(ValueError, match="precision must be float32 .* got 'fp16'"):
-        qkv.SentenceEncoder(MODEL, precision="fp16")
+        qkv.SentenceEncoder(MINILM, precision="fp16")
 
 
 def test_module_set_precision_is_inference_only():
@@ -99,10 +92,10 @@ def test_recorded_input_ranges_smooth_int8_weights():
     assert smoothed < plain / 3, (smoothed, plain)
 
 
-@needs_model
+@needs_minilm
 def test_calibrate_on_own_texts():
-    exact = qkv.SentenceEncoder(MODEL).encode(SENTENCES)
-    encoder = qkv.SentenceEncoder(MODEL, precision="int8")
+    exact = qkv.SentenceEncoder(MINILM).encode(SENTENCES)
+    encoder = qkv.SentenceEncoder(MINILM, precision="int8")
     assert encoder.calibrate(SENTENCES * 4) is encoder and encoder.precision == "int8"
     cosine = np.sum(encoder.encode(SENTENCES) * exact, axis=1)
     assert cosine.min() >= MIN_COSINE["int8"], cosine

@@ -13,25 +13,19 @@ Embeddings: the cosine of qkv's and sentence-transformers' embedding of every
 line of tests/data/tokenizer_corpus.txt is >= 0.99999.
 """
 
-import pathlib
-
 import numpy as np
 import pytest
 import torch
 
 import qkv
+from model_files import MINILM, ROOT, needs_minilm
 
 transformers = pytest.importorskip("transformers")
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-MODEL = ROOT / "models" / "all-MiniLM-L6-v2"
 CORPUS = ROOT / "tests" / "data" / "tokenizer_corpus.txt"
 TOLERANCE = 1e-5
 MIN_COSINE = 0.99999
 
-needs_model = pytest.mark.skipif(
-    not (MODEL / "model.safetensors").exists(),
-    reason=f"{MODEL} is missing: run scripts/fetch_model.sh to fetch all-MiniLM-L6-v2")
 needs_tokenizer = pytest.mark.skipif(
     not hasattr(qkv, "text"), reason="qkv.text (the WordPiece tokenizer) is not built yet")
 
@@ -76,7 +70,7 @@ def hf_hidden(model, ids, mask, types=None):
 
 def hf_tokenize(texts):
     tokenizers = pytest.importorskip("tokenizers")
-    tok = tokenizers.Tokenizer.from_file(str(MODEL / "tokenizer.json"))
+    tok = tokenizers.Tokenizer.from_file(str(MINILM / "tokenizer.json"))
     tok.enable_truncation(256)
     tok.enable_padding()
     enc = tok.encode_batch(texts)
@@ -89,11 +83,11 @@ def hf_tokenize(texts):
 
 @pytest.fixture(scope="module")
 def minilm():
-    hf = transformers.BertModel.from_pretrained(MODEL, attn_implementation="eager").eval()
-    return hf, qkv.models.BertModel.from_pretrained(MODEL)
+    hf = transformers.BertModel.from_pretrained(MINILM, attn_implementation="eager").eval()
+    return hf, qkv.models.BertModel.from_pretrained(MINILM)
 
 
-@needs_model
+@needs_minilm
 def test_minilm_hidden_states_match_transformers(minilm):
     hf, ours = minilm
     texts = FALLBACK_SENTENCES + corpus_lines()[:22]
@@ -120,7 +114,7 @@ def test_minilm_hidden_states_match_transformers(minilm):
     assert rel_err(got, expected64, real) <= TOLERANCE
 
 
-@needs_model
+@needs_minilm
 def test_minilm_random_ids_and_token_types(minilm):
     hf, ours = minilm
     rng = np.random.default_rng(0)
@@ -189,13 +183,13 @@ def test_bert_errors_name_the_problem(tmp_path):
 # --- (b) sentence embeddings -----------------------------------------------------------
 
 
-@needs_model
+@needs_minilm
 @needs_tokenizer
 def test_embeddings_match_sentence_transformers():
     st = pytest.importorskip("sentence_transformers")
     lines = corpus_lines()
-    reference = st.SentenceTransformer(str(MODEL), device="cpu").encode(lines, batch_size=32)
-    encoder = qkv.SentenceEncoder(MODEL)
+    reference = st.SentenceTransformer(str(MINILM), device="cpu").encode(lines, batch_size=32)
+    encoder = qkv.SentenceEncoder(MINILM)
     assert (encoder.pooling, encoder.normalize, encoder.max_seq_length) == ("mean", True, 256)
     ours = encoder.encode(lines)
     assert ours.shape == reference.shape == (len(lines), 384) and ours.dtype == np.float32
@@ -209,10 +203,10 @@ def test_embeddings_match_sentence_transformers():
     np.testing.assert_allclose(np.linalg.norm(ours, axis=1), 1.0, rtol=1e-6)
 
 
-@needs_model
+@needs_minilm
 @needs_tokenizer
 def test_batching_keeps_the_input_order():
-    encoder = qkv.SentenceEncoder(MODEL)
+    encoder = qkv.SentenceEncoder(MINILM)
     lines = FALLBACK_SENTENCES + corpus_lines()[:40]
     all_at_once = encoder.encode(lines, batch_size=len(lines))
     small = encoder.encode(lines, batch_size=3)
@@ -236,7 +230,7 @@ def test_sentence_encoder_errors_name_the_file(tmp_path):
         qkv.SentenceEncoder(tmp_path)
 
 
-@needs_model
+@needs_minilm
 @needs_tokenizer
 @pytest.mark.parametrize("pooling,normalize", [("cls", False), ("max", True),
                                                ("mean_sqrt_len_tokens", False), ("mean", False)])
@@ -251,7 +245,7 @@ def test_pooling_modes_match_sentence_transformers(pooling, normalize, tmp_path)
     transformers.BertModel(config).save_pretrained(tmp_path / "bert")
     for name in ["tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
                  "vocab.txt"]:
-        (tmp_path / "bert" / name).write_bytes((MODEL / name).read_bytes())
+        (tmp_path / "bert" / name).write_bytes((MINILM / name).read_bytes())
     from sentence_transformers.sentence_transformer import modules as st_modules
     modules = [st_modules.Transformer(str(tmp_path / "bert"), max_seq_length=20),
                st_modules.Pooling(32, pooling_mode=pooling)]

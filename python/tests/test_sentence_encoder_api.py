@@ -10,7 +10,6 @@ token embeddings, of order 1: relative to the largest |ST| entry).
 import io
 import json
 import os
-import pathlib
 import signal
 import sys
 import threading
@@ -21,16 +20,13 @@ import pytest
 import torch
 
 import qkv
+from model_files import MINILM, needs_minilm
 
 st = pytest.importorskip("sentence_transformers")
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-MODEL = ROOT / "models" / "all-MiniLM-L6-v2"
 TOLERANCE = 1e-5
 
-pytestmark = pytest.mark.skipif(
-    not (MODEL / "model.safetensors").exists(),
-    reason=f"{MODEL} is missing: run scripts/fetch_model.sh to fetch all-MiniLM-L6-v2")
+pytestmark = needs_minilm
 
 TEXTS = [
     "A man is eating food.",
@@ -53,8 +49,8 @@ def err(ours, theirs):
 
 @pytest.fixture(scope="module")
 def models():
-    reference = st.SentenceTransformer(str(MODEL), device="cpu")
-    return qkv.SentenceEncoder(MODEL), reference
+    reference = st.SentenceTransformer(str(MINILM), device="cpu")
+    return qkv.SentenceEncoder(MINILM), reference
 
 
 def test_default_numpy_matrix_and_single_text(models):
@@ -121,9 +117,9 @@ def test_prompt_and_prompt_name(models):
     got = ours.encode(TEXTS[:3], prompt="query: ")
     assert err(got, ref.encode(TEXTS[:3], prompt="query: ")) <= TOLERANCE
     assert err(got, ours.encode(TEXTS[:3])) > 1e-3  # the prompt changes the embeddings
-    named = qkv.SentenceEncoder(MODEL, prompts={"query": "query: "})
+    named = qkv.SentenceEncoder(MINILM, prompts={"query": "query: "})
     assert err(named.encode(TEXTS[:3], prompt_name="query"), got) <= TOLERANCE
-    default = qkv.SentenceEncoder(MODEL, prompts={"query": "query: "},
+    default = qkv.SentenceEncoder(MINILM, prompts={"query": "query: "},
                                   default_prompt_name="query")
     assert err(default.encode(TEXTS[:3]), got) <= TOLERANCE
     with pytest.raises(ValueError, match="prompt name 'passage'"):
@@ -136,11 +132,11 @@ def test_prompt_and_prompt_name(models):
 def test_include_prompt_false_is_refused_with_a_prompt(models, tmp_path):
     # sentence-transformers then pools over the text's tokens alone; qkv cannot.
     _, ref = models
-    for entry in MODEL.iterdir():
+    for entry in MINILM.iterdir():
         if entry.name != "1_Pooling":
             (tmp_path / entry.name).symlink_to(entry)
     (tmp_path / "1_Pooling").mkdir()
-    config = json.loads((MODEL / "1_Pooling" / "config.json").read_text())
+    config = json.loads((MINILM / "1_Pooling" / "config.json").read_text())
     (tmp_path / "1_Pooling" / "config.json").write_text(
         json.dumps({**config, "include_prompt": False}))
     excluded = st.SentenceTransformer(str(tmp_path), device="cpu")
@@ -162,7 +158,7 @@ def test_truncate_dim_must_be_a_positive_int(models):
         with pytest.raises(ValueError, match="truncate_dim must be None or a positive int"):
             ours.encode(TEXTS[:2], truncate_dim=bad)
         with pytest.raises(ValueError, match="truncate_dim must be None or a positive int"):
-            qkv.SentenceEncoder(MODEL, truncate_dim=bad)
+            qkv.SentenceEncoder(MINILM, truncate_dim=bad)
     assert ours.encode(TEXTS[:2], truncate_dim=np.int64(1000)).shape == (2, 384)  # as ST: all
     with pytest.raises(ValueError, match="raw token vectors"):
         ours.encode(TEXTS[:2], output_value="token_embeddings", normalize_embeddings=True)
@@ -243,11 +239,11 @@ def test_device_and_precision_arguments(models):
 
 
 def fake_hub(root, repo_id, commit="0123456789abcdef0123456789abcdef01234567"):
-    """A huggingface_hub cache under root holding MODEL as repo_id (symlinks)."""
+    """A huggingface_hub cache under root holding MINILM as repo_id (symlinks)."""
     repo = root / ("models--" + repo_id.replace("/", "--"))
     snapshot = repo / "snapshots" / commit
     snapshot.mkdir(parents=True)
-    for entry in MODEL.iterdir():
+    for entry in MINILM.iterdir():
         (snapshot / entry.name).symlink_to(entry)
     (repo / "refs").mkdir()
     (repo / "refs" / "main").write_text(commit)
