@@ -6,7 +6,9 @@
 
 #include <algorithm>
 
+#include "text/unicode_categories.h"
 #include "text/unicode_compat.h"
+#include "text/utf8_lead.h"
 
 namespace qkv::text::detail {
 
@@ -17,10 +19,6 @@ constexpr char32_t kReplacement = 0xFFFD;
 bool is_ascii_punctuation(char32_t cp) {
   return (cp >= 33 && cp <= 47) || (cp >= 58 && cp <= 64) || (cp >= 91 && cp <= 96) ||
          (cp >= 123 && cp <= 126);
-}
-
-utf8proc_category_t category(char32_t cp) {
-  return utf8proc_category(static_cast<utf8proc_int32_t>(cp));
 }
 
 // Cc, Cf or Co as tokenizers sees them, except \t \n \r (whitespace there).
@@ -109,20 +107,8 @@ void decode_utf8(std::string_view text, std::u32string& out) {
       ++i;
       continue;
     }
-    // Length and the allowed range of the second byte (Unicode Table 3-7).
-    size_t length = 0;
-    unsigned char lo = 0x80, hi = 0xBF;
-    if (b >= 0xC2 && b <= 0xDF) {
-      length = 2;
-    } else if (b >= 0xE0 && b <= 0xEF) {
-      length = 3;
-      if (b == 0xE0) lo = 0xA0;
-      if (b == 0xED) hi = 0x9F;  // no surrogates
-    } else if (b >= 0xF0 && b <= 0xF4) {
-      length = 4;
-      if (b == 0xF0) lo = 0x90;
-      if (b == 0xF4) hi = 0x8F;  // nothing above U+10FFFF
-    }
+    const Utf8Lead lead = utf8_lead(b);
+    const size_t length = lead.length;
     if (length == 0) {
       out.push_back(kReplacement);
       ++i;
@@ -130,7 +116,7 @@ void decode_utf8(std::string_view text, std::u32string& out) {
     }
     // The longest valid prefix is replaced as a whole.
     size_t good = 1;
-    if (cont(i + 1, lo, hi)) {
+    if (cont(i + 1, lead.lo, lead.hi)) {
       ++good;
       while (good < length && cont(i + good)) ++good;
     }
@@ -191,12 +177,9 @@ bool is_word_char(char32_t cp) {
     return (cp >= 'a' && cp <= 'z') || (cp >= 'A' && cp <= 'Z') || (cp >= '0' && cp <= '9') ||
            cp == '_';
   if (cp == 0x200C || cp == 0x200D) return true;  // joiners are \w too
-  switch (category(cp)) {
-    case UTF8PROC_CATEGORY_LU:
-    case UTF8PROC_CATEGORY_LL:
-    case UTF8PROC_CATEGORY_LT:
-    case UTF8PROC_CATEGORY_LM:
-    case UTF8PROC_CATEGORY_LO:
+  const utf8proc_category_t c = category(cp);
+  if (is_letter_category(c)) return true;
+  switch (c) {
     case UTF8PROC_CATEGORY_MN:
     case UTF8PROC_CATEGORY_MC:
     case UTF8PROC_CATEGORY_ME:

@@ -11,14 +11,11 @@
 
 #include "text/basic_tokenizer.h"
 #include "text/bpe_unicode_compat.h"
+#include "text/unicode_categories.h"
 
 namespace qkv::text::detail {
 
 namespace {
-
-utf8proc_category_t category(char32_t cp) {
-  return utf8proc_category(static_cast<utf8proc_int32_t>(cp));
-}
 
 enum class Class { kLetter, kNumber, kSpace, kOther };
 
@@ -74,16 +71,7 @@ void gpt2_split(std::u32string_view s, size_t begin, size_t end,
 
 bool bpe_is_letter(char32_t cp) {
   if (cp < 0x80) return (cp | 0x20) >= U'a' && (cp | 0x20) <= U'z';
-  switch (category(cp)) {
-    case UTF8PROC_CATEGORY_LU:
-    case UTF8PROC_CATEGORY_LL:
-    case UTF8PROC_CATEGORY_LT:
-    case UTF8PROC_CATEGORY_LM:
-    case UTF8PROC_CATEGORY_LO:
-      return true;
-    default:
-      return in_ranges(kOnigLetterExtra, cp);
-  }
+  return is_letter_category(category(cp)) || in_ranges(kOnigLetterExtra, cp);
 }
 
 bool bpe_is_number(char32_t cp) {

@@ -2,6 +2,7 @@
 // is still incomplete wait for the next token.
 #include "qkv/text/bpe_tokenizer.h"
 #include "text/basic_tokenizer.h"
+#include "text/utf8_lead.h"
 
 namespace qkv::text {
 
@@ -15,27 +16,16 @@ size_t incomplete_suffix(std::string_view bytes) {
   // A character is at most 4 bytes, so an incomplete one starts in the last 3.
   for (size_t back = 1; back <= 3 && back <= n; ++back) {
     const size_t start = n - back;
-    const unsigned char lead = s[start];
-    size_t length = 0;
-    unsigned char lo = 0x80, hi = 0xBF;
-    if (lead >= 0xC2 && lead <= 0xDF) {
-      length = 2;
-    } else if (lead >= 0xE0 && lead <= 0xEF) {
-      length = 3;
-      if (lead == 0xE0) lo = 0xA0;
-      if (lead == 0xED) hi = 0x9F;
-    } else if (lead >= 0xF0 && lead <= 0xF4) {
-      length = 4;
-      if (lead == 0xF0) lo = 0x90;
-      if (lead == 0xF4) hi = 0x8F;
-    } else if (lead >= 0x80 && lead <= 0xBF) {
-      continue;  // a continuation byte: the lead may be further back
-    } else {
-      return 0;  // ASCII or an invalid lead: nothing after it can wait
+    const detail::Utf8Lead lead = detail::utf8_lead(s[start]);
+    if (lead.length == 0) {
+      // A continuation byte: the lead may be further back. ASCII or an invalid
+      // lead: nothing after it can wait.
+      if (s[start] >= 0x80 && s[start] <= 0xBF) continue;
+      return 0;
     }
-    if (back >= length) return 0;  // complete (or invalid) already
+    if (back >= lead.length) return 0;  // complete (or invalid) already
     for (size_t k = start + 1; k < n; ++k) {
-      const unsigned char a = k == start + 1 ? lo : 0x80, b = k == start + 1 ? hi : 0xBF;
+      const unsigned char a = k == start + 1 ? lead.lo : 0x80, b = k == start + 1 ? lead.hi : 0xBF;
       if (s[k] < a || s[k] > b) return 0;
     }
     return back;
