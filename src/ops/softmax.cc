@@ -31,6 +31,24 @@ Tensor from_doubles(const std::vector<double>& values, const Tensor& like) {
   return Tensor::from_vector(like.shape(), std::span<const double>(values)).to(like.dtype());
 }
 
+// The backward of softmax or log_softmax: checks the arguments, then
+// row_grad(g, y, c) turns each row of the output gradient g into the input
+// gradient in place, y being that row's softmax of x; adds the result to
+// grad_input.
+template <class RowGrad>
+void backward_over_rows(const Tensor& grad_output, const Tensor& x, Tensor& grad_input,
+                        const char* fn, RowGrad row_grad) {
+  std::vector<double> y;
+  const int64_t c = softmax_rows(x, y, fn);
+  check_grad_output(grad_output, x.shape(), x, fn);
+  check_defined(grad_input, fn, "grad_input");
+  check_grad(grad_input, x, fn, "grad_input");
+  std::vector<double> g = grad_output.to_vector();
+  for (size_t r = 0; c > 0 && r < g.size() / c; ++r)
+    row_grad(g.data() + r * c, y.data() + r * c, c);
+  add_to_grad(grad_input, g);
+}
+
 }  // namespace
 
 Tensor softmax(const Tensor& x) {
@@ -60,42 +78,24 @@ Tensor log_softmax(const Tensor& x) {
 }
 
 void softmax_backward(const Tensor& grad_output, const Tensor& x, Tensor grad_input) {
-  const char* fn = "softmax_backward";
-  std::vector<double> y;
-  const int64_t c = softmax_rows(x, y, fn);
-  check_grad_output(grad_output, x.shape(), x, fn);
-  check_defined(grad_input, fn, "grad_input");
-  check_grad(grad_input, x, fn, "grad_input");
-  std::vector<double> g = grad_output.to_vector();
   // Forward: x_j <- exp(x_j − max) / Σ exp(x − max)
   // ∂y_j/∂x_i = y_j (δ_ij − y_i)  ->  dx_i = y_i (g_i − Σ_j g_j y_j)
-  for (size_t r = 0; c > 0 && r < g.size() / c; ++r) {
-    double* gr = g.data() + r * c;
-    const double* yr = y.data() + r * c;
-    double dot = 0.0;
-    for (int64_t j = 0; j < c; ++j) dot += gr[j] * yr[j];
-    for (int64_t j = 0; j < c; ++j) gr[j] = yr[j] * (gr[j] - dot);
-  }
-  add_to_grad(grad_input, g);
+  backward_over_rows(grad_output, x, grad_input, "softmax_backward",
+                     [](double* g, const double* y, int64_t c) {
+                       double dot = 0.0;
+                       for (int64_t j = 0; j < c; ++j) dot += g[j] * y[j];
+                       for (int64_t j = 0; j < c; ++j) g[j] = y[j] * (g[j] - dot);
+                     });
 }
 
 void log_softmax_backward(const Tensor& grad_output, const Tensor& x, Tensor grad_input) {
-  const char* fn = "log_softmax_backward";
-  std::vector<double> y;
-  const int64_t c = softmax_rows(x, y, fn);
-  check_grad_output(grad_output, x.shape(), x, fn);
-  check_defined(grad_input, fn, "grad_input");
-  check_grad(grad_input, x, fn, "grad_input");
-  std::vector<double> g = grad_output.to_vector();
   // Forward: row[j] -= lse, lse = log Σ exp(x)  ->  dx_i = g_i − softmax_i · Σ_j g_j
-  for (size_t r = 0; c > 0 && r < g.size() / c; ++r) {
-    double* gr = g.data() + r * c;
-    const double* yr = y.data() + r * c;
-    double sum = 0.0;
-    for (int64_t j = 0; j < c; ++j) sum += gr[j];
-    for (int64_t j = 0; j < c; ++j) gr[j] -= yr[j] * sum;
-  }
-  add_to_grad(grad_input, g);
+  backward_over_rows(grad_output, x, grad_input, "log_softmax_backward",
+                     [](double* g, const double* y, int64_t c) {
+                       double sum = 0.0;
+                       for (int64_t j = 0; j < c; ++j) sum += g[j];
+                       for (int64_t j = 0; j < c; ++j) g[j] -= y[j] * sum;
+                     });
 }
 
 }  // namespace qkv
