@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "qkv/models/decoder_model_file.h"
+#include "qkv/nn/decoder_batch.h"
 #include "qkv/nn/decoder_model.h"
 #include "qkv/nn/decoder_session.h"
 #include "qkv/sampling.h"
@@ -305,6 +306,29 @@ TEST(DecoderModel, DecodingAThousandTokensAllocatesNothingPerToken) {
   g_counting = false;
   EXPECT_EQ(g_allocations.load(), 0) << "allocations in 1000 decoding steps";
   EXPECT_EQ(session.length(), 1005);
+}
+
+TEST(DecoderBatch, StepsAllocateNothingAfterWarmUp) {
+  Generator gen(8);
+  DecoderModel model(tiny({.num_kv_heads = 2}), &gen);
+  DecoderBatch batch(model, 4);
+  // Warm-up: a long prompt grows the attention kernel's scratch to its size.
+  batch.remove(batch.add(std::vector<int64_t>(50, 3)));
+  const std::vector<int64_t> ids = {batch.add(std::vector<int64_t>{1, 2, 3}),
+                                    batch.add(std::vector<int64_t>{4}),
+                                    batch.add(std::vector<int64_t>{5, 6, 7, 8, 9})};
+  const std::vector<int64_t> tokens = {1, 2, 3}, some_ids = {ids[2], ids[0]}, some = {4, 5};
+  batch.step(ids, tokens);
+  g_allocations = 0;
+  g_counting = true;
+  for (int t = 0; t < 20; ++t) {
+    batch.step(ids, tokens);
+    batch.step(some_ids, some);  // a step of fewer rows, in another order
+  }
+  g_counting = false;
+  EXPECT_EQ(g_allocations.load(), 0) << "allocations in 40 batched decoding steps";
+  EXPECT_EQ(batch.length(ids[1]), 1 + 21);
+  EXPECT_EQ(batch.length(ids[2]), 5 + 41);
 }
 
 TEST(DecoderModel, StepErrors) {

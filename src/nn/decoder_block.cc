@@ -26,6 +26,7 @@ detail::FeedForwardNet make_feed_forward(const DecoderBlockOptions& o, Generator
 
 DecoderStepBuffers::DecoderStepBuffers(const DecoderBlockOptions& o, int64_t B) {
   const int64_t H = o.num_heads, Hkv = o.num_kv_heads, E = o.d_model / o.num_heads;
+  x = Tensor::zeros({B, o.d_model}, o.dtype);
   h = Tensor::zeros({B, o.d_model}, o.dtype);
   q = Tensor::zeros({B, H * E}, o.dtype);
   k = Tensor::zeros({B, Hkv * E}, o.dtype);
@@ -90,27 +91,51 @@ Tensor DecoderBlock::backward(const Tensor& grad_output, const DecoderBlockRecor
   return add(grad_h, detail::run_backward(attention_norm_, grad_normed, r.attention_norm));
 }
 
-void DecoderBlock::step_into(Tensor& x, int64_t position, KVCache& cache, int64_t layer,
-                             DecoderStepBuffers& b) const {
+void DecoderBlock::step_into(Tensor& x, std::span<const int64_t> positions,
+                             const StepCaches& caches, int64_t layer, DecoderStepBuffers& b) const {
+  const int64_t n = x.size(0);
+  const bool shared = caches.shared != nullptr;
+  QKV_CHECK(n <= b.h.size(0) && (shared || static_cast<int64_t>(caches.per_row.size()) == n),
+            "DecoderBlock::step_into: ", n, " rows need at most ", b.h.size(0),
+            " buffer rows and one cache each, got ", caches.per_row.size(), " caches");
+  // The first n rows of each buffer (views: nothing is allocated).
+  auto rows = [n](const Tensor& t) { return t.slice(0, 0, n); };
+  Tensor h = rows(b.h), q = rows(b.q), k = rows(b.k), v = rows(b.v);
+  const Tensor q4 = rows(b.q4), k4 = rows(b.k4), v4 = rows(b.v4);
+  Tensor attention = rows(b.attention);
   // x = x + attention(attention_norm(x)) against the cache, which takes k and v first.
-  detail::norm_into(b.h, x, attention_norm_);
-  attention_.project_into(b.q, b.k, b.v, b.h, position);
-  cache.append(layer, b.k4, b.v4);
+  detail::norm_into(h, x, attention_norm_);
+  attention_.project_into(q, k, v, h, positions);
   SdpaOptions sdpa;
   sdpa.enable_gqa = options_.num_kv_heads != options_.num_heads;
   sdpa.causal = CausalMask::kBottomRight;  // the new query sees every cached key
   sdpa.precision = precision();
-  scaled_dot_product_attention_into(b.attention, b.q4, cache.keys(layer), cache.values(layer), sdpa,
-                                    b.workspace);
-  attention_.output_into(b.h, b.attention_2d);
-  add_into(x, x, b.h);
+  if (shared) {
+    caches.shared->append(layer, k4, v4);
+    scaled_dot_product_attention_into(attention, q4, caches.shared->keys(layer),
+                                      caches.shared->values(layer), sdpa, b.workspace);
+  } else {
+    // Each sequence attends over its own cache, of its own length.
+    for (int64_t r = 0; r < n; ++r) {
+      KVCache& cache = *caches.per_row[static_cast<size_t>(r)];
+      cache.append(layer, k4.slice(0, r, r + 1), v4.slice(0, r, r + 1));
+      Tensor out = attention.slice(0, r, r + 1);
+      scaled_dot_product_attention_into(out, q4.slice(0, r, r + 1), cache.keys(layer),
+                                        cache.values(layer), sdpa, b.workspace);
+    }
+  }
+  attention_.output_into(h, rows(b.attention_2d));
+  add_into(x, x, h);
   // x = x + feed_forward(ffn_norm(x))
-  detail::norm_into(b.h, x, ffn_norm_);
-  if (const auto* swiglu = std::get_if<SwiGLUFeedForward>(&feed_forward_))
-    swiglu->forward_into(b.h, b.h, b.hidden, b.gate);
-  else
-    std::get<FeedForward>(feed_forward_).forward_into(b.h, b.h, b.hidden);
-  add_into(x, x, b.h);
+  detail::norm_into(h, x, ffn_norm_);
+  Tensor hidden = rows(b.hidden);
+  if (const auto* swiglu = std::get_if<SwiGLUFeedForward>(&feed_forward_)) {
+    Tensor gate = rows(b.gate);
+    swiglu->forward_into(h, h, hidden, gate);
+  } else {
+    std::get<FeedForward>(feed_forward_).forward_into(h, h, hidden);
+  }
+  add_into(x, x, h);
 }
 
 void DecoderBlock::list_members(MemberList& m) {

@@ -266,6 +266,31 @@ Tensor DecoderModel::forward_impl(std::span<const int64_t> ids, int64_t batch_si
   return head(detail::run(norm_, x));                  // [B, T, vocab] or [B, vocab]
 }
 
+DecoderStepBuffers DecoderModel::make_step_buffers(int64_t batch_size) const {
+  DecoderStepBuffers buffers(block_options(config_), batch_size);
+  buffers.positions = position_table();
+  return buffers;
+}
+
+void DecoderModel::step_into(Tensor& logits, std::span<const int64_t> tokens,
+                             std::span<const int64_t> positions, const StepCaches& caches,
+                             DecoderStepBuffers& b) const {
+  const auto n = static_cast<int64_t>(tokens.size());
+  Tensor x = b.x.slice(0, 0, n);  // [n, D]
+  tok_embeddings_.forward_into(x, tokens);
+  if (b.positions.defined()) {
+    for (int64_t r = 0; r < n; ++r) {
+      Tensor xr = x.select(0, r);
+      add_into(xr, xr, b.positions.select(0, positions[positions.size() == 1 ? 0 : r]));
+    }
+  }
+  for (size_t i = 0; i < blocks_.size(); ++i)
+    blocks_[i].step_into(x, positions, caches, static_cast<int64_t>(i), b);
+  Tensor h = b.h.slice(0, 0, n);
+  detail::norm_into(h, x, norm_);
+  head_into(logits, h);
+}
+
 void DecoderModel::list_members(MemberList& m) {
   m.module("tok_embeddings", tok_embeddings_);
   if (learned_positions_) m.module("pos_embeddings", *learned_positions_);

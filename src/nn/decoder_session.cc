@@ -18,14 +18,10 @@ DecoderSession::DecoderSession(DecoderModel& model, int64_t batch_size, int64_t 
       config_(model.config()),
       batch_size_(batch_size),
       cache_(model.make_cache(batch_size, max_len)),
-      buffers_(block_options(config_), batch_size) {
+      buffers_(model.make_step_buffers(batch_size)) {
   const DecoderModelConfig& c = config_;
-  position_table_ = model.position_table();
-  const DType dt = c.dtype;
-  const int64_t B = batch_size;
-  x_ = Tensor::zeros({B, c.d_model}, dt);
-  logits_ = Tensor::zeros({B, c.vocab_size}, dt);
-  if (dt == DType::kFloat64) logits_f32_.resize(static_cast<size_t>(c.vocab_size));
+  logits_ = Tensor::zeros({batch_size, c.vocab_size}, c.dtype);
+  if (c.dtype == DType::kFloat64) logits_f32_.resize(static_cast<size_t>(c.vocab_size));
 }
 
 std::string DecoderSession::context_limit() const {
@@ -59,18 +55,7 @@ const Tensor& DecoderSession::step(std::span<const int64_t> tokens) {
   QKV_CHECK(pos < cache_.max_len(), m, ": the cache is full (", context_limit(),
             " positions); reset() the session or make one with a larger max_len");
 
-  model_.tok_embeddings().forward_into(x_, tokens);
-  if (position_table_.defined()) {
-    const Tensor row = position_table_.select(0, pos);
-    for (int64_t b = 0; b < batch_size_; ++b) {
-      Tensor xb = x_.select(0, b);
-      add_into(xb, xb, row);
-    }
-  }
-  for (int64_t i = 0; i < c.num_layers; ++i)
-    model_.blocks()[i].step_into(x_, pos, cache_, i, buffers_);
-  detail::norm_into(buffers_.h, x_, model_.norm());
-  model_.head_into(logits_, buffers_.h);
+  model_.step_into(logits_, tokens, {&pos, 1}, {.shared = &cache_}, buffers_);
   return logits_;
 }
 

@@ -124,13 +124,23 @@ Tensor GroupedQueryAttention::attend(const Tensor& q, const Tensor& k, const Ten
 }
 
 void GroupedQueryAttention::project_into(Tensor& q, Tensor& k, Tensor& v, const Tensor& x,
-                                         int64_t position) const {
+                                         std::span<const int64_t> positions) const {
+  const int64_t B = x.size(0), n = static_cast<int64_t>(positions.size());
+  QKV_CHECK(n == 1 || n == B, "GroupedQueryAttention::project_into: expected 1 or ", B,
+            " positions, got ", n);
   q_proj_.forward_into(q, x);
   k_proj_.forward_into(k, x);
   v_proj_.forward_into(v, x);
-  if (options_.rope) {
-    rope_.rotate_in_place(q, position);
-    rope_.rotate_in_place(k, position);
+  if (!options_.rope) return;
+  if (n == 1) {
+    rope_.rotate_in_place(q, positions[0]);
+    rope_.rotate_in_place(k, positions[0]);
+    return;
+  }
+  for (int64_t b = 0; b < B; ++b) {
+    Tensor qb = q.select(0, b), kb = k.select(0, b);
+    rope_.rotate_in_place(qb, positions[b]);
+    rope_.rotate_in_place(kb, positions[b]);
   }
 }
 

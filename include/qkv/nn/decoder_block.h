@@ -9,6 +9,7 @@
 // allocation-free step of one token per sequence (decoding).
 #pragma once
 
+#include <span>
 #include <variant>
 
 #include "qkv/attention.h"
@@ -54,11 +55,14 @@ struct DecoderBlockRecord {
   std::variant<SwiGLUFeedForwardRecord, FeedForwardRecord> feed_forward;
 };
 
-// The buffers of a decoding step of B tokens, preallocated once (by
-// DecoderSession) and shared by every block.
+// The buffers of a decoding step of up to B tokens, preallocated once (by
+// DecoderModel::make_step_buffers) and shared by every block. A step of
+// n < B tokens uses their first n rows.
 struct DecoderStepBuffers {
   DecoderStepBuffers(const DecoderBlockOptions& options, int64_t batch_size);
 
+  Tensor x;             // [B, D]: the residual stream
+  Tensor positions;     // [max_seq_len, D] added to the embeddings; undefined with RoPE
   Tensor h;             // [B, D]: a norm's output, then a sub-layer's
   Tensor q, k, v;       // [B, H·E], [B, Hkv·E], [B, Hkv·E]
   Tensor q4, k4, v4;    // the same as [B, heads, 1, E]
@@ -66,6 +70,14 @@ struct DecoderStepBuffers {
   Tensor attention_2d;  // the same as [B, H·E]
   Tensor hidden, gate;  // [B, ffn_hidden] (gate: SwiGLU only)
   SdpaWorkspace workspace;
+};
+
+// Where the keys and values of a decoding step's rows go: one cache whose
+// batch is the step's rows, or one cache of batch 1 per row (sequences of
+// different lengths decoded together).
+struct StepCaches {
+  KVCache* shared = nullptr;
+  std::span<KVCache* const> per_row;
 };
 
 class DecoderBlock : public ModuleBase<DecoderBlock, DecoderBlockOptions> {
@@ -88,11 +100,19 @@ class DecoderBlock : public ModuleBase<DecoderBlock, DecoderBlockOptions> {
   // grad_output: [B, T, D]  ->  like grad_output
   Tensor backward(const Tensor& grad_output, const DecoderBlockRecord& record);
 
-  // One decoding step, allocating nothing: B tokens at `position`, their keys
-  // and values appended to the cache's layer `layer`; x is updated in place.
+  // One decoding step, allocating nothing: n tokens, token r at positions[r]
+  // (or all at positions[0]), their keys and values appended to layer `layer`
+  // of `caches`; each token attends over its own cache. The linear layers run
+  // once over the n rows. x is updated in place.
+  // x: [n, D], n <= the buffers' B
+  void step_into(Tensor& x, std::span<const int64_t> positions, const StepCaches& caches,
+                 int64_t layer, DecoderStepBuffers& buffers) const;
+  // The same for B tokens at `position` in one cache of batch B.
   // x: [B, D]
   void step_into(Tensor& x, int64_t position, KVCache& cache, int64_t layer,
-                 DecoderStepBuffers& buffers) const;
+                 DecoderStepBuffers& buffers) const {
+    step_into(x, {&position, 1}, {.shared = &cache}, layer, buffers);
+  }
 
  private:
   // attention_norm.*, attention.{q,k,v,o}_proj.*, ffn_norm.*, feed_forward.*

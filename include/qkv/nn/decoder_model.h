@@ -134,6 +134,16 @@ class DecoderModel : public ModuleBase<DecoderModel> {
   // ids: B·T ids, row-major [B, T]  ->  [B, vocab]
   Tensor forward_last(std::span<const int64_t> ids, int64_t batch_size, KVCache& cache);
 
+  // One decoding step, allocating nothing: n tokens, token r at positions[r]
+  // (or all at positions[0]), their keys and values appended to `caches`
+  // (DecoderBlock::step_into). Every weight is read once for the n rows.
+  // tokens: [n]  ->  logits: [n, vocab] (preallocated, contiguous)
+  void step_into(Tensor& logits, std::span<const int64_t> tokens,
+                 std::span<const int64_t> positions, const StepCaches& caches,
+                 DecoderStepBuffers& buffers) const;
+  // The buffers of step_into() for up to batch_size tokens.
+  DecoderStepBuffers make_step_buffers(int64_t batch_size) const;
+
   // Training: forward(ids, batch_size) that also saves what backward() needs
   // (nullptr: as forward(ids, batch_size)).
   // ids: B·T ids, row-major [B, T]  ->  [B, T, vocab]

@@ -88,9 +88,7 @@ class DecoderSession {
   const DecoderModelConfig config_;
   int64_t batch_size_;
   KVCache cache_;
-  Tensor position_table_;                  // learned or sinusoidal positions; undefined with RoPE
   DecoderStepBuffers buffers_;             // shared by the blocks' steps
-  Tensor x_;                               // [B, D]: the residual stream of the step
   Tensor logits_;                          // [B, vocab]
   mutable std::vector<float> logits_f32_;  // logits_row() of float64 models
 };

@@ -24,6 +24,7 @@
 #pragma once
 
 #include <map>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -100,10 +101,12 @@ class GroupedQueryAttention
   // x: [B, L, D]  ->  q [B, H, L, E], k and v [B, Hkv, L, E]
   ProjectedQkv project(const Tensor& x, int64_t position_offset = 0) const;
 
-  // One decoding step, allocating nothing: the projections of B tokens at
-  // `position`, RoPE applied (when the module has it).
+  // One decoding step, allocating nothing: the projections of B tokens, RoPE
+  // applied (when the module has it) with token b at positions[b], or every
+  // token at positions[0] when one position is given.
   // x: [B, D]  ->  q: [B, H·E]  k, v: [B, Hkv·E] (preallocated, contiguous)
-  void project_into(Tensor& q, Tensor& k, Tensor& v, const Tensor& x, int64_t position) const;
+  void project_into(Tensor& q, Tensor& k, Tensor& v, const Tensor& x,
+                    std::span<const int64_t> positions) const;
   // o_proj of the attention output, heads side by side, allocating nothing.
   // heads: [B, H·E]  ->  out: [B, D] (preallocated)
   void output_into(Tensor& out, const Tensor& heads) const;
