@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "cli_files.h"
 #include "cli_runner.h"
 
 #ifndef QKV_EXPECTED_VERSION
@@ -107,11 +108,6 @@ TEST_F(Cli, HelpAndVersion) {
 
 namespace {
 
-std::string read_bytes(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
 // The embeddings of `qkv embed`'s JSON (OpenAI's shape: data[i].embedding),
 // among whatever else the command printed (stderr comes after it).
 std::vector<std::vector<double>> json_embeddings(const std::string& output) {
@@ -124,27 +120,11 @@ std::vector<std::vector<double>> json_embeddings(const std::string& output) {
   return rows;
 }
 
-// The float32 rows of a .npy file written by `qkv embed` ([N, D], '<f4').
-std::vector<std::vector<double>> npy_embeddings(const std::string& bytes, int64_t d) {
-  std::vector<std::vector<double>> rows;
-  const size_t header =
-      10 + static_cast<unsigned char>(bytes[8]) + 256 * static_cast<unsigned char>(bytes[9]);
-  for (size_t at = header; at + 4 * d <= bytes.size(); at += 4 * d) {
-    std::vector<double> row(d);
-    for (int64_t j = 0; j < d; ++j) {
-      float x;
-      char* raw = reinterpret_cast<char*>(&x);  // the bytes may be unaligned
-      for (int k = 0; k < 4; ++k) raw[k] = bytes[at + 4 * j + k];
-      row[j] = x;
-    }
-    rows.push_back(row);
-  }
-  return rows;
-}
-
-double dot(const std::vector<double>& a, const std::vector<double>& b) {
+// In double, of float rows (.npy) or double ones (JSON).
+template <class T>
+double dot(const std::vector<T>& a, const std::vector<T>& b) {
   double s = 0;
-  for (size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
+  for (size_t i = 0; i < a.size(); ++i) s += static_cast<double>(a[i]) * b[i];
   return s;
 }
 
@@ -193,7 +173,7 @@ TEST_F(Cli, EmbedWritesJsonAndNpyWithTheSameRows) {
                        "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 384), }"));
   EXPECT_EQ((10 + static_cast<unsigned char>(bytes[8])) % 64, 0u);  // data aligned to 64
   EXPECT_EQ(bytes.size(), 128u + 2 * 384 * 4);
-  const auto from_npy = npy_embeddings(bytes, 384);
+  const auto from_npy = npy_rows(bytes, 384);
   expect_output_has(file, {"skipped 1 blank line of stdin; 2 texts remain"});
 
   ASSERT_EQ(from_npy.size(), 2u);
@@ -243,7 +223,7 @@ TEST_F(Cli, SimilarityPrintsTheCosinesWithCutLabels) {
   const CliRun embed =
       run_qkv("embed " + model + " -o '" + (dir_ / "e.npy").string() + "' " + texts);
   ASSERT_EQ(embed.exit_code, 0) << embed.output;
-  const auto e = npy_embeddings(read_bytes(dir_ / "e.npy"), 384);
+  const auto e = npy_rows(read_bytes(dir_ / "e.npy"), 384);
   ASSERT_EQ(e.size(), 3u);
 
   std::vector<std::string> lines;

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "cli_files.h"
 #include "cli_runner.h"
 #include "qkv/models/sentence_encoder.h"
 #include "qkv/runtime.h"
@@ -149,24 +150,6 @@ TEST_F(Cli, TextFilesNeedToExistAndNotCompeteWithArguments) {
 }
 
 // --- With all-MiniLM-L6-v2 (scripts/fetch_model.sh) ----------------------------------
-
-std::string read_bytes(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
-// The float32 rows of a .npy file written by `qkv embed` ([N, D], '<f4').
-std::vector<std::vector<float>> npy_rows(const std::string& bytes, size_t d) {
-  std::vector<std::vector<float>> rows;
-  const size_t header =
-      10 + static_cast<unsigned char>(bytes[8]) + 256 * static_cast<unsigned char>(bytes[9]);
-  for (size_t at = header; at + 4 * d <= bytes.size(); at += 4 * d) {
-    std::vector<float> row(d);
-    std::memcpy(row.data(), bytes.data() + at, 4 * d);
-    rows.push_back(row);
-  }
-  return rows;
-}
 
 double norm(const std::vector<float>& v) {
   double s = 0;

@@ -6,23 +6,12 @@
 #include <fstream>
 #include <string>
 
+#include "cli_files.h"
 #include "cli_runner.h"
 
 namespace {
 
 using namespace qkv_test;
-
-// A small fortune file: entries separated by "%" lines.
-void write_fortunes(const fs::path& path) {
-  std::ofstream out(path);
-  const char* entries[] = {
-      "The early bird gets the worm, but the second mouse gets the cheese.\n",
-      "A clean desk is a sign of a cluttered desk drawer.\n",
-      "Never put off until tomorrow what you can do the day after tomorrow.\n\t\t-- Mark Twain\n",
-      "Time flies like an arrow; fruit flies like a banana.\n",
-  };
-  for (int i = 0; i < 30; ++i) out << entries[i % 4] << "%\n";
-}
 
 TEST_F(Cli, TrainLmWritesAModelThatGenerateReads) {
   const fs::path text = dir_ / "tiny.fortunes";

@@ -17,22 +17,13 @@
 #include <thread>
 #include <vector>
 
+#include "cli_files.h"
 #include "cli_runner.h"
 #include "qkv/io/safetensors.h"
 
 namespace {
 
 using namespace qkv_test;
-
-void write_fortunes(const fs::path& path) {
-  std::ofstream out(path);
-  const char* entries[] = {
-      "The early bird gets the worm, but the second mouse gets the cheese.\n",
-      "A clean desk is a sign of a cluttered desk drawer.\n",
-      "Time flies like an arrow; fruit flies like a banana.\n",
-  };
-  for (int i = 0; i < 30; ++i) out << entries[i % 3] << "%\n";
-}
 
 std::string lm_args(const fs::path& text, int steps) {
   return "train lm --text '" + text.string() + "' --steps " + std::to_string(steps) +
