@@ -60,17 +60,8 @@ void Embedding::set_weight(Tensor weight) {
 
 void Embedding::set_quantized_weight(QuantizedWeight weight) {
   const EmbeddingOptions& o = options_;
-  QKV_CHECK(!weight.empty() && weight.out_features() == o.num_embeddings &&
-                weight.in_features() == o.embedding_dim,
-            "Embedding::set_quantized_weight: expected a table of shape [", o.num_embeddings, ", ",
-            o.embedding_dim, "], got ",
-            weight.empty()
-                ? std::string("an empty one")
-                : qkv::detail::concat("[", weight.out_features(), ", ", weight.in_features(), "]"));
-  QKV_CHECK_TYPE(o.dtype == DType::kFloat32,
-                 "Embedding::set_quantized_weight: quantized tables need a float32 module, this "
-                 "one is ",
-                 dtype_name(o.dtype));
+  detail::check_quantized_weight(weight, o.num_embeddings, o.embedding_dim, o.dtype,
+                                 "Embedding::set_quantized_weight", "table");
   quantized_weight_ = std::move(weight);
   weight_ = Tensor();
 }

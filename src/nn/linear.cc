@@ -40,17 +40,8 @@ void Linear::set_weight(Tensor weight) {
 
 void Linear::set_quantized_weight(QuantizedWeight weight) {
   const LinearOptions& o = options_;
-  QKV_CHECK(!weight.empty() && weight.out_features() == o.out_features &&
-                weight.in_features() == o.in_features,
-            "Linear::set_quantized_weight: expected a weight of shape [", o.out_features, ", ",
-            o.in_features, "], got ",
-            weight.empty()
-                ? std::string("an empty one")
-                : qkv::detail::concat("[", weight.out_features(), ", ", weight.in_features(), "]"));
-  QKV_CHECK_TYPE(o.dtype == DType::kFloat32,
-                 "Linear::set_quantized_weight: quantized weights need a float32 module, this "
-                 "one is ",
-                 dtype_name(o.dtype));
+  detail::check_quantized_weight(weight, o.out_features, o.in_features, o.dtype,
+                                 "Linear::set_quantized_weight", "weight");
   check_float32_precision("Linear::set_quantized_weight");
   quantized_weight_ = std::move(weight);
   weight_ = Tensor();

@@ -19,6 +19,17 @@ std::string quoted_list(const std::vector<std::string>& names) {
 }
 }  // namespace
 
+void check_quantized_weight(const QuantizedWeight& weight, int64_t rows, int64_t cols, DType dtype,
+                            const char* function, const char* what) {
+  QKV_CHECK(!weight.empty() && weight.out_features() == rows && weight.in_features() == cols,
+            function, ": expected a ", what, " of shape [", rows, ", ", cols, "], got ",
+            weight.empty()
+                ? std::string("an empty one")
+                : qkv::detail::concat("[", weight.out_features(), ", ", weight.in_features(), "]"));
+  QKV_CHECK_TYPE(dtype == DType::kFloat32, function, ": quantized ", what,
+                 "s need a float32 module, this one is ", dtype_name(dtype));
+}
+
 void load_strict(const char* module, const StateDict& own,
                  const std::map<std::string, Tensor>& state) {
   std::vector<std::string> missing, unexpected;

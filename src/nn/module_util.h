@@ -9,6 +9,7 @@
 #include "qkv/generator.h"
 #include "qkv/linear.h"
 #include "qkv/nn/state_dict.h"
+#include "qkv/quantized_linear.h"
 #include "qkv/tensor.h"
 
 namespace qkv::nn::detail {
@@ -34,6 +35,12 @@ LowPrecisionWeight low_precision_weight(const Tensor& weight, Precision precisio
                                         const char* module, const Tensor& input_range = {});
 
 Tensor xavier_uniform(const Shape& shape, Generator& gen, DType dtype);
+
+// What set_quantized_weight accepts: a [rows, cols] `weight` for a module
+// that computes in float32 (`dtype`). Errors start with "<function>: " and
+// call the weight a `what` ("weight", "table").
+void check_quantized_weight(const QuantizedWeight& weight, int64_t rows, int64_t cols, DType dtype,
+                            const char* function, const char* what);
 
 // The sum of two gradients of one tensor (either may be undefined).
 // a, b: same shape and dtype  ->  like a

@@ -51,30 +51,32 @@ Tensor TransformerDecoderLayer::forward(const Tensor& tgt, const Tensor& memory,
     return dropout(out, p, is_training(), generator());
   };
 
+  // dropout(attention(x, kv, kv)), with its masks.
+  auto attention_block = [&](MultiheadAttention& attention, const Tensor& x, const Tensor& kv,
+                             const MultiheadAttentionForward& masks,
+                             MultiheadAttentionRecord* attention_record,
+                             Tensor TransformerDecoderLayerRecord::*keep) {
+    return drop(attention.forward(x, kv, kv, masks, attention_record).output, keep);
+  };
+  const MultiheadAttentionForward self_masks{.key_padding_mask = args.tgt_key_padding_mask,
+                                             .need_weights = false,
+                                             .attn_mask = args.tgt_mask,
+                                             .is_causal = args.tgt_is_causal};
+  const MultiheadAttentionForward memory_masks{.key_padding_mask = args.memory_key_padding_mask,
+                                               .need_weights = false,
+                                               .attn_mask = args.memory_mask,
+                                               .is_causal = args.memory_is_causal};
   // dropout1(self_attn(x, x, x))
   auto sa_block = [&](const Tensor& x) {
-    const Tensor out = self_attn_
-                           .forward(x, x, x,
-                                    {.key_padding_mask = args.tgt_key_padding_mask,
-                                     .need_weights = false,
-                                     .attn_mask = args.tgt_mask,
-                                     .is_causal = args.tgt_is_causal},
-                                    record ? &record->self_attn : nullptr)
-                           .output;
-    return drop(out, &TransformerDecoderLayerRecord::keep1);
+    return attention_block(self_attn_, x, x, self_masks, record ? &record->self_attn : nullptr,
+                           &TransformerDecoderLayerRecord::keep1);
   };
   // dropout2(multihead_attn(x, memory, memory)): queries from the decoder,
   // keys and values from the encoder's output.
   auto mha_block = [&](const Tensor& x) {
-    const Tensor out = multihead_attn_
-                           .forward(x, memory, memory,
-                                    {.key_padding_mask = args.memory_key_padding_mask,
-                                     .need_weights = false,
-                                     .attn_mask = args.memory_mask,
-                                     .is_causal = args.memory_is_causal},
-                                    record ? &record->multihead_attn : nullptr)
-                           .output;
-    return drop(out, &TransformerDecoderLayerRecord::keep2);
+    return attention_block(multihead_attn_, x, memory, memory_masks,
+                           record ? &record->multihead_attn : nullptr,
+                           &TransformerDecoderLayerRecord::keep2);
   };
   // dropout3(linear2(dropout(activation(linear1(x)))))
   auto ff_block = [&](const Tensor& x) {
