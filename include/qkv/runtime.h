@@ -4,10 +4,13 @@
 // OpenMP thread pool, so they never oversubscribe the cores. The count is
 // OMP_NUM_THREADS at start-up (default: all cores) or set_num_threads().
 //
-// Instruction set: chosen once per process from CPUID (amx, avx512_bf16,
-// avx512, avx2, then portable: amx and avx512_bf16 differ from avx512 only in
-// the bfloat16 products of attention's forward); the environment variable
-// QKV_ISA=amx|avx512_bf16|avx512|avx2|portable overrides it.
+// Instruction set: every kernel family (attention and row ops, the bfloat16
+// and int8 linear layers, the GGUF quantised ones) runs the fastest kernels
+// this CPU has, probed once per process. The environment variable
+// QKV_ISA=amx|avx512_bf16|avx512_vnni|avx512|avx2|portable caps them all: each
+// family runs its fastest kernels at or below that level (QKV_ISA=avx2: AVX2
+// kernels everywhere). A name qkv does not know, or one this CPU lacks, is an
+// error (qkv::Error) at the first kernel call.
 #pragma once
 
 #include <cstddef>
@@ -21,9 +24,9 @@ namespace qkv {
 void set_num_threads(int threads);
 int num_threads();
 
-// The instruction set the fused kernels use, e.g. "avx512".
+// The instruction set the fused attention kernels use, e.g. "avx512".
 std::string kernel_isa();
-// Every instruction set this CPU can run, fastest first.
+// Every level QKV_ISA may name on this CPU, highest first (the last is "portable").
 std::vector<std::string> supported_isas();
 // The kernels of the linear layers in `precision` (kBFloat16 or kInt8), e.g.
 // "amx_bf16", "avx512_bf16" or "avx512_vnni"; float32 linear layers run OpenBLAS.

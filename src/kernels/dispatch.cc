@@ -3,6 +3,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstdlib>
 #include <memory>
@@ -11,7 +12,7 @@
 #include <utility>
 #include <vector>
 
-#include "kernels/amx.h"
+#include "kernels/cpu_features.h"
 #include "kernels/fused_attention.h"
 #include "kernels/interrupt.h"
 #include "kernels/simd/tile_gemm.h"
@@ -25,47 +26,27 @@ extern const KernelTable kAvx512Kernels;
 extern const KernelTable kAvx2Kernels;
 extern const KernelTable kPortableKernels;
 
-std::vector<const KernelTable*> supported_kernel_tables() {
-  std::vector<const KernelTable*> tables;
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq")) {
-    if (__builtin_cpu_supports("avx512bf16")) {
-      if (amx_usable()) tables.push_back(&kAmxKernels);
-      tables.push_back(&kAvx512Bf16Kernels);
-    }
-    tables.push_back(&kAvx512Kernels);
-  }
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-    tables.push_back(&kAvx2Kernels);
-  tables.push_back(&kPortableKernels);
-  return tables;
-}
-
 namespace {
-const KernelTable& choose_table() {
-  const std::vector<const KernelTable*> tables = supported_kernel_tables();
-  const char* wanted = std::getenv("QKV_ISA");
-  if (wanted == nullptr || *wanted == '\0') return *tables.front();
-  std::string names;
-  for (const KernelTable* t : tables) {
-    if (wanted == std::string(t->name)) return *t;
-    names += std::string(names.empty() ? "" : ", ") + t->name;
-  }
-  throw Error(ErrorKind::kValue, std::string("QKV_ISA=") + wanted +
-                                     " is not supported by this CPU; supported: " + names +
-                                     " (unset QKV_ISA to pick the fastest)");
-}
+// Fastest first, with the level each needs.
+constexpr std::array<IsaTable<KernelTable>, 5> kTables = {{{Isa::kAmx, &kAmxKernels},
+                                                           {Isa::kAvx512Bf16, &kAvx512Bf16Kernels},
+                                                           {Isa::kAvx512, &kAvx512Kernels},
+                                                           {Isa::kAvx2, &kAvx2Kernels},
+                                                           {Isa::kPortable, &kPortableKernels}}};
+
+std::atomic<const KernelTable*> g_override{nullptr};
 }  // namespace
 
-namespace {
-std::atomic<const KernelTable*> g_override{nullptr};
+std::vector<const KernelTable*> supported_kernel_tables() {
+  return tables_within(kTables, supported_isas().front());
 }
 
 const KernelTable& active_kernel_table() {
-  static const KernelTable& table = choose_table();
   const KernelTable* forced = g_override.load(std::memory_order_relaxed);
-  return forced ? *forced : table;
+  if (forced != nullptr) return *forced;
+  static const auto by_level =
+      first_within_each_level(kTables, [](const KernelTable&) { return true; });
+  return *by_level[static_cast<int>(isa_ceiling())];
 }
 
 void override_kernel_table(const KernelTable* table) {

@@ -1,11 +1,11 @@
 // Fused (FlashAttention-2 style) attention kernels for float32: tiles of
 // queries against tiles of keys with an online softmax, never an L×S matrix;
 // the forward also with bfloat16 products (SdpaProblem::bf16_products). One
-// KernelTable per instruction set; the table is chosen once per process from
-// CPUID, or by the environment variable
-// QKV_ISA=amx|avx512_bf16|avx512|avx2|portable (avx512_bf16: the avx512
-// table whose forward multiplies bfloat16 with vdpbf16ps; amx: the same with
-// that forward's products on AMX tiles; the others emulate it).
+// KernelTable per instruction set; the fastest this CPU has at or below the
+// QKV_ISA cap (kernels/cpu_features.h) runs: amx, avx512_bf16, avx512, avx2,
+// portable (avx512_bf16: the avx512 table whose forward multiplies bfloat16
+// with vdpbf16ps; amx: the same with that forward's products on AMX tiles;
+// the others emulate it).
 #pragma once
 
 #include <cstdint>
@@ -96,7 +96,8 @@ struct KernelTable {
 
 // The tables this CPU can run, fastest first (for tests and benchmarks).
 std::vector<const KernelTable*> supported_kernel_tables();
-// The table used by default: the fastest supported, unless QKV_ISA names another.
+// The table used: the fastest supported at or below isa_ceiling(), unless
+// override_kernel_table chose one.
 const KernelTable& active_kernel_table();
 // Tests and benchmarks: use `table` from now on (nullptr: back to the default).
 void override_kernel_table(const KernelTable* table);

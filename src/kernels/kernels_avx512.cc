@@ -34,7 +34,7 @@ extern const KernelTable kAvx512Bf16Kernels = avx512_bf16_table();
 
 // The amx table: avx512_bf16 with a forward (attention_amx.cc) and a
 // bfloat16-product backward (attention_amx_backward.cc) whose products run
-// on AMX tiles, listed only where kernels/amx.h says so.
+// on AMX tiles, listed only where kernels/cpu_features.h says so.
 int64_t amx_forward_scratch_floats(const SdpaProblem& problem, const FlashTiling& tiling);
 void amx_forward_tile(const SdpaProblem& problem, const FlashTiling& tiling, int64_t b,
                       int64_t q_begin, int64_t rows, float* scratch);

@@ -7,11 +7,12 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cmath>
 #include <string>
 
-#include "kernels/amx.h"
+#include "kernels/cpu_features.h"
 #include "kernels/simd/low_precision_tiles.h"
 #include "qkv/error.h"
 
@@ -142,35 +143,22 @@ void* lowp_scratch(int64_t bytes) {
   return buffer.data;
 }
 
-std::vector<const LowPrecisionKernels*> supported_low_precision_kernels(Precision precision) {
-  std::vector<const LowPrecisionKernels*> tables;
-  __builtin_cpu_init();
-  const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
-  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  const bool amx = avx512 && amx_usable();
-  if (precision == Precision::kBFloat16) {
-    if (amx) tables.push_back(&kLowpBf16Amx);
-    if (avx512 && __builtin_cpu_supports("avx512bf16")) tables.push_back(&kLowpBf16Avx512Bf16);
-    if (avx512) tables.push_back(&kLowpBf16Avx512);
-    if (avx2) tables.push_back(&kLowpBf16Avx2);
-    tables.push_back(&kLowpBf16Portable);
-  } else if (precision == Precision::kInt8) {
-    if (amx) tables.push_back(&kLowpInt8Amx);
-    if (avx512 && __builtin_cpu_supports("avx512vnni")) tables.push_back(&kLowpInt8Avx512Vnni);
-    if (avx2) tables.push_back(&kLowpInt8Avx2);
-    tables.push_back(&kLowpInt8Portable);
-  }
-  return tables;
-}
-
 namespace {
 
-std::atomic<const LowPrecisionKernels*> g_override[3] = {nullptr, nullptr, nullptr};
+// Fastest first, with the level each needs.
+constexpr std::array<IsaTable<LowPrecisionKernels>, 5> kBf16Tables = {
+    {{Isa::kAmx, &kLowpBf16Amx},
+     {Isa::kAvx512Bf16, &kLowpBf16Avx512Bf16},
+     {Isa::kAvx512, &kLowpBf16Avx512},
+     {Isa::kAvx2, &kLowpBf16Avx2},
+     {Isa::kPortable, &kLowpBf16Portable}}};
+constexpr std::array<IsaTable<LowPrecisionKernels>, 4> kInt8Tables = {
+    {{Isa::kAmx, &kLowpInt8Amx},
+     {Isa::kAvx512Vnni, &kLowpInt8Avx512Vnni},
+     {Isa::kAvx2, &kLowpInt8Avx2},
+     {Isa::kPortable, &kLowpInt8Portable}}};
 
-const LowPrecisionKernels* fastest(Precision precision) {
-  return supported_low_precision_kernels(precision).front();
-}
+std::atomic<const LowPrecisionKernels*> g_override[3] = {nullptr, nullptr, nullptr};
 
 void check_low_precision(Precision precision) {
   if (precision != Precision::kBFloat16 && precision != Precision::kInt8)
@@ -180,14 +168,23 @@ void check_low_precision(Precision precision) {
 
 }  // namespace
 
+std::vector<const LowPrecisionKernels*> supported_low_precision_kernels(Precision precision) {
+  const Isa highest = supported_isas().front();
+  if (precision == Precision::kBFloat16) return tables_within(kBf16Tables, highest);
+  if (precision == Precision::kInt8) return tables_within(kInt8Tables, highest);
+  return {};
+}
+
 const LowPrecisionKernels& active_low_precision_kernels(Precision precision) {
   check_low_precision(precision);
-  static const LowPrecisionKernels* const bf16 = fastest(Precision::kBFloat16);
-  static const LowPrecisionKernels* const int8 = fastest(Precision::kInt8);
   const LowPrecisionKernels* forced =
       g_override[static_cast<int>(precision)].load(std::memory_order_relaxed);
   if (forced != nullptr) return *forced;
-  return precision == Precision::kBFloat16 ? *bf16 : *int8;
+  auto any = [](const LowPrecisionKernels&) { return true; };
+  static const auto bf16 = first_within_each_level(kBf16Tables, any);
+  static const auto int8 = first_within_each_level(kInt8Tables, any);
+  const int level = static_cast<int>(isa_ceiling());
+  return precision == Precision::kBFloat16 ? *bf16[level] : *int8[level];
 }
 
 void override_low_precision_kernels(const LowPrecisionKernels* table) {

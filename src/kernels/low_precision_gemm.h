@@ -126,7 +126,8 @@ struct LowPrecisionKernels {
 
 // The tables of `precision` this CPU can run, fastest first (tests, benchmarks).
 std::vector<const LowPrecisionKernels*> supported_low_precision_kernels(Precision precision);
-// The fastest of them, unless override_low_precision_kernels chose another.
+// The fastest of them at or below isa_ceiling() (kernels/cpu_features.h),
+// unless override_low_precision_kernels chose another.
 const LowPrecisionKernels& active_low_precision_kernels(Precision precision);
 // Tests and benchmarks: use `table` for its precision from now on (nullptr:
 // back to the default for every precision).

@@ -1,4 +1,4 @@
-// The bfloat16 and int8 linear kernels on AMX tiles (kernels/amx.h), for
+// The bfloat16 and int8 linear kernels on AMX tiles (kernels/cpu_features.h), for
 // low_precision_gemm.h's y = x · Wᵀ + bias.
 //
 // A block of 32 rows × one 32-column panel of y is four 16 × 16 tiles of

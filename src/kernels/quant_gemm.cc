@@ -7,16 +7,17 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <bit>
 #include <cmath>
 #include <cstdlib>
 #include <limits>
-#include <limits>
 #include <memory>
 #include <new>
 #include <string>
 
+#include "kernels/cpu_features.h"
 #include "qkv/error.h"
 
 namespace qkv::kernels {
@@ -27,38 +28,33 @@ extern const QuantKernels kQuantAvx512;
 extern const QuantKernels kQuantAvx2;
 extern const QuantKernels kQuantPortable;
 
-std::vector<const QuantKernels*> supported_quant_kernels() {
-  std::vector<const QuantKernels*> tables;
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw")) {
-    if (__builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni"))
-      tables.push_back(&kQuantAvx512Vnni), tables.push_back(&kQuantAvx512Vnni16);
-    tables.push_back(&kQuantAvx512);
-  }
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-    tables.push_back(&kQuantAvx2);
-  tables.push_back(&kQuantPortable);
-  return tables;
-}
-
 namespace {
+// Fastest first, with the level each needs.
+constexpr std::array<IsaTable<QuantKernels>, 5> kTables = {{{Isa::kAvx512Vnni, &kQuantAvx512Vnni},
+                                                            {Isa::kAvx512Vnni, &kQuantAvx512Vnni16},
+                                                            {Isa::kAvx512, &kQuantAvx512},
+                                                            {Isa::kAvx2, &kQuantAvx2},
+                                                            {Isa::kPortable, &kQuantPortable}}};
+
 std::atomic<const QuantKernels*> g_override{nullptr};
 }  // namespace
 
-// The default table: the fastest whose decoding does not round x to 8 bits,
-// unless QKV_INT8_DECODE=1 asks for 8-bit x (quant_gemm.h).
-const QuantKernels* default_quant_kernels() {
-  const char* env = std::getenv("QKV_INT8_DECODE");
-  const bool round_x = env != nullptr && std::string(env) == "1";
-  for (const QuantKernels* table : supported_quant_kernels())
-    if (round_x || table->x_bits != 8) return table;
-  return &kQuantPortable;
+std::vector<const QuantKernels*> supported_quant_kernels() {
+  return tables_within(kTables, supported_isas().front());
 }
 
+// The default table under each cap: the fastest whose decoding does not round
+// x to 8 bits, unless QKV_INT8_DECODE=1 asks for 8-bit x (quant_gemm.h).
 const QuantKernels& active_quant_kernels() {
-  static const QuantKernels* const fastest = default_quant_kernels();
   const QuantKernels* forced = g_override.load(std::memory_order_relaxed);
-  return forced != nullptr ? *forced : *fastest;
+  if (forced != nullptr) return *forced;
+  static const auto by_level = [] {
+    const char* env = std::getenv("QKV_INT8_DECODE");
+    const bool round_x = env != nullptr && std::string(env) == "1";
+    return first_within_each_level(kTables,
+                                   [&](const QuantKernels& t) { return round_x || t.x_bits != 8; });
+  }();
+  return *by_level[static_cast<int>(isa_ceiling())];
 }
 
 void override_quant_kernels(const QuantKernels* table) {

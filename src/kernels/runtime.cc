@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <array>
 
+#include "kernels/cpu_features.h"
 #include "kernels/fused_attention.h"
 #include "kernels/low_precision_gemm.h"
 #include "qkv/error.h"
@@ -29,16 +30,16 @@ std::string linear_kernel_isa(Precision precision) {
 
 std::vector<std::string> supported_isas() {
   std::vector<std::string> names;
-  for (const kernels::KernelTable* t : kernels::supported_kernel_tables()) names.push_back(t->name);
+  for (kernels::Isa isa : kernels::supported_isas()) names.push_back(kernels::isa_name(isa));
   return names;
 }
 
 std::string blas_core_name() { return openblas_get_corename(); }
 
 std::string openblas_coretype_for_cpu() {
-  const std::vector<std::string> isas = supported_isas();
-  if (isas.front().starts_with("avx512")) return "SkylakeX";
-  if (isas.front() == "avx2") return "Haswell";
+  const kernels::CpuFeatures& cpu = kernels::cpu_features();
+  if (cpu.avx512) return "SkylakeX";
+  if (cpu.avx2_fma) return "Haswell";
   return "";
 }
 

@@ -1,4 +1,4 @@
-// AMX tile routines shared by the kernels that use them (kernels/amx.h):
+// AMX tile routines shared by the kernels that use them (kernels/cpu_features.h):
 // the tile configuration, and a 32 × 32 block of C = A · B summed over k in
 // the one arrangement of the eight tiles that they all use:
 //
