@@ -24,6 +24,7 @@
 #include "qkv/linear.h"
 #include "qkv/quantized_linear.h"
 #include "qkv/runtime.h"
+#include "quant_reference.h"
 
 namespace {
 
@@ -31,30 +32,7 @@ using qkv::QuantFormat;
 using qkv::QuantizedWeight;
 using qkv::Tensor;
 using qkv::kernels::QuantKernels;
-
-constexpr double kU = 0x1p-24;  // float32's unit roundoff
-constexpr float kSentinel = -12345.0f;
-constexpr QuantFormat kFormats[] = {QuantFormat::kQ8_0, QuantFormat::kQ4_0, QuantFormat::kQ4_1,
-                                    QuantFormat::kQ4_K, QuantFormat::kQ6_K};
-
-uint16_t half_bits(float f) {  // exact for the values used here
-  const uint32_t b = std::bit_cast<uint32_t>(f);
-  const uint32_t sign = (b >> 16) & 0x8000u;
-  const int exp = static_cast<int>((b >> 23) & 0xff) - 127 + 15;
-  EXPECT_TRUE(exp > 0 && exp < 31 && (b & 0x1fffu) == 0) << f << " is not a normal fp16";
-  return static_cast<uint16_t>(sign | (exp << 10) | ((b >> 13) & 0x3ffu));
-}
-void put_half(uint8_t* p, float f) {
-  const uint16_t h = half_bits(f);
-  p[0] = static_cast<uint8_t>(h & 0xff);
-  p[1] = static_cast<uint8_t>(h >> 8);
-}
-
-std::vector<float> dequantize_ref(QuantFormat f, const std::vector<uint8_t>& bytes, int64_t n) {
-  std::vector<float> out(n);
-  qkv::dequantize_row(f, bytes.data(), out.data(), n);
-  return out;
-}
+using namespace qkv_test::quant;
 
 // ---- The reference on hand-built blocks -------------------------------------------
 
@@ -249,46 +227,6 @@ TEST(QuantBlocks, FormatsOfGgmlTypes) {
 
 // ---- Random weights -----------------------------------------------------------------
 
-// n rows of k weights in `format`: random bytes, then fp16 scales set to
-// random normal halves of magnitude 2^-9 .. 2^-4 (mins of either sign).
-std::vector<uint8_t> random_weight(QuantFormat format, int64_t n, int64_t k, std::mt19937& gen) {
-  const int64_t blocks = n * k / qkv::quant_block_elements(format);
-  const int64_t bb = qkv::quant_block_bytes(format);
-  std::vector<uint8_t> bytes(blocks * bb);
-  std::uniform_int_distribution<int> byte(0, 255), exp(-9, -5), mant(0, 1023), sign(0, 1);
-  for (uint8_t& v : bytes) v = static_cast<uint8_t>(byte(gen));
-  const auto scale = [&](uint8_t* p, bool signed_) {
-    const float f = std::ldexp(1.0f + mant(gen) / 1024.0f, exp(gen));
-    put_half(p, signed_ && sign(gen) ? -f : f);
-  };
-  for (int64_t i = 0; i < blocks; ++i) {
-    uint8_t* b = bytes.data() + i * bb;
-    switch (format) {
-      case QuantFormat::kQ8_0:
-      case QuantFormat::kQ4_0:
-        scale(b, true);
-        break;
-      case QuantFormat::kQ4_1:
-        scale(b, false), scale(b + 2, true);
-        break;
-      case QuantFormat::kQ4_K:
-        scale(b, false), scale(b + 2, false);
-        break;
-      case QuantFormat::kQ6_K:
-        scale(b + 208, true);
-        break;
-    }
-  }
-  return bytes;
-}
-
-std::vector<float> random_floats(int64_t count, std::mt19937& gen) {
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  std::vector<float> v(count);
-  for (float& f : v) f = u(gen);
-  return v;
-}
-
 std::string table_name(const ::testing::TestParamInfo<const QuantKernels*>& info) {
   return info.param->name;
 }
@@ -321,12 +259,7 @@ TEST_P(QuantKernelTable, DequantizeIsBitEqualToReference) {
   }
 }
 
-// y = x · Wᵀ + b against float64 on the dequantised weights, through
-// kernels::quant_gemm with padded x and y rows. Both routes compute each
-// y[i, j] as float32 sums of the k products w·x (each w exact: the
-// reference's float), so |error| ≤ (k + 1)·u·(Σ|w·x| + |b|) by the usual
-// bound on recursive summation (any order, FMA or not: k roundings of the
-// sum, one of each product, one of the bias; ×1.01 for the γ terms).
+// y = x · Wᵀ + b against float64 on the dequantised weights (check_quant_gemm).
 TEST_P(QuantKernelTable, AgainstFloat64OfDequantized) {
   std::mt19937 gen(2);
   for (int threads : {1, 2}) {
@@ -340,36 +273,7 @@ TEST_P(QuantKernelTable, AgainstFloat64OfDequantized) {
               (f == QuantFormat::kQ4_1 || f == QuantFormat::kQ8_0))
             continue;
           const int64_t n = m == 513 ? 37 : 53;  // not multiples of 16
-          const int64_t ldx = k + 5, ldy = n + 3;
-          const std::vector<uint8_t> bytes = random_weight(f, n, k, gen);
-          const QuantizedWeight w(f, n, k, std::as_bytes(std::span(bytes)));
-          const std::vector<float> wf = dequantize_ref(f, bytes, n * k);
-          std::vector<float> x = random_floats(m * ldx, gen);
-          const std::vector<float> bias = random_floats(n, gen);
-          const bool with_bias = m % 2 == 1;
-          std::vector<float> y(m * ldy, kSentinel);
-          qkv::kernels::quant_gemm(x.data(), ldx, m, w.matrix(), with_bias ? bias.data() : nullptr,
-                                   y.data(), ldy);
-          int failures = 0;
-          for (int64_t i = 0; i < m && failures < 5; ++i) {
-            for (int64_t j = 0; j < n; ++j) {
-              double sum = with_bias ? bias[j] : 0.0, abs_sum = with_bias ? std::fabs(bias[j]) : 0;
-              for (int64_t p = 0; p < k; ++p) {
-                const double prod = static_cast<double>(wf[j * k + p]) * x[i * ldx + p];
-                sum += prod;
-                abs_sum += std::fabs(prod);
-              }
-              const double bound = (k + 1) * kU * abs_sum * 1.01 + 1e-30;
-              const double got = y[i * ldy + j];
-              if (!(std::fabs(got - sum) <= bound) && failures++ < 5)
-                ADD_FAILURE() << qkv::quant_format_name(f) << " m=" << m << " n=" << n << " k=" << k
-                              << " threads=" << threads << ": y[" << i << ", " << j << "] = " << got
-                              << ", expected " << sum << " ± " << bound;
-            }
-            for (int64_t j = n; j < ldy; ++j)
-              if (y[i * ldy + j] != kSentinel && failures++ < 5)
-                ADD_FAILURE() << "wrote the padding y[" << i << ", " << j << "]";
-          }
+          check_quant_gemm(f, m, n, k, m % 2 == 1, gen, "threads=" + std::to_string(threads));
         }
       }
     }
@@ -684,11 +588,8 @@ TEST(QuantizedLinear, BadArgumentsAreClearErrors) {
   const QuantizedWeight w(QuantFormat::kQ8_0, 4, 64, std::as_bytes(std::span(bytes)));
   expect_error([&] { qkv::linear(Tensor::zeros({2, 63}), w); }, {"in_features = 64", "[2, 63]"});
   expect_error([&] { qkv::linear(Tensor::zeros({2, 64}, qkv::DType::kFloat64), w); }, {"float32"});
-  expect_error(
-      [&] {
-        qkv::linear(Tensor::zeros({2, 64}), w, Tensor::zeros({5}));
-      },
-      {"bias", "out_features = 4"});
+  expect_error([&] { qkv::linear(Tensor::zeros({2, 64}), w, Tensor::zeros({5})); },
+               {"bias", "out_features = 4"});
   expect_error([&] { qkv::linear(Tensor::zeros({2, 64}), QuantizedWeight()); }, {"empty"});
   Tensor out = Tensor::zeros({2, 5});
   expect_error([&] { qkv::linear_into(out, Tensor::zeros({2, 64}), w); }, {"out_features = 4"});
