@@ -50,7 +50,6 @@ SdpaGradients MultiheadAttention::head_gradients(const Tensor& grad_output,
   const DType dt = o.dtype;
   const HeadLayout heads(r, o, head_dim());
   const int64_t L = heads.L, S = heads.S;
-  auto split_heads = [&](const Tensor& x, int64_t len) { return heads.split_heads(x, len); };
 
   // result.output = linear(merged, out_proj_weight_, out_proj_bias_)
   linear_backward(grad_output, r.merged, out_proj_weight_, out_proj_bias_,
@@ -60,7 +59,7 @@ SdpaGradients MultiheadAttention::head_gradients(const Tensor& grad_output,
 
   // copy_4d(split_heads(merged, L), attn.output)
   Tensor grad_attn = Tensor::empty(r.q.shape(), dt);
-  grad_attn.copy_from(split_heads(grad_merged, L));
+  grad_attn.copy_from(heads.split_heads(grad_merged, L));
 
   // attn = scaled_dot_product_attention(q, k, v, sdpa)
   SdpaGradients g;
