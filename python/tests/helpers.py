@@ -6,6 +6,8 @@ import pathlib
 import numpy as np
 import torch
 
+import qkv
+
 # max|qkv - torch| / (max|torch| + 1e-6) must stay below these.
 TOLERANCE = {np.float32: 1e-5, np.float64: 1e-12}
 
@@ -46,6 +48,18 @@ def sdpa_case_id(c, heads):
         mask += "[" + ",".join(map(str, c["mask_shape"])) + "]"
     return (f"{c['index']:03d}-{dt}-B{c['batch']}-{heads}-L{c['L']}-S{c['S']}-E{c['E']}-"
             f"Ev{c['Ev']}-{mask}".replace(" ", ""))
+
+
+def encoder_layer_like_torch():
+    """A float64 TransformerEncoderLayer(16, 4, 32, dropout 0, batch-first) of
+    torch with seeded weights, and qkv's with the same weights: (ours, theirs)."""
+    torch.manual_seed(0)
+    theirs = torch.nn.TransformerEncoderLayer(16, 4, 32, dropout=0.0, batch_first=True,
+                                              dtype=torch.float64)
+    ours = qkv.nn.TransformerEncoderLayer(16, 4, 32, dropout=0.0, batch_first=True,
+                                          dtype=np.float64)
+    ours.load_state_dict({k: v.detach().numpy() for k, v in theirs.state_dict().items()})
+    return ours, theirs
 
 
 def copy_torch_state(theirs, ours, as_torch, train):

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 
 import qkv
-from helpers import rel_err
+from helpers import encoder_layer_like_torch, rel_err
 
 TOL = {np.float32: 1e-6, np.float64: 1e-12}
 SHAPES = [(7, 5), (5,), (3, 4, 2)]
@@ -157,12 +157,7 @@ def test_optimizer_argument_errors():
 def test_adamw_over_a_module_trains_it_as_torch_does():
     """qkv.optim.AdamW(module): three steps of forward_with_grad, backward and
     step() on a TransformerEncoderLayer, against the same steps in torch."""
-    torch.manual_seed(0)
-    theirs = torch.nn.TransformerEncoderLayer(16, 4, 32, dropout=0.0, batch_first=True,
-                                              dtype=torch.float64)
-    ours = qkv.nn.TransformerEncoderLayer(16, 4, 32, dropout=0.0, batch_first=True,
-                                          dtype=np.float64)
-    ours.load_state_dict({k: v.detach().numpy() for k, v in theirs.state_dict().items()})
+    ours, theirs = encoder_layer_like_torch()
     opt_t = torch.optim.AdamW(theirs.parameters(), lr=1e-2, weight_decay=0.1)
     opt_q = qkv.optim.AdamW(ours, lr=1e-2, weight_decay=0.1)
     rng = np.random.default_rng(3)

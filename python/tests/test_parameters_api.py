@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import qkv
-from helpers import rel_err
+from helpers import encoder_layer_like_torch, rel_err
 
 # Every qkv.nn module, built small, with its torch counterpart where torch has one.
 MODULES = {
@@ -81,16 +81,6 @@ def test_named_parameters_prefix_and_recurse():
         n for n, _ in theirs.named_parameters(recurse=False)]
 
 
-def torch_encoder_layer():
-    torch.manual_seed(0)
-    theirs = torch.nn.TransformerEncoderLayer(16, 4, 32, dropout=0.0, batch_first=True,
-                                              dtype=torch.float64)
-    ours = qkv.nn.TransformerEncoderLayer(16, 4, 32, dropout=0.0, batch_first=True,
-                                          dtype=np.float64)
-    ours.load_state_dict({k: v.detach().numpy() for k, v in theirs.state_dict().items()})
-    return ours, theirs
-
-
 def check_same_state(ours, theirs, what):
     state = ours.state_dict()
     for name, value in theirs.state_dict().items():
@@ -106,7 +96,7 @@ def check_same_state(ours, theirs, what):
 @pytest.mark.parametrize("given", ["parameters", "named_parameters", "generator"])
 @pytest.mark.parametrize("kind", ["AdamW", "Adam", "SGD"])
 def test_optimizer_over_parameters_trains_the_module_as_torch(given, kind):
-    ours, theirs = torch_encoder_layer()
+    ours, theirs = encoder_layer_like_torch()
     kwargs = {"lr": 1e-2, "weight_decay": 0.1}
     if kind == "SGD":
         kwargs["momentum"] = 0.9
