@@ -24,41 +24,42 @@ py::array fresh(const Tensor& result, const Tensor& input) {
   return to_numpy(result.shares_storage_with(input) ? result.clone() : result);
 }
 
+// name(lengths, max_len): a mask made from sequence lengths.
+template <class MakeMask>
+void def_from_lengths(py::module_& m, const char* name, MakeMask make_mask) {
+  m.def(
+      name,
+      [make_mask](const std::vector<int64_t>& lengths, int64_t max_len) {
+        return to_numpy(make_mask(lengths, max_len));
+      },
+      py::arg("lengths"), py::arg("max_len"));
+}
+
+// name(mask): a mask made from another, `accept`ed as input.
+template <class Transform>
+void def_from_mask(py::module_& m, const char* name, Accept accept, Transform transform) {
+  m.def(
+      name,
+      [name, accept, transform](py::handle mask) {
+        const Tensor t = to_tensor(mask, name, "mask", accept);
+        return fresh(transform(t), t);
+      },
+      py::arg("mask"));
+}
+
 }  // namespace
 
 void bind_masks(py::module_& m) {
-  m.def(
-      "keep_mask_from_lengths",
-      [](const std::vector<int64_t>& lengths, int64_t max_len) {
-        return to_numpy(keep_mask_from_lengths(lengths, max_len));
-      },
-      py::arg("lengths"), py::arg("max_len"));
-  m.def(
-      "padding_mask_from_lengths",
-      [](const std::vector<int64_t>& lengths, int64_t max_len) {
-        return to_numpy(padding_mask_from_lengths(lengths, max_len));
-      },
-      py::arg("lengths"), py::arg("max_len"));
+  def_from_lengths(m, "keep_mask_from_lengths", &keep_mask_from_lengths);
+  def_from_lengths(m, "padding_mask_from_lengths", &padding_mask_from_lengths);
   m.def(
       "causal_mask",
       [](int64_t L, int64_t S, const std::string& alignment) {
         return to_numpy(causal_mask(L, S, parse_alignment(alignment)));
       },
       py::arg("L"), py::arg("S"), py::arg("alignment"));
-  m.def(
-      "key_mask_for_heads",
-      [](py::handle mask) {
-        const Tensor t = to_tensor(mask, "key_mask_for_heads", "mask", Accept::kFloatOrBool);
-        return fresh(key_mask_for_heads(t), t);
-      },
-      py::arg("mask"));
-  m.def(
-      "logical_not",
-      [](py::handle mask) {
-        const Tensor t = to_tensor(mask, "logical_not", "mask", Accept::kBool);
-        return fresh(logical_not(t), t);
-      },
-      py::arg("mask"));
+  def_from_mask(m, "key_mask_for_heads", Accept::kFloatOrBool, &key_mask_for_heads);
+  def_from_mask(m, "logical_not", Accept::kBool, &logical_not);
   m.def(
       "keep_mask_to_additive",
       [](py::handle keep_mask, py::handle dtype) {
