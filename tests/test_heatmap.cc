@@ -1,6 +1,5 @@
 // Heatmap PNGs: layout, colours, PNG round trip through libpng, and errors.
 #include <gtest/gtest.h>
-#include <png.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -14,12 +13,14 @@
 
 #include "qkv/tensor.h"
 #include "qkv/viz/heatmap.h"
+#include "png_reading.h"
 #include "test_util.h"
 
 namespace qkv::viz {
 namespace {
 
 using qkv_test::expect_error;
+using qkv_test::read_png;
 
 namespace fs = std::filesystem;
 
@@ -41,37 +42,6 @@ Rgb cell_color(const HeatmapImage& image, const HeatmapOptions& o, int64_t row, 
   const int64_t step = o.cell_pixels + o.grid_pixels;
   return image.at(image.cells.x + o.grid_pixels + col * step + o.cell_pixels / 2,
                   image.cells.y + o.grid_pixels + row * step + o.cell_pixels / 2);
-}
-
-struct DecodedPng {
-  int64_t width = 0, height = 0;
-  std::vector<uint8_t> rgb;
-  Rgb at(int64_t x, int64_t y) const {
-    const uint8_t* p = rgb.data() + (y * width + x) * 3;
-    return {p[0], p[1], p[2]};
-  }
-};
-
-// Reads a PNG with libpng's simplified API, independently of qkv's encoder.
-DecodedPng read_png(const fs::path& path) {
-  png_image image;
-  std::memset(&image, 0, sizeof image);
-  image.version = PNG_IMAGE_VERSION;
-  DecodedPng out;
-  if (!png_image_begin_read_from_file(&image, path.c_str())) {
-    ADD_FAILURE() << "libpng cannot open " << path << ": " << image.message;
-    return out;
-  }
-  EXPECT_TRUE(image.format & PNG_FORMAT_FLAG_COLOR);
-  EXPECT_FALSE(image.format & PNG_FORMAT_FLAG_ALPHA);
-  image.format = PNG_FORMAT_RGB;
-  out.width = image.width;
-  out.height = image.height;
-  out.rgb.resize(PNG_IMAGE_SIZE(image));
-  if (!png_image_finish_read(&image, nullptr, out.rgb.data(), 0, nullptr)) {
-    ADD_FAILURE() << "libpng cannot decode " << path << ": " << image.message;
-  }
-  return out;
 }
 
 class HeatmapFiles : public qkv_test::TempDirTest {};
@@ -243,10 +213,10 @@ TEST_F(HeatmapFiles, WritesAPngThatLibpngReadsBack) {
   write_heatmap_png(path, weights, o);
 
   const HeatmapImage expected = render_heatmap(weights, o);
-  const DecodedPng png = read_png(path);
+  const RgbImage png = read_png(path);
   ASSERT_EQ(png.width, expected.width);
   ASSERT_EQ(png.height, expected.height);
-  EXPECT_EQ(png.rgb, expected.pixels);
+  EXPECT_EQ(png.pixels, expected.pixels);
   // The largest value is the darkest cell, the smallest the lightest.
   const int64_t x = expected.cells.x, y = expected.cells.y;
   EXPECT_EQ(png.at(x + 1 + 8, y + 1 + 8), kDarkest);
@@ -266,7 +236,7 @@ TEST_F(HeatmapFiles, ReplacesAnExistingFile) {
   const fs::path path = dir_ / "attn.png";
   std::ofstream(path) << "old contents";
   write_heatmap_png(path, Tensor::ones({2, 2}));
-  const DecodedPng png = read_png(path);
+  const RgbImage png = read_png(path);
   const HeatmapImage expected = render_heatmap(Tensor::ones({2, 2}));
   EXPECT_EQ(png.at(expected.cells.x + 16, expected.cells.y + 16), kDarkest);
 }

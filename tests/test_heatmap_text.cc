@@ -1,6 +1,5 @@
 // Text in heatmaps: the 5 x 7 font, labels, title and colour bar values, read back from PNG.
 #include <gtest/gtest.h>
-#include <png.h>
 
 #include <cstring>
 #include <filesystem>
@@ -10,12 +9,14 @@
 #include "qkv/tensor.h"
 #include "qkv/viz/bitmap_font.h"
 #include "qkv/viz/heatmap.h"
+#include "png_reading.h"
 #include "test_util.h"
 
 namespace qkv::viz {
 namespace {
 
 using qkv_test::expect_error;
+using qkv_test::read_png;
 namespace fs = std::filesystem;
 
 constexpr Rgb kWhite = {255, 255, 255};
@@ -36,25 +37,6 @@ bool inside(const Box& inner, const Box& outer) {
   return inner.x >= outer.x && inner.y >= outer.y &&
          inner.x + inner.width <= outer.x + outer.width &&
          inner.y + inner.height <= outer.y + outer.height;
-}
-
-// Reads a PNG with libpng's simplified API, independently of qkv's encoder.
-RgbImage read_png(const fs::path& path) {
-  png_image image;
-  std::memset(&image, 0, sizeof image);
-  image.version = PNG_IMAGE_VERSION;
-  RgbImage out;
-  if (!png_image_begin_read_from_file(&image, path.c_str())) {
-    ADD_FAILURE() << "libpng cannot open " << path << ": " << image.message;
-    return out;
-  }
-  image.format = PNG_FORMAT_RGB;
-  out.width = image.width;
-  out.height = image.height;
-  out.pixels.resize(PNG_IMAGE_SIZE(image));
-  if (!png_image_finish_read(&image, nullptr, out.pixels.data(), 0, nullptr))
-    ADD_FAILURE() << "libpng cannot decode " << path << ": " << image.message;
-  return out;
 }
 
 std::vector<std::string> tokens(int64_t n) {
