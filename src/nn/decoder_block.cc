@@ -58,29 +58,20 @@ DecoderBlock::DecoderBlock(const DecoderBlockOptions& options, Generator* gen)
                                   options.dtype)),
       feed_forward_(make_feed_forward(options, gen)) {}
 
-Tensor DecoderBlock::forward(const Tensor& x, int64_t offset, KVCache* cache, int64_t layer) {
-  const ProjectedQkv p = attention_.project(detail::run(attention_norm_, x), offset);
-  Tensor attended;
-  if (cache) {
-    // The new queries are the last T of the cached positions: bottom-right causal.
-    cache->append(layer, p.k, p.v);
-    attended = attention_.attend(p.q, cache->keys(layer), cache->values(layer),
-                                 {.causal = CausalMask::kBottomRight});
-  } else {
-    attended = attention_.attend(p.q, p.k, p.v, {.causal = CausalMask::kTopLeft});
-  }
+Tensor DecoderBlock::forward(const Tensor& x, int64_t offset, KVCache* cache, int64_t layer,
+                             DecoderBlockRecord* r) {
+  const Tensor normed = detail::run(attention_norm_, x, r ? &r->attention_norm : nullptr);
+  // Cached keys come before the new queries: bottom-right causal.
+  const Tensor attended =
+      attention_.forward(normed,
+                         {.position_offset = offset,
+                          .causal = cache ? CausalMask::kBottomRight : CausalMask::kTopLeft,
+                          .cache = cache,
+                          .cache_layer = layer},
+                         r ? &r->attention : nullptr);
   const Tensor h = add(x, attended);
-  return add(h, detail::run(feed_forward_, detail::run(ffn_norm_, h)));
-}
-
-Tensor DecoderBlock::forward(const Tensor& x, DecoderBlockRecord* record) {
-  if (record == nullptr) return forward(x);
-  DecoderBlockRecord& r = *record;
-  const Tensor normed = detail::run(attention_norm_, x, r.attention_norm);
-  const Tensor h =
-      add(x, attention_.forward(normed, {.causal = CausalMask::kTopLeft}, &r.attention));
-  const Tensor ffn_in = detail::run(ffn_norm_, h, r.ffn_norm);
-  return add(h, detail::run(feed_forward_, ffn_in, r.feed_forward));
+  const Tensor ffn_in = detail::run(ffn_norm_, h, r ? &r->ffn_norm : nullptr);
+  return add(h, detail::run(feed_forward_, ffn_in, r ? &r->feed_forward : nullptr));
 }
 
 Tensor DecoderBlock::backward(const Tensor& grad_output, const DecoderBlockRecord& r) {

@@ -238,7 +238,7 @@ Tensor DecoderModel::embed(std::span<const int64_t> ids, int64_t batch_size, int
 }
 
 Tensor DecoderModel::forward_impl(std::span<const int64_t> ids, int64_t batch_size, KVCache* cache,
-                                  bool last_only) {
+                                  bool last_only, DecoderModelRecord* r) {
   const DecoderModelConfig& c = config_;
   const char* m = "DecoderModel::forward";
   const int64_t T = sequence_length(ids, batch_size);
@@ -259,11 +259,19 @@ Tensor DecoderModel::forward_impl(std::span<const int64_t> ids, int64_t batch_si
     QKV_CHECK(T <= cache->remaining(), m, ": ", T, " new positions do not fit in the cache (",
               offset, " of ", cache->max_len(), " used)");
   }
-  Tensor x = embed(ids, batch_size, offset, nullptr);
+  if (r) {
+    *r = {};
+    r->batch_size = batch_size;
+    r->length = T;
+    r->blocks.resize(blocks_.size());
+  }
+  Tensor x = embed(ids, batch_size, offset, r ? &r->tok_embeddings : nullptr);  // [B, T, D]
   for (size_t i = 0; i < blocks_.size(); ++i)
-    x = blocks_[i].forward(x, offset, cache, static_cast<int64_t>(i));
+    x = blocks_[i].forward(x, offset, cache, static_cast<int64_t>(i), r ? &r->blocks[i] : nullptr);
   if (last_only) x = x.select(1, T - 1).contiguous();  // [B, D]
-  return head(detail::run(norm_, x));                  // [B, T, vocab] or [B, vocab]
+  const Tensor normed = detail::run(norm_, x, r ? &r->norm : nullptr);
+  if (r) r->head_input = normed;
+  return head(normed);  // [B, T, vocab] or [B, vocab]
 }
 
 DecoderStepBuffers DecoderModel::make_step_buffers(int64_t batch_size) const {

@@ -1,5 +1,5 @@
-// nn::DecoderModel for training: the full-sequence forward that keeps a
-// record, the backward that walks it in reverse, and the parameter list.
+// nn::DecoderModel for training: the backward that walks the recorded
+// forward in reverse.
 #include <string>
 #include <vector>
 
@@ -14,18 +14,7 @@ namespace qkv::nn {
 
 Tensor DecoderModel::forward(std::span<const int64_t> ids, int64_t batch_size,
                              DecoderModelRecord* record) {
-  if (record == nullptr) return forward(ids, batch_size);
-  DecoderModelRecord& r = *record;
-  r = {};
-  r.batch_size = batch_size;
-  r.length = sequence_length(ids, batch_size);
-  r.blocks.resize(blocks_.size());
-
-  // As forward(ids, batch_size), each step with its record.
-  Tensor x = embed(ids, batch_size, 0, &r.tok_embeddings);  // [B, T, D]
-  for (size_t i = 0; i < blocks_.size(); ++i) x = blocks_[i].forward(x, &r.blocks[i]);
-  r.head_input = detail::run(norm_, x, r.norm);
-  return linear(r.head_input, output_weight());  // [B, T, vocab]
+  return forward_impl(ids, batch_size, nullptr, false, record);
 }
 
 void DecoderModel::backward(const Tensor& grad_logits, const DecoderModelRecord& record) {

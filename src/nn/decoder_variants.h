@@ -50,6 +50,11 @@ template <class Variant, class Record>
 Tensor run(const Variant& module, const Tensor& x, Record& record) {
   return std::visit([&](const auto& m) { return recorded(m, x, record); }, module);
 }
+// With a record when one is given.
+template <class Variant, class Record>
+Tensor run(const Variant& module, const Tensor& x, Record* record) {
+  return record ? run(module, x, *record) : run(module, x);
+}
 template <class Variant, class Record>
 Tensor run_backward(Variant& module, const Tensor& grad, const Record& record) {
   return std::visit([&](auto& m) { return back(m, grad, record); }, module);

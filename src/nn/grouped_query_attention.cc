@@ -1,6 +1,8 @@
 // nn::GroupedQueryAttention: projections, RoPE, SDPA with enable_gqa, o_proj.
 #include "qkv/nn/grouped_query_attention.h"
 
+#include <utility>
+
 #include "nn/module_util.h"
 #include "qkv/functional.h"
 #include "qkv/masks.h"
@@ -148,9 +150,32 @@ void GroupedQueryAttention::output_into(Tensor& out, const Tensor& heads) const 
   o_proj_.forward_into(out, heads);
 }
 
-Tensor GroupedQueryAttention::forward(const Tensor& x, const GroupedQueryAttentionForward& args) {
-  const ProjectedQkv p = project(x, args.position_offset);
-  return attend(p.q, p.k, p.v, args);
+Tensor GroupedQueryAttention::forward(const Tensor& x, const GroupedQueryAttentionForward& args,
+                                      GroupedQueryAttentionRecord* record) {
+  QKV_CHECK(record == nullptr || args.cache == nullptr,
+            "GroupedQueryAttention::forward: a record (training) and a KV cache (inference) ",
+            "do not go together");
+  if (record == nullptr) {
+    ProjectedQkv p = project(x, args.position_offset);
+    if (args.cache == nullptr) return attend(p.q, p.k, p.v, args);
+    args.cache->append(args.cache_layer, p.k, p.v);
+    return attend(p.q, args.cache->keys(args.cache_layer), args.cache->values(args.cache_layer),
+                  args);
+  }
+  // project(x, offset) and attend(q, k, v, args), keeping each step's input.
+  GroupedQueryAttentionRecord& r = *record;
+  r = {};
+  r.position_offset = args.position_offset;
+  ProjectedQkv p = project(x, args.position_offset, &r);
+  r.q = std::move(p.q);
+  r.k = std::move(p.k);
+  r.v = std::move(p.v);
+
+  // The SDPA options as attend() builds them.
+  const int64_t L = x.size(1);
+  r.sdpa = sdpa_options(args, L, L);
+  r.attention = scaled_dot_product_attention(r.q, r.k, r.v, r.sdpa);  // [B, H, L, E]
+  return o_proj_.forward(detail::merge_heads(r.attention.output), &r.o_proj);
 }
 
 void GroupedQueryAttention::list_members(MemberList& m) {

@@ -1,7 +1,5 @@
-// nn::GroupedQueryAttention for training: the forward that keeps a record,
-// and the backward that walks its steps in reverse.
-#include <utility>
-
+// nn::GroupedQueryAttention for training: the backward that walks the
+// recorded forward's steps in reverse.
 #include "nn/module_util.h"
 #include "qkv/functional.h"
 #include "qkv/masks.h"
@@ -11,25 +9,6 @@ namespace qkv::nn {
 
 using detail::merge_heads;
 using detail::split_heads;
-
-Tensor GroupedQueryAttention::forward(const Tensor& x, const GroupedQueryAttentionForward& args,
-                                      GroupedQueryAttentionRecord* record) {
-  if (record == nullptr) return forward(x, args);
-  // project(x, offset) and attend(q, k, v, args), keeping each step's input.
-  GroupedQueryAttentionRecord& r = *record;
-  r = {};
-  r.position_offset = args.position_offset;
-  ProjectedQkv p = project(x, args.position_offset, &r);
-  r.q = std::move(p.q);
-  r.k = std::move(p.k);
-  r.v = std::move(p.v);
-
-  // The SDPA options as attend() builds them.
-  const int64_t L = x.size(1);
-  r.sdpa = sdpa_options(args, L, L);
-  r.attention = scaled_dot_product_attention(r.q, r.k, r.v, r.sdpa);  // [B, H, L, E]
-  return o_proj_.forward(merge_heads(r.attention.output), &r.o_proj);
-}
 
 Tensor GroupedQueryAttention::backward(const Tensor& grad_output,
                                        const GroupedQueryAttentionRecord& record) {

@@ -88,13 +88,17 @@ class DecoderBlock : public ModuleBase<DecoderBlock, DecoderBlockOptions> {
 
   // Whole sequences at positions offset, offset + 1, …: causal self-attention
   // over them. With `cache`, their keys and values are appended to its layer
-  // `layer` first and the queries attend to every cached position.
+  // `layer` first and the queries attend to every cached position. With
+  // `record` (training, no cache), also saves what backward() needs.
   // x: [B, T, D]  ->  like x
-  Tensor forward(const Tensor& x, int64_t offset = 0, KVCache* cache = nullptr, int64_t layer = 0);
+  Tensor forward(const Tensor& x, int64_t offset = 0, KVCache* cache = nullptr, int64_t layer = 0,
+                 DecoderBlockRecord* record = nullptr);
 
-  // Training: forward(x) that also saves what backward() needs.
+  // Training: forward(x) with a record.
   // x: [B, T, D]  ->  like x
-  Tensor forward(const Tensor& x, DecoderBlockRecord* record);
+  Tensor forward(const Tensor& x, DecoderBlockRecord* record) {
+    return forward(x, 0, nullptr, 0, record);
+  }
 
   // Adds the parameter gradients to the buffers, returns ∂loss/∂x.
   // grad_output: [B, T, D]  ->  like grad_output

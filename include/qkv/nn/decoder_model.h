@@ -191,9 +191,10 @@ class DecoderModel : public ModuleBase<DecoderModel> {
   // The names listed at the top of this file, in that order.
   void list_members(MemberList& m) override;
 
-  // last_only: the logits of the last position only, [B, vocab].
+  // Every forward over whole sequences. last_only: the logits of the last
+  // position only, [B, vocab]. record: training (no cache).
   Tensor forward_impl(std::span<const int64_t> ids, int64_t batch_size, KVCache* cache,
-                      bool last_only = false);
+                      bool last_only = false, DecoderModelRecord* record = nullptr);
   // T of B·T ids, checked.
   int64_t sequence_length(std::span<const int64_t> ids, int64_t batch_size) const;
   // Token embeddings plus positions offset … offset + T - 1 (checked against

@@ -30,6 +30,7 @@
 
 #include "qkv/attention.h"
 #include "qkv/generator.h"
+#include "qkv/nn/kv_cache.h"
 #include "qkv/nn/linear.h"
 #include "qkv/nn/module.h"
 #include "qkv/nn/positional_encoding.h"
@@ -60,6 +61,11 @@ struct GroupedQueryAttentionForward {
   // Bool (True = take part) or float added (e.g. an ALiBi bias [H, L, S]),
   // broadcastable to [B, H, L, S]. Combined with `causal` when both are set.
   Tensor attn_mask;
+  // Inference with a KV cache: the new keys and values are appended to its
+  // layer `cache_layer` and the queries attend over every cached position
+  // (position_offset = the cache's length, causal = kBottomRight).
+  KVCache* cache = nullptr;
+  int64_t cache_layer = 0;
 };
 
 // Per-head projections of a batch-first input.
@@ -86,13 +92,10 @@ class GroupedQueryAttention
   explicit GroupedQueryAttention(const GroupedQueryAttentionOptions& options,
                                  Generator* gen = nullptr);
 
+  // With a record (training, no cache), also saves what backward() needs.
   // x: [B, L, D]  ->  [B, L, D]
-  Tensor forward(const Tensor& x, const GroupedQueryAttentionForward& args = {});
-
-  // The same, also saving what backward() needs (nullptr: as above).
-  // x: [B, L, D]  ->  [B, L, D]
-  Tensor forward(const Tensor& x, const GroupedQueryAttentionForward& args,
-                 GroupedQueryAttentionRecord* record);
+  Tensor forward(const Tensor& x, const GroupedQueryAttentionForward& args = {},
+                 GroupedQueryAttentionRecord* record = nullptr);
 
   // Adds the parameter gradients to the module's buffers, returns ∂loss/∂x.
   // grad_output: [B, L, D]  ->  like record's x
