@@ -240,41 +240,16 @@ TEST_F(LabelledHeatmapFiles, PngReadBackHasTextInTheMargins) {
 }
 
 TEST(LabelledHeatmap, RejectsMismatchedLabelsAndBadTextOptions) {
-  HeatmapOptions o;
-  o.row_labels = {"a", "b"};
-  expect_error(
-      [&] {
-        render_heatmap(Tensor::zeros({3, 3}), o);
-      },
-      ErrorKind::kValue, {"row_labels", "2 labels", "3 rows"});
-  o = {};
-  o.col_labels = {"a"};
-  expect_error(
-      [&] {
-        render_heatmap(Tensor::zeros({3, 2}), o);
-      },
-      ErrorKind::kValue, {"col_labels", "1 labels", "2 columns"});
-  o = {};
-  o.colorbar_ticks = 1;
-  expect_error(
-      [&] {
-        render_heatmap(Tensor::zeros({2, 2}), o);
-      },
-      ErrorKind::kValue, {"colorbar_ticks", "got 1"});
-  o = {};
-  o.text_scale = 9;
-  expect_error(
-      [&] {
-        render_heatmap(Tensor::zeros({2, 2}), o);
-      },
-      ErrorKind::kValue, {"text_scale", "got 9"});
-  o = {};
-  o.max_label_chars = 2;
-  expect_error(
-      [&] {
-        render_heatmap(Tensor::zeros({2, 2}), o);
-      },
-      ErrorKind::kValue, {"max_label_chars", "got 2"});
+  // render_heatmap of a zero matrix of `shape` with `o` is a kValue error naming `parts`.
+  const auto rejects = [](const HeatmapOptions& o, const Shape& shape,
+                          const std::vector<std::string>& parts, qkv_test::CallSite where = {}) {
+    expect_error([&] { render_heatmap(Tensor::zeros(shape), o); }, ErrorKind::kValue, parts, where);
+  };
+  rejects({.row_labels = {"a", "b"}}, {3, 3}, {"row_labels", "2 labels", "3 rows"});
+  rejects({.col_labels = {"a"}}, {3, 2}, {"col_labels", "1 labels", "2 columns"});
+  rejects({.colorbar_ticks = 1}, {2, 2}, {"colorbar_ticks", "got 1"});
+  rejects({.text_scale = 9}, {2, 2}, {"text_scale", "got 9"});
+  rejects({.max_label_chars = 2}, {2, 2}, {"max_label_chars", "got 2"});
 }
 
 }  // namespace
