@@ -22,6 +22,14 @@ void check_floating(const Tensor& t, const char* fn, const char* arg) {
                  dtype_name(t.dtype()));
 }
 
+void check_same_floating(const Tensor& a, const Tensor& b, const char* fn, const char* a_arg,
+                         const char* b_arg) {
+  check_floating(a, fn, a_arg);
+  check_floating(b, fn, b_arg);
+  QKV_CHECK_TYPE(a.dtype() == b.dtype(), fn, ": ", a_arg, " is ", dtype_name(a.dtype()), " but ",
+                 b_arg, " is ", dtype_name(b.dtype()));
+}
+
 void check_dim(const Tensor& t, int64_t ndim, const char* fn, const char* arg, const char* layout) {
   check_defined(t, fn, arg);
   QKV_CHECK(t.dim() == ndim, fn, ": ", arg, " must be ", ndim, "-D ", layout, ", got shape ",

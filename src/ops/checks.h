@@ -9,6 +9,10 @@ namespace qkv {
 void check_defined(const Tensor& t, const char* fn, const char* arg);
 // float32 or float64, else a TypeError-kind error.
 void check_floating(const Tensor& t, const char* fn, const char* arg);
+// Both float32 or float64, and the same one: "<fn>: <a_arg> is float32 but
+// <b_arg> is float64".
+void check_same_floating(const Tensor& a, const Tensor& b, const char* fn, const char* a_arg,
+                         const char* b_arg);
 // Exactly `ndim` dimensions.
 void check_dim(const Tensor& t, int64_t ndim, const char* fn, const char* arg, const char* layout);
 // True when no element is NaN or ±inf (about one read of the tensor).

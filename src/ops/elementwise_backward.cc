@@ -10,10 +10,7 @@ namespace {
 // Checks shared by add_backward and mul_backward; returns the broadcast shape.
 Shape check_binary(const Tensor& grad_output, const Tensor& a, const Tensor& b,
                    const BinaryGradients& grads, const char* fn) {
-  check_floating(a, fn, "a");
-  check_floating(b, fn, "b");
-  QKV_CHECK_TYPE(a.dtype() == b.dtype(), fn, ": a is ", dtype_name(a.dtype()), " but b is ",
-                 dtype_name(b.dtype()));
+  check_same_floating(a, b, fn, "a", "b");
   const Shape shape = broadcast_shapes(a.shape(), b.shape(), fn);
   check_grad_output(grad_output, shape, a, fn);
   check_grad(grads.a, a, fn, "grads.a");

@@ -136,10 +136,7 @@ void linear_into(Tensor& out, const Tensor& x, const Tensor& weight, const Tenso
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
   const char* fn = "matmul";
-  check_floating(a, fn, "a");
-  check_floating(b, fn, "b");
-  QKV_CHECK_TYPE(a.dtype() == b.dtype(), fn, ": a is ", dtype_name(a.dtype()), " but b is ",
-                 dtype_name(b.dtype()));
+  check_same_floating(a, b, fn, "a", "b");
   QKV_CHECK(a.dim() >= 2 && b.dim() == a.dim(), fn,
             ": a [..., n, k] and b [..., k, m] need the same number (>= 2) of dims, got a ",
             shape_str(a.shape()), " and b ", shape_str(b.shape()));

@@ -167,10 +167,7 @@ Tensor linear_input_gradient(const Tensor& grad_output, const Tensor& weight) {
 void matmul_backward(const Tensor& grad_output, const Tensor& a, const Tensor& b,
                      const MatmulGradients& grads) {
   const char* fn = "matmul_backward";
-  check_floating(a, fn, "a");
-  check_floating(b, fn, "b");
-  QKV_CHECK_TYPE(a.dtype() == b.dtype(), fn, ": a is ", dtype_name(a.dtype()), " but b is ",
-                 dtype_name(b.dtype()));
+  check_same_floating(a, b, fn, "a", "b");
   QKV_CHECK(a.dim() >= 2 && b.dim() == a.dim() && a.size(-1) == b.size(-2), fn,
             ": a [..., n, k] and b [..., k, m] do not match, got a ", shape_str(a.shape()),
             " and b ", shape_str(b.shape()));

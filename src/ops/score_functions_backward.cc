@@ -17,10 +17,7 @@ namespace {
 // Checks q, k and grad_scores: q [..., L, E], k [..., S, Ek] with equal leading dims.
 void check_scores(const Tensor& grad_scores, const Tensor& q, const Tensor& k,
                   const ScoreGradients& grads, const char* fn) {
-  check_floating(q, fn, "q");
-  check_floating(k, fn, "k");
-  QKV_CHECK_TYPE(k.dtype() == q.dtype(), fn, ": q is ", dtype_name(q.dtype()), " but k is ",
-                 dtype_name(k.dtype()));
+  check_same_floating(q, k, fn, "q", "k");
   QKV_CHECK(q.dim() >= 2 && k.dim() == q.dim(), fn,
             ": q [..., L, E] and k [..., S, Ek] need the same number (>= 2) of dims, got q ",
             shape_str(q.shape()), " and k ", shape_str(k.shape()));
