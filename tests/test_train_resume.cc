@@ -65,6 +65,18 @@ TEST(GeneratorState, BrokenTextIsAnErrorNamingTheEntry) {
   }
 }
 
+// A training loop that continues from `resume` (nullptr: from the start) and,
+// after step `stop_after` (0: never), saves a checkpoint to `save` and stops.
+train::LoopControl resume_and_stop(const io::Checkpoint* resume, int64_t stop_after,
+                                   const fs::path& save) {
+  return {.resume = resume,
+          .after_step = [stop_after, save](int64_t step, const train::Snapshot& snapshot) {
+            if (step != stop_after) return true;
+            io::save_checkpoint(save, snapshot());
+            return false;
+          }};
+}
+
 // Trains a fresh tiny char LM for `steps`, stopping after `stop_after` (0:
 // never) and saving there, or resuming from `resume`. Returns the losses.
 struct LmRun {
@@ -94,12 +106,7 @@ LmRun run_lm(const train::CharCorpus& corpus, int64_t stop_after, const fs::path
                               .eval_every = 3,
                               .eval_predictions = 64,
                               .seed = 5};
-  o.control.resume = resume;
-  o.control.after_step = [&](int64_t step, const train::Snapshot& snapshot) {
-    if (step != stop_after) return true;
-    io::save_checkpoint(save, snapshot());
-    return false;
-  };
+  o.control = resume_and_stop(resume, stop_after, save);
   const train::CharLmTrainResult r =
       train::train_char_lm(*run.model, corpus, o, [&](const train::CharLmProgress& p) {
         run.losses.push_back(p.bits);
@@ -148,12 +155,7 @@ TEST_F(TrainResume, RecallResumedEqualsUninterruptedBitForBit) {
                                 .eval_examples = 32,
                                 .stop_at_target = false,
                                 .seed = 9};
-    o.control.resume = resume;
-    o.control.after_step = [&](int64_t step, const train::Snapshot& snapshot) {
-      if (step != stop_after) return true;
-      io::save_checkpoint(ckpt, snapshot());
-      return false;
-    };
+    o.control = resume_and_stop(resume, stop_after, ckpt);
     train::train_recall(*model, task, o, [&](const train::RecallProgress& p) {
       losses.push_back(p.loss);
       if (p.eval_accuracy) losses.push_back(*p.eval_accuracy);
