@@ -28,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "bounded_errors.h"
 #include "kernel_tables.h"
 #include "qkv/attention.h"
 #include "qkv/masks.h"
@@ -41,9 +42,7 @@ constexpr double kU32 = 0x1p-24;
 constexpr double kU16 = 0x1p-8;
 
 // Errors against the float64 reference, summed over a test's calls.
-struct ErrorStats {
-  double max_abs = 0.0, sum_abs = 0.0, worst_of_bound = 0.0;
-  int64_t count = 0;
+struct ErrorStats : qkv_test::BoundedErrors {
   void print(const char* what) const {
     std::printf(
         "[ bf16 error ] %-44s max |err| %.3e, mean |err| %.3e over %lld outputs; "
@@ -94,10 +93,7 @@ class Bf16Attention : public qkv_test::ActiveKernelTableTest {
       double bound = factor * a[i];
       if (bf16_out) bound += kU16 * (std::abs(r[i]) + bound);
       const double err = std::abs(o[i] - r[i]);
-      stats->max_abs = std::max(stats->max_abs, err);
-      stats->sum_abs += err;
-      ++stats->count;
-      if (bound > 0) stats->worst_of_bound = std::max(stats->worst_of_bound, err / bound);
+      stats->add(err, bound);
       if (!(err <= bound) && reported++ < 3)
         ADD_FAILURE() << what << ": output " << i << " = " << o[i] << ", reference " << r[i]
                       << ", error " << err << " > bound " << bound;

@@ -36,6 +36,7 @@
 #include <string>
 #include <vector>
 
+#include "bounded_errors.h"
 #include "kernel_tables.h"
 #include "qkv/attention.h"
 #include "test_util.h"
@@ -47,9 +48,8 @@ namespace {
 constexpr double kU32 = 0x1p-24;
 constexpr double kU16 = 0x1p-8;
 
-struct ErrorStats {
-  double max_abs = 0.0, sum_abs = 0.0, worst_of_bound = 0.0, max_rel = 0.0;
-  int64_t count = 0;
+struct ErrorStats : qkv_test::BoundedErrors {
+  double max_rel = 0.0;
   void print(const char* what) const {
     if (count == 0) return;
     std::printf(
@@ -170,10 +170,7 @@ class Bf16AttentionBackward : public qkv_test::ActiveKernelTableTest {
       const double err = std::abs(g[i] - r[i]);
       largest = std::max(largest, std::abs(r[i]));
       worst = std::max(worst, err);
-      stats->max_abs = std::max(stats->max_abs, err);
-      stats->sum_abs += err;
-      ++stats->count;
-      if (bound > 0) stats->worst_of_bound = std::max(stats->worst_of_bound, err / bound);
+      stats->add(err, bound);
       if (!(err <= bound) && reported++ < 3)
         ADD_FAILURE() << what << ": element " << i << " = " << g[i] << ", reference " << r[i]
                       << ", error " << err << " > bound " << bound;
