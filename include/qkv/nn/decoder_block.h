@@ -115,7 +115,7 @@ class DecoderBlock : public ModuleBase<DecoderBlock, DecoderBlockOptions> {
   // x: [B, D]
   void step_into(Tensor& x, int64_t position, KVCache& cache, int64_t layer,
                  DecoderStepBuffers& buffers) const {
-    step_into(x, {&position, 1}, {.shared = &cache}, layer, buffers);
+    step_into(x, {&position, 1}, {.shared = &cache, .per_row = {}}, layer, buffers);
   }
 
  private:
