@@ -174,13 +174,7 @@ std::vector<nn::Parameter> EncoderClassifier::parameters() {
   return out;
 }
 
-void EncoderClassifier::zero_grad() {
-  tokens_.zero_grad();
-  positions_.zero_grad();
-  encoder_.zero_grad();
-  if (score_) score_->zero_grad();
-  head_.zero_grad();
-}
+void EncoderClassifier::zero_grad() { zero_gradients(parameters()); }
 
 void EncoderClassifier::train(bool on) { encoder_.train(on); }
 

@@ -16,6 +16,15 @@ inline int64_t count_parameters(const std::vector<nn::Parameter>& parameters) {
   return n;
 }
 
+// Zeroes every gradient of `parameters` (views of the modules' own
+// buffers), ready for the next backward: a model's zero_grad().
+inline void zero_gradients(const std::vector<nn::Parameter>& parameters) {
+  for (const nn::Parameter& p : parameters) {
+    Tensor grad = p.grad;  // a handle on the module's buffer
+    if (grad.defined()) grad.fill(0.0);
+  }
+}
+
 // The word and position embeddings both models start with, whose parameters
 // come first: "tokens.*", then "positions.*".
 inline std::vector<nn::Parameter> embedding_parameters(nn::Embedding& tokens,

@@ -119,13 +119,7 @@ std::vector<nn::Parameter> RecallModel::parameters() {
   return out;
 }
 
-void RecallModel::zero_grad() {
-  tokens_.zero_grad();
-  positions_.zero_grad();
-  if (encoder_) encoder_->zero_grad();
-  if (hidden_) hidden_->zero_grad();
-  head_.zero_grad();
-}
+void RecallModel::zero_grad() { zero_gradients(parameters()); }
 
 int64_t RecallModel::num_parameters() { return count_parameters(parameters()); }
 
