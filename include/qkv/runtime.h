@@ -2,7 +2,10 @@
 //
 // Threads: qkv's kernels and its BLAS (OpenBLAS, OpenMP flavour) share one
 // OpenMP thread pool, so they never oversubscribe the cores. The count is
-// OMP_NUM_THREADS at start-up (default: all cores) or set_num_threads().
+// OMP_NUM_THREADS at start-up or set_num_threads(); when neither chose it,
+// it is all cores, less those that other runnable tasks of the machine want
+// (read at most every 100 ms; at least one): OpenMP's barriers wait for a
+// thread that shares its core with a busy neighbour.
 //
 // Instruction set: every kernel family (attention and row ops, the bfloat16
 // and int8 linear layers, the GGUF quantised ones) runs the fastest kernels

@@ -16,6 +16,7 @@
 #include "kernels/fused_attention.h"
 #include "kernels/interrupt.h"
 #include "kernels/simd/tile_gemm.h"
+#include "kernels/thread_policy.h"
 #include "qkv/error.h"
 
 namespace qkv::kernels {
@@ -128,6 +129,7 @@ struct QueryTiles {
 };
 
 void sdpa_forward_fused(const SdpaProblem& p, const KernelTable& table) {
+  adapt_default_threads();
   const int64_t block_q = query_block(p, table);
   const FlashTiling t = choose_tiling(p, block_q);
   const QueryTiles tiles(p.L, block_q, table.query_panel);

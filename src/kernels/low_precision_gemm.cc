@@ -14,6 +14,7 @@
 
 #include "kernels/cpu_features.h"
 #include "kernels/simd/low_precision_tiles.h"
+#include "kernels/thread_policy.h"
 #include "qkv/error.h"
 
 namespace qkv::kernels {
@@ -221,6 +222,7 @@ void low_precision_gemm(const float* x, int64_t ldx, int64_t m, const PackedWeig
                 "low_precision_gemm: need ldx >= k and ldy >= n, got ldx = " + std::to_string(ldx) +
                     ", k = " + std::to_string(k) + ", ldy = " + std::to_string(ldy) +
                     ", n = " + std::to_string(n));
+  adapt_default_threads();
   const LowPrecisionKernels& table = active_low_precision_kernels(w.precision());
   // A block of y, then `then` over its rows while they are in cache.
   auto block = [&](int64_t r0, int64_t r1, int64_t c0, int64_t c1) {

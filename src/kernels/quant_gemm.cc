@@ -18,6 +18,7 @@
 #include <string>
 
 #include "kernels/cpu_features.h"
+#include "kernels/thread_policy.h"
 #include "qkv/error.h"
 
 namespace qkv::kernels {
@@ -180,6 +181,7 @@ void quant_gemm(const float* x, int64_t ldx, int64_t m, const QuantMatrix& w, co
                 "quant_gemm: need ldx >= k and ldy >= n, got ldx = " + std::to_string(ldx) +
                     ", k = " + std::to_string(w.k) + ", ldy = " + std::to_string(ldy) +
                     ", n = " + std::to_string(w.n));
+  adapt_default_threads();
   const QuantKernels& table = active_quant_kernels();
   if (m <= quant_gemv_max_rows())
     gemv(table, x, ldx, m, w, bias, y, ldy);
