@@ -67,10 +67,8 @@ void Embedding::set_quantized_weight(QuantizedWeight weight) {
 }
 
 void Embedding::check_weight() const {
-  QKV_CHECK(weight_.defined() || !quantized_weight_.empty(), "Embedding [", options_.num_embeddings,
-            ", ", options_.embedding_dim,
-            "]: no table (built under nn::SkipWeightInit; give one with set_weight or "
-            "set_quantized_weight)");
+  detail::check_has_weight(weight_.defined() || !quantized_weight_.empty(), "Embedding",
+                           options_.num_embeddings, options_.embedding_dim, "table");
 }
 
 void Embedding::list_members(MemberList& m) { m.parameter("weight", weight_); }

@@ -49,10 +49,8 @@ void Linear::set_quantized_weight(QuantizedWeight weight) {
 }
 
 void Linear::check_weight() const {
-  QKV_CHECK(weight_.defined() || !quantized_weight_.empty(), "Linear [", options_.out_features,
-            ", ", options_.in_features,
-            "]: no weight (built under nn::SkipWeightInit; give one with set_weight or "
-            "set_quantized_weight)");
+  detail::check_has_weight(weight_.defined() || !quantized_weight_.empty(), "Linear",
+                           options_.out_features, options_.in_features, "weight");
 }
 
 Tensor Linear::forward(const Tensor& x, LinearRecord* record) const {

@@ -30,6 +30,12 @@ void check_quantized_weight(const QuantizedWeight& weight, int64_t rows, int64_t
                  "s need a float32 module, this one is ", dtype_name(dtype));
 }
 
+void check_has_weight(bool has_weight, const char* module, int64_t rows, int64_t cols,
+                      const char* what) {
+  QKV_CHECK(has_weight, module, " [", rows, ", ", cols, "]: no ", what,
+            " (built under nn::SkipWeightInit; give one with set_weight or set_quantized_weight)");
+}
+
 void load_strict(const char* module, const StateDict& own,
                  const std::map<std::string, Tensor>& state) {
   std::vector<std::string> missing, unexpected;

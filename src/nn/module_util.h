@@ -42,6 +42,12 @@ Tensor xavier_uniform(const Shape& shape, Generator& gen, DType dtype);
 void check_quantized_weight(const QuantizedWeight& weight, int64_t rows, int64_t cols, DType dtype,
                             const char* function, const char* what);
 
+// A module built under nn::SkipWeightInit has no [rows, cols] `what`
+// ("weight", "table") until set_weight or set_quantized_weight gives one;
+// its forward refuses to run until then, naming `module`.
+void check_has_weight(bool has_weight, const char* module, int64_t rows, int64_t cols,
+                      const char* what);
+
 // The sum of two gradients of one tensor (either may be undefined).
 // a, b: same shape and dtype  ->  like a
 Tensor add_grads(const Tensor& a, const Tensor& b);
