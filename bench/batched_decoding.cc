@@ -123,6 +123,7 @@ int main(int argc, char** argv) {
     }
     std::printf("%7d  %16.1f  %13.1f  %5.2f\n", threads, median(seq), median(bat),
                 median(bat) / median(seq));
+    std::fflush(stdout);  // each thread count as it finishes, also into a pipe
   }
   return 0;
 }
