@@ -5,9 +5,10 @@ oversubscribe the cores. The count starts as OMP_NUM_THREADS (default: every
 core) and set_num_threads changes it; torch keeps its own pool
 (torch.set_num_threads), so set both when using both.
 
-Instruction set: the fused kernels use the fastest set this CPU runs (avx512,
-then avx2, then portable), chosen once per process; the environment variable
-QKV_ISA=avx512|avx2|portable, set before the first call, overrides it.
+Instruction set: every kernel family (float attention and rows, bf16/int8
+rows, GGUF blocks) uses the fastest set this CPU runs, chosen once per process;
+the environment variable QKV_ISA=amx|avx512_bf16|avx512_vnni|avx512|avx2|portable,
+set before the first call, caps them all at that level.
 
 BLAS: the linear layers run OpenBLAS. Importing qkv sets OPENBLAS_CORETYPE for
 this CPU (when it is not set already) just while OpenBLAS loads, because
