@@ -133,10 +133,11 @@ TEST(DecoderBlockInference, StepIntoMatchesTheCachedForward) {
     block.forward(prompt, 0, &by_step, 0);
     const Tensor token = Tensor::randn({kB, kD}, gen);
     const Tensor expected = block.forward(token.view({kB, 1, kD}), 3, &by_forward, 0);
-    DecoderStepBuffers buffers(o, kB);
-    Tensor x = token.clone();
-    block.step_into(x, 3, by_step, 0, buffers);
-    EXPECT_LE(max_abs_diff(x, expected.view({kB, kD})), 2e-5);
+    DecoderBuffers buffers(o, kB);
+    Tensor x = token.clone().view({kB, 1, kD});
+    const int64_t position = 3;
+    block.forward_into(x, {&position, 1}, {.shared = &by_step}, buffers);
+    EXPECT_LE(max_abs_diff(x, expected), 2e-5);
     EXPECT_EQ(by_step.length(), 4);
     EXPECT_LE(max_abs_diff(by_step.keys(0), by_forward.keys(0)), 2e-6);
   }

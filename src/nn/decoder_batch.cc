@@ -1,5 +1,5 @@
 // nn::DecoderBatch: per-sequence caches, prefill on add(), and one
-// DecoderModel::step_into over every sequence's row.
+// DecoderModel::forward_into over one new token of each sequence.
 #include "qkv/nn/decoder_batch.h"
 
 #include <algorithm>
@@ -9,7 +9,7 @@
 namespace qkv::nn {
 
 DecoderBatch::DecoderBatch(DecoderModel& model, int64_t max_sequences, int64_t max_len)
-    : model_(model), buffers_(model.make_step_buffers(std::max<int64_t>(max_sequences, 1))) {
+    : model_(model), buffers_(model.make_buffers(std::max<int64_t>(max_sequences, 1))) {
   QKV_CHECK(max_sequences > 0, "DecoderBatch: max_sequences must be > 0, got ", max_sequences);
   const DecoderModelConfig& c = model.config();
   caches_.reserve(static_cast<size_t>(max_sequences));
@@ -70,8 +70,11 @@ const Tensor& DecoderBatch::step(std::span<const int64_t> ids, std::span<const i
   }
   logits_ = all_logits_.slice(0, 0, n);
   const auto rows = static_cast<size_t>(n);
-  model_.step_into(logits_, tokens, std::span(positions_).first(rows),
-                   {.per_row = std::span(row_caches_).first(rows)}, buffers_);
+  model_.forward_into(logits_, tokens,
+                      {.batch_size = n,
+                       .positions = std::span(positions_).first(rows),
+                       .caches = {.per_sequence = std::span(row_caches_).first(rows)}},
+                      buffers_);
   return logits_;
 }
 

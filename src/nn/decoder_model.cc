@@ -200,17 +200,23 @@ void DecoderModel::set_kv_cache_storage(KVCacheStorage storage) {
   kv_cache_storage_ = storage;
 }
 
-Tensor DecoderModel::forward(std::span<const int64_t> ids, int64_t batch_size) {
-  return forward_impl(ids, batch_size, nullptr);
+Tensor DecoderModel::forward(std::span<const int64_t> ids, int64_t batch_size) const {
+  return forward_whole(ids, batch_size, nullptr);
 }
 
-Tensor DecoderModel::forward(std::span<const int64_t> ids, int64_t batch_size, KVCache& cache) {
-  return forward_impl(ids, batch_size, &cache);
+Tensor DecoderModel::forward(std::span<const int64_t> ids, int64_t batch_size,
+                             KVCache& cache) const {
+  return forward_whole(ids, batch_size, &cache);
 }
 
 Tensor DecoderModel::forward_last(std::span<const int64_t> ids, int64_t batch_size,
-                                  KVCache& cache) {
-  return forward_impl(ids, batch_size, &cache, /*last_only=*/true);
+                                  KVCache& cache) const {
+  return forward_whole(ids, batch_size, &cache, /*last_only=*/true);
+}
+
+Tensor DecoderModel::forward(std::span<const int64_t> ids, int64_t batch_size,
+                             DecoderModelRecord* record) const {
+  return forward_whole(ids, batch_size, nullptr, false, record);
 }
 
 int64_t DecoderModel::sequence_length(std::span<const int64_t> ids, int64_t batch_size) const {
@@ -220,83 +226,112 @@ int64_t DecoderModel::sequence_length(std::span<const int64_t> ids, int64_t batc
   return n / batch_size;
 }
 
-Tensor DecoderModel::embed(std::span<const int64_t> ids, int64_t batch_size, int64_t offset,
-                           EmbeddingRecord* record) const {
-  const DecoderModelConfig& c = config_;
-  const int64_t T = sequence_length(ids, batch_size);
-  // RoPE could compute further, but max_seq_len is the context the model was
-  // built or loaded for (a GGUF file's context_length, or the caller's cap).
-  QKV_CHECK(offset + T <= c.max_seq_len, "DecoderModel::forward: positions ", offset, " to ",
-            offset + T - 1, " exceed max_seq_len = ", c.max_seq_len,
-            " (the longest sequence of this model); shorten the input or build/load the model "
-            "with a larger max_seq_len");
-  Tensor x = tok_embeddings_.forward(std::vector<int64_t>(ids.begin(), ids.end()), {batch_size, T},
-                                     record);  // [B, T, D]
-  if (learned_positions_) x = learned_positions_->forward(x, offset);
-  if (sinusoidal_positions_) x = sinusoidal_positions_->forward(x, offset);
-  return x;
-}
-
-Tensor DecoderModel::forward_impl(std::span<const int64_t> ids, int64_t batch_size, KVCache* cache,
-                                  bool last_only, DecoderModelRecord* r) {
+void DecoderModel::check_cache(const KVCache& cache, int64_t batch_size, int64_t T) const {
   const DecoderModelConfig& c = config_;
   const char* m = "DecoderModel::forward";
-  const int64_t T = sequence_length(ids, batch_size);
-  int64_t offset = 0;
-  if (cache) {
-    const KVCacheOptions& o = cache->options();
-    QKV_CHECK(o.num_layers == c.num_layers && o.batch_size == batch_size &&
-                  o.num_kv_heads == c.num_kv_heads && o.head_dim == c.d_model / c.num_heads &&
-                  o.value_dim == o.head_dim && o.dtype == c.dtype,
-              m, ": the cache does not fit this model and batch (make it with make_cache(",
-              batch_size, ")): it has num_layers=", o.num_layers, ", batch_size=", o.batch_size,
-              ", num_kv_heads=", o.num_kv_heads, ", head_dim=", o.head_dim);
-    offset = cache->length();
-    for (int64_t i = 0; i < c.num_layers; ++i)
-      QKV_CHECK(cache->length(i) == offset, m, ": the cache's layers hold different lengths (",
-                "layer ", i, ": ", cache->length(i), ", fewest: ", offset,
-                "); truncate() it to a common length first");
-    QKV_CHECK(T <= cache->remaining(), m, ": ", T, " new positions do not fit in the cache (",
-              offset, " of ", cache->max_len(), " used)");
-  }
-  if (r) {
-    *r = {};
-    r->batch_size = batch_size;
-    r->length = T;
-    r->blocks.resize(blocks_.size());
-  }
-  Tensor x = embed(ids, batch_size, offset, r ? &r->tok_embeddings : nullptr);  // [B, T, D]
-  for (size_t i = 0; i < blocks_.size(); ++i)
-    x = blocks_[i].forward(x, offset, cache, static_cast<int64_t>(i), r ? &r->blocks[i] : nullptr);
-  if (last_only) x = x.select(1, T - 1).contiguous();  // [B, D]
-  const Tensor normed = detail::run(norm_, x, r ? &r->norm : nullptr);
-  if (r) r->head_input = normed;
-  return head(normed);  // [B, T, vocab] or [B, vocab]
+  const KVCacheOptions& o = cache.options();
+  QKV_CHECK(o.num_layers == c.num_layers && o.batch_size == batch_size &&
+                o.num_kv_heads == c.num_kv_heads && o.head_dim == c.d_model / c.num_heads &&
+                o.value_dim == o.head_dim && o.dtype == c.dtype,
+            m, ": the cache does not fit this model and batch (make it with make_cache(",
+            batch_size, ")): it has num_layers=", o.num_layers, ", batch_size=", o.batch_size,
+            ", num_kv_heads=", o.num_kv_heads, ", head_dim=", o.head_dim);
+  const int64_t offset = cache.length();
+  for (int64_t i = 0; i < c.num_layers; ++i)
+    QKV_CHECK(cache.length(i) == offset, m, ": the cache's layers hold different lengths (",
+              "layer ", i, ": ", cache.length(i), ", fewest: ", offset,
+              "); truncate() it to a common length first");
+  QKV_CHECK(T <= cache.remaining(), m, ": ", T, " new positions do not fit in the cache (", offset,
+            " of ", cache.max_len(), " used)");
 }
 
-DecoderStepBuffers DecoderModel::make_step_buffers(int64_t batch_size) const {
-  DecoderStepBuffers buffers(block_options(config_), batch_size);
+Tensor DecoderModel::forward_whole(std::span<const int64_t> ids, int64_t batch_size, KVCache* cache,
+                                   bool last_only, DecoderModelRecord* record) const {
+  const int64_t T = sequence_length(ids, batch_size);
+  if (cache) check_cache(*cache, batch_size, T);
+  const int64_t offset = cache ? cache->length() : 0;
+  DecoderBuffers buffers = make_buffers(batch_size * T);
+  Tensor logits = last_only ? Tensor::zeros({batch_size, config_.vocab_size}, config_.dtype)
+                            : Tensor::zeros({batch_size, T, config_.vocab_size}, config_.dtype);
+  forward_into(logits, ids,
+               {.batch_size = batch_size,
+                .positions = {&offset, 1},
+                .caches = {.shared = cache},
+                .last_only = last_only},
+               buffers, record);
+  return logits;
+}
+
+DecoderBuffers DecoderModel::make_buffers(int64_t rows) const {
+  DecoderBuffers buffers(block_options(config_), rows);
   buffers.positions = position_table();
   return buffers;
 }
 
-void DecoderModel::step_into(Tensor& logits, std::span<const int64_t> tokens,
-                             std::span<const int64_t> positions, const StepCaches& caches,
-                             DecoderStepBuffers& b) const {
-  const auto n = static_cast<int64_t>(tokens.size());
-  Tensor x = b.x.slice(0, 0, n);  // [n, D]
-  tok_embeddings_.forward_into(x, tokens);
-  if (b.positions.defined()) {
-    for (int64_t r = 0; r < n; ++r) {
-      Tensor xr = x.select(0, r);
-      add_into(xr, xr, b.positions.select(0, positions[positions.size() == 1 ? 0 : r]));
-    }
+void DecoderModel::forward_into(Tensor& logits, std::span<const int64_t> ids,
+                                const DecoderPass& pass, DecoderBuffers& b,
+                                DecoderModelRecord* r) const {
+  const DecoderModelConfig& c = config_;
+  const char* m = "DecoderModel::forward";
+  const int64_t B = pass.batch_size, T = sequence_length(ids, B), D = c.d_model;
+  const auto P = static_cast<int64_t>(pass.positions.size());
+  QKV_CHECK(P == 1 || P == B, m, ": expected one first position or one per sequence (", B,
+            "), got ", P);
+  auto first_position = [&](int64_t s) { return pass.positions[P == 1 ? 0 : s]; };
+  for (int64_t s = 0; s < P; ++s) {
+    // RoPE could compute further, but max_seq_len is the context the model
+    // was built or loaded for (a GGUF file's context_length, or the caller's cap).
+    QKV_CHECK(first_position(s) >= 0 && first_position(s) + T <= c.max_seq_len, m, ": positions ",
+              first_position(s), " to ", first_position(s) + T - 1,
+              " exceed max_seq_len = ", c.max_seq_len,
+              " (the longest sequence of this model); shorten the input or build/load the model "
+              "with a larger max_seq_len");
   }
-  for (size_t i = 0; i < blocks_.size(); ++i)
-    blocks_[i].step_into(x, positions, caches, static_cast<int64_t>(i), b);
-  Tensor h = b.h.slice(0, 0, n);
-  detail::norm_into(h, x, norm_);
-  head_into(logits, h);
+  QKV_CHECK(r == nullptr || (pass.caches.empty() && !pass.last_only && P == 1), m,
+            ": a record (training) needs whole sequences: no cache, every position's logits");
+  const int64_t rows = pass.last_only ? B : B * T;
+  QKV_CHECK(logits.is_contiguous() && logits.numel() == rows * c.vocab_size, m,
+            ": logits must be contiguous with ", rows, " × vocab_size = ", rows * c.vocab_size,
+            " elements, got ", shape_str(logits.shape()));
+
+  // x = tok_embeddings(ids) + the positions' rows of the table (unless RoPE)
+  Tensor x;
+  if (r) {
+    *r = {.batch_size = B, .length = T};
+    r->blocks.resize(blocks_.size());
+    x = tok_embeddings_.forward(std::vector<int64_t>(ids.begin(), ids.end()), {B, T},
+                                &r->tok_embeddings);
+  } else {
+    x = b.x.slice(0, 0, B * T);
+    tok_embeddings_.forward_into(x, ids);
+    x = x.view({B, T, D});
+  }
+  if (b.positions.defined())
+    for (int64_t s = 0; s < B; ++s)
+      for (int64_t t = 0; t < T; ++t) {
+        Tensor token = x.select(0, s).select(0, t);
+        add_into(token, token, b.positions.select(0, first_position(s) + t));
+      }
+
+  PassCaches caches = pass.caches;
+  for (size_t i = 0; i < blocks_.size(); ++i) {
+    caches.layer = static_cast<int64_t>(i);
+    blocks_[i].forward_into(x, pass.positions, caches, b, r ? &r->blocks[i] : nullptr);
+  }
+
+  // logits = output(norm(x)), of every position or each sequence's last
+  Tensor h = b.h.slice(0, 0, rows);
+  if (pass.last_only) {
+    h.view({B, D}).copy_from(x.select(1, T - 1));
+    detail::norm_into(h, h, norm_);
+  } else if (r) {
+    detail::norm_into(h, x, norm_, &r->norm);
+    r->head_input = h;  // [B, T, D]
+  } else {
+    detail::norm_into(h, x.view({B * T, D}), norm_);
+  }
+  Tensor out = logits.view({rows, c.vocab_size});
+  head_into(out, h.view({rows, D}));
 }
 
 void DecoderModel::list_members(MemberList& m) {

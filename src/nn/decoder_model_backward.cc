@@ -12,11 +12,6 @@
 
 namespace qkv::nn {
 
-Tensor DecoderModel::forward(std::span<const int64_t> ids, int64_t batch_size,
-                             DecoderModelRecord* record) {
-  return forward_impl(ids, batch_size, nullptr, false, record);
-}
-
 void DecoderModel::backward(const Tensor& grad_logits, const DecoderModelRecord& record) {
   const DecoderModelRecord& r = record;
   const DecoderModelConfig& c = config_;

@@ -1,5 +1,6 @@
-// nn::DecoderSession: prefill through DecoderModel::forward with the cache,
-// then allocation-free single-token steps built from the `_into` ops.
+// nn::DecoderSession: the prompt and then each token through
+// DecoderModel::forward_into with the session's cache (the steps with
+// buffers allocated once).
 #include "qkv/nn/decoder_session.h"
 
 #include <algorithm>
@@ -18,7 +19,7 @@ DecoderSession::DecoderSession(DecoderModel& model, int64_t batch_size, int64_t 
       config_(model.config()),
       batch_size_(batch_size),
       cache_(model.make_cache(batch_size, max_len)),
-      buffers_(model.make_step_buffers(batch_size)) {
+      buffers_(model.make_buffers(batch_size)) {
   const DecoderModelConfig& c = config_;
   logits_ = Tensor::zeros({batch_size, c.vocab_size}, c.dtype);
   if (c.dtype == DType::kFloat64) logits_f32_.resize(static_cast<size_t>(c.vocab_size));
@@ -55,7 +56,9 @@ const Tensor& DecoderSession::step(std::span<const int64_t> tokens) {
   QKV_CHECK(pos < cache_.max_len(), m, ": the cache is full (", context_limit(),
             " positions); reset() the session or make one with a larger max_len");
 
-  model_.step_into(logits_, tokens, {&pos, 1}, {.shared = &cache_}, buffers_);
+  model_.forward_into(
+      logits_, tokens,
+      {.batch_size = batch_size_, .positions = {&pos, 1}, .caches = {.shared = &cache_}}, buffers_);
   return logits_;
 }
 

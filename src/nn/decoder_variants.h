@@ -5,6 +5,7 @@
 
 #include <variant>
 
+#include "qkv/functional.h"
 #include "qkv/nn/decoder_block.h"
 
 namespace qkv::nn::detail {
@@ -60,9 +61,37 @@ Tensor run_backward(Variant& module, const Tensor& grad, const Record& record) {
   return std::visit([&](auto& m) { return back(m, grad, record); }, module);
 }
 
-// A norm into a preallocated buffer (may be x itself), allocating nothing.
-inline void norm_into(Tensor& out, const Tensor& x, const Norm& norm) {
+// A norm into a preallocated buffer (may be x itself), allocating nothing;
+// with a record (training), out becomes the norm's new output instead.
+inline void norm_into(Tensor& out, const Tensor& x, const Norm& norm,
+                      NormRecord* record = nullptr) {
+  if (record) {
+    out = run(norm, x, *record);
+    return;
+  }
   std::visit([&](const auto& n) { n.forward_into(out, x); }, norm);
+}
+
+// The feed-forward network into `out` (may be x), through the preallocated
+// hidden [and gate] rows; with a record (training), out becomes its new output.
+inline void feed_forward_into(Tensor& out, const Tensor& x, const FeedForwardNet& ffn,
+                              Tensor& hidden, Tensor& gate, FeedForwardRecordVariant* record) {
+  if (record) {
+    out = run(ffn, x, *record);
+  } else if (const auto* swiglu = std::get_if<SwiGLUFeedForward>(&ffn)) {
+    swiglu->forward_into(out, x, hidden, gate);
+  } else {
+    std::get<FeedForward>(ffn).forward_into(out, x, hidden);
+  }
+}
+
+// The residual connection x = x + sublayer: in place, or (training) into a new
+// tensor, since the sub-layers' records hold the old x.
+inline void add_residual(Tensor& x, const Tensor& sublayer, bool training) {
+  if (training)
+    x = add(x, sublayer);
+  else
+    add_into(x, x, sublayer);
 }
 
 // The module a variant holds, for list_members().

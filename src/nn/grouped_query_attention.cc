@@ -125,29 +125,91 @@ Tensor GroupedQueryAttention::attend(const Tensor& q, const Tensor& k, const Ten
   return o_proj_.forward(merged);
 }
 
-void GroupedQueryAttention::project_into(Tensor& q, Tensor& k, Tensor& v, const Tensor& x,
-                                         std::span<const int64_t> positions) const {
-  const int64_t B = x.size(0), n = static_cast<int64_t>(positions.size());
-  QKV_CHECK(n == 1 || n == B, "GroupedQueryAttention::project_into: expected 1 or ", B,
-            " positions, got ", n);
-  q_proj_.forward_into(q, x);
-  k_proj_.forward_into(k, x);
-  v_proj_.forward_into(v, x);
-  if (!options_.rope) return;
-  if (n == 1) {
-    rope_.rotate_in_place(q, positions[0]);
-    rope_.rotate_in_place(k, positions[0]);
-    return;
-  }
-  for (int64_t b = 0; b < B; ++b) {
-    Tensor qb = q.select(0, b), kb = k.select(0, b);
-    rope_.rotate_in_place(qb, positions[b]);
-    rope_.rotate_in_place(kb, positions[b]);
-  }
+AttentionBuffers::AttentionBuffers(const GroupedQueryAttentionOptions& options, int64_t rows) {
+  const GroupedQueryAttentionOptions o = resolved(options);
+  q = Tensor::zeros({rows, o.num_heads * o.head_dim}, o.dtype);
+  k = Tensor::zeros({rows, o.num_kv_heads * o.head_dim}, o.dtype);
+  v = Tensor::zeros({rows, o.num_kv_heads * o.head_dim}, o.dtype);
+  heads = Tensor::zeros({rows, o.num_heads * o.head_dim}, o.dtype);
 }
 
-void GroupedQueryAttention::output_into(Tensor& out, const Tensor& heads) const {
-  o_proj_.forward_into(out, heads);
+void GroupedQueryAttention::forward_into(Tensor& out, const Tensor& x,
+                                         std::span<const int64_t> positions,
+                                         const PassCaches& caches, AttentionBuffers& buffers,
+                                         GroupedQueryAttentionRecord* record) const {
+  const auto& o = options_;
+  const char* m = "GroupedQueryAttention::forward_into";
+  const int64_t B = x.size(0), T = x.size(1), E = o.head_dim;
+  const int64_t H = o.num_heads, Hkv = o.num_kv_heads;
+  QKV_CHECK(
+      x.dim() == 3 && x.size(2) == o.embed_dim && x.is_contiguous() && B * T <= buffers.q.size(0),
+      m, ": x must be contiguous [B, T, ", o.embed_dim, "] with B·T <= the buffers' ",
+      buffers.q.size(0), " rows, got ", shape_str(x.shape()));
+  QKV_CHECK(record == nullptr || caches.empty(), m,
+            ": a record (training) and a KV cache (inference) do not go together");
+  QKV_CHECK(caches.per_sequence.empty() || static_cast<int64_t>(caches.per_sequence.size()) == B, m,
+            ": ", B, " sequences need one cache each, got ", caches.per_sequence.size());
+  // The first B·T rows of a buffer as [B, T, cols]; in training a new tensor,
+  // which the record keeps.
+  auto scratch = [&](const Tensor& buffer) {
+    if (record) return Tensor::zeros({B, T, buffer.size(1)}, o.dtype);
+    return buffer.slice(0, 0, B * T).view({B, T, buffer.size(1)});
+  };
+  // [B, T, heads·E] -> the heads as [B, heads, T, E] (a view)
+  auto per_head = [&](const Tensor& rows, int64_t heads) {
+    return rows.view({B, T, heads, E}).transpose(1, 2);
+  };
+  QKV_CHECK(record == nullptr || positions.size() == 1, m,
+            ": training takes one position offset, got ", positions.size());
+  GroupedQueryAttentionRecord* r = record;
+  if (r) *r = {};
+  Tensor q = scratch(buffers.q), k = scratch(buffers.k), v = scratch(buffers.v);
+  q_proj_.forward_into(q, x, r ? &r->q_proj : nullptr);
+  k_proj_.forward_into(k, x, r ? &r->k_proj : nullptr);
+  v_proj_.forward_into(v, x, r ? &r->v_proj : nullptr);
+  if (o.rope) {
+    rope_.rotate_in_place(q, positions);
+    rope_.rotate_in_place(k, positions);
+  }
+  const Tensor q4 = per_head(q, H), k4 = per_head(k, Hkv), v4 = per_head(v, Hkv);
+  Tensor heads = scratch(buffers.heads);
+  Tensor heads4 = per_head(heads, H);
+
+  SdpaOptions sdpa;
+  sdpa.enable_gqa = Hkv != H;
+  sdpa.precision = precision();
+  // Cached keys come before the new queries: bottom-right causal.
+  sdpa.causal = caches.empty() ? CausalMask::kTopLeft : CausalMask::kBottomRight;
+  if (r) {
+    // The full SDPA: the backward needs its log-sum-exp (and dropout seed).
+    sdpa.dropout_p = is_training() ? o.dropout : 0.0;
+    sdpa.generator = generator();
+    r->position_offset = positions[0];
+    r->q = q4;
+    r->k = k4;
+    r->v = v4;
+    r->sdpa = sdpa;
+    r->attention = scaled_dot_product_attention(q4, k4, v4, sdpa);  // [B, H, T, E]
+    heads4.copy_from(r->attention.output);
+  } else if (caches.empty()) {
+    scaled_dot_product_attention_into(heads4, q4, k4, v4, sdpa, buffers.workspace);
+  } else if (caches.shared) {
+    KVCache& cache = *caches.shared;
+    cache.append(caches.layer, k4, v4);
+    scaled_dot_product_attention_into(heads4, q4, cache.keys(caches.layer),
+                                      cache.values(caches.layer), sdpa, buffers.workspace);
+  } else {
+    // Each sequence attends over its own cache, of its own length.
+    for (int64_t b = 0; b < B; ++b) {
+      KVCache& cache = *caches.per_sequence[static_cast<size_t>(b)];
+      cache.append(caches.layer, k4.slice(0, b, b + 1), v4.slice(0, b, b + 1));
+      Tensor heads_b = heads4.slice(0, b, b + 1);
+      scaled_dot_product_attention_into(heads_b, q4.slice(0, b, b + 1), cache.keys(caches.layer),
+                                        cache.values(caches.layer), sdpa, buffers.workspace);
+    }
+  }
+  if (r) out = Tensor::zeros({B, T, o.embed_dim}, o.dtype);
+  o_proj_.forward_into(out, heads, r ? &r->o_proj : nullptr);
 }
 
 Tensor GroupedQueryAttention::forward(const Tensor& x, const GroupedQueryAttentionForward& args,

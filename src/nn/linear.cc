@@ -61,20 +61,23 @@ Tensor Linear::forward(const Tensor& x, LinearRecord* record) const {
             "Linear: input must be [..., in_features=", options_.in_features, "], got shape ",
             shape_str(x.shape()));
   check_weight();
-  if (record) {
-    check_float32_precision("Linear::forward with a record");
-    QKV_CHECK(quantized_weight_.empty(),
-              "Linear::forward with a record: the weight is quantized (inference only)");
-    record->input = x;
-  }
+  record_input(x, record, "Linear::forward with a record");
   note_input_range({"weight"}, x);
   if (!quantized_weight_.empty()) return linear(x, quantized_weight_, bias_);
   if (!low_precision_weight_.empty()) return linear(x, low_precision_weight_, bias_);
   return linear(x, weight_, bias_);
 }
 
-void Linear::forward_into(Tensor& out, const Tensor& x) const {
+void Linear::record_input(const Tensor& x, LinearRecord* record, const char* fn) const {
+  if (!record) return;
+  check_float32_precision(fn);
+  QKV_CHECK(quantized_weight_.empty(), fn, ": the weight is quantized (inference only)");
+  record->input = x;
+}
+
+void Linear::forward_into(Tensor& out, const Tensor& x, LinearRecord* record) const {
   check_weight();
+  record_input(x, record, "Linear::forward_into with a record");
   note_input_range({"weight"}, x);
   if (!quantized_weight_.empty()) return linear_into(out, x, quantized_weight_, bias_);
   if (!low_precision_weight_.empty()) return linear_into(out, x, low_precision_weight_, bias_);

@@ -1,6 +1,7 @@
 // RoPE: rotate coordinate pairs of q and k by position-dependent angles;
 // the backward rotates the gradient back.
 #include <cmath>
+#include <span>
 #include <vector>
 
 #include "qkv/nn/positional_encoding.h"
@@ -111,6 +112,23 @@ void RotaryEmbedding::rotate_in_place(Tensor& rows, int64_t position) const {
     else
       apply(rows.data<float>());
   }
+}
+
+void RotaryEmbedding::rotate_in_place(Tensor& rows, std::span<const int64_t> positions) const {
+  const int64_t E = options_.head_dim;
+  const auto n = static_cast<int64_t>(positions.size());
+  QKV_CHECK(rows.defined() && rows.is_contiguous() && rows.dim() >= 3 && rows.size(-1) % E == 0 &&
+                (n == 1 || n == rows.size(0)),
+            "RotaryEmbedding::rotate_in_place: rows must be contiguous [B, T, ..., ", E,
+            "] with one position or B, got ",
+            rows.defined() ? shape_str(rows.shape()) : "undefined", " and ", n, " positions");
+  for (int64_t p : positions)
+    QKV_CHECK(p >= 0, "RotaryEmbedding::rotate_in_place: positions must be >= 0, got ", p);
+  for (int64_t b = 0; b < rows.size(0); ++b)
+    for (int64_t t = 0; t < rows.size(1); ++t) {
+      Tensor token = rows.select(0, b).select(0, t);
+      rotate_in_place(token, positions[n == 1 ? 0 : b] + t);
+    }
 }
 
 Tensor RotaryEmbedding::forward(const Tensor& x, int64_t offset) const {

@@ -165,8 +165,7 @@ bool convert_contiguous(const Tensor& from, Tensor& to) {
 // or an empty vector if the memory layout does not allow it. Follows the
 // chunking rule of torch's computeStride: groups of old dims that are
 // contiguous among themselves can be split or merged freely.
-std::vector<int64_t> view_strides(const Shape& old_shape, const Strides& old_strides,
-                                  const Shape& new_shape) {
+Strides view_strides(const Shape& old_shape, const Strides& old_strides, const Shape& new_shape) {
   if (shape_numel(old_shape) == 0 || old_shape.empty()) return contiguous_strides(new_shape);
   Strides new_strides(new_shape.size());
   int64_t view_d = static_cast<int64_t>(new_shape.size()) - 1;

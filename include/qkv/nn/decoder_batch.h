@@ -70,7 +70,7 @@ class DecoderBatch {
   std::vector<KVCache> caches_;    // one per slot, batch 1
   std::vector<int64_t> slot_ids_;  // the sequence in each slot; -1: free
   int64_t next_id_ = 0;
-  DecoderStepBuffers buffers_;             // for max_sequences rows
+  DecoderBuffers buffers_;                 // for max_sequences rows
   std::vector<KVCache*> row_caches_;       // a step's caches, row by row
   std::vector<int64_t> positions_;         // a step's positions, row by row
   Tensor all_logits_;                      // [max_sequences, vocab]

@@ -4,9 +4,10 @@
 //   x = x + attention(attention_norm(x))    causal, GQA, RoPE on q and k
 //   x = x + feed_forward(ffn_norm(x))       SwiGLU or GELU
 //
-// It runs three ways: over whole sequences (training, with a record), over
-// new tokens after the keys and values a KV cache holds (a prompt), and as an
-// allocation-free step of one token per sequence (decoding).
+// One function, forward_into, runs it every way: over whole sequences
+// (training, with a record), over new tokens after the keys and values a KV
+// cache holds (a prompt), and as an allocation-free step of one token per
+// sequence (decoding, one cache per sequence or one for all).
 #pragma once
 
 #include <span>
@@ -55,29 +56,17 @@ struct DecoderBlockRecord {
   std::variant<SwiGLUFeedForwardRecord, FeedForwardRecord> feed_forward;
 };
 
-// The buffers of a decoding step of up to B tokens, preallocated once (by
-// DecoderModel::make_step_buffers) and shared by every block. A step of
-// n < B tokens uses their first n rows.
-struct DecoderStepBuffers {
-  DecoderStepBuffers(const DecoderBlockOptions& options, int64_t batch_size);
+// The working tensors of a pass over up to R rows (B sequences × T new
+// tokens, B·T <= R), preallocated once (DecoderModel::make_buffers) and
+// shared by every block; a pass of n rows uses the first n of each.
+struct DecoderBuffers {
+  DecoderBuffers(const DecoderBlockOptions& options, int64_t rows);
 
-  Tensor x;             // [B, D]: the residual stream
-  Tensor positions;     // [max_seq_len, D] added to the embeddings; undefined with RoPE
-  Tensor h;             // [B, D]: a norm's output, then a sub-layer's
-  Tensor q, k, v;       // [B, H·E], [B, Hkv·E], [B, Hkv·E]
-  Tensor q4, k4, v4;    // the same as [B, heads, 1, E]
-  Tensor attention;     // [B, H, 1, E]
-  Tensor attention_2d;  // the same as [B, H·E]
-  Tensor hidden, gate;  // [B, ffn_hidden] (gate: SwiGLU only)
-  SdpaWorkspace workspace;
-};
-
-// Where the keys and values of a decoding step's rows go: one cache whose
-// batch is the step's rows, or one cache of batch 1 per row (sequences of
-// different lengths decoded together).
-struct StepCaches {
-  KVCache* shared = nullptr;
-  std::span<KVCache* const> per_row;
+  Tensor x;                    // [R, D]: the residual stream
+  Tensor positions;            // [max_seq_len, D] added to the embeddings; undefined with RoPE
+  Tensor h;                    // [R, D]: a norm's output, then a sub-layer's
+  AttentionBuffers attention;  // q, k, v and the heads
+  Tensor hidden, gate;         // [R, ffn_hidden] (gate: SwiGLU only)
 };
 
 class DecoderBlock : public ModuleBase<DecoderBlock, DecoderBlockOptions> {
@@ -86,37 +75,33 @@ class DecoderBlock : public ModuleBase<DecoderBlock, DecoderBlockOptions> {
   // modules they mirror, in that order; the norms to 1 (and 0).
   DecoderBlock(const DecoderBlockOptions& options, Generator* gen);
 
-  // Whole sequences at positions offset, offset + 1, …: causal self-attention
-  // over them. With `cache`, their keys and values are appended to its layer
-  // `layer` first and the queries attend to every cached position. With
-  // `record` (training, no cache), also saves what backward() needs.
+  // The block, written once: prefill, a decoding step, sequences decoded
+  // together and training all run it. B sequences of T new tokens; token
+  // (b, t) at position positions[b] + t (positions[0] + t for every b when one
+  // is given); keys and values go to `caches` (see GroupedQueryAttention::
+  // forward_into). Inference updates x in place and allocates nothing once
+  // the buffers hold B·T rows. With a record (training, no caches), x is
+  // replaced by a new tensor and the record keeps what backward() needs.
+  // x: [B, T, D] contiguous  ->  x
+  void forward_into(Tensor& x, std::span<const int64_t> positions, const PassCaches& caches,
+                    DecoderBuffers& buffers, DecoderBlockRecord* record = nullptr) const;
+
+  // forward_into on a copy of x, with buffers of its own: whole sequences at
+  // positions offset, offset + 1, … (appended to layer `layer` of `cache`
+  // first when one is given).
   // x: [B, T, D]  ->  like x
   Tensor forward(const Tensor& x, int64_t offset = 0, KVCache* cache = nullptr, int64_t layer = 0,
-                 DecoderBlockRecord* record = nullptr);
+                 DecoderBlockRecord* record = nullptr) const;
 
   // Training: forward(x) with a record.
   // x: [B, T, D]  ->  like x
-  Tensor forward(const Tensor& x, DecoderBlockRecord* record) {
+  Tensor forward(const Tensor& x, DecoderBlockRecord* record) const {
     return forward(x, 0, nullptr, 0, record);
   }
 
   // Adds the parameter gradients to the buffers, returns ∂loss/∂x.
   // grad_output: [B, T, D]  ->  like grad_output
   Tensor backward(const Tensor& grad_output, const DecoderBlockRecord& record);
-
-  // One decoding step, allocating nothing: n tokens, token r at positions[r]
-  // (or all at positions[0]), their keys and values appended to layer `layer`
-  // of `caches`; each token attends over its own cache. The linear layers run
-  // once over the n rows. x is updated in place.
-  // x: [n, D], n <= the buffers' B
-  void step_into(Tensor& x, std::span<const int64_t> positions, const StepCaches& caches,
-                 int64_t layer, DecoderStepBuffers& buffers) const;
-  // The same for B tokens at `position` in one cache of batch B.
-  // x: [B, D]
-  void step_into(Tensor& x, int64_t position, KVCache& cache, int64_t layer,
-                 DecoderStepBuffers& buffers) const {
-    step_into(x, {&position, 1}, {.shared = &cache, .per_row = {}}, layer, buffers);
-  }
 
  private:
   // attention_norm.*, attention.{q,k,v,o}_proj.*, ffn_norm.*, feed_forward.*

@@ -100,6 +100,16 @@ DecoderModelConfig resolved_config(const DecoderModelConfig& config);
 // The options of the config's blocks.
 DecoderBlockOptions block_options(const DecoderModelConfig& config);
 
+// Where the tokens of a DecoderModel::forward_into sit and where their keys
+// and values go.
+struct DecoderPass {
+  int64_t batch_size = 1;  // B: the ids are B sequences of T tokens
+  // The position of each sequence's first new token, or one for all of them.
+  std::span<const int64_t> positions;
+  PassCaches caches;       // none, one of batch B, or one of batch 1 per sequence
+  bool last_only = false;  // the logits of each sequence's last token only
+};
+
 // What DecoderModel::forward saves for its backward: each block's record and the model's.
 struct DecoderModelRecord {
   int64_t batch_size = 0;  // B
@@ -118,36 +128,42 @@ class DecoderModel : public ModuleBase<DecoderModel> {
   // linear and untied head weights are left unset.
   explicit DecoderModel(const DecoderModelConfig& config, Generator* gen = nullptr);
 
+  // The model, written once: the prompt, a decoding step, sequences decoded
+  // together and training all run it. B sequences of T new tokens each;
+  // token (b, t) at position pass.positions[b] + t (see DecoderPass); every
+  // linear layer reads its weights once for all B·T rows, attention runs as
+  // GroupedQueryAttention::forward_into says. Inference allocates nothing
+  // once `buffers` hold B·T rows (make_buffers). With a record (training:
+  // no caches, every position), the record keeps what backward() needs.
+  // ids: B·T ids, row-major [B, T]  ->  logits: [B, T, vocab], or [B, vocab]
+  // with pass.last_only (preallocated, contiguous)
+  void forward_into(Tensor& logits, std::span<const int64_t> ids, const DecoderPass& pass,
+                    DecoderBuffers& buffers, DecoderModelRecord* record = nullptr) const;
+  // The buffers of forward_into() for up to `rows` tokens at once.
+  DecoderBuffers make_buffers(int64_t rows) const;
+
+  // The wrappers below run forward_into with buffers of their own.
   // Logits of every position of B sequences of T tokens (causal attention).
   // ids: B·T ids, row-major [B, T]  ->  [B, T, vocab]
-  Tensor forward(std::span<const int64_t> ids, int64_t batch_size = 1);
+  Tensor forward(std::span<const int64_t> ids, int64_t batch_size = 1) const;
 
   // The same, continuing the sequences whose keys and values `cache` holds:
   // the new tokens sit at positions cache.length() … and are appended to it
   // (one step or a whole prompt at once).
   // ids: B·T ids, row-major [B, T]  ->  [B, T, vocab]
-  Tensor forward(std::span<const int64_t> ids, int64_t batch_size, KVCache& cache);
+  Tensor forward(std::span<const int64_t> ids, int64_t batch_size, KVCache& cache) const;
 
   // As forward(ids, batch_size, cache), but only the last position goes
   // through the output head (a prompt's prefill: a [B, T, vocab] result
   // would cost T times the head's work and memory).
   // ids: B·T ids, row-major [B, T]  ->  [B, vocab]
-  Tensor forward_last(std::span<const int64_t> ids, int64_t batch_size, KVCache& cache);
-
-  // One decoding step, allocating nothing: n tokens, token r at positions[r]
-  // (or all at positions[0]), their keys and values appended to `caches`
-  // (DecoderBlock::step_into). Every weight is read once for the n rows.
-  // tokens: [n]  ->  logits: [n, vocab] (preallocated, contiguous)
-  void step_into(Tensor& logits, std::span<const int64_t> tokens,
-                 std::span<const int64_t> positions, const StepCaches& caches,
-                 DecoderStepBuffers& buffers) const;
-  // The buffers of step_into() for up to batch_size tokens.
-  DecoderStepBuffers make_step_buffers(int64_t batch_size) const;
+  Tensor forward_last(std::span<const int64_t> ids, int64_t batch_size, KVCache& cache) const;
 
   // Training: forward(ids, batch_size) that also saves what backward() needs
   // (nullptr: as forward(ids, batch_size)).
   // ids: B·T ids, row-major [B, T]  ->  [B, T, vocab]
-  Tensor forward(std::span<const int64_t> ids, int64_t batch_size, DecoderModelRecord* record);
+  Tensor forward(std::span<const int64_t> ids, int64_t batch_size,
+                 DecoderModelRecord* record) const;
 
   // Adds every parameter's gradient to its buffer (see parameters()); the ids
   // have none. With tied embeddings the head's gradient and the embedding
@@ -191,17 +207,15 @@ class DecoderModel : public ModuleBase<DecoderModel> {
   // The names listed at the top of this file, in that order.
   void list_members(MemberList& m) override;
 
-  // Every forward over whole sequences. last_only: the logits of the last
-  // position only, [B, vocab]. record: training (no cache).
-  Tensor forward_impl(std::span<const int64_t> ids, int64_t batch_size, KVCache* cache,
-                      bool last_only = false, DecoderModelRecord* record = nullptr);
+  // forward_into with buffers of its own, after checking `cache` (when
+  // given) against the model: the wrappers above.
+  Tensor forward_whole(std::span<const int64_t> ids, int64_t batch_size, KVCache* cache,
+                       bool last_only = false, DecoderModelRecord* record = nullptr) const;
   // T of B·T ids, checked.
   int64_t sequence_length(std::span<const int64_t> ids, int64_t batch_size) const;
-  // Token embeddings plus positions offset … offset + T - 1 (checked against
-  // the position table).
-  // ids: B·T ids  ->  [B, T, D]
-  Tensor embed(std::span<const int64_t> ids, int64_t batch_size, int64_t offset,
-               EmbeddingRecord* record) const;
+  // Throws unless `cache` fits the model and batch, its layers agree and T
+  // more positions fit.
+  void check_cache(const KVCache& cache, int64_t batch_size, int64_t T) const;
 
   DecoderModelConfig config_;
   Embedding tok_embeddings_;

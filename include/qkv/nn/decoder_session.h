@@ -88,7 +88,7 @@ class DecoderSession {
   const DecoderModelConfig config_;
   int64_t batch_size_;
   KVCache cache_;
-  DecoderStepBuffers buffers_;             // shared by the blocks' steps
+  DecoderBuffers buffers_;                 // the steps' working tensors
   Tensor logits_;                          // [B, vocab]
   mutable std::vector<float> logits_f32_;  // logits_row() of float64 models
 };

@@ -68,6 +68,28 @@ struct GroupedQueryAttentionForward {
   int64_t cache_layer = 0;
 };
 
+// Where a pass's keys and values go: one cache of batch B, or one cache of
+// batch 1 per sequence (sequences of different lengths decoded together), or
+// none (whole sequences: training, or inference without a cache).
+struct PassCaches {
+  KVCache* shared = nullptr;
+  std::span<KVCache* const> per_sequence;
+  int64_t layer = 0;  // the caches' layer this attention reads and appends to
+  bool empty() const { return shared == nullptr && per_sequence.empty(); }
+};
+
+// The working tensors of forward_into over up to R rows (B·T <= R),
+// preallocated once and reused by every layer; a pass of B·T rows uses the
+// first B·T of each.
+struct AttentionBuffers {
+  AttentionBuffers(const GroupedQueryAttentionOptions& options, int64_t rows);
+
+  Tensor q;      // [R, H·E]
+  Tensor k, v;   // [R, Hkv·E]
+  Tensor heads;  // [R, H·E]: the attention output, heads side by side
+  SdpaWorkspace workspace;
+};
+
 // Per-head projections of a batch-first input.
 struct ProjectedQkv {
   Tensor q;  // [B, H, L, E]   (rotated)
@@ -104,15 +126,21 @@ class GroupedQueryAttention
   // x: [B, L, D]  ->  q [B, H, L, E], k and v [B, Hkv, L, E]
   ProjectedQkv project(const Tensor& x, int64_t position_offset = 0) const;
 
-  // One decoding step, allocating nothing: the projections of B tokens, RoPE
-  // applied (when the module has it) with token b at positions[b], or every
-  // token at positions[0] when one position is given.
-  // x: [B, D]  ->  q: [B, H·E]  k, v: [B, Hkv·E] (preallocated, contiguous)
-  void project_into(Tensor& q, Tensor& k, Tensor& v, const Tensor& x,
-                    std::span<const int64_t> positions) const;
-  // o_proj of the attention output, heads side by side, allocating nothing.
-  // heads: [B, H·E]  ->  out: [B, D] (preallocated)
-  void output_into(Tensor& out, const Tensor& heads) const;
+  // Self-attention of B sequences of T new tokens each, the decoder's one
+  // attention code (prefill, a decoding step, sequences decoded together,
+  // training). Row (b, t) sits at position positions[b] + t (positions[0] + t
+  // for every b when one position is given). Without caches: causal
+  // attention over the T rows. With caches: the rows' keys and values are
+  // appended to layer `layer` first, and each query attends over its
+  // sequence's cached positions (bottom-right causal). Inference allocates
+  // nothing once `buffers` hold B·T rows and the SDPA workspace has grown.
+  // With a record (training, no caches): scratch tensors are new and kept,
+  // and the record gets what backward() needs.
+  // x: [B, T, D] contiguous  ->  out: [B, T, D] (preallocated, may be x;
+  // with a record, replaced by a new tensor)
+  void forward_into(Tensor& out, const Tensor& x, std::span<const int64_t> positions,
+                    const PassCaches& caches, AttentionBuffers& buffers,
+                    GroupedQueryAttentionRecord* record = nullptr) const;
 
   // Attention of the queries over S keys, heads merged, then o_proj.
   // args.position_offset is not used here (positions are already in q and k).

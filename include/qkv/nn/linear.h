@@ -51,9 +51,10 @@ class Linear : public ModuleBase<Linear, LinearOptions> {
   // converted at that call (LowPrecisionWeight); recording needs kFloat32.
   Tensor forward(const Tensor& x, LinearRecord* record = nullptr) const;
 
-  // Inference into a preallocated buffer, allocating nothing (decoding steps).
+  // Into a preallocated buffer, allocating nothing (decoding steps); with a
+  // record, as forward's (x must then stay unchanged until the backward).
   // x: [..., in_features]  out: [..., out_features]; both contiguous, not overlapping
-  void forward_into(Tensor& out, const Tensor& x) const;
+  void forward_into(Tensor& out, const Tensor& x, LinearRecord* record = nullptr) const;
   // forward_into, then activate_into(out, out, activation): in low precision
   // the activation runs on each block of out while it is in cache.
   void forward_into(Tensor& out, const Tensor& x, Activation activation) const;
@@ -83,6 +84,8 @@ class Linear : public ModuleBase<Linear, LinearOptions> {
   void update_precision() override;
   // Throws naming the module when there is no weight of either kind.
   void check_weight() const;
+  // Keeps x in `record` (when given) after checking the weight can train.
+  void record_input(const Tensor& x, LinearRecord* record, const char* fn) const;
 
   Tensor weight_;                            // [out, in]
   Tensor bias_;                              // [out] or undefined
