@@ -117,9 +117,7 @@ TEST(FeedForwardInference, ForwardIntoMatchesForward) {
 TEST(DecoderBlockInference, StepIntoMatchesTheCachedForward) {
   for (FeedForwardKind ffn : {FeedForwardKind::kSwiGLU, FeedForwardKind::kGelu}) {
     const DecoderBlockOptions o{
-        .d_model = kD,
-        .num_heads = 4,
-        .num_kv_heads = 2,
+        .attention = {.embed_dim = kD, .num_heads = 4, .num_kv_heads = 2},
         .ffn_hidden = kF,
         .norm = ffn == FeedForwardKind::kGelu ? NormKind::kLayerNorm : NormKind::kRMSNorm,
         .ffn = ffn};

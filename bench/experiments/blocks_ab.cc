@@ -134,12 +134,8 @@ std::vector<double> bench_gguf_gen(const Options& o) { return bench_gguf(o, 1, 1
 std::vector<double> bench_decode(const Options& o) {
   constexpr int64_t kPrompt = 16, kNew = 512;
   Generator gen(1234);
-  nn::DecoderModel model({.vocab_size = 256,
-                          .d_model = 384,
-                          .num_layers = 6,
-                          .num_heads = 6,
-                          .max_seq_len = 1024,
-                          .positions = nn::PositionKind::kRope,
+  nn::DecoderModel model({.vocab_size = 256, .d_model = 384, .num_layers = 6, .num_heads = 6,
+                          .max_seq_len = 1024, .positions = nn::PositionKind::kRope,
                           .ffn = nn::FeedForwardKind::kSwiGLU},
                          &gen);
   nn::DecoderSession session(model);
@@ -172,12 +168,8 @@ std::vector<double> bench_train(const Options& o) {
   constexpr int64_t kBatch = 32, kTokens = 128, kD = 384;
   Generator gen(4321);
   nn::TransformerEncoderOptions options;
-  options.layer = {.d_model = kD,
-                   .nhead = 12,
-                   .dim_feedforward = 1536,
-                   .dropout = 0.0,
-                   .activation = Activation::kGelu,
-                   .batch_first = true};
+  options.layer = {.d_model = kD, .nhead = 12, .dim_feedforward = 1536, .dropout = 0.0,
+                   .activation = Activation::kGelu, .batch_first = true};
   options.num_layers = 6;
   nn::TransformerEncoder encoder(options, &gen);
   const Tensor x = Tensor::randn({kBatch, kTokens, kD}, gen);
@@ -218,22 +210,14 @@ int main(int argc, char** argv) {
     const std::string a = argv[i];
     if (i + 1 >= argc) return usage(argv[0]);
     const char* v = argv[++i];
-    if (a == "--model")
-      o.model = v;
-    else if (a == "--gguf")
-      o.gguf = v;
-    else if (a == "--warmup")
-      o.warmup = std::atoi(v);
-    else if (a == "--reps-embed")
-      o.reps_embed = std::atoi(v);
-    else if (a == "--reps-decode")
-      o.reps_decode = std::atoi(v);
-    else if (a == "--reps-train")
-      o.reps_train = std::atoi(v);
-    else if (a == "--only")
-      o.only = v;
-    else
-      return usage(argv[0]);
+    if (a == "--model") o.model = v;
+    else if (a == "--gguf") o.gguf = v;
+    else if (a == "--warmup") o.warmup = std::atoi(v);
+    else if (a == "--reps-embed") o.reps_embed = std::atoi(v);
+    else if (a == "--reps-decode") o.reps_decode = std::atoi(v);
+    else if (a == "--reps-train") o.reps_train = std::atoi(v);
+    else if (a == "--only") o.only = v;
+    else return usage(argv[0]);
   }
   if (o.warmup < 0 || o.reps_embed < 1 || o.reps_decode < 1 || o.reps_train < 1)
     return usage(argv[0]);

@@ -11,54 +11,47 @@ namespace qkv::nn {
 namespace {
 
 detail::FeedForwardNet make_feed_forward(const DecoderBlockOptions& o, Generator* gen) {
+  const GroupedQueryAttentionOptions& a = o.attention;
   if (o.ffn == FeedForwardKind::kGelu)
-    return FeedForward({.d_model = o.d_model,
+    return FeedForward({.d_model = a.embed_dim,
                         .dim_feedforward = o.ffn_hidden,
                         .activation = Activation::kGelu,
-                        .bias = o.bias,
-                        .dtype = o.dtype},
+                        .bias = a.bias,
+                        .dtype = a.dtype},
                        gen);
   return SwiGLUFeedForward(
-      {.d_model = o.d_model, .hidden_dim = o.ffn_hidden, .bias = o.bias, .dtype = o.dtype}, gen);
+      {.d_model = a.embed_dim, .hidden_dim = o.ffn_hidden, .bias = a.bias, .dtype = a.dtype}, gen);
 }
 
-GroupedQueryAttentionOptions attention_options(const DecoderBlockOptions& o) {
-  return {.embed_dim = o.d_model,
-          .num_heads = o.num_heads,
-          .num_kv_heads = o.num_kv_heads,
-          .bias = o.bias,
-          .rope = o.rope,
-          .rope_base = o.rope_base,
-          .rope_style = o.rope_style,
-          .rope_freq_factors = o.rope_freq_factors,
-          .dtype = o.dtype};
+detail::Norm make_norm(const DecoderBlockOptions& o) {
+  const GroupedQueryAttentionOptions& a = o.attention;
+  return detail::make_norm(o.norm, a.embed_dim, o.norm_eps, a.bias, a.dtype);
 }
 
 }  // namespace
 
 DecoderBuffers::DecoderBuffers(const DecoderBlockOptions& o, int64_t rows)
-    : attention(attention_options(o), rows) {
-  x = Tensor::zeros({rows, o.d_model}, o.dtype);
-  h = Tensor::zeros({rows, o.d_model}, o.dtype);
-  hidden = Tensor::zeros({rows, o.ffn_hidden}, o.dtype);
-  if (o.ffn == FeedForwardKind::kSwiGLU) gate = Tensor::zeros({rows, o.ffn_hidden}, o.dtype);
+    : attention(o.attention, rows) {
+  const DType dtype = o.attention.dtype;
+  x = Tensor::zeros({rows, o.attention.embed_dim}, dtype);
+  h = Tensor::zeros({rows, o.attention.embed_dim}, dtype);
+  hidden = Tensor::zeros({rows, o.ffn_hidden}, dtype);
+  if (o.ffn == FeedForwardKind::kSwiGLU) gate = Tensor::zeros({rows, o.ffn_hidden}, dtype);
 }
 
 DecoderBlock::DecoderBlock(const DecoderBlockOptions& options, Generator* gen)
     : ModuleBase("DecoderBlock", options),
-      attention_norm_(detail::make_norm(options.norm, options.d_model, options.norm_eps,
-                                        options.bias, options.dtype)),
-      attention_(attention_options(options), gen),
-      ffn_norm_(detail::make_norm(options.norm, options.d_model, options.norm_eps, options.bias,
-                                  options.dtype)),
+      attention_norm_(make_norm(options)),
+      attention_(options.attention, gen),
+      ffn_norm_(make_norm(options)),
       feed_forward_(make_feed_forward(options, gen)) {}
 
 void DecoderBlock::forward_into(Tensor& x, std::span<const int64_t> positions,
                                 const PassCaches& caches, DecoderBuffers& buffers,
                                 DecoderBlockRecord* r) const {
   const int64_t B = x.size(0), T = x.size(1);
-  QKV_CHECK(x.dim() == 3 && x.size(2) == options_.d_model && B * T <= buffers.h.size(0),
-            "DecoderBlock::forward_into: x must be [B, T, ", options_.d_model,
+  QKV_CHECK(x.dim() == 3 && x.size(2) == options_.attention.embed_dim && B * T <= buffers.h.size(0),
+            "DecoderBlock::forward_into: x must be [B, T, ", options_.attention.embed_dim,
             "] with B·T <= the buffers' ", buffers.h.size(0), " rows, got ", shape_str(x.shape()));
   // The first B·T rows of a buffer as [B, T, cols] (in training, the
   // sub-layers return new tensors instead, which the record keeps).

@@ -14,19 +14,19 @@
 namespace qkv::nn {
 
 DecoderBlockOptions block_options(const DecoderModelConfig& c) {
-  return {.d_model = c.d_model,
-          .num_heads = c.num_heads,
-          .num_kv_heads = c.num_kv_heads,
+  return {.attention = {.embed_dim = c.d_model,
+                        .num_heads = c.num_heads,
+                        .num_kv_heads = c.num_kv_heads,
+                        .bias = c.bias,
+                        .rope = c.positions == PositionKind::kRope,
+                        .rope_base = c.rope_base,
+                        .rope_style = c.rope_style,
+                        .rope_freq_factors = c.rope_freq_factors,
+                        .dtype = c.dtype},
           .ffn_hidden = c.ffn_hidden,
           .norm = c.norm,
           .norm_eps = c.norm_eps,
-          .ffn = c.ffn,
-          .rope = c.positions == PositionKind::kRope,
-          .rope_base = c.rope_base,
-          .rope_style = c.rope_style,
-          .rope_freq_factors = c.rope_freq_factors,
-          .bias = c.bias,
-          .dtype = c.dtype};
+          .ffn = c.ffn};
 }
 
 DecoderModelConfig resolved_config(const DecoderModelConfig& config) {
@@ -157,14 +157,7 @@ void DecoderModel::set_quantized_output_weight(QuantizedWeight weight) {
   const DecoderModelConfig& c = config_;
   const char* m = "DecoderModel::set_quantized_output_weight";
   QKV_CHECK(!c.tie_embeddings, m, ": the head is tied to tok_embeddings; set that");
-  QKV_CHECK(
-      !weight.empty() && weight.out_features() == c.vocab_size && weight.in_features() == c.d_model,
-      m, ": expected [", c.vocab_size, ", ", c.d_model, "], got ",
-      weight.empty()
-          ? std::string("an empty weight")
-          : qkv::detail::concat("[", weight.out_features(), ", ", weight.in_features(), "]"));
-  QKV_CHECK_TYPE(c.dtype == DType::kFloat32, m, ": needs a float32 model, this one is ",
-                 dtype_name(c.dtype));
+  detail::check_quantized_weight(weight, c.vocab_size, c.d_model, c.dtype, m, "head weight");
   quantized_output_ = std::move(weight);
   output_ = Tensor();
 }

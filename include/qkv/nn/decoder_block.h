@@ -30,20 +30,14 @@ enum class NormKind { kRMSNorm, kLayerNorm };
 enum class FeedForwardKind { kSwiGLU, kGelu };
 
 struct DecoderBlockOptions {
-  int64_t d_model = 0;       // D
-  int64_t num_heads = 0;     // H
-  int64_t num_kv_heads = 0;  // Hkv, divides H
-  int64_t ffn_hidden = 0;    // the feed-forward network's hidden width
+  // The attention (heads, RoPE, head dim). Its embed_dim is the block's width
+  // D, its bias and dtype the block's: the norms and the feed-forward network
+  // take them too.
+  GroupedQueryAttentionOptions attention;
+  int64_t ffn_hidden = 0;  // the feed-forward network's hidden width
   NormKind norm = NormKind::kRMSNorm;
   double norm_eps = 1e-5;
   FeedForwardKind ffn = FeedForwardKind::kSwiGLU;
-  bool rope = true;  // rotate q and k; false: positions enter elsewhere
-  double rope_base = 10000.0;
-  RopeStyle rope_style = RopeStyle::kHalfSplit;
-  // Empty, or RotaryEmbeddingOptions::freq_factors.
-  std::vector<double> rope_freq_factors;
-  bool bias = false;  // in every linear layer (and LayerNorm)
-  DType dtype = DType::kFloat32;
 };
 
 // What DecoderBlock::forward saves for its backward. The variants hold the
