@@ -61,6 +61,15 @@ def memory_kib():
     return fields.get("VmRSS", 0), fields.get("VmHWM", 0)
 
 
+def timed_stage(stages, name, run):
+    """Times run(), then notes the memory after stage `name`. -> (run's result, seconds)"""
+    start = time.perf_counter()
+    result = run()
+    seconds = time.perf_counter() - start
+    stages.append((name, memory_kib()))
+    return result, seconds
+
+
 def prompt_ids(model_path, count):
     """`count` ids of real text, encoded by the file's own tokenizer."""
     import qkv
@@ -86,14 +95,8 @@ def run_qkv(model_path, ids, new, threads, kv_cache, stages):
     stages.append(("load", memory_kib()))
     session = model.model.session(max_len=len(ids) + new + 1)
     stages.append(("cache", memory_kib()))
-    start = time.perf_counter()
-    session.prefill(ids)
-    prompt_s = time.perf_counter() - start
-    stages.append(("prompt", memory_kib()))
-    start = time.perf_counter()
-    out = session.decode(new, temperature=0.0)
-    gen_s = time.perf_counter() - start
-    stages.append(("generation", memory_kib()))
+    _, prompt_s = timed_stage(stages, "prompt", lambda: session.prefill(ids))
+    out, gen_s = timed_stage(stages, "generation", lambda: session.decode(new, temperature=0.0))
     return prompt_s, gen_s, [int(t) for t in out]
 
 
@@ -106,23 +109,21 @@ def run_llamacpp(model_path, ids, new, threads, kv_cache, stages):
                 n_ubatch=len(ids), n_threads=threads, n_threads_batch=threads, verbose=False)
     stages.append(("load", memory_kib()))
     stages.append(("cache", memory_kib()))
-    start = time.perf_counter()
-    llm.eval(ids)
-    prompt_s = time.perf_counter() - start
-    stages.append(("prompt", memory_kib()))
+    _, prompt_s = timed_stage(stages, "prompt", lambda: llm.eval(ids))
     vocab = llm.n_vocab()
 
     def last_logits():  # the one row llama.cpp computes without logits_all
         return np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(vocab,))
 
-    out = []
-    start = time.perf_counter()
-    for _ in range(new):
-        token = int(np.argmax(last_logits()))
-        out.append(token)
-        llm.eval([token])
-    gen_s = time.perf_counter() - start
-    stages.append(("generation", memory_kib()))
+    def greedy():
+        out = []
+        for _ in range(new):
+            token = int(np.argmax(last_logits()))
+            out.append(token)
+            llm.eval([token])
+        return out
+
+    out, gen_s = timed_stage(stages, "generation", greedy)
     return prompt_s, gen_s, out
 
 

@@ -1,5 +1,5 @@
-// Reads a PNG back with libpng's simplified API, independently of qkv's own
-// encoder, for the heatmap tests (tests/test_heatmap*.cc, linked to libpng).
+// For the heatmap tests (tests/test_heatmap*.cc, linked to libpng): reads a
+// PNG back with libpng's simplified API, independently of qkv's own encoder.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -11,6 +11,9 @@
 #include "qkv/viz/image.h"
 
 namespace qkv_test {
+
+// The heatmaps' background.
+inline constexpr qkv::viz::Rgb kWhite = {255, 255, 255};
 
 // The 8-bit RGB image of a colour PNG without alpha (as qkv writes them); a
 // test failure and an empty image when libpng cannot read it.

@@ -27,7 +27,6 @@ namespace fs = std::filesystem;
 constexpr Rgb kLightest = {247, 251, 255};
 constexpr Rgb kDarkest = {8, 48, 107};
 constexpr Rgb kGrid = {200, 200, 200};
-constexpr Rgb kWhite = {255, 255, 255};
 
 [[maybe_unused]] std::ostream& operator<<(std::ostream& out, const Rgb& c) {
   return out << "(" << int(c.r) << ", " << int(c.g) << ", " << int(c.b) << ")";
@@ -92,7 +91,7 @@ TEST(RenderHeatmap, LayoutCellsGridAndColorBar) {
   EXPECT_EQ(image.at(5, 11), kGrid);
   EXPECT_EQ(image.at(34 - 1, 22), kGrid);
   // Gap between the cells and the colour bar stays white.
-  EXPECT_EQ(image.at(36, 10), kWhite);
+  EXPECT_EQ(image.at(36, 10), qkv_test::kWhite);
   // Colour bar: darkest at the top of its strip, lightest at the bottom.
   const int64_t bar_x = 34 + 5 + 1 + 4;
   EXPECT_EQ(image.at(bar_x, 1), kDarkest);

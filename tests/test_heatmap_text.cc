@@ -16,10 +16,9 @@ namespace qkv::viz {
 namespace {
 
 using qkv_test::expect_error;
+using qkv_test::kWhite;
 using qkv_test::read_png;
 namespace fs = std::filesystem;
-
-constexpr Rgb kWhite = {255, 255, 255};
 
 // Pixels of `box` that are not the white background.
 int64_t ink(const RgbImage& image, const Box& box) {

@@ -210,16 +210,22 @@ TEST(ModulePrecision, RecordedRangesSmoothInt8Linear) {
   EXPECT_NEAR(relative_error(lin.forward(x), exact), plain, 1e-12);
 }
 
+// A post-norm encoder layer of width 64 (4 heads, FFN 128), in eval mode.
+qkv::nn::TransformerEncoderLayer small_encoder_layer(Generator& gen) {
+  qkv::nn::TransformerEncoderLayer layer(
+      {.d_model = 64, .nhead = 4, .dim_feedforward = 128, .dropout = 0.0, .batch_first = true},
+      &gen);
+  layer.eval();
+  return layer;
+}
+
 // The ranges recorded through a layer reach its attention's projections (the
 // feed-forward computes in bfloat16 under int8: feed_forward.h). That
 // smoothing lowers the error is RecordedRangesSmoothInt8Linear's test; on a
 // whole random layer the change is within the int8 noise either way.
 TEST(ModulePrecision, RecordedRangesSmoothInt8EncoderLayer) {
   Generator gen(8);
-  qkv::nn::TransformerEncoderLayer layer(
-      {.d_model = 64, .nhead = 4, .dim_feedforward = 128, .dropout = 0.0, .batch_first = true},
-      &gen);
-  layer.eval();
+  qkv::nn::TransformerEncoderLayer layer = small_encoder_layer(gen);
   const Tensor x = with_outlier_feature({2, 9, 64}, gen);  // the attention's input
   const Tensor exact = layer.forward(x);
   layer.set_precision(Precision::kInt8);
@@ -264,10 +270,7 @@ TEST(ModulePrecision, Int8FeedForwardRunsInBFloat16) {
 
 TEST(ModulePrecision, EncoderLayerBothPathsCloseToFloat32) {
   Generator gen(11);
-  qkv::nn::TransformerEncoderLayer layer(
-      {.d_model = 64, .nhead = 4, .dim_feedforward = 128, .dropout = 0.0, .batch_first = true},
-      &gen);
-  layer.eval();
+  qkv::nn::TransformerEncoderLayer layer = small_encoder_layer(gen);
   const Tensor x = Tensor::randn({2, 9, 64}, gen);
   const Tensor exact = layer.forward(x);
   for (Precision p : kLowPrecisions) {

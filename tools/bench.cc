@@ -132,6 +132,13 @@ void add_attention(std::vector<Workload>& out) {
 
 // --- Decoding a GGUF model -----------------------------------------------------
 
+// What a timed decode run works on.
+struct DecodeRun {
+  std::shared_ptr<models::GgufModel> model;
+  std::shared_ptr<nn::DecoderSession> session;  // emptied before each run
+  std::vector<int64_t> ids;                     // the prompt: random ids
+};
+
 void add_decode(std::vector<Workload>& out, const std::string& model, int64_t prompt_tokens,
                 int64_t gen_tokens) {
   // Loaded by the first decode workload that runs; shared by both.
@@ -144,57 +151,50 @@ void add_decode(std::vector<Workload>& out, const std::string& model, int64_t pr
     }
     return *loaded;
   };
-  // Random ids: the cost of a pass does not depend on which tokens they are.
-  const auto random_ids = [](int64_t n, int64_t vocab) {
-    Generator gen(0);
-    std::vector<int64_t> ids(n);
-    for (int64_t& id : ids) id = static_cast<int64_t>(gen.next_u64() % vocab);
-    return ids;
+  // A decode/* workload of `tokens` tokens per run, in the --quick set. Each run
+  // starts from an empty session of `capacity` positions; `time_run` times the
+  // part measured, given the model, the session and `prompt` random ids (the
+  // cost of a pass does not depend on which tokens they are).
+  const auto add = [&out, load](std::string name, std::string what, int64_t tokens,
+                                int64_t capacity, int64_t prompt,
+                                std::function<double(const DecodeRun&)> time_run) {
+    out.push_back({.name = std::move(name),
+                   .what = std::move(what),
+                   .unit = "tok/s",
+                   .work = static_cast<double>(tokens),
+                   .quick = true,
+                   .prepare = [load, capacity, prompt, time_run]() -> Run {
+                     DecodeRun r;
+                     r.model = load();
+                     r.session = std::make_shared<nn::DecoderSession>(r.model->model, 1, capacity);
+                     Generator gen(0);
+                     r.ids.resize(prompt);
+                     for (int64_t& id : r.ids)
+                       id = static_cast<int64_t>(gen.next_u64() %
+                                                 r.model->model.config().vocab_size);
+                     return [r, time_run] {
+                       r.session->reset();
+                       return time_run(r);
+                     };
+                   }});
   };
-
-  Workload pp;
-  pp.name = "decode/pp" + std::to_string(prompt_tokens);
-  pp.what = "GGUF model (-m): a prompt of " + std::to_string(prompt_tokens) +
-            " tokens in one pass (prefill), from an empty cache";
-  pp.unit = "tok/s";
-  pp.work = static_cast<double>(prompt_tokens);
-  pp.quick = true;
-  pp.prepare = [load, random_ids, prompt_tokens]() -> Run {
-    std::shared_ptr<models::GgufModel> m = load();
-    auto session = std::make_shared<nn::DecoderSession>(m->model, 1, prompt_tokens);
-    auto ids = std::make_shared<std::vector<int64_t>>(
-        random_ids(prompt_tokens, m->model.config().vocab_size));
-    return [m, session, ids] {
-      session->reset();
-      return timed([&] { session->prefill(*ids); });
-    };
-  };
-  out.push_back(std::move(pp));
-
-  Workload tg;
-  tg.name = "decode/tg" + std::to_string(gen_tokens);
-  tg.what = "GGUF model (-m): " + std::to_string(gen_tokens) +
-            " tokens generated one by one (greedy) after a 1-token prompt";
-  tg.unit = "tok/s";
-  tg.work = static_cast<double>(gen_tokens);
-  tg.quick = true;
-  tg.prepare = [load, random_ids, gen_tokens]() -> Run {
-    std::shared_ptr<models::GgufModel> m = load();
-    auto session = std::make_shared<nn::DecoderSession>(m->model, 1, gen_tokens + 1);
-    auto first =
-        std::make_shared<std::vector<int64_t>>(random_ids(1, m->model.config().vocab_size));
-    return [m, session, first, gen_tokens] {
-      session->reset();
-      session->prefill(*first);
-      return timed([&] {
-        for (int64_t i = 0; i < gen_tokens; ++i) {
-          const int64_t next = argmax(session->logits_row(0));
-          session->step({&next, 1});
-        }
+  add("decode/pp" + std::to_string(prompt_tokens),
+      "GGUF model (-m): a prompt of " + std::to_string(prompt_tokens) +
+          " tokens in one pass (prefill), from an empty cache",
+      prompt_tokens, prompt_tokens, prompt_tokens,
+      [](const DecodeRun& r) { return timed([&] { r.session->prefill(r.ids); }); });
+  add("decode/tg" + std::to_string(gen_tokens),
+      "GGUF model (-m): " + std::to_string(gen_tokens) +
+          " tokens generated one by one (greedy) after a 1-token prompt",
+      gen_tokens, gen_tokens + 1, 1, [gen_tokens](const DecodeRun& r) {
+        r.session->prefill(r.ids);
+        return timed([&] {
+          for (int64_t i = 0; i < gen_tokens; ++i) {
+            const int64_t next = argmax(r.session->logits_row(0));
+            r.session->step({&next, 1});
+          }
+        });
       });
-    };
-  };
-  out.push_back(std::move(tg));
 }
 
 // --- Sentence embeddings -------------------------------------------------------

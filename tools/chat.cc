@@ -149,12 +149,10 @@ Command add_chat_command(CLI::App& parent) {
   return make_command(
       parent, "chat", "Chat with a GGUF chat model (ChatML), replies streamed as generated",
       run_chat, [](CLI::App& app, ChatOptions& options) {
-        app.add_option("model", options.model,
-                       "GGUF file of a llama-architecture chat model with a ChatML template "
-                       "(e.g. models/SmolLM2-135M-Instruct.Q4_1.gguf)")
-            ->required()
-            ->check(CLI::ExistingFile)
-            ->type_name("FILE");
+        add_model_file_argument(
+            app, options.model,
+            "GGUF file of a llama-architecture chat model with a ChatML template "
+            "(e.g. models/SmolLM2-135M-Instruct.Q4_1.gguf)");
         app.add_option("--system", options.system,
                        "System prompt (default: the template's own, if it has one)");
         add_positive(app, "--max-new-tokens", options.max_new_tokens, "Longest reply, in tokens");

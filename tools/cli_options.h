@@ -168,6 +168,15 @@ CLI::Option* add_non_negative(CLI::App& app, const std::string& name, T& value,
   return app.add_option(name, value, description)->capture_default_str()->check(at_least(T{0}));
 }
 
+// The required positional MODEL of the commands that read a model file.
+inline CLI::Option* add_model_file_argument(CLI::App& app, std::string& model,
+                                            const std::string& description) {
+  return app.add_option("model", model, description)
+      ->required()
+      ->check(CLI::ExistingFile)
+      ->type_name("FILE");
+}
+
 // The most threads --threads accepts (far above any machine qkv runs on).
 inline constexpr int kMaxThreads = 1024;
 

@@ -100,13 +100,11 @@ Command add_generate_command(CLI::App& parent) {
       parent, "generate",
       "Print text token by token from a decoder-only model file (KV-cached decoding)", run_generate,
       [](CLI::App& app, GenerateOptions& options) {
-        app.add_option("model", options.model,
-                       "Model file written by qkv train lm (models::save_decoder_model), or a "
-                       "GGUF file of a llama-architecture model (e.g. "
-                       "models/SmolLM2-135M-Instruct.Q4_1.gguf)")
-            ->required()
-            ->check(CLI::ExistingFile)
-            ->type_name("FILE");
+        add_model_file_argument(
+            app, options.model,
+            "Model file written by qkv train lm (models::save_decoder_model), or a "
+            "GGUF file of a llama-architecture model (e.g. "
+            "models/SmolLM2-135M-Instruct.Q4_1.gguf)");
         app.add_option("--prompt", options.prompt,
                        "Text to continue, printed first (default: a newline)");
         add_non_negative(app, "--max-new-tokens", options.max_new_tokens,

@@ -46,14 +46,13 @@ namespace {
 // OpenMP barriers whenever another process used a core (3x slower).
 struct LmOptions {
   std::vector<std::string> text;  // empty: train::default_fortune_files()
-  int64_t steps = 800;
-  int64_t batch_size = 8;
-  int64_t context = 256;
-  int64_t layers = 4;
-  int64_t d_model = 128;
-  int64_t heads = 4;
-  double lr = 3e-3;
-  uint64_t seed = 0;
+  // --steps, --batch-size, --context, --lr and --seed (which seeds the
+  // initialisation and the sample too); run_lm sets the rest of the schedule.
+  train::CharLmTrainOptions training{.steps = 800, .batch_size = 8, .context = 256, .lr = 3e-3};
+  // --layers, --d-model and --heads; run_lm sets the vocabulary and
+  // max_seq_len (--context).
+  nn::DecoderModelConfig model_config{
+      .d_model = 128, .num_layers = 4, .num_heads = 4, .ffn = nn::FeedForwardKind::kGelu};
   int threads = 1;
   RunOptions run;
   int64_t sample_tokens = 200;
@@ -98,14 +97,14 @@ RunIdentity lm_identity(const LmOptions& o, const train::CharCorpus& corpus) {
   std::string text;
   for (const std::string& f : o.text) text += (text.empty() ? "" : " ") + shell_word(f);
   return {"lm",
-          {{"--d-model", std::to_string(o.d_model)},
-           {"--layers", std::to_string(o.layers)},
-           {"--heads", std::to_string(o.heads)},
-           {"--context", std::to_string(o.context)},
-           {"--batch-size", std::to_string(o.batch_size)},
-           {"--steps", std::to_string(o.steps)},
-           {"--lr", exact(o.lr)},
-           {"--seed", std::to_string(o.seed)},
+          {{"--d-model", std::to_string(o.model_config.d_model)},
+           {"--layers", std::to_string(o.model_config.num_layers)},
+           {"--heads", std::to_string(o.model_config.num_heads)},
+           {"--context", std::to_string(o.training.context)},
+           {"--batch-size", std::to_string(o.training.batch_size)},
+           {"--steps", std::to_string(o.training.steps)},
+           {"--lr", exact(o.training.lr)},
+           {"--seed", std::to_string(o.training.seed)},
            {"--text", text},
            {"corpus", fingerprint(corpus.train_text + corpus.held_out_text)}}};
 }
@@ -136,8 +135,8 @@ struct Best {
 int run_lm(const LmOptions& o) {
   // Checked before training: the sample after it continues a one-character
   // prompt, and the model's longest sequence (max_seq_len) is its context.
-  QKV_CHECK(o.sample_tokens <= o.context, "--sample-tokens (", o.sample_tokens,
-            ") must be at most --context (", o.context,
+  QKV_CHECK(o.sample_tokens <= o.training.context, "--sample-tokens (", o.sample_tokens,
+            ") must be at most --context (", o.training.context,
             "): the model's longest sequence is its context");
   if (o.threads > 0) set_num_threads(o.threads);
   const Style style(stdout_wants_color());
@@ -160,13 +159,10 @@ int run_lm(const LmOptions& o) {
                            " bits/char")
             << "\n";
 
-  nn::DecoderModelConfig config{.vocab_size = vocab,
-                                .d_model = o.d_model,
-                                .num_layers = o.layers,
-                                .num_heads = o.heads,
-                                .max_seq_len = o.context,
-                                .ffn = nn::FeedForwardKind::kGelu};
-  Generator init(o.seed);
+  nn::DecoderModelConfig config = o.model_config;
+  config.vocab_size = vocab;
+  config.max_seq_len = o.training.context;
+  Generator init(o.training.seed);
   nn::DecoderModel model(config, &init);
   train::init_gpt2(model, init);
 
@@ -176,8 +172,8 @@ int run_lm(const LmOptions& o) {
   Best best;
   if (!o.run.resume.empty()) {
     resume = load_resume(o.run.resume, identity);
-    QKV_CHECK(resume->step < o.steps, "--resume: checkpoint '", o.run.resume, "' is at step ",
-              resume->step, " of ", o.steps, ": that run is finished");
+    QKV_CHECK(resume->step < o.training.steps, "--resume: checkpoint '", o.run.resume,
+              "' is at step ", resume->step, " of ", o.training.steps, ": that run is finished");
     best.restore(*resume, o.run.resume);
   }
   const std::filesystem::path dir = prepare_run_dir(o.run, "lm");
@@ -190,9 +186,10 @@ int run_lm(const LmOptions& o) {
             << style.strong("Decoder") << " (" << c.num_layers << " layers, d_model " << c.d_model
             << ", " << c.num_heads << " heads, RoPE, RMSNorm, GELU FFN " << c.ffn_hidden
             << ", tied embeddings; " << grouped(model.num_parameters()) << " parameters)\n"
-            << style.muted("context " + std::to_string(o.context) + ", batch " +
-                           std::to_string(o.batch_size) + ", " + std::to_string(o.steps) +
-                           " steps, " + std::to_string(num_threads()) +
+            << style.muted("context " + std::to_string(o.training.context) + ", batch " +
+                           std::to_string(o.training.batch_size) + ", " +
+                           std::to_string(o.training.steps) + " steps, " +
+                           std::to_string(num_threads()) +
                            (num_threads() == 1 ? " thread" : " threads") +
                            "; loss in bits per character; Ctrl-C saves a checkpoint")
             << "\n";
@@ -205,21 +202,16 @@ int run_lm(const LmOptions& o) {
             {"qkv.train.held_out_bits_per_char", fixed(bits, 4)}};
   };
   InterruptToSave interrupt;
-  CheckpointSaver saver(o.run, identity, dir, o.steps);
-  train::CharLmTrainOptions t;
-  t.steps = o.steps;
-  t.batch_size = o.batch_size;
-  t.context = o.context;
-  t.lr = o.lr;
-  t.min_lr = o.lr / 10;
-  t.seed = o.seed;
-  t.eval_every = std::max<int64_t>(1, o.steps / 5);
+  CheckpointSaver saver(o.run, identity, dir, o.training.steps);
+  train::CharLmTrainOptions t = o.training;
+  t.min_lr = t.lr / 10;
+  t.eval_every = std::max<int64_t>(1, o.training.steps / 5);
   t.eval_predictions = 8192;
   t.control.resume = resume ? &*resume : nullptr;
   t.control.after_step = [&](int64_t step, const train::Snapshot& snapshot) {
     return saver.after_step(step, snapshot, [&](io::Checkpoint& ck) { best.put(ck); });
   };
-  ProgressLine progress("lm", in_place, std::max<int64_t>(1, o.steps / 30));
+  ProgressLine progress("lm", in_place, std::max<int64_t>(1, o.training.steps / 30));
   const train::CharLmTrainResult result =
       train::train_char_lm(model, corpus, t, [&](const train::CharLmProgress& p) {
         // The progress line's held-out column is an accuracy: evaluations get their own line.
@@ -263,7 +255,7 @@ int run_lm(const LmOptions& o) {
     nn::GenerationOptions g;
     g.max_new_tokens = o.sample_tokens;
     g.sampling = {.temperature = o.temperature};
-    g.seed = o.seed;
+    g.seed = o.training.seed;
     const std::vector<int64_t> prompt = corpus.vocabulary.encode("\n");
     std::cout << "\n"
               << style.heading("Sample")
@@ -283,7 +275,7 @@ int run_lm(const LmOptions& o) {
             << ", " << fixed(best.bits, 3)
             << " bits/char)\n  Generate more with:\n    qkv generate "
             << shell_word(best_path.string()) << " --temperature 0.8 --max-new-tokens "
-            << std::min<int64_t>(o.context, 400) << "\n";
+            << std::min<int64_t>(o.training.context, 400) << "\n";
   return 0;
 }
 
@@ -297,17 +289,19 @@ Command add_train_lm(CLI::App& train) {
                        "Text files to learn (fortune files: entries separated by \"%\" lines); "
                        "default: ten files of /usr/share/games/fortunes")
             ->type_name("FILE...");
-        add_positive(app, "--steps", options.steps, "Training steps");
-        add_positive(app, "--batch-size", options.batch_size, "Windows of text per step");
-        add_defaulted(app, "--context", options.context, "Characters per window (T)")
+        add_positive(app, "--steps", options.training.steps, "Training steps");
+        add_positive(app, "--batch-size", options.training.batch_size, "Windows of text per step");
+        add_defaulted(app, "--context", options.training.context, "Characters per window (T)")
             ->check(in_range(int64_t{2}, int64_t{4096}));
-        add_defaulted(app, "--layers", options.layers, "Transformer blocks")
+        add_defaulted(app, "--layers", options.model_config.num_layers, "Transformer blocks")
             ->check(in_range(int64_t{1}, int64_t{64}));
-        add_positive(app, "--d-model", options.d_model, "Model width D");
-        add_positive(app, "--heads", options.heads, "Attention heads (D / heads must be even)");
-        add_positive(app, "--lr", options.lr,
+        add_positive(app, "--d-model", options.model_config.d_model, "Model width D");
+        add_positive(app, "--heads", options.model_config.num_heads,
+                     "Attention heads (D / heads must be even)");
+        add_positive(app, "--lr", options.training.lr,
                      "Peak learning rate (AdamW, warmup then cosine to lr/10)");
-        add_defaulted(app, "--seed", options.seed, "Seeds the initialisation, batches and sample");
+        add_defaulted(app, "--seed", options.training.seed,
+                      "Seeds the initialisation, batches and sample");
         add_threads_option(app, options.threads);
         add_run_options(app, options.run,
                         "Directory for last.safetensors, best.safetensors (the best held-out "

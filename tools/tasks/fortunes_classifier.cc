@@ -26,6 +26,11 @@ void check_batch(const TextBatch& batch, const char* who) {
               "], got ", len);
 }
 
+// The models' option checks: "<who>: <name> must be >= <least>, got <value>".
+void check_at_least(const char* who, const char* name, int64_t value, int64_t least) {
+  QKV_CHECK(value >= least, who, ": ", name, " must be >= ", least, ", got ", value);
+}
+
 nn::Embedding scaled_embedding(int64_t rows, int64_t dim, double std, Generator& gen) {
   nn::EmbeddingOptions options;
   options.num_embeddings = rows;
@@ -61,14 +66,10 @@ EncoderClassifier::EncoderClassifier(const EncoderClassifierOptions& options)
       head_({.in_features = options.d_model,
              .out_features = std::max<int64_t>(options.num_classes, 1)},
             &init_gen_) {
-  QKV_CHECK(options.vocab_size >= 2, "EncoderClassifier: vocab_size must be >= 2, got ",
-            options.vocab_size);
-  QKV_CHECK(options.num_classes >= 2, "EncoderClassifier: num_classes must be >= 2, got ",
-            options.num_classes);
-  QKV_CHECK(options.max_length >= 1, "EncoderClassifier: max_length must be >= 1, got ",
-            options.max_length);
-  QKV_CHECK(options.num_layers >= 1, "EncoderClassifier: num_layers must be >= 1, got ",
-            options.num_layers);
+  check_at_least("EncoderClassifier", "vocab_size", options.vocab_size, 2);
+  check_at_least("EncoderClassifier", "num_classes", options.num_classes, 2);
+  check_at_least("EncoderClassifier", "max_length", options.max_length, 1);
+  check_at_least("EncoderClassifier", "num_layers", options.num_layers, 1);
   QKV_CHECK(options.embedding_std > 0, "EncoderClassifier: embedding_std must be > 0, got ",
             options.embedding_std);
   if (options.pooling == Pooling::kAttention)
@@ -196,10 +197,8 @@ namespace {
 
 // `options`, once they are checked: before the probe checks its own.
 const BagOfWordsOptions& checked(const BagOfWordsOptions& options) {
-  QKV_CHECK(options.vocab_size >= 2, "BagOfWordsClassifier: vocab_size must be >= 2, got ",
-            options.vocab_size);
-  QKV_CHECK(options.num_classes >= 2, "BagOfWordsClassifier: num_classes must be >= 2, got ",
-            options.num_classes);
+  check_at_least("BagOfWordsClassifier", "vocab_size", options.vocab_size, 2);
+  check_at_least("BagOfWordsClassifier", "num_classes", options.num_classes, 2);
   return options;
 }
 
@@ -295,10 +294,8 @@ LinearProbe::LinearProbe(const LinearProbeOptions& options)
       head_({.in_features = std::max<int64_t>(options.in_features, 1),
              .out_features = std::max<int64_t>(options.num_classes, 1)},
             &init_gen_) {
-  QKV_CHECK(options.in_features >= 1, "LinearProbe: in_features must be >= 1, got ",
-            options.in_features);
-  QKV_CHECK(options.num_classes >= 2, "LinearProbe: num_classes must be >= 2, got ",
-            options.num_classes);
+  check_at_least("LinearProbe", "in_features", options.in_features, 1);
+  check_at_least("LinearProbe", "num_classes", options.num_classes, 2);
 }
 
 Tensor LinearProbe::forward(const Tensor& x, LinearProbeRecord* record) {

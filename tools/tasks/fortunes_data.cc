@@ -102,29 +102,20 @@ enum class CharClass { kWord, kMark, kApostrophe, kSpace, kIgnored, kOther };
 CharClass classify(char32_t cp) {
   if (cp == U'\'' || cp == U'\u2019') return CharClass::kApostrophe;
   if (cp < 0x80 && is_ascii_space(static_cast<char>(cp))) return CharClass::kSpace;
-  switch (utf8proc_category(static_cast<utf8proc_int32_t>(cp))) {
-    case UTF8PROC_CATEGORY_LU:
-    case UTF8PROC_CATEGORY_LL:
-    case UTF8PROC_CATEGORY_LT:
-    case UTF8PROC_CATEGORY_LM:
-    case UTF8PROC_CATEGORY_LO:
-    case UTF8PROC_CATEGORY_ND:
-    case UTF8PROC_CATEGORY_NL:
-    case UTF8PROC_CATEGORY_NO:
+  // By the general category's major class: its first letter ("Lu", "Nd", "Zs", ...).
+  const char* category = utf8proc_category_string(static_cast<utf8proc_int32_t>(cp));
+  switch (category[0]) {
+    case 'L':  // letters
+    case 'N':  // digits and other numbers
       return CharClass::kWord;
-    case UTF8PROC_CATEGORY_MN:
-    case UTF8PROC_CATEGORY_MC:
-    case UTF8PROC_CATEGORY_ME:
+    case 'M':
       return CharClass::kMark;
-    case UTF8PROC_CATEGORY_ZS:
-    case UTF8PROC_CATEGORY_ZL:
-    case UTF8PROC_CATEGORY_ZP:
+    case 'Z':
       return CharClass::kSpace;
-    // Control and format characters: some fortunes underline with "_\b".
-    case UTF8PROC_CATEGORY_CC:
-    case UTF8PROC_CATEGORY_CF:
-    case UTF8PROC_CATEGORY_CN:
-      return CharClass::kIgnored;
+    // Control, format and unassigned (Cc, Cf, Cn): some fortunes underline with
+    // "_\b". Private use (Co) and surrogates (Cs) are symbols like any other.
+    case 'C':
+      return category[1] == 'o' || category[1] == 's' ? CharClass::kOther : CharClass::kIgnored;
     default:
       return CharClass::kOther;
   }
