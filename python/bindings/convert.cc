@@ -5,20 +5,18 @@
 #include <string>
 #include <vector>
 
+#include "tensor/enum_names.h"
+
 namespace qkv::python {
 
 namespace {
 
 const char* accepted(Accept accept) {
-  switch (accept) {
-    case Accept::kFloat:
-      return "float32 or float64";
-    case Accept::kBool:
-      return "bool";
-    case Accept::kFloatOrBool:
-      return "bool, float32 or float64";
-  }
-  return "";
+  constexpr detail::EnumName<Accept> kNames[] = {
+      {Accept::kFloat, "float32 or float64"},
+      {Accept::kBool, "bool"},
+      {Accept::kFloatOrBool, "bool, float32 or float64"}};
+  return detail::name_of(kNames, accept, "");
 }
 
 bool allows(Accept accept, DType dtype) {

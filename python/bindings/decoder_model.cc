@@ -88,6 +88,16 @@ nn::GenerationOptions generation_options(py::handle args, const char* function) 
 // A copy of session logits [B, vocab] (the session reuses its buffer).
 py::array logits_copy(const Tensor& logits) { return to_numpy(logits.clone()); }
 
+// prefill and step: `run` feeds the session without the GIL; -> its new logits.
+template <class Run>
+py::array logits_after(DecoderSession& session, Run&& run) {
+  {
+    py::gil_scoped_release release;
+    run();
+  }
+  return logits_copy(session.logits());
+}
+
 }  // namespace
 
 void bind_decoder_model(py::module_& m) {
@@ -151,22 +161,14 @@ void bind_decoder_model(py::module_& m) {
             if (batch != self.batch_size() && !(batch == 1 && self.batch_size() == 1))
               throw py::value_error("DecoderSession.prefill: ids must be [B, T] with B = " +
                                     std::to_string(self.batch_size()));
-            {
-              py::gil_scoped_release release;
-              self.prefill(flat);
-            }
-            return logits_copy(self.logits());
+            return logits_after(self, [&] { self.prefill(flat); });
           },
           py::arg("ids"))
       .def(
           "step",
           [](DecoderSession& self, py::handle tokens) {
             const auto [flat, batch] = token_ids(tokens, "DecoderSession.step");
-            {
-              py::gil_scoped_release release;
-              self.step(flat);
-            }
-            return logits_copy(self.logits());
+            return logits_after(self, [&] { self.step(flat); });
           },
           py::arg("tokens"))
       .def(

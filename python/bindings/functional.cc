@@ -13,6 +13,7 @@
 #include "options.h"
 #include "qkv/attention.h"
 #include "qkv/linear.h"
+#include "tensor/enum_names.h"
 
 namespace qkv::python {
 
@@ -280,18 +281,14 @@ py::tuple sdpa_op_backward(py::handle grad_output, py::handle output, py::handle
                         to_python_or_none(grads.value), to_python_or_none(grads.attn_mask));
 }
 
+// Each kind by the name of its ScoreFunction constructor.
 const char* kind_name(ScoreFunction::Kind kind) {
-  switch (kind) {
-    case ScoreFunction::Kind::kDot:
-      return "dot";
-    case ScoreFunction::Kind::kScaledDot:
-      return "scaled_dot";
-    case ScoreFunction::Kind::kAdditive:
-      return "additive";
-    case ScoreFunction::Kind::kBilinear:
-      return "bilinear";
-  }
-  return "";
+  constexpr detail::EnumName<ScoreFunction::Kind> kNames[] = {
+      {ScoreFunction::Kind::kDot, "dot"},
+      {ScoreFunction::Kind::kScaledDot, "scaled_dot"},
+      {ScoreFunction::Kind::kAdditive, "additive"},
+      {ScoreFunction::Kind::kBilinear, "bilinear"}};
+  return detail::name_of(kNames, kind, "");
 }
 
 // A computation's result for Python: numpy arrays.

@@ -13,6 +13,9 @@
 #include <cstring>
 #include <limits>
 #include <numeric>
+#include <type_traits>
+#include <utility>
+#include <variant>
 
 #include "io/gguf_util.h"
 
@@ -62,7 +65,7 @@ std::shared_ptr<const Mapping> map_file(const std::filesystem::path& path) {
   };
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) fail("open failed", errno);
-  struct stat st {};
+  struct stat st{};
   if (::fstat(fd, &st) != 0) {
     const int error = errno;
     ::close(fd);
@@ -161,32 +164,40 @@ void check_name(const Cursor& cursor, std::string_view name, std::string_view wh
   }
 }
 
-// Bytes of one array element (the least for a string: its length field).
-uint64_t element_bytes(uint32_t type) {
-  switch (static_cast<GgufValueType>(type)) {
-    case GgufValueType::kUint8:
-    case GgufValueType::kInt8:
-    case GgufValueType::kBool:
-      return 1;
-    case GgufValueType::kUint16:
-    case GgufValueType::kInt16:
-      return 2;
-    case GgufValueType::kUint32:
-    case GgufValueType::kInt32:
-    case GgufValueType::kFloat32:
-      return 4;
-    case GgufValueType::kString:
-    case GgufValueType::kUint64:
-    case GgufValueType::kInt64:
-    case GgufValueType::kFloat64:
-      return 8;
-    case GgufValueType::kArray:
-      break;
-  }
-  return 0;
+constexpr uint32_t kValueTypeCount = std::variant_size_v<GgufValue>;  // 13
+
+// f(std::integral_constant<size_t, type>{}) for a value type number below kValueTypeCount:
+// alternative `type` of GgufValue (and of GgufArray) is that type's C++ type, so one
+// template over the index reads every type.
+template <class F>
+auto with_value_type(uint32_t type, F&& f) {
+  using Result = decltype(f(std::integral_constant<size_t, 0>{}));
+  return [&]<size_t... I>(std::index_sequence<I...>) {
+    Result result{};
+    ((type == I ? (result = f(std::integral_constant<size_t, I>{}), true) : false) || ...);
+    return result;
+  }(std::make_index_sequence<kValueTypeCount>{});
 }
 
-constexpr uint32_t kValueTypeCount = 13;
+template <size_t I>
+using ValueOf = std::variant_alternative_t<I, GgufValue>;
+
+// u8 .. f64: the types stored as their little-endian bytes.
+template <class T>
+constexpr bool kPlainNumber = std::is_arithmetic_v<T> && !std::is_same_v<T, bool>;
+
+// Bytes of one array element (the least for a string: its length field; 0 for an array).
+uint64_t element_bytes(uint32_t type) {
+  return with_value_type(type, []<size_t I>(std::integral_constant<size_t, I>) -> uint64_t {
+    using T = ValueOf<I>;
+    if constexpr (std::is_same_v<T, std::string>)
+      return sizeof(uint64_t);
+    else if constexpr (std::is_same_v<T, GgufArray>)
+      return 0;
+    else
+      return sizeof(T);
+  });
+}
 
 bool read_bool(Cursor& cursor, std::string_view what) {
   const auto byte = cursor.read<uint8_t>(what);
@@ -200,6 +211,29 @@ std::vector<T> read_numbers(Cursor& cursor, uint64_t count) {
   std::vector<T> values(count);
   const std::string_view raw = cursor.take(count * sizeof(T));
   if (count > 0) std::memcpy(values.data(), raw.data(), raw.size());
+  return values;
+}
+
+std::vector<bool> read_bools(Cursor& cursor, uint64_t count) {
+  std::vector<bool> values(count);
+  for (uint64_t i = 0; i < count; ++i) {
+    values[i] = read_bool(cursor, detail::concat("element ", i, " of the array"));
+  }
+  return values;
+}
+
+std::vector<std::string> read_strings(Cursor& cursor, uint64_t count) {
+  std::vector<std::string> values;
+  values.reserve(count);
+  for (uint64_t i = 0; i < count; ++i) {
+    // The message is built only when it is needed: arrays hold 10^5 tokens.
+    const auto length = cursor.read<uint64_t>("an array element's string length");
+    if (length > cursor.remaining()) {
+      cursor.bad("element ", i, " of the array is a string of ", length, " bytes but only ",
+                 cursor.remaining(), " bytes follow at byte ", cursor.position());
+    }
+    values.emplace_back(cursor.take(length));
+  }
   return values;
 }
 
@@ -218,84 +252,36 @@ GgufArray read_array(Cursor& cursor) {
                " needs at least ", each, " bytes per element but only ", cursor.remaining(),
                " bytes follow at byte ", cursor.position());
   }
-  switch (static_cast<GgufValueType>(type)) {
-    case GgufValueType::kUint8:
-      return read_numbers<uint8_t>(cursor, count);
-    case GgufValueType::kInt8:
-      return read_numbers<int8_t>(cursor, count);
-    case GgufValueType::kUint16:
-      return read_numbers<uint16_t>(cursor, count);
-    case GgufValueType::kInt16:
-      return read_numbers<int16_t>(cursor, count);
-    case GgufValueType::kUint32:
-      return read_numbers<uint32_t>(cursor, count);
-    case GgufValueType::kInt32:
-      return read_numbers<int32_t>(cursor, count);
-    case GgufValueType::kFloat32:
-      return read_numbers<float>(cursor, count);
-    case GgufValueType::kUint64:
-      return read_numbers<uint64_t>(cursor, count);
-    case GgufValueType::kInt64:
-      return read_numbers<int64_t>(cursor, count);
-    case GgufValueType::kFloat64:
-      return read_numbers<double>(cursor, count);
-    case GgufValueType::kBool: {
-      std::vector<bool> values(count);
-      for (uint64_t i = 0; i < count; ++i) {
-        values[i] = read_bool(cursor, detail::concat("element ", i, " of the array"));
-      }
-      return values;
-    }
-    case GgufValueType::kString: {
-      std::vector<std::string> values;
-      values.reserve(count);
-      for (uint64_t i = 0; i < count; ++i) {
-        // The message is built only when it is needed: arrays hold 10^5 tokens.
-        const auto length = cursor.read<uint64_t>("an array element's string length");
-        if (length > cursor.remaining()) {
-          cursor.bad("element ", i, " of the array is a string of ", length, " bytes but only ",
-                     cursor.remaining(), " bytes follow at byte ", cursor.position());
-        }
-        values.emplace_back(cursor.take(length));
-      }
-      return values;
-    }
-    case GgufValueType::kArray:
-      break;
-  }
-  cursor.bad("unreachable element type ", type);
+  return with_value_type(type, [&]<size_t I>(std::integral_constant<size_t, I>) -> GgufArray {
+    using T = ValueOf<I>;
+    if constexpr (std::is_same_v<T, bool>)
+      return read_bools(cursor, count);
+    else if constexpr (std::is_same_v<T, std::string>)
+      return read_strings(cursor, count);
+    else if constexpr (kPlainNumber<T>)
+      return GgufArray(std::in_place_index<I>, read_numbers<T>(cursor, count));
+    else
+      cursor.bad("unreachable element type ", type);
+  });
 }
 
 GgufValue read_value(Cursor& cursor, uint32_t type) {
-  switch (static_cast<GgufValueType>(type)) {
-    case GgufValueType::kUint8:
-      return cursor.read<uint8_t>("the u8 value");
-    case GgufValueType::kInt8:
-      return cursor.read<int8_t>("the i8 value");
-    case GgufValueType::kUint16:
-      return cursor.read<uint16_t>("the u16 value");
-    case GgufValueType::kInt16:
-      return cursor.read<int16_t>("the i16 value");
-    case GgufValueType::kUint32:
-      return cursor.read<uint32_t>("the u32 value");
-    case GgufValueType::kInt32:
-      return cursor.read<int32_t>("the i32 value");
-    case GgufValueType::kFloat32:
-      return cursor.read<float>("the f32 value");
-    case GgufValueType::kBool:
-      return read_bool(cursor, "the value");
-    case GgufValueType::kString:
-      return std::string(cursor.string("the string value"));
-    case GgufValueType::kArray:
-      return read_array(cursor);
-    case GgufValueType::kUint64:
-      return cursor.read<uint64_t>("the u64 value");
-    case GgufValueType::kInt64:
-      return cursor.read<int64_t>("the i64 value");
-    case GgufValueType::kFloat64:
-      return cursor.read<double>("the f64 value");
+  if (type >= kValueTypeCount) {
+    cursor.bad("the value type is ", type, ", not a GGUF value type (0 to 12)");
   }
-  cursor.bad("the value type is ", type, ", not a GGUF value type (0 to 12)");
+  return with_value_type(type, [&]<size_t I>(std::integral_constant<size_t, I>) -> GgufValue {
+    using T = ValueOf<I>;
+    if constexpr (std::is_same_v<T, bool>)
+      return read_bool(cursor, "the value");
+    else if constexpr (std::is_same_v<T, std::string>)
+      return std::string(cursor.string("the string value"));
+    else if constexpr (std::is_same_v<T, GgufArray>)
+      return read_array(cursor);
+    else
+      return GgufValue(std::in_place_index<I>,
+                       cursor.read<T>(detail::concat(
+                           "the ", gguf_value_type_name(static_cast<GgufValueType>(I)), " value")));
+  });
 }
 
 std::string dims_str(const std::vector<int64_t>& dims) {

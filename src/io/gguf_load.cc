@@ -60,8 +60,9 @@ Tensor GgufFile::load(std::string_view name) const {
   };
   auto exact = [](auto v) { return static_cast<double>(v); };
   switch (info.type) {
-    case GgmlType::kF32: {
-      Tensor t = empty(DType::kFloat32);
+    case GgmlType::kF32:  // the stored bytes as they are
+    case GgmlType::kF64: {
+      Tensor t = empty(info.type == GgmlType::kF32 ? DType::kFloat32 : DType::kFloat64);
       if (n > 0) std::memcpy(t.raw_data(), src, info.bytes);  // the data may be unaligned
       return t;
     }
@@ -69,11 +70,6 @@ Tensor GgufFile::load(std::string_view name) const {
       return as(DType::kFloat32, uint16_t{}, half_to_float);
     case GgmlType::kBF16:
       return as(DType::kFloat32, uint16_t{}, bfloat16_to_float);
-    case GgmlType::kF64: {
-      Tensor t = empty(DType::kFloat64);
-      if (n > 0) std::memcpy(t.raw_data(), src, info.bytes);
-      return t;
-    }
     case GgmlType::kI8:
       return as(DType::kFloat64, int8_t{}, exact);
     case GgmlType::kI16:

@@ -169,25 +169,32 @@ std::vector<double> GgufFile::numbers(std::string_view key) const {
   wrong_type(source_, key, v, "an array of numbers (f32 or f64)");
 }
 
+namespace {
+
+// A find_*: nullopt when the key is absent, else what the getter `get` reads.
+template <class Getter>
+auto find_with(const GgufFile& file, std::string_view key, Getter get)
+    -> std::optional<std::decay_t<decltype((file.*get)(key))>> {
+  if (!file.has(key)) return std::nullopt;
+  return (file.*get)(key);
+}
+
+}  // namespace
+
 std::optional<std::string> GgufFile::find_string(std::string_view key) const {
-  if (!has(key)) return std::nullopt;
-  return string(key);
+  return find_with(*this, key, &GgufFile::string);
 }
 std::optional<uint64_t> GgufFile::find_uint(std::string_view key) const {
-  if (!has(key)) return std::nullopt;
-  return uint(key);
+  return find_with(*this, key, &GgufFile::uint);
 }
 std::optional<int64_t> GgufFile::find_integer(std::string_view key) const {
-  if (!has(key)) return std::nullopt;
-  return integer(key);
+  return find_with(*this, key, &GgufFile::integer);
 }
 std::optional<double> GgufFile::find_number(std::string_view key) const {
-  if (!has(key)) return std::nullopt;
-  return number(key);
+  return find_with(*this, key, &GgufFile::number);
 }
 std::optional<bool> GgufFile::find_boolean(std::string_view key) const {
-  if (!has(key)) return std::nullopt;
-  return boolean(key);
+  return find_with(*this, key, &GgufFile::boolean);
 }
 
 }  // namespace qkv::io

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "io/json_document.h"
@@ -121,28 +122,54 @@ void check_sizes_against(const io::SafetensorsFile& file, const DecoderModelConf
   }
 }
 
+// Every config field once, in the JSON's order: f(key, field) for the sizes
+// (int64_t), numbers, number lists and flags, f(key, field, names) for the
+// enums. Writing and reading the JSON both walk this list.
+template <class Config, class F>
+void for_each_field(Config& c, F&& f) {
+  f("vocab_size", c.vocab_size);
+  f("d_model", c.d_model);
+  f("num_layers", c.num_layers);
+  f("num_heads", c.num_heads);
+  f("num_kv_heads", c.num_kv_heads);
+  f("ffn_hidden", c.ffn_hidden);
+  f("max_seq_len", c.max_seq_len);
+  f("positions", c.positions, kPositions);
+  f("rope_base", c.rope_base);
+  f("rope_style", c.rope_style, kRopeStyles);
+  f("rope_freq_factors", c.rope_freq_factors);
+  f("norm", c.norm, kNorms);
+  f("norm_eps", c.norm_eps);
+  f("ffn", c.ffn, kFfns);
+  f("tie_embeddings", c.tie_embeddings);
+  f("bias", c.bias);
+  f("dtype", c.dtype, kDtypes);
+}
+
+// One field from its JSON value, checked as its type wants.
+void read_field(const Json& j, const char* key, int64_t& out) { out = integer(j, key); }
+void read_field(const Json& j, const char* key, double& out) { out = number(j, key); }
+void read_field(const Json& j, const char* key, std::vector<double>& out) { out = numbers(j, key); }
+void read_field(const Json& j, const char* key, bool& out) { out = boolean(j, key); }
+template <class Enum, size_t N>
+void read_field(const Json& j, const char* key, Enum& out, const Names<Enum> (&names)[N]) {
+  out = value_of(names, j, key);
+}
+
 }  // namespace
 
 std::string decoder_config_to_json(const DecoderModelConfig& c) {
   Json j = Json::object();
-  j["vocab_size"] = c.vocab_size;
-  j["d_model"] = c.d_model;
-  j["num_layers"] = c.num_layers;
-  j["num_heads"] = c.num_heads;
-  j["num_kv_heads"] = c.num_kv_heads;
-  j["ffn_hidden"] = c.ffn_hidden;
-  j["max_seq_len"] = c.max_seq_len;
-  j["positions"] = name_of(kPositions, c.positions);
-  j["rope_base"] = c.rope_base;
-  j["rope_style"] = name_of(kRopeStyles, c.rope_style);
-  // Only when set: the configs of every other model stay as they were.
-  if (!c.rope_freq_factors.empty()) j["rope_freq_factors"] = c.rope_freq_factors;
-  j["norm"] = name_of(kNorms, c.norm);
-  j["norm_eps"] = c.norm_eps;
-  j["ffn"] = name_of(kFfns, c.ffn);
-  j["tie_embeddings"] = c.tie_embeddings;
-  j["bias"] = c.bias;
-  j["dtype"] = name_of(kDtypes, c.dtype);
+  for_each_field(c, [&j](const char* key, const auto& field, const auto&... names) {
+    if constexpr (sizeof...(names) > 0) {
+      j[key] = name_of(names..., field);
+    } else if constexpr (std::is_same_v<std::decay_t<decltype(field)>, std::vector<double>>) {
+      // Only when set: the configs of every other model stay as they were.
+      if (!field.empty()) j[key] = field;
+    } else {
+      j[key] = field;
+    }
+  });
   return j.dump();
 }
 
@@ -151,43 +178,13 @@ DecoderModelConfig decoder_config_from_json(const std::string& text) {
   QKV_CHECK(j.is_object(), "DecoderModel config: expected a JSON object, got ", json_excerpt(j));
   DecoderModelConfig c;
   for (const auto& [key, value] : j.items()) {
-    const char* k = key.c_str();
-    if (key == "vocab_size")
-      c.vocab_size = integer(value, k);
-    else if (key == "d_model")
-      c.d_model = integer(value, k);
-    else if (key == "num_layers")
-      c.num_layers = integer(value, k);
-    else if (key == "num_heads")
-      c.num_heads = integer(value, k);
-    else if (key == "num_kv_heads")
-      c.num_kv_heads = integer(value, k);
-    else if (key == "ffn_hidden")
-      c.ffn_hidden = integer(value, k);
-    else if (key == "max_seq_len")
-      c.max_seq_len = integer(value, k);
-    else if (key == "positions")
-      c.positions = value_of(kPositions, value, k);
-    else if (key == "rope_base")
-      c.rope_base = number(value, k);
-    else if (key == "rope_style")
-      c.rope_style = value_of(kRopeStyles, value, k);
-    else if (key == "rope_freq_factors")
-      c.rope_freq_factors = numbers(value, k);
-    else if (key == "norm")
-      c.norm = value_of(kNorms, value, k);
-    else if (key == "norm_eps")
-      c.norm_eps = number(value, k);
-    else if (key == "ffn")
-      c.ffn = value_of(kFfns, value, k);
-    else if (key == "tie_embeddings")
-      c.tie_embeddings = boolean(value, k);
-    else if (key == "bias")
-      c.bias = boolean(value, k);
-    else if (key == "dtype")
-      c.dtype = value_of(kDtypes, value, k);
-    else
-      QKV_CHECK(false, "DecoderModel config: unknown field \"", key, "\"");
+    bool known = false;
+    for_each_field(c, [&](const char* name, auto& field, const auto&... names) {
+      if (known || key != name) return;
+      read_field(value, name, field, names...);
+      known = true;
+    });
+    QKV_CHECK(known, "DecoderModel config: unknown field \"", key, "\"");
   }
   return nn::resolved_config(c);
 }

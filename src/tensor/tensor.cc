@@ -264,6 +264,16 @@ void zero_bytes(std::byte* p, size_t bytes) {
   }
 }
 
+// Tensor::from_vector's: a new tensor of `dtype` (T's) holding `values`.
+template <class T>
+Tensor copied_from(const Shape& shape, std::span<const T> values, DType dtype) {
+  QKV_CHECK(static_cast<int64_t>(values.size()) == shape_numel(shape),
+            "Tensor::from_vector: ", values.size(), " values do not fill shape ", shape_str(shape));
+  Tensor t = Tensor::empty(shape, dtype);
+  std::copy(values.begin(), values.end(), t.data<T>());
+  return t;
+}
+
 }  // namespace
 
 Tensor Tensor::zeros(const Shape& shape, DType dtype) {
@@ -281,19 +291,11 @@ Tensor Tensor::full(const Shape& shape, double value, DType dtype) {
 }
 
 Tensor Tensor::from_vector(const Shape& shape, std::span<const float> values) {
-  QKV_CHECK(static_cast<int64_t>(values.size()) == shape_numel(shape),
-            "Tensor::from_vector: ", values.size(), " values do not fill shape ", shape_str(shape));
-  Tensor t = empty(shape, DType::kFloat32);
-  std::copy(values.begin(), values.end(), t.data<float>());
-  return t;
+  return copied_from(shape, values, DType::kFloat32);
 }
 
 Tensor Tensor::from_vector(const Shape& shape, std::span<const double> values) {
-  QKV_CHECK(static_cast<int64_t>(values.size()) == shape_numel(shape),
-            "Tensor::from_vector: ", values.size(), " values do not fill shape ", shape_str(shape));
-  Tensor t = empty(shape, DType::kFloat64);
-  std::copy(values.begin(), values.end(), t.data<double>());
-  return t;
+  return copied_from(shape, values, DType::kFloat64);
 }
 
 Tensor Tensor::from_bools(const Shape& shape, const std::vector<bool>& values) {

@@ -69,8 +69,9 @@ def _sdpa_signature(core, need_weights=False, autograd=None):
     That signature is written once, here. The returned function passes all its
     arguments to `core` (_core's entry) as one tuple, in signature order (the
     bindings read them in that order), and hands the result (output, weights or
-    None, keep mask or None, kernel or backward) and return_dropout_mask to the
-    decorated function, which shapes what the caller gets.
+    None, keep mask or None, the kernel's name or an SdpaBackward) and
+    return_dropout_mask to the decorated function, which shapes what the
+    caller gets.
 
     Torch in, torch out: with a torch tensor among the tensor arguments, the
     results are torch tensors. When one of them also requires grad (and grad
@@ -97,8 +98,8 @@ def _sdpa_signature(core, need_weights=False, autograd=None):
             if torch is not None:
                 output, weights, keep = (_torch_io.as_torch(torch, x)
                                          for x in (output, weights, keep))
-                if isinstance(kernel, _core.SdpaBackward):
-                    kernel = _TorchResults(kernel, torch)
+            if isinstance(kernel, _core.SdpaBackward):
+                kernel = SdpaBackward(kernel, keep, torch)
             return finish(output, weights, keep, kernel, return_dropout_mask)
 
         sdpa.__name__ = sdpa.__qualname__ = name
@@ -108,27 +109,6 @@ def _sdpa_signature(core, need_weights=False, autograd=None):
         return sdpa
 
     return decorate
-
-
-class _TorchResults:
-    """A _core.SdpaBackward whose results come back as torch tensors."""
-
-    __slots__ = ("_impl", "_torch")
-
-    def __init__(self, impl, torch):
-        self._impl = impl
-        self._torch = torch
-
-    @property
-    def kernel(self):
-        return self._impl.kernel
-
-    @property
-    def logsumexp(self):
-        return _torch_io.as_torch(self._torch, self._impl.logsumexp)
-
-    def __call__(self, grad_output):
-        return _torch_io.as_torch(self._torch, self._impl(grad_output))
 
 
 def _sdpa_autograd(torch, query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa,
@@ -267,10 +247,13 @@ class SdpaBackward:
         with return_dropout_mask=True and dropout_p > 0, else None.
     """
 
-    __slots__ = ("_impl", "dropout_mask")
+    __slots__ = ("_impl", "_torch", "dropout_mask")
 
-    def __init__(self, impl, dropout_mask):
+    def __init__(self, impl, dropout_mask, torch=None):
+        # torch: the torch module when the forward's inputs were torch
+        # tensors (the results are then torch tensors too), else None.
         self._impl = impl
+        self._torch = torch
         self.dropout_mask = dropout_mask
 
     @property
@@ -279,17 +262,17 @@ class SdpaBackward:
 
     @property
     def logsumexp(self):
-        return self._impl.logsumexp
+        return _torch_io.as_torch(self._torch, self._impl.logsumexp)
 
     def __call__(self, grad_output):
-        return SdpaGradients(*self._impl(grad_output))
+        return SdpaGradients(*_torch_io.as_torch(self._torch, self._impl(grad_output)))
 
     def __repr__(self):
         return f"<qkv SdpaBackward kernel={self.kernel!r}>"
 
 
 @_sdpa_signature(_core.scaled_dot_product_attention_with_grad)
-def scaled_dot_product_attention_with_grad(output, weights, keep, impl, return_dropout_mask):
+def scaled_dot_product_attention_with_grad(output, weights, keep, grad_fn, return_dropout_mask):
     """scaled_dot_product_attention, and a handle that runs its backward pass.
 
     -> (output [..., H, L, Ev], grad_fn)
@@ -303,8 +286,8 @@ def scaled_dot_product_attention_with_grad(output, weights, keep, impl, return_d
     return_dropout_mask=True the keep mask is grad_fn.dropout_mask. The output
     is a read-only array (the backward reads it again). See SdpaBackward.
     """
-    _last_call.kernel = impl.kernel
-    return output, SdpaBackward(impl, keep)
+    _last_call.kernel = grad_fn.kernel
+    return output, grad_fn
 
 
 def linear(input, weight, bias=None):

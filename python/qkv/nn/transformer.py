@@ -38,6 +38,13 @@ __all__ = [
 ]
 
 
+def _child_view(module_class, name, what, owner="layer"):
+    """The read-only attribute `name`: the child module self._impl.<name> as a
+    `module_class` view, which shares its owner's parameters."""
+    return property(lambda self: module_class._wrap(getattr(self._impl, name), self, name),
+                    doc=f"{what} (a view: it shares this {owner}'s parameters).")
+
+
 def _activation_name(activation, module):
     """"relu" or "gelu" from a string or from torch's functions and modules."""
     if isinstance(activation, str):
@@ -130,10 +137,7 @@ class TransformerEncoderLayer(_Layer, GradMixin, Module):
         return self._impl.forward_with_grad((src, src_mask, src_key_padding_mask,
                                              bool(is_causal)))
 
-    @property
-    def self_attn(self):
-        """The self-attention (a view: it shares this layer's parameters)."""
-        return MultiheadAttention._wrap(self._impl.self_attn, self, "self_attn")
+    self_attn = _child_view(MultiheadAttention, "self_attn", "The self-attention")
 
 
 class TransformerDecoderLayer(_Layer, GradMixin, Module):
@@ -177,15 +181,9 @@ class TransformerDecoderLayer(_Layer, GradMixin, Module):
                                              tgt_key_padding_mask, memory_key_padding_mask,
                                              bool(tgt_is_causal), bool(memory_is_causal)))
 
-    @property
-    def self_attn(self):
-        """The self-attention (a view: it shares this layer's parameters)."""
-        return MultiheadAttention._wrap(self._impl.self_attn, self, "self_attn")
+    self_attn = _child_view(MultiheadAttention, "self_attn", "The self-attention")
 
-    @property
-    def multihead_attn(self):
-        """The cross-attention (a view: it shares this layer's parameters)."""
-        return MultiheadAttention._wrap(self._impl.multihead_attn, self, "multihead_attn")
+    multihead_attn = _child_view(MultiheadAttention, "multihead_attn", "The cross-attention")
 
 
 def _optional_bool(value):
@@ -359,15 +357,8 @@ class Transformer(Module):
         check_device(device, "Transformer.generate_square_subsequent_mask")
         return _core.Transformer.generate_square_subsequent_mask(int(sz), dtype)
 
-    @property
-    def encoder(self):
-        """The TransformerEncoder (a view: it shares this model's parameters)."""
-        return TransformerEncoder._wrap(self._impl.encoder, self, "encoder")
-
-    @property
-    def decoder(self):
-        """The TransformerDecoder (a view: it shares this model's parameters)."""
-        return TransformerDecoder._wrap(self._impl.decoder, self, "decoder")
+    encoder = _child_view(TransformerEncoder, "encoder", "The TransformerEncoder", "model")
+    decoder = _child_view(TransformerDecoder, "decoder", "The TransformerDecoder", "model")
 
     d_model = property(lambda self: self._impl.d_model)
     nhead = property(lambda self: self._impl.nhead)
