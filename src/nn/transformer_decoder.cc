@@ -45,7 +45,7 @@ Tensor TransformerDecoderLayer::forward(const Tensor& tgt, const Tensor& memory,
   const double p = options_.dropout;
   if (record) record->dropout_p = is_training() ? p : 0.0;
   // dropout(out), saving the keep mask in the record's `keep` when there is one.
-  auto drop = [&](const Tensor& out, Tensor TransformerDecoderLayerRecord::*keep) {
+  auto drop = [&](const Tensor& out, Tensor TransformerDecoderLayerRecord::* keep) {
     if (record)
       return detail::recorded_dropout(out, p, is_training(), generator(), &(record->*keep));
     return dropout(out, p, is_training(), generator());
@@ -55,7 +55,7 @@ Tensor TransformerDecoderLayer::forward(const Tensor& tgt, const Tensor& memory,
   auto attention_block = [&](MultiheadAttention& attention, const Tensor& x, const Tensor& kv,
                              const MultiheadAttentionForward& masks,
                              MultiheadAttentionRecord* attention_record,
-                             Tensor TransformerDecoderLayerRecord::*keep) {
+                             Tensor TransformerDecoderLayerRecord::* keep) {
     return drop(attention.forward(x, kv, kv, masks, attention_record).output, keep);
   };
   const MultiheadAttentionForward self_masks{.key_padding_mask = args.tgt_key_padding_mask,
@@ -101,16 +101,6 @@ Tensor TransformerDecoderLayer::forward(const Tensor& tgt, const Tensor& memory,
 }
 
 // --- TransformerDecoder ------------------------------------------------------------
-
-TransformerDecoder::TransformerDecoder(const TransformerDecoderLayer& decoder_layer,
-                                       int64_t num_layers, const std::optional<LayerNorm>& norm)
-    : LayerStack("TransformerDecoder", decoder_layer, num_layers, norm) {}
-
-TransformerDecoder::TransformerDecoder(const TransformerDecoderOptions& options, Generator* gen)
-    : TransformerDecoder(TransformerDecoderLayer(options.layer, gen), options.num_layers,
-                         options.norm ? std::optional<LayerNorm>(
-                                            LayerNorm(detail::layer_norm_options(options.layer)))
-                                      : std::nullopt) {}
 
 Tensor TransformerDecoder::forward(const Tensor& tgt, const Tensor& memory,
                                    const TransformerDecoderForward& args,
