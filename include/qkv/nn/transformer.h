@@ -49,6 +49,8 @@
 
 namespace qkv::nn {
 
+struct TransformerDecoderCache;  // transformer_decoding.h
+
 // The constructor arguments of nn.TransformerEncoderLayer and
 // nn.TransformerDecoderLayer (the same in torch).
 struct TransformerLayerOptions {
@@ -166,6 +168,18 @@ class TransformerDecoderLayer
   TransformerDecoderInputGradients backward(const Tensor& grad_output,
                                             const TransformerDecoderLayerRecord& record);
 
+  // Incremental decoding (inference; TransformerDecoderSession). The
+  // cross-attention keys and values of the memory, projected once per sequence:
+  // memory: [B, S, D] batch-first  ->  [B, H, S, E] each
+  MultiheadAttentionKeysValues project_memory(const Tensor& memory) const;
+
+  // The layer on the next target positions, the rows forward() gives them
+  // under a causal tgt_mask: self-attention over every position layer
+  // `layer` of cache.self_attn holds (theirs appended first), cross-attention
+  // to cache.memory[layer].
+  // x: [B, T, D] batch-first  ->  [B, T, D]
+  Tensor step(const Tensor& x, TransformerDecoderCache& cache, int64_t layer) const;
+
   MultiheadAttention& self_attn() { return self_attn_; }
   MultiheadAttention& multihead_attn() { return multihead_attn_; }
 
@@ -173,6 +187,13 @@ class TransformerDecoderLayer
   // As the encoder layer, plus multihead_attn.* (the cross-attention) after
   // self_attn.*, and norm3.*.
   void list_members(MemberList& m) override;
+
+  // The layer's block, the one place its sublayers are composed: forward()
+  // and step() differ only in how the self-attention, cross-attention and
+  // feed-forward blocks sa, ca, ff run. Norm records go to `record` if any.
+  template <class SelfAttentionBlock, class CrossAttentionBlock, class FeedForwardBlock>
+  Tensor block(const Tensor& tgt, const SelfAttentionBlock& sa, const CrossAttentionBlock& ca,
+               const FeedForwardBlock& ff, TransformerDecoderLayerRecord* record) const;
 
   MultiheadAttention self_attn_;
   MultiheadAttention multihead_attn_;
@@ -288,6 +309,11 @@ class TransformerDecoder : public LayerStack<TransformerDecoder, TransformerDeco
   // grad_output: like tgt  ->  like tgt, like memory (summed over the layers)
   TransformerDecoderInputGradients backward(const Tensor& grad_output,
                                             const TransformerDecoderRecord& record);
+
+  // Incremental decoding (TransformerDecoderSession): the next target
+  // positions through every layer's step(), then the final norm.
+  // tgt: [B, T, D] batch-first  ->  [B, T, D]
+  Tensor step(const Tensor& tgt, TransformerDecoderCache& cache) const;
 };
 
 // --- nn.Transformer ----------------------------------------------------------------
