@@ -149,6 +149,33 @@ TEST(TransformerDecoding, Float64WithAFloatPaddingMask) {
         << "position " << t;
 }
 
+// The decoder's own step() on a cache, without nn::Transformer or a final norm.
+TEST(TransformerDecoding, DecoderStackStepsOnItsCache) {
+  Generator gen(4);
+  const TransformerLayerOptions o{
+      .d_model = 16, .nhead = 2, .dim_feedforward = 24, .dropout = 0.1, .batch_first = true};
+  TransformerDecoder decoder({.layer = o, .num_layers = 3}, &gen);
+  const int64_t B = 3, S = 4, T = 5;
+  const Tensor memory = Tensor::randn({B, S, 16}, gen);
+  const Tensor tgt = Tensor::randn({B, T, 16}, gen);
+  EXPECT_THROW(TransformerDecoderCache(decoder, memory, {}, T), Error);  // training, dropout 0.1
+  decoder.eval();
+  const Tensor full =
+      decoder.forward(tgt, memory, {.tgt_mask = Transformer::generate_square_subsequent_mask(T)});
+  TransformerDecoderCache cache(decoder, memory, {}, T);
+  ASSERT_EQ(cache.memory.size(), 3u);
+  for (int64_t t = 0; t < T; ++t)
+    EXPECT_LT(max_abs_diff(decoder.step(tgt.slice(1, t, t + 1), cache), full.slice(1, t, t + 1)),
+              1e-5)
+        << "position " << t;
+  EXPECT_EQ(cache.self_attn.length(), T);
+  EXPECT_THROW(decoder.step(tgt.slice(1, 0, 1), cache), Error);  // full
+  TransformerDecoder shorter({.layer = o, .num_layers = 2}, &gen);
+  shorter.eval();
+  cache.self_attn.reset();
+  EXPECT_THROW(shorter.step(tgt.slice(1, 0, 1), cache), Error);  // 3 layers' memory
+}
+
 TEST(TransformerDecoding, Errors) {
   Generator gen(2);
   TransformerOptions o = small({.batch_first = true});
