@@ -2,6 +2,7 @@
 // nn::Transformer equals recomputing the decoder over all targets each step.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <vector>
 
 #include "qkv/linear.h"
@@ -122,6 +123,57 @@ TEST(TransformerDecoding, SeveralPositionsAtOnceAndUnbatched) {
   EXPECT_THROW(session.step(tgt.slice(0, 0, 1)), Error);  // full: 6 of 6
   session.reset();
   EXPECT_LT(max_abs_diff(session.step(tgt.slice(0, 0, 1)), full.slice(0, 0, 1)), 1e-5);
+}
+
+// float64, and the memory's padding as a float mask (added, -inf = padding).
+TEST(TransformerDecoding, Float64WithAFloatPaddingMask) {
+  Generator gen(3);
+  TransformerOptions o = small({.batch_first = true, .norm_first = true});
+  o.dtype = DType::kFloat64;
+  Transformer model(o, &gen);
+  model.eval();
+  const int64_t S = 5, T = 4;
+  const Tensor src = Tensor::randn({2, S, 16}, gen, DType::kFloat64);
+  const Tensor tgt = Tensor::randn({2, T, 16}, gen, DType::kFloat64);
+  Tensor padding = Tensor::zeros({2, S}, DType::kFloat64);
+  for (int64_t s = S - 2; s < S; ++s) padding.set({1, s}, -INFINITY);
+  TransformerForward args;
+  args.tgt_mask = Transformer::generate_square_subsequent_mask(T, DType::kFloat64);
+  args.src_key_padding_mask = padding;
+  args.memory_key_padding_mask = padding;
+  const Tensor full = model.forward(src, tgt, args);
+  TransformerDecoderSession session(model, T);
+  session.encode(src, {.src_key_padding_mask = padding, .memory_key_padding_mask = padding});
+  for (int64_t t = 0; t < T; ++t)
+    EXPECT_LT(max_abs_diff(session.step(tgt.slice(1, t, t + 1)), full.slice(1, t, t + 1)), 1e-12)
+        << "position " << t;
+}
+
+// The decoder's own step() on a cache, without nn::Transformer or a final norm.
+TEST(TransformerDecoding, DecoderStackStepsOnItsCache) {
+  Generator gen(4);
+  const TransformerLayerOptions o{
+      .d_model = 16, .nhead = 2, .dim_feedforward = 24, .dropout = 0.1, .batch_first = true};
+  TransformerDecoder decoder({.layer = o, .num_layers = 3}, &gen);
+  const int64_t B = 3, S = 4, T = 5;
+  const Tensor memory = Tensor::randn({B, S, 16}, gen);
+  const Tensor tgt = Tensor::randn({B, T, 16}, gen);
+  EXPECT_THROW(TransformerDecoderCache(decoder, memory, {}, T), Error);  // training, dropout 0.1
+  decoder.eval();
+  const Tensor full =
+      decoder.forward(tgt, memory, {.tgt_mask = Transformer::generate_square_subsequent_mask(T)});
+  TransformerDecoderCache cache(decoder, memory, {}, T);
+  ASSERT_EQ(cache.memory.size(), 3u);
+  for (int64_t t = 0; t < T; ++t)
+    EXPECT_LT(max_abs_diff(decoder.step(tgt.slice(1, t, t + 1), cache), full.slice(1, t, t + 1)),
+              1e-5)
+        << "position " << t;
+  EXPECT_EQ(cache.self_attn.length(), T);
+  EXPECT_THROW(decoder.step(tgt.slice(1, 0, 1), cache), Error);  // full
+  TransformerDecoder shorter({.layer = o, .num_layers = 2}, &gen);
+  shorter.eval();
+  cache.self_attn.reset();
+  EXPECT_THROW(shorter.step(tgt.slice(1, 0, 1), cache), Error);  // 3 layers' memory
 }
 
 TEST(TransformerDecoding, Errors) {

@@ -7,21 +7,23 @@ namespace qkv::nn {
 
 namespace {
 
+// The sizes (> 0) and the dropout probability (in [0, 1]) of either network,
+// naming its hidden width `hidden_name`.
+void check_sizes(const char* module, int64_t d_model, const char* hidden_name, int64_t hidden,
+                 double dropout) {
+  QKV_CHECK(d_model > 0 && hidden > 0, module, ": d_model and ", hidden_name,
+            " must be > 0, got d_model=", d_model, " and ", hidden_name, "=", hidden);
+  QKV_CHECK(dropout >= 0.0 && dropout <= 1.0, module,
+            ": dropout probability must be in [0, 1], got ", dropout);
+}
+
 FeedForwardOptions checked(const FeedForwardOptions& o) {
-  QKV_CHECK(o.d_model > 0 && o.dim_feedforward > 0,
-            "FeedForward: d_model and dim_feedforward must be > 0, got d_model=", o.d_model,
-            " and dim_feedforward=", o.dim_feedforward);
-  QKV_CHECK(o.dropout >= 0.0 && o.dropout <= 1.0,
-            "FeedForward: dropout probability must be in [0, 1], got ", o.dropout);
+  check_sizes("FeedForward", o.d_model, "dim_feedforward", o.dim_feedforward, o.dropout);
   return o;
 }
 
 SwiGLUFeedForwardOptions checked(const SwiGLUFeedForwardOptions& o) {
-  QKV_CHECK(o.d_model > 0 && o.hidden_dim > 0,
-            "SwiGLUFeedForward: d_model and hidden_dim must be > 0, got d_model=", o.d_model,
-            " and hidden_dim=", o.hidden_dim);
-  QKV_CHECK(o.dropout >= 0.0 && o.dropout <= 1.0,
-            "SwiGLUFeedForward: dropout probability must be in [0, 1], got ", o.dropout);
+  check_sizes("SwiGLUFeedForward", o.d_model, "hidden_dim", o.hidden_dim, o.dropout);
   return o;
 }
 

@@ -31,10 +31,6 @@ namespace qkv::nn {
 
 namespace {
 
-// The names under which the four projections' input ranges are noted
-// (Module::note_input_range): q, k, v and the output projection.
-constexpr const char* kProjections[4] = {"q_proj", "k_proj", "v_proj", "out_proj"};
-
 constexpr double kNegInf = -std::numeric_limits<double>::infinity();
 
 // Whether a and b are the same view of the same storage (the same values).
@@ -321,40 +317,6 @@ MultiheadAttentionOutput MultiheadAttention::forward(const Tensor& query, const 
     record->dropped_all = drop_all;
   }
   return result;
-}
-
-void MultiheadAttention::self_attention_into(Tensor& out, const Tensor& x, const Tensor& keep,
-                                             bool causal, Workspace& workspace) const {
-  const MultiheadAttentionOptions& o = options_;
-  QKV_CHECK(packed_ && !o.add_bias_kv && !o.add_zero_attn && (!is_training() || o.dropout == 0.0),
-            "MultiheadAttention::self_attention_into: needs a packed in_proj weight, no bias_kv "
-            "or zero_attn, and eval mode (or dropout 0)");
-  const int64_t B = x.size(0), L = x.size(1), D = o.embed_dim, H = o.num_heads, E = head_dim();
-  Tensor qkv = workspace.buffer(Workspace::kQkv, {B, L, 3 * D}, o.dtype);
-  note_input_range({kProjections[0], kProjections[1], kProjections[2]}, x);
-  if (low_precision_in_proj_.empty())
-    linear_into(qkv, x, in_proj_weight_, in_proj_bias_);
-  else
-    linear_into(qkv, x, low_precision_in_proj_, in_proj_bias_);
-  // q, k and v are strided views [B, H, L, E] of the one projection.
-  const Tensor heads = qkv.view({B, L, 3, H, E});
-  auto part = [&](int64_t which) { return heads.select(2, which).transpose(1, 2); };
-  SdpaOptions sdpa;
-  sdpa.precision = precision();
-  sdpa.attn_mask = keep;
-  if (causal) sdpa.causal = CausalMask::kTopLeft;
-  // The attention writes each head's rows into its columns of `merged`
-  // [B, L, H·E]: heads side by side again, no copy.
-  Tensor merged = workspace.buffer(Workspace::kMerged, {B, L, D}, o.dtype);
-  Tensor context = merged.view({B, L, H, E}).transpose(1, 2);  // [B, H, L, E] view
-  scaled_dot_product_attention_into(context, part(0), part(1), part(2), sdpa,
-                                    workspace.attention());
-  note_input_range({kProjections[3]}, merged);
-  if (low_precision_[3].empty()) {
-    linear_into(out, merged, out_proj_weight_, out_proj_bias_);
-  } else {
-    linear_into(out, merged, low_precision_[3], out_proj_bias_);
-  }
 }
 
 Tensor MultiheadAttention::in_proj_bias_part(int64_t which) const {

@@ -78,3 +78,12 @@ bool detect_is_causal_mask(const Tensor& mask, std::optional<bool> is_causal, in
 }
 
 }  // namespace qkv::nn::detail
+
+namespace qkv::nn {
+
+std::optional<LayerNorm> transformer_stack_norm(const TransformerStackOptions& options) {
+  if (!options.norm) return std::nullopt;
+  return LayerNorm(detail::layer_norm_options(options.layer));
+}
+
+}  // namespace qkv::nn

@@ -3,6 +3,7 @@
 #include "nn/module_util.h"
 #include "nn/transformer_common.h"
 #include "qkv/nn/transformer.h"
+#include "qkv/nn/transformer_decoding.h"
 
 namespace qkv::nn {
 
@@ -45,7 +46,7 @@ Tensor TransformerDecoderLayer::forward(const Tensor& tgt, const Tensor& memory,
   const double p = options_.dropout;
   if (record) record->dropout_p = is_training() ? p : 0.0;
   // dropout(out), saving the keep mask in the record's `keep` when there is one.
-  auto drop = [&](const Tensor& out, Tensor TransformerDecoderLayerRecord::*keep) {
+  auto drop = [&](const Tensor& out, Tensor TransformerDecoderLayerRecord::* keep) {
     if (record)
       return detail::recorded_dropout(out, p, is_training(), generator(), &(record->*keep));
     return dropout(out, p, is_training(), generator());
@@ -55,7 +56,7 @@ Tensor TransformerDecoderLayer::forward(const Tensor& tgt, const Tensor& memory,
   auto attention_block = [&](MultiheadAttention& attention, const Tensor& x, const Tensor& kv,
                              const MultiheadAttentionForward& masks,
                              MultiheadAttentionRecord* attention_record,
-                             Tensor TransformerDecoderLayerRecord::*keep) {
+                             Tensor TransformerDecoderLayerRecord::* keep) {
     return drop(attention.forward(x, kv, kv, masks, attention_record).output, keep);
   };
   const MultiheadAttentionForward self_masks{.key_padding_mask = args.tgt_key_padding_mask,
@@ -83,34 +84,49 @@ Tensor TransformerDecoderLayer::forward(const Tensor& tgt, const Tensor& memory,
     return drop(ff_.forward(x, record ? &record->ff : nullptr),
                 &TransformerDecoderLayerRecord::keep3);
   };
+  return block(tgt, sa_block, mha_block, ff_block, record);
+}
+
+template <class SelfAttentionBlock, class CrossAttentionBlock, class FeedForwardBlock>
+Tensor TransformerDecoderLayer::block(const Tensor& tgt, const SelfAttentionBlock& sa,
+                                      const CrossAttentionBlock& ca, const FeedForwardBlock& ff,
+                                      TransformerDecoderLayerRecord* record) const {
   LayerNormRecord* norm1 = record ? &record->norm1 : nullptr;
   LayerNormRecord* norm2 = record ? &record->norm2 : nullptr;
   LayerNormRecord* norm3 = record ? &record->norm3 : nullptr;
-
   Tensor x = tgt;
   if (options_.norm_first) {
-    x = add(x, sa_block(norm1_.forward(x, norm1)));
-    x = add(x, mha_block(norm2_.forward(x, norm2)));
-    x = add(x, ff_block(norm3_.forward(x, norm3)));
+    x = add(x, sa(norm1_.forward(x, norm1)));
+    x = add(x, ca(norm2_.forward(x, norm2)));
+    x = add(x, ff(norm3_.forward(x, norm3)));
   } else {
-    x = norm1_.forward(add(x, sa_block(x)), norm1);
-    x = norm2_.forward(add(x, mha_block(x)), norm2);
-    x = norm3_.forward(add(x, ff_block(x)), norm3);
+    x = norm1_.forward(add(x, sa(x)), norm1);
+    x = norm2_.forward(add(x, ca(x)), norm2);
+    x = norm3_.forward(add(x, ff(x)), norm3);
   }
   return x;
 }
 
+MultiheadAttentionKeysValues TransformerDecoderLayer::project_memory(const Tensor& memory) const {
+  return multihead_attn_.project_keys_values(memory, memory);
+}
+
+Tensor TransformerDecoderLayer::step(const Tensor& x, TransformerDecoderCache& cache,
+                                     int64_t layer) const {
+  QKV_CHECK(!is_training() || options_.dropout == 0.0, "TransformerDecoderLayer::step: the layer ",
+            "is in training mode with dropout ", options_.dropout, "; call eval() before decoding");
+  // No dropout: the sublayers alone.
+  auto sa = [&](const Tensor& h) {
+    return self_attn_.self_attention_cached(h, cache.self_attn, layer, cache.workspace);
+  };
+  auto ca = [&](const Tensor& h) {
+    return multihead_attn_.attend(h, cache.memory[layer], cache.memory_mask, cache.workspace);
+  };
+  auto ff = [&](const Tensor& h) { return ff_.forward(h); };
+  return block(x, sa, ca, ff, nullptr);
+}
+
 // --- TransformerDecoder ------------------------------------------------------------
-
-TransformerDecoder::TransformerDecoder(const TransformerDecoderLayer& decoder_layer,
-                                       int64_t num_layers, const std::optional<LayerNorm>& norm)
-    : LayerStack("TransformerDecoder", decoder_layer, num_layers, norm) {}
-
-TransformerDecoder::TransformerDecoder(const TransformerDecoderOptions& options, Generator* gen)
-    : TransformerDecoder(TransformerDecoderLayer(options.layer, gen), options.num_layers,
-                         options.norm ? std::optional<LayerNorm>(
-                                            LayerNorm(detail::layer_norm_options(options.layer)))
-                                      : std::nullopt) {}
 
 Tensor TransformerDecoder::forward(const Tensor& tgt, const Tensor& memory,
                                    const TransformerDecoderForward& args,
@@ -131,6 +147,27 @@ Tensor TransformerDecoder::forward(const Tensor& tgt, const Tensor& memory,
                             .memory_is_causal = args.memory_is_causal},
                            record ? &record->layers[i] : nullptr);
   return norm_ ? norm_->forward(x, record ? &record->norm : nullptr) : x;
+}
+
+Tensor TransformerDecoder::step(const Tensor& tgt, TransformerDecoderCache& cache) const {
+  const char* fn = "TransformerDecoder::step";
+  const TransformerLayerOptions& o = layers_.front().options();
+  const int64_t B = cache.self_attn.options().batch_size;
+  QKV_CHECK(tgt.defined() && tgt.dim() == 3 && tgt.size(2) == o.d_model, fn,
+            ": tgt must be batch-first [B, T, d_model=", o.d_model, "], got ",
+            tgt.defined() ? shape_str(tgt.shape()) : std::string("undefined"));
+  QKV_CHECK_TYPE(tgt.dtype() == o.dtype, fn, ": tgt must have the decoder's dtype ",
+                 dtype_name(o.dtype), ", got ", dtype_name(tgt.dtype()));
+  QKV_CHECK(tgt.size(0) == B, fn, ": tgt has batch size ", tgt.size(0), " but the memory ", B);
+  QKV_CHECK(tgt.size(1) > 0 && tgt.size(1) <= cache.self_attn.remaining(), fn, ": ", tgt.size(1),
+            " new positions do not fit: ", cache.self_attn.length(),
+            " of max_len = ", cache.self_attn.max_len(), " are used");
+  QKV_CHECK(cache.memory.size() == layers_.size(), fn, ": the cache holds the memory of ",
+            cache.memory.size(), " layers, the decoder has ", layers_.size());
+  Tensor x = tgt;
+  for (size_t i = 0; i < layers_.size(); ++i)
+    x = layers_[i].step(x, cache, static_cast<int64_t>(i));
+  return norm_ ? norm_->forward(x) : x;
 }
 
 void TransformerDecoderLayer::list_members(MemberList& m) {

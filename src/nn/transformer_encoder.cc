@@ -99,16 +99,6 @@ void TransformerEncoderLayer::forward_into(Tensor& x, const Tensor& keep, bool c
 
 // --- TransformerEncoder ------------------------------------------------------------
 
-TransformerEncoder::TransformerEncoder(const TransformerEncoderLayer& encoder_layer,
-                                       int64_t num_layers, const std::optional<LayerNorm>& norm)
-    : LayerStack("TransformerEncoder", encoder_layer, num_layers, norm) {}
-
-TransformerEncoder::TransformerEncoder(const TransformerEncoderOptions& options, Generator* gen)
-    : TransformerEncoder(TransformerEncoderLayer(options.layer, gen), options.num_layers,
-                         options.norm ? std::optional<LayerNorm>(
-                                            LayerNorm(detail::layer_norm_options(options.layer)))
-                                      : std::nullopt) {}
-
 Tensor TransformerEncoder::forward(const Tensor& src, const TransformerEncoderForward& args,
                                    TransformerEncoderRecord* record) {
   const TransformerLayerOptions& o = layers_.front().options();

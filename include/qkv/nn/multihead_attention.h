@@ -33,6 +33,8 @@
 
 namespace qkv::nn {
 
+class KVCache;
+
 struct MultiheadAttentionOptions {
   int64_t embed_dim = 0;
   int64_t num_heads = 1;
@@ -67,6 +69,13 @@ struct MultiheadAttentionRecord {
   SdpaResult attention;      // its output, log-sum-exp and dropout seed
   Tensor merged;             // heads merged in the query's layout: out_proj's input
   bool dropped_all = false;  // dropout p = 1: the attention output was all zeros
+};
+
+// Keys and values projected and split into heads once, to be attended to
+// again and again (MultiheadAttention::attend): a decoder's memory.
+struct MultiheadAttentionKeysValues {
+  Tensor k;  // [B, H, S, E]
+  Tensor v;  // [B, H, S, E]
 };
 
 // Gradients of the three inputs, each shaped like its input.
@@ -105,6 +114,25 @@ class MultiheadAttention : public ModuleBase<MultiheadAttention, MultiheadAttent
   void self_attention_into(Tensor& out, const Tensor& x, const Tensor& keep, bool causal,
                            Workspace& workspace) const;
 
+  // Incremental decoding (inference, batch-first, as self_attention_into).
+  // Self-attention of L new positions after the S - L that layer `layer` of
+  // `cache` holds: their keys and values are appended to it first, then
+  // query i attends to the keys up to i + S - L (bottom-right causal).
+  // x: [B, L, D]  ->  [B, L, D]
+  Tensor self_attention_cached(const Tensor& x, KVCache& cache, int64_t layer,
+                               Workspace& workspace) const;
+
+  // The keys and values of `key` and `value` in heads, for attend().
+  // key: [B, S, kdim]  value: [B, S, vdim]  ->  k, v: [B, H, S, E] each
+  MultiheadAttentionKeysValues project_keys_values(const Tensor& key, const Tensor& value) const;
+
+  // query attending to keys and values projected before; `mask` is SDPA's
+  // attn_mask (bool True = take part, or float added) or undefined.
+  // query: [B, L, D]  keys_values: [B, H, S, E] each  mask: [B, 1, 1, S] or
+  // broadcastable to [B, H, L, S]  ->  [B, L, D]
+  Tensor attend(const Tensor& query, const MultiheadAttentionKeysValues& keys_values,
+                const Tensor& mask, Workspace& workspace) const;
+
   // Self-attention, where the forward's query, key and value were one tensor
   // x (the Transformer layers): adds the parameter gradients and returns
   // ∂loss/∂x, the sum of backward()'s three. With the packed in_proj weight,
@@ -129,9 +157,26 @@ class MultiheadAttention : public ModuleBase<MultiheadAttention, MultiheadAttent
   Tensor in_proj_bias_part(int64_t which) const;
   Tensor project(const Tensor& x, int64_t which) const;
 
+  // The inference paths' common parts:
+  // - the check that this module can run them (naming `fn`) and that x is
+  //   batch-first [B, L, D];
+  void check_inference(const char* fn, const Tensor& x) const;
+  // - x projected by the packed in_proj weight: q, k, v side by side.
+  //   x: [B, L, D]  qkv: [B, L, 3D] (preallocated)
+  void project_packed_into(Tensor& qkv, const Tensor& x) const;
+  // - attention of the heads q over k and v, the heads written side by side
+  //   into `merged`, then out_proj into `out`.
+  //   q: [B, H, L, E]  k, v: [B, H, S, E]  merged, out: [B, L, D] (preallocated)
+  void attend_into(Tensor& out, Tensor& merged, const Tensor& q, const Tensor& k, const Tensor& v,
+                   SdpaOptions sdpa, Workspace& workspace) const;
+
   // backward's first half: out_proj's and bias_k/bias_v's gradients (added to
   // the buffers) and the attention's gradients of the heads q, k, v.
   SdpaGradients head_gradients(const Tensor& grad_output, const MultiheadAttentionRecord& record);
+
+  // The names under which the four projections' input ranges are noted
+  // (Module::note_input_range): q, k, v and the output projection.
+  static constexpr const char* kProjections[4] = {"q_proj", "k_proj", "v_proj", "out_proj"};
 
   bool packed_ = true;
   Tensor in_proj_weight_;   // [3D, D] when packed

@@ -49,6 +49,8 @@
 
 namespace qkv::nn {
 
+struct TransformerDecoderCache;  // transformer_decoding.h
+
 // The constructor arguments of nn.TransformerEncoderLayer and
 // nn.TransformerDecoderLayer (the same in torch).
 struct TransformerLayerOptions {
@@ -166,6 +168,18 @@ class TransformerDecoderLayer
   TransformerDecoderInputGradients backward(const Tensor& grad_output,
                                             const TransformerDecoderLayerRecord& record);
 
+  // Incremental decoding (inference; TransformerDecoderSession). The
+  // cross-attention keys and values of the memory, projected once per sequence:
+  // memory: [B, S, D] batch-first  ->  [B, H, S, E] each
+  MultiheadAttentionKeysValues project_memory(const Tensor& memory) const;
+
+  // The layer on the next target positions, the rows forward() gives them
+  // under a causal tgt_mask: self-attention over every position layer
+  // `layer` of cache.self_attn holds (theirs appended first), cross-attention
+  // to cache.memory[layer].
+  // x: [B, T, D] batch-first  ->  [B, T, D]
+  Tensor step(const Tensor& x, TransformerDecoderCache& cache, int64_t layer) const;
+
   MultiheadAttention& self_attn() { return self_attn_; }
   MultiheadAttention& multihead_attn() { return multihead_attn_; }
 
@@ -173,6 +187,13 @@ class TransformerDecoderLayer
   // As the encoder layer, plus multihead_attn.* (the cross-attention) after
   // self_attn.*, and norm3.*.
   void list_members(MemberList& m) override;
+
+  // The layer's block, the one place its sublayers are composed: forward()
+  // and step() differ only in how the self-attention, cross-attention and
+  // feed-forward blocks sa, ca, ff run. Norm records go to `record` if any.
+  template <class SelfAttentionBlock, class CrossAttentionBlock, class FeedForwardBlock>
+  Tensor block(const Tensor& tgt, const SelfAttentionBlock& sa, const CrossAttentionBlock& ca,
+               const FeedForwardBlock& ff, TransformerDecoderLayerRecord* record) const;
 
   MultiheadAttention self_attn_;
   MultiheadAttention multihead_attn_;
@@ -184,34 +205,6 @@ class TransformerDecoderLayer
 
 // --- Stacks ----------------------------------------------------------------------
 
-// What TransformerEncoder and TransformerDecoder share, as torch's: deep
-// copies of one layer (identical weights) and an optional final LayerNorm,
-// named layers.<i>.* and norm.*; the mode of the layer given.
-template <class Derived, class Layer>
-class LayerStack : public ModuleBase<Derived> {
- public:
-  std::vector<Layer>& layers() { return layers_; }
-  std::optional<LayerNorm>& norm() { return norm_; }
-
- protected:
-  LayerStack(const char* type_name, const Layer& layer, int64_t num_layers,
-             const std::optional<LayerNorm>& norm)
-      : ModuleBase<Derived>(type_name) {
-    QKV_CHECK(num_layers > 0, type_name, ": num_layers must be > 0, got ", num_layers);
-    for (int64_t i = 0; i < num_layers; ++i) layers_.push_back(layer.clone());
-    if (norm) norm_ = norm->clone();
-    this->train(layer.is_training());
-  }
-
-  void list_members(Module::MemberList& m) override {
-    for (size_t i = 0; i < layers_.size(); ++i) m.module("layers." + std::to_string(i), layers_[i]);
-    if (norm_) m.module("norm", *norm_);
-  }
-
-  std::vector<Layer> layers_;
-  std::optional<LayerNorm> norm_;
-};
-
 // A stack built from options: one layer from `layer`, copied num_layers times.
 struct TransformerStackOptions {
   TransformerLayerOptions layer;
@@ -221,6 +214,43 @@ struct TransformerStackOptions {
 };
 using TransformerEncoderOptions = TransformerStackOptions;
 using TransformerDecoderOptions = TransformerStackOptions;
+
+// The final LayerNorm `options` asks for, or none.
+std::optional<LayerNorm> transformer_stack_norm(const TransformerStackOptions& options);
+
+// What TransformerEncoder and TransformerDecoder share, as torch's: deep
+// copies of one layer (identical weights) and an optional final LayerNorm,
+// named layers.<i>.* and norm.*; the mode of the layer given. Derived names
+// itself in kTypeName.
+template <class Derived, class Layer>
+class LayerStack : public ModuleBase<Derived> {
+ public:
+  // As torch: num_layers deep copies of `layer` and an optional final norm (copied).
+  LayerStack(const Layer& layer, int64_t num_layers,
+             const std::optional<LayerNorm>& norm = std::nullopt)
+      : ModuleBase<Derived>(Derived::kTypeName) {
+    QKV_CHECK(num_layers > 0, Derived::kTypeName, ": num_layers must be > 0, got ", num_layers);
+    for (int64_t i = 0; i < num_layers; ++i) layers_.push_back(layer.clone());
+    if (norm) norm_ = norm->clone();
+    this->train(layer.is_training());
+  }
+  // Builds one layer from options.layer, then copies it num_layers times.
+  explicit LayerStack(const TransformerStackOptions& options, Generator* gen = nullptr)
+      : LayerStack(Layer(options.layer, gen), options.num_layers, transformer_stack_norm(options)) {
+  }
+
+  std::vector<Layer>& layers() { return layers_; }
+  std::optional<LayerNorm>& norm() { return norm_; }
+
+ protected:
+  void list_members(Module::MemberList& m) override {
+    for (size_t i = 0; i < layers_.size(); ++i) m.module("layers." + std::to_string(i), layers_[i]);
+    if (norm_) m.module("norm", *norm_);
+  }
+
+  std::vector<Layer> layers_;
+  std::optional<LayerNorm> norm_;
+};
 
 // What a stack's forward saves for its backward: each layer's record, the final norm's.
 template <class LayerRecord>
@@ -241,12 +271,8 @@ using TransformerEncoderRecord = TransformerStackRecord<TransformerEncoderLayerR
 
 class TransformerEncoder : public LayerStack<TransformerEncoder, TransformerEncoderLayer> {
  public:
-  // As torch: num_layers deep copies of `encoder_layer` (identical weights)
-  // and an optional final norm (copied).
-  TransformerEncoder(const TransformerEncoderLayer& encoder_layer, int64_t num_layers,
-                     const std::optional<LayerNorm>& norm = std::nullopt);
-  // Builds one layer from options.layer, then copies it num_layers times.
-  explicit TransformerEncoder(const TransformerEncoderOptions& options, Generator* gen = nullptr);
+  static constexpr const char* kTypeName = "TransformerEncoder";
+  using LayerStack::LayerStack;
 
   // src: [L, B, D] ([B, L, D] if batch_first; unbatched [L, D])  ->  like src
   // With a record, also saves what backward() needs (nullptr: inference).
@@ -271,9 +297,8 @@ using TransformerDecoderRecord = TransformerStackRecord<TransformerDecoderLayerR
 
 class TransformerDecoder : public LayerStack<TransformerDecoder, TransformerDecoderLayer> {
  public:
-  TransformerDecoder(const TransformerDecoderLayer& decoder_layer, int64_t num_layers,
-                     const std::optional<LayerNorm>& norm = std::nullopt);
-  explicit TransformerDecoder(const TransformerDecoderOptions& options, Generator* gen = nullptr);
+  static constexpr const char* kTypeName = "TransformerDecoder";
+  using LayerStack::LayerStack;
 
   // tgt: [T, B, D]  memory: [S, B, D] (or batch_first / unbatched)  ->  like tgt
   // With a record, also saves what backward() needs (nullptr: inference).
@@ -284,6 +309,11 @@ class TransformerDecoder : public LayerStack<TransformerDecoder, TransformerDeco
   // grad_output: like tgt  ->  like tgt, like memory (summed over the layers)
   TransformerDecoderInputGradients backward(const Tensor& grad_output,
                                             const TransformerDecoderRecord& record);
+
+  // Incremental decoding (TransformerDecoderSession): the next target
+  // positions through every layer's step(), then the final norm.
+  // tgt: [B, T, D] batch-first  ->  [B, T, D]
+  Tensor step(const Tensor& tgt, TransformerDecoderCache& cache) const;
 };
 
 // --- nn.Transformer ----------------------------------------------------------------

@@ -11,6 +11,11 @@
 //   Tensor y = session.step(bos);               // [B, 1, 64]: decoder output of position 0
 //   y = session.step(next);                     // position 1, attending to 0 and 1
 //
+// The steps run the decoder's own code (TransformerDecoder::step, each
+// layer's step(): the block forward() runs too) on the state a
+// TransformerDecoderCache keeps; the session adds the encoder, the model's
+// layouts and the checks.
+//
 // step() returns exactly the rows Transformer::forward(src, all targets so far,
 // {.tgt_mask = generate_square_subsequent_mask(T)}) gives for the new positions
 // (to float rounding): self-attention is causal, new queries aligned
@@ -36,6 +41,23 @@ struct TransformerEncodeArgs {
   std::optional<bool> src_is_causal;  // as TransformerForward::src_is_causal
 };
 
+// What incremental decoding keeps of a TransformerDecoder between steps
+// (TransformerDecoder::step, TransformerDecoderLayer::step).
+struct TransformerDecoderCache {
+  // Projects every layer's cross-attention keys and values of `memory` and
+  // reads memory_key_padding_mask (torch's polarity: bool True = padding, or
+  // float added); room for max_len target positions. The decoder must be in
+  // eval mode (or have dropout 0).
+  // memory: [B, S, D] batch-first  memory_key_padding_mask: [B, S] or undefined
+  TransformerDecoderCache(TransformerDecoder& decoder, const Tensor& memory,
+                          const Tensor& memory_key_padding_mask, int64_t max_len);
+
+  KVCache self_attn;  // the target positions' self-attention keys and values; one layer a layer
+  std::vector<MultiheadAttentionKeysValues> memory;  // per layer, [B, H, S, E] each
+  Tensor memory_mask;   // SDPA's form of memory_key_padding_mask, [B, 1, 1, S], or undefined
+  Workspace workspace;  // the attention's buffers, reused by every layer and step
+};
+
 class TransformerDecoderSession {
  public:
   // The model must outlive the session; max_len bounds the target positions.
@@ -56,35 +78,18 @@ class TransformerDecoderSession {
   Tensor step(const Tensor& tgt);
 
   // Target positions fed so far.
-  int64_t length() const { return cache_ ? cache_->length() : 0; }
+  int64_t length() const { return cache_ ? cache_->self_attn.length() : 0; }
   int64_t max_len() const { return max_len_; }
   // Forgets the target positions; keeps the memory.
   void reset() {
-    if (cache_) cache_->reset();
+    if (cache_) cache_->self_attn.reset();
   }
 
  private:
-  // The parameters of one decoder layer (shared with the model).
-  struct LayerWeights {
-    Tensor sa_w, sa_b, sa_out_w, sa_out_b;  // self-attention in_proj [3D, D], out_proj
-    Tensor ca_w, ca_b, ca_out_w, ca_out_b;  // cross-attention
-    Tensor linear1_w, linear1_b, linear2_w, linear2_b;
-    Tensor norm1_w, norm1_b, norm2_w, norm2_b, norm3_w, norm3_b;
-  };
-
-  Tensor self_attention(int64_t layer, const Tensor& x);   // x: [B, T, D]
-  Tensor cross_attention(int64_t layer, const Tensor& x);  // x: [B, T, D]
-  Tensor norm(const Tensor& x, const Tensor& w, const Tensor& b) const;
-
   Transformer& model_;
-  TransformerOptions options_;
-  int64_t batch_ = 0;  // of the memory; 0 before encode()
-  bool unbatched_ = false;
   int64_t max_len_;
-  std::optional<KVCache> cache_;  // made by encode() / set_memory(), sized for the batch
-  std::vector<LayerWeights> layers_;
-  std::vector<Tensor> memory_k_, memory_v_;  // per layer [B, H, S, E]
-  Tensor memory_mask_;                       // SDPA attn_mask [B, 1, 1, S] or undefined
+  bool unbatched_ = false;                        // the memory (so the targets) is [S, D]
+  std::optional<TransformerDecoderCache> cache_;  // made by encode() / set_memory()
 };
 
 }  // namespace qkv::nn
