@@ -32,8 +32,7 @@ DecoderBlockOptions block_options(const DecoderModelConfig& c) {
 DecoderModelConfig resolved_config(const DecoderModelConfig& config) {
   DecoderModelConfig c = config;
   const char* m = "DecoderModel";
-  QKV_CHECK_TYPE(is_floating(c.dtype), m, ": dtype must be float32 or float64, got ",
-                 dtype_name(c.dtype));
+  detail::check_floating_dtype(m, c.dtype);
   QKV_CHECK(
       c.vocab_size > 0 && c.d_model > 0 && c.num_layers > 0 && c.num_heads > 0 && c.max_seq_len > 0,
       m, ": vocab_size, d_model, num_layers, num_heads and max_seq_len must be > 0, got ",
@@ -143,12 +142,8 @@ void DecoderModel::set_output_weight(Tensor weight) {
   const DecoderModelConfig& c = config_;
   QKV_CHECK(!c.tie_embeddings,
             "DecoderModel::set_output_weight: the head is tied to tok_embeddings; set that");
-  QKV_CHECK(weight.defined() && weight.dim() == 2 && weight.size(0) == c.vocab_size &&
-                weight.size(1) == c.d_model,
-            "DecoderModel::set_output_weight: expected [", c.vocab_size, ", ", c.d_model, "], got ",
-            weight.defined() ? shape_str(weight.shape()) : std::string("undefined"));
-  QKV_CHECK_TYPE(weight.dtype() == c.dtype, "DecoderModel::set_output_weight: expected dtype ",
-                 dtype_name(c.dtype), ", got ", dtype_name(weight.dtype()));
+  detail::check_dense_weight(weight, c.vocab_size, c.d_model, c.dtype,
+                             "DecoderModel::set_output_weight", "head weight");
   output_ = std::move(weight);
   quantized_output_ = QuantizedWeight();
 }

@@ -10,8 +10,7 @@ namespace qkv::nn {
 Embedding::Embedding(const EmbeddingOptions& options, Generator* gen)
     : ModuleBase("Embedding", options) {
   EmbeddingOptions& o = options_;
-  QKV_CHECK_TYPE(is_floating(o.dtype), "Embedding: dtype must be float32 or float64, got ",
-                 dtype_name(o.dtype));
+  detail::check_floating_dtype("Embedding", o.dtype);
   QKV_CHECK(o.num_embeddings > 0 && o.embedding_dim > 0,
             "Embedding: num_embeddings and embedding_dim must be > 0, got num_embeddings=",
             o.num_embeddings, " and embedding_dim=", o.embedding_dim);
@@ -46,14 +45,8 @@ void Embedding::forward_into(Tensor& out, std::span<const int64_t> ids) const {
 }
 
 void Embedding::set_weight(Tensor weight) {
-  const EmbeddingOptions& o = options_;
-  QKV_CHECK(weight.defined() && weight.dim() == 2 && weight.size(0) == o.num_embeddings &&
-                weight.size(1) == o.embedding_dim,
-            "Embedding::set_weight: expected a table of shape [", o.num_embeddings, ", ",
-            o.embedding_dim, "], got ",
-            weight.defined() ? shape_str(weight.shape()) : std::string("an undefined tensor"));
-  QKV_CHECK_TYPE(weight.dtype() == o.dtype, "Embedding::set_weight: expected dtype ",
-                 dtype_name(o.dtype), ", got ", dtype_name(weight.dtype()));
+  detail::check_dense_weight(weight, options_.num_embeddings, options_.embedding_dim,
+                             options_.dtype, "Embedding::set_weight", "table");
   weight_ = std::move(weight);
   quantized_weight_ = QuantizedWeight();
 }

@@ -14,8 +14,7 @@ namespace {
 // Fills in the defaults (0 -> H, 0 -> D / H) and checks the options.
 GroupedQueryAttentionOptions resolved(GroupedQueryAttentionOptions o) {
   const char* m = "GroupedQueryAttention";
-  QKV_CHECK_TYPE(is_floating(o.dtype), m, ": dtype must be float32 or float64, got ",
-                 dtype_name(o.dtype));
+  detail::check_floating_dtype(m, o.dtype);
   QKV_CHECK(o.embed_dim > 0 && o.num_heads > 0 && o.num_kv_heads >= 0 && o.head_dim >= 0, m,
             ": embed_dim and num_heads must be > 0 and num_kv_heads, head_dim >= 0, got "
             "embed_dim=",

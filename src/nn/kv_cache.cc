@@ -7,13 +7,15 @@
 #include <string>
 #include <tuple>
 
+#include "nn/module_util.h"
+
 namespace qkv::nn {
 
 KVCacheStorage parse_kv_cache_storage(std::string_view name, std::string_view what) {
   if (name == "f32" || name == "float" || name == "float32") return KVCacheStorage::kFloat;
   if (name == "q8_0" || name == "Q8_0") return KVCacheStorage::kQ8_0;
-  throw Error(ErrorKind::kValue, detail::concat(what, ": unknown KV cache type \"", name,
-                                                "\"; expected \"f32\" or \"q8_0\""));
+  throw Error(ErrorKind::kValue, qkv::detail::concat(what, ": unknown KV cache type \"", name,
+                                                     "\"; expected \"f32\" or \"q8_0\""));
 }
 
 const char* kv_cache_storage_name(KVCacheStorage storage) {
@@ -24,8 +26,7 @@ namespace {
 
 KVCacheOptions resolved(KVCacheOptions o) {
   const char* m = "KVCache";
-  QKV_CHECK_TYPE(is_floating(o.dtype), m, ": dtype must be float32 or float64, got ",
-                 dtype_name(o.dtype));
+  detail::check_floating_dtype(m, o.dtype);
   if (o.value_dim == 0) o.value_dim = o.head_dim;
   if (o.storage == KVCacheStorage::kQ8_0) {
     QKV_CHECK_TYPE(o.dtype == DType::kFloat32, m, ": q8_0 storage needs dtype float32, got ",

@@ -10,8 +10,7 @@ namespace qkv::nn {
 
 Linear::Linear(const LinearOptions& options, Generator* gen) : ModuleBase("Linear", options) {
   const LinearOptions& o = options_;
-  QKV_CHECK_TYPE(is_floating(o.dtype), "Linear: dtype must be float32 or float64, got ",
-                 dtype_name(o.dtype));
+  detail::check_floating_dtype("Linear", o.dtype);
   QKV_CHECK(o.in_features >= 0 && o.out_features >= 0,
             "Linear: in_features and out_features must be >= 0, got in_features=", o.in_features,
             " and out_features=", o.out_features);
@@ -26,13 +25,8 @@ Linear::Linear(const LinearOptions& options, Generator* gen) : ModuleBase("Linea
 
 void Linear::set_weight(Tensor weight) {
   const LinearOptions& o = options_;
-  QKV_CHECK(weight.defined() && weight.dim() == 2 && weight.size(0) == o.out_features &&
-                weight.size(1) == o.in_features,
-            "Linear::set_weight: expected a weight of shape [", o.out_features, ", ", o.in_features,
-            "], got ",
-            weight.defined() ? shape_str(weight.shape()) : std::string("an undefined tensor"));
-  QKV_CHECK_TYPE(weight.dtype() == o.dtype, "Linear::set_weight: expected dtype ",
-                 dtype_name(o.dtype), ", got ", dtype_name(weight.dtype()));
+  detail::check_dense_weight(weight, o.out_features, o.in_features, o.dtype, "Linear::set_weight",
+                             "weight");
   weight_ = std::move(weight);
   quantized_weight_ = QuantizedWeight();
   update_precision();

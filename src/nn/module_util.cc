@@ -30,6 +30,21 @@ void check_quantized_weight(const QuantizedWeight& weight, int64_t rows, int64_t
                  "s need a float32 module, this one is ", dtype_name(dtype));
 }
 
+void check_floating_dtype(const char* module, DType dtype) {
+  QKV_CHECK_TYPE(is_floating(dtype), module, ": dtype must be float32 or float64, got ",
+                 dtype_name(dtype));
+}
+
+void check_dense_weight(const Tensor& weight, int64_t rows, int64_t cols, DType dtype,
+                        const char* function, const char* what) {
+  QKV_CHECK(
+      weight.defined() && weight.dim() == 2 && weight.size(0) == rows && weight.size(1) == cols,
+      function, ": expected a ", what, " of shape [", rows, ", ", cols, "], got ",
+      weight.defined() ? shape_str(weight.shape()) : std::string("an undefined tensor"));
+  QKV_CHECK_TYPE(weight.dtype() == dtype, function, ": expected dtype ", dtype_name(dtype),
+                 ", got ", dtype_name(weight.dtype()));
+}
+
 void check_has_weight(bool has_weight, const char* module, int64_t rows, int64_t cols,
                       const char* what) {
   QKV_CHECK(has_weight, module, " [", rows, ", ", cols, "]: no ", what,

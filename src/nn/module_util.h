@@ -36,11 +36,17 @@ LowPrecisionWeight low_precision_weight(const Tensor& weight, Precision precisio
 
 Tensor xavier_uniform(const Shape& shape, Generator& gen, DType dtype);
 
+// Modules compute in float32 or float64: a TypeError naming `module` otherwise.
+void check_floating_dtype(const char* module, DType dtype);
+
 // What set_quantized_weight accepts: a [rows, cols] `weight` for a module
 // that computes in float32 (`dtype`). Errors start with "<function>: " and
 // call the weight a `what` ("weight", "table").
 void check_quantized_weight(const QuantizedWeight& weight, int64_t rows, int64_t cols, DType dtype,
                             const char* function, const char* what);
+// The same for a float `what` (weight, table): defined, [rows, cols], `dtype`.
+void check_dense_weight(const Tensor& weight, int64_t rows, int64_t cols, DType dtype,
+                        const char* function, const char* what);
 
 // A module built under nn::SkipWeightInit has no [rows, cols] `what`
 // ("weight", "table") until set_weight or set_quantized_weight gives one;

@@ -90,8 +90,7 @@ Tensor mean_over_heads(const Tensor& weights) { return mean(weights, 1); }
 MultiheadAttention::MultiheadAttention(const MultiheadAttentionOptions& options, Generator* gen)
     : ModuleBase("MultiheadAttention", options) {
   MultiheadAttentionOptions& o = options_;
-  QKV_CHECK_TYPE(is_floating(o.dtype), "MultiheadAttention: dtype must be float32 or float64, got ",
-                 dtype_name(o.dtype));
+  detail::check_floating_dtype("MultiheadAttention", o.dtype);
   QKV_CHECK(o.embed_dim > 0 && o.num_heads > 0,
             "MultiheadAttention: embed_dim and num_heads must be greater than 0, got embed_dim=",
             o.embed_dim, " and num_heads=", o.num_heads);

@@ -60,8 +60,7 @@ SinusoidalPositionalEncoding::SinusoidalPositionalEncoding(
             o.d_model, " and max_len=", o.max_len);
   QKV_CHECK(o.dropout >= 0.0 && o.dropout <= 1.0,
             "SinusoidalPositionalEncoding: dropout probability must be in [0, 1], got ", o.dropout);
-  QKV_CHECK_TYPE(is_floating(o.dtype), "SinusoidalPositionalEncoding: dtype must be floating, got ",
-                 dtype_name(o.dtype));
+  detail::check_floating_dtype("SinusoidalPositionalEncoding", o.dtype);
   table_ = sinusoidal_encoding(o.max_len, o.d_model, 0, o.dtype);
 }
 
@@ -79,8 +78,7 @@ LearnedPositionalEncoding::LearnedPositionalEncoding(
             " and max_len=", o.max_len);
   QKV_CHECK(o.dropout >= 0.0 && o.dropout <= 1.0,
             "LearnedPositionalEncoding: dropout probability must be in [0, 1], got ", o.dropout);
-  QKV_CHECK_TYPE(is_floating(o.dtype), "LearnedPositionalEncoding: dtype must be floating, got ",
-                 dtype_name(o.dtype));
+  detail::check_floating_dtype("LearnedPositionalEncoding", o.dtype);
   weight_ = Tensor::randn({o.max_len, o.d_model}, gen ? *gen : default_generator(), o.dtype);
 }
 

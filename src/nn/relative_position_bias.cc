@@ -43,8 +43,7 @@ std::vector<double> alibi_slopes(int64_t num_heads) {
 
 Alibi::Alibi(const AlibiOptions& options) : ModuleBase("Alibi", options) {
   QKV_CHECK(options_.num_heads > 0, "Alibi: num_heads must be > 0, got ", options_.num_heads);
-  QKV_CHECK_TYPE(is_floating(options_.dtype), "Alibi: dtype must be floating, got ",
-                 dtype_name(options_.dtype));
+  detail::check_floating_dtype("Alibi", options_.dtype);
   slopes_ = alibi_slopes(options_.num_heads);
 }
 
@@ -103,8 +102,7 @@ RelativePositionBias::RelativePositionBias(const RelativePositionBiasOptions& op
     : ModuleBase("RelativePositionBias", options) {
   const auto& o = options_;
   QKV_CHECK(o.num_heads > 0, "RelativePositionBias: num_heads must be > 0, got ", o.num_heads);
-  QKV_CHECK_TYPE(is_floating(o.dtype), "RelativePositionBias: dtype must be floating, got ",
-                 dtype_name(o.dtype));
+  detail::check_floating_dtype("RelativePositionBias", o.dtype);
   relative_position_bucket(0, o.bidirectional, o.num_buckets, o.max_distance);  // checks
   weight_ = Tensor::randn({o.num_buckets, o.num_heads}, gen ? *gen : default_generator(), o.dtype);
 }

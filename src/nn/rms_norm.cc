@@ -3,14 +3,14 @@
 
 #include <cmath>
 
+#include "nn/module_util.h"
 #include "qkv/functional.h"
 
 namespace qkv::nn {
 
 RMSNorm::RMSNorm(const RMSNormOptions& options) : ModuleBase("RMSNorm", options) {
   const RMSNormOptions& o = options_;
-  QKV_CHECK_TYPE(is_floating(o.dtype), "RMSNorm: dtype must be float32 or float64, got ",
-                 dtype_name(o.dtype));
+  detail::check_floating_dtype("RMSNorm", o.dtype);
   QKV_CHECK(!o.normalized_shape.empty(),
             "RMSNorm: normalized_shape must have at least one dimension (e.g. {d_model})");
   for (int64_t n : o.normalized_shape)

@@ -2,12 +2,12 @@
 
 #include <cmath>
 
+#include "nn/module_util.h"
 namespace qkv::nn::detail {
 
 const TransformerLayerOptions& checked_layer_options(const char* module,
                                                      const TransformerLayerOptions& o) {
-  QKV_CHECK_TYPE(is_floating(o.dtype), module, ": dtype must be float32 or float64, got ",
-                 dtype_name(o.dtype));
+  detail::check_floating_dtype(module, o.dtype);
   QKV_CHECK(o.d_model > 0 && o.nhead > 0 && o.dim_feedforward > 0, module,
             ": d_model, nhead and dim_feedforward must be > 0, got d_model=", o.d_model,
             ", nhead=", o.nhead, ", dim_feedforward=", o.dim_feedforward);
