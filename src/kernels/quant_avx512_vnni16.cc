@@ -215,7 +215,7 @@ void q8_0_rows(const RoundedX& xq, int64_t r0, const QuantMatrix& w, const float
 template <bool kQ4>
 void gemv_int16(const RoundedX& xq, int64_t m, const QuantMatrix& w, const float* bias, float* y,
                 int64_t ldy, int64_t c0, int64_t c1) {
-  quant::for_each_row_block(m, c0, c1, [&]<int R>(int64_t r0, int64_t j0, int64_t j1) {
+  quant::for_each_row_block<4>(m, c0, c1, [&]<int R>(int64_t r0, int64_t j0, int64_t j1) {
     if constexpr (kQ4)
       q4_1_rows<R>(xq, r0, w, bias, y, ldy, j0, j1);
     else

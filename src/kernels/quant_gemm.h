@@ -7,8 +7,9 @@
 // rounding of x: the same numbers as a float32 linear on W.dequantize(),
 // summed in another order), except where noted:
 //   few rows (m ≤ quant_gemv_max_rows(), decoding): each block is decoded to
-//     float32 in registers once and multiply-added into up to 4 rows at a
-//     time; W streams in once (memory-bound), threads split the channels.
+//     float32 in registers once and multiply-added into up to 8 rows at a
+//     time (each row's sum in the same order whatever the number of rows);
+//     W streams in once, threads split the channels.
 //     Exception: on a table with x_bits < 32, Q4_1 and Q8_0 weights meet x
 //     rounded per block of 32 in exact int32 dot products, then scaled:
 //     x_bits = 16 (avx512_vnni16, the default where the CPU has it):

@@ -2,7 +2,7 @@
 // kernels/simd/vec.h and compiled per instruction set (quant_*.cc): each
 // block of W is decoded into float32 vectors of its 32-weight sub-blocks
 // (Decode<Isa, Format>), which the few-rows product multiply-adds into up to
-// four rows of x at a time and dequantize_rows stores.
+// kRowsPerPass rows of x at a time and dequantize_rows stores.
 //
 // Decoding computes every weight as quant_blocks.h's reference does: an exact
 // product of a scale and a small integer, then at most one rounding (an add
@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <utility>
 
 #include "kernels/quant_gemm.h"
 #include "kernels/simd/vec.h"
@@ -127,8 +128,8 @@ struct Q4Legacy {
   static constexpr int kElems = 32, kBytes = kHasMin ? 20 : 18, kSubs = 1;
   template <class Isa>
   static typename Isa::V weights(typename Isa::V q, typename Isa::V d, typename Isa::V m) {
-    if constexpr (kHasMin)
-      return Isa::add(Isa::mul(q, d), m);
+    if constexpr (kHasMin)  // q·d is exact: one rounding, as the reference's
+      return Isa::fmadd(q, d, m);
     else
       return Isa::mul(Isa::sub(q, m), d);
   }
@@ -188,10 +189,22 @@ struct Q6_K {
   }
 };
 
+// Calls f.template operator()<R>() with R = rows, for 1 ≤ rows ≤ kMax.
+template <int kMax, class Fn>
+void with_rows(int64_t rows, Fn&& f) {
+  [&]<int... I>(std::integer_sequence<int, I...>) {
+    ((rows == I + 1 ? (f.template operator()<I + 1>(), 0) : 0), ...);
+  }(std::make_integer_sequence<int, kMax>{});
+}
+
 // ---- The few-rows product --------------------------------------------------------
 
-// y[r, j] = Σ_p x[r, p] · W[j, p] (+ bias[j]) for R rows and j in [c0, c1):
-// kVecs independent sums per row, reduced at the end of the row of W.
+// y[r, j] = Σ_p x[r, p] · W[j, p] (+ bias[j]) for R rows and j in [c0, c1).
+// Each sub-block of W is decoded once for the R rows; per row, its kVecs
+// products are summed in a chain of its own (a multiply, then FMAs) and
+// added to the row's single accumulator. The loop-carried chain is one add
+// per sub-block, and the sum order of a row does not depend on R: a row
+// gets the same y whether it is decoded alone or among others.
 template <class Isa, class F, int R>
 void gemv_rows(const float* x, int64_t ldx, const QuantMatrix& w, const float* bias, float* y,
                int64_t ldy, int64_t c0, int64_t c1) {
@@ -200,62 +213,55 @@ void gemv_rows(const float* x, int64_t ldx, const QuantMatrix& w, const float* b
   const int64_t blocks = w.k / F::kElems;
   for (int64_t j = c0; j < c1; ++j) {
     const uint8_t* row = w.data + j * w.row_bytes;
-    V acc[R][NV];
-    for (int r = 0; r < R; ++r)
-      for (int v = 0; v < NV; ++v) acc[r][v] = Isa::zero();
+    V acc[R];
+    for (int r = 0; r < R; ++r) acc[r] = Isa::zero();
     for (int64_t b = 0; b < blocks; ++b) {
       const uint8_t* block = row + b * F::kBytes;
       for (int s = 0; s < F::kSubs; ++s) {
         V wv[NV];
         F::template decode<Isa>(block, s, wv);
         const float* xp = x + b * F::kElems + 32 * s;
-#pragma GCC unroll 4
-        for (int r = 0; r < R; ++r)
 #pragma GCC unroll 8
-          for (int v = 0; v < NV; ++v)
-            acc[r][v] = Isa::fmadd(wv[v], Isa::load(xp + r * ldx + v * L), acc[r][v]);
+        for (int r = 0; r < R; ++r) {
+          const float* xr = xp + r * ldx;
+          V part = Isa::mul(wv[0], Isa::load(xr));
+#pragma GCC unroll 8
+          for (int v = 1; v < NV; ++v) part = Isa::fmadd(wv[v], Isa::load(xr + v * L), part);
+          acc[r] = Isa::add(acc[r], part);
+        }
       }
     }
     for (int r = 0; r < R; ++r) {
-      V t = acc[r][0];
-      for (int v = 1; v < NV; ++v) t = Isa::add(t, acc[r][v]);
-      const float sum = Isa::reduce_add(t);
+      const float sum = Isa::reduce_add(acc[r]);
       y[r * ldy + j] = bias != nullptr ? sum + bias[j] : sum;
     }
   }
 }
 
+// The most rows of x one pass over W meets (gemv_rows' R): the decoding of a
+// sub-block (a dozen or more instructions) is shared by up to 8 rows costing
+// about 5 each (AVX2: a multiply, 3 FMAs, an add); 8 accumulators, the
+// decoded weights and their scales fill AVX2's 16 registers.
+constexpr int kRowsPerPass = 8;
+
 // Channels [c0, c1) in groups of 16 (their rows of W stay in L1), each group
-// meeting the m rows of x 4 at a time: rows.template operator()<R>(r0, j0,
-// j1) for R = min(4, m - r0) rows from r0 and channels [j0, j1).
-template <class Rows>
+// meeting the m rows of x kMaxRows at a time: rows.template operator()<R>(r0,
+// j0, j1) for R = min(kMaxRows, m - r0) rows from r0 and channels [j0, j1).
+template <int kMaxRows, class Rows>
 void for_each_row_block(int64_t m, int64_t c0, int64_t c1, Rows&& rows) {
   constexpr int64_t kGroup = 16;
   for (int64_t j0 = c0; j0 < c1; j0 += kGroup) {
     const int64_t j1 = std::min(c1, j0 + kGroup);
-    for (int64_t r0 = 0; r0 < m; r0 += 4) {
-      switch (std::min<int64_t>(4, m - r0)) {
-        case 4:
-          rows.template operator()<4>(r0, j0, j1);
-          break;
-        case 3:
-          rows.template operator()<3>(r0, j0, j1);
-          break;
-        case 2:
-          rows.template operator()<2>(r0, j0, j1);
-          break;
-        default:
-          rows.template operator()<1>(r0, j0, j1);
-          break;
-      }
-    }
+    for (int64_t r0 = 0; r0 < m; r0 += kMaxRows)
+      with_rows<kMaxRows>(std::min<int64_t>(kMaxRows, m - r0),
+                          [&]<int R>() { rows.template operator()<R>(r0, j0, j1); });
   }
 }
 
 template <class Isa, class F>
 void gemv_format(const float* x, int64_t ldx, int64_t m, const QuantMatrix& w, const float* bias,
                  float* y, int64_t ldy, int64_t c0, int64_t c1) {
-  for_each_row_block(m, c0, c1, [&]<int R>(int64_t r0, int64_t j0, int64_t j1) {
+  for_each_row_block<kRowsPerPass>(m, c0, c1, [&]<int R>(int64_t r0, int64_t j0, int64_t j1) {
     gemv_rows<Isa, F, R>(x + r0 * ldx, ldx, w, bias, y + r0 * ldy, ldy, j0, j1);
   });
 }
