@@ -121,6 +121,23 @@ void add_into(float* y, const float* x, int64_t n) {
   for (; e < n; ++e) y[e] += x[e];
 }
 
+// The dK and dV of keys [j0, j0 + cols) of batch-head b0 ([cols, E] and
+// [cols, Ev], contiguous) added into the gradients: a key tile belongs to
+// one call alone.
+template <class Isa>
+void add_tile_grads(const SdpaBackwardProblem& bp, int64_t b0, int64_t j0, int64_t cols,
+                    const float* tile_grad_k, const float* tile_grad_v) {
+  const int64_t E = bp.forward.E, Ev = bp.forward.Ev;
+  float* grad_k =
+      static_cast<float*>(bp.grad_k.base) + bp.grad_k.offsets[b0] + j0 * bp.grad_k.row_stride;
+  float* grad_v =
+      static_cast<float*>(bp.grad_v.base) + bp.grad_v.offsets[b0] + j0 * bp.grad_v.row_stride;
+  for (int64_t c = 0; c < cols; ++c) {
+    add_into<Isa>(grad_k + c * bp.grad_k.row_stride, tile_grad_k + c * E, E);
+    add_into<Isa>(grad_v + c * bp.grad_v.row_stride, tile_grad_v + c * Ev, Ev);
+  }
+}
+
 // dp[c] = s[c]·(dp[c] − d) for c < n.
 template <class Isa>
 void probability_times_shifted(const float* s, float* dp, int64_t n, float d) {
@@ -272,15 +289,7 @@ void flash_backward_tile(const SdpaBackwardProblem& bp, const FlashTiling& t,
       }
     }
   }
-  // This tile of dK and dV belongs to this call alone: add it in.
-  float* grad_k =
-      static_cast<float*>(bp.grad_k.base) + bp.grad_k.offsets[b0] + j0 * bp.grad_k.row_stride;
-  float* grad_v =
-      static_cast<float*>(bp.grad_v.base) + bp.grad_v.offsets[b0] + j0 * bp.grad_v.row_stride;
-  for (int64_t c = 0; c < cols; ++c) {
-    add_into<Isa>(grad_k + c * bp.grad_k.row_stride, w.grad_k + c * p.E, p.E);
-    add_into<Isa>(grad_v + c * bp.grad_v.row_stride, w.grad_v + c * p.Ev, p.Ev);
-  }
+  add_tile_grads<Isa>(bp, b0, j0, cols, w.grad_k, w.grad_v);
 }
 
 }  // namespace

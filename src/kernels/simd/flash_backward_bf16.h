@@ -307,14 +307,7 @@ void flash_backward_bf16_tile(const SdpaBackwardProblem& bp, const FlashTiling& 
       }
     }
   }
-  float* grad_k =
-      static_cast<float*>(bp.grad_k.base) + bp.grad_k.offsets[b0] + j0 * bp.grad_k.row_stride;
-  float* grad_v =
-      static_cast<float*>(bp.grad_v.base) + bp.grad_v.offsets[b0] + j0 * bp.grad_v.row_stride;
-  for (int64_t c = 0; c < cols; ++c) {
-    add_into<Isa>(grad_k + c * bp.grad_k.row_stride, w.grad_k + c * p.E, p.E);
-    add_into<Isa>(grad_v + c * bp.grad_v.row_stride, w.grad_v + c * p.Ev, p.Ev);
-  }
+  add_tile_grads<Isa>(bp, b0, j0, cols, w.grad_k, w.grad_v);
 }
 
 }  // namespace
