@@ -179,22 +179,6 @@ void round_rows_bf16(const float* m, int64_t rs, int64_t cs, int64_t rows, int64
   }
 }
 
-// Rows [rows, lds] of a float tile (columns < cols used) as pairs along the
-// rows: dst[r2·lds + c] = (x̂[2·r2][c], x̂[2·r2 + 1][c]); the missing row of
-// an odd count is 0.
-template <class Isa>
-void pair_tile_rows(const float* x, int64_t lds, int64_t rows, int64_t cols, uint32_t* dst) {
-  constexpr int kL = Isa::kLanes;
-  for (int64_t r2 = 0; r2 < pair_count(rows); ++r2) {
-    const float* even = x + 2 * r2 * lds;
-    const bool has_odd = 2 * r2 + 1 < rows;
-    for (int64_t c = 0; c < cols; c += kL)
-      store_pairs<Isa>(
-          dst + r2 * lds + c,
-          Isa::bf16_pairs(Isa::load(even + c), has_odd ? Isa::load(even + lds + c) : Isa::zero()));
-  }
-}
-
 // out[c, :] (+)= scale · Σᵣ Â[r, c]·B̂[r, :] over the tile's keys c < cols,
 // A as pairs along queries (a[r2·lds + c]), B as row-pair panels of `width`
 // columns; per panel of kRows keys from the first query pair that sees one.
