@@ -33,157 +33,160 @@ using RoundedX = quant::RoundedX<int8_t>;
 using quant::load_u32;
 inline float half(const uint8_t* p) { return quant::Bytes<simd::Avx512>::half(p); }
 
+// Rounds m rows of x (stride ldx) into this thread's scratch, laid out for
+// Q4_1 or Q8_0 (see the top of the file).
+RoundedX round_x(const float* x, int64_t ldx, int64_t m, int64_t k, bool q4) {
+  const int64_t full = k / 32 / 4 * 4;
+  const __m128i flip = _mm_set1_epi8(static_cast<char>(0x80));
+  return quant::round_x<int8_t>(
+      x, ldx, m, k, kTiny, q4, [&](int8_t* q, int64_t b, __m512i qa, __m512i qb) {
+        __m128i lo = _mm512_cvtsepi32_epi8(qa), hi = _mm512_cvtsepi32_epi8(qb);
+        int8_t *plo = q + 32 * b, *phi = plo + 16;
+        if (q4 && b < full) {
+          plo = q + 128 * (b / 4) + 16 * (b % 4);
+          phi = plo + 64;
+        }
+        if (!q4) lo = _mm_xor_si128(lo, flip), hi = _mm_xor_si128(hi, flip);
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(plo), lo);
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(phi), hi);
+      });
+}
+
+// y[r, j] for R rows of x from row r0 and channels [j0, j1), Q4_1.
+template <int R>
+void q4_1_rows(const RoundedX& xq, int64_t r0, const QuantMatrix& w, const float* bias, float* y,
+               int64_t ldy, int64_t j0, int64_t j1) {
+  const int64_t nb = xq.nb, groups = nb / 4;
+  const __m512i nibble = _mm512_set1_epi8(0x0f);
+  // lanes {d·dx, m·sx} of 4 blocks → d·dx of block i on 128-bit lane i
+  const __m512i spread = _mm512_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2, 4, 4, 4, 4, 6, 6, 6, 6);
+  for (int64_t j = j0; j < j1; ++j) {
+    const uint8_t* row = w.data + j * w.row_bytes;
+    __m512 acc[R];
+    __m256 acc_min[R];
+    for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps(), acc_min[r] = _mm256_setzero_ps();
+    for (int64_t g = 0; g < groups; ++g) {
+      const uint8_t* b = row + 80 * g;
+      __m512i v = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 4)));
+      v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 24)), 1);
+      v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 44)), 2);
+      v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 64)), 3);
+      const __m512i lo = _mm512_and_si512(v, nibble);
+      const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), nibble);
+      // {d, m} of the 4 blocks as 8 halves → floats d0 m0 d1 m1 ...
+      const __m256 dm = _mm256_cvtph_ps(
+          _mm_setr_epi32(load_u32(b), load_u32(b + 20), load_u32(b + 40), load_u32(b + 60)));
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) {
+        const int8_t* xr = xq.q + (r0 + r) * xq.k + 128 * g;
+        __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, _mm512_loadu_si512(xr));
+        s = _mm512_dpbusd_epi32(s, hi, _mm512_loadu_si512(xr + 64));
+        const __m256 sc = _mm256_mul_ps(dm, _mm256_loadu_ps(xq.s + (r0 + r) * 2 * nb + 8 * g));
+        const __m512 scale = _mm512_permutexvar_ps(spread, _mm512_castps256_ps512(sc));
+        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), scale, acc[r]);
+        acc_min[r] = _mm256_mask_add_ps(acc_min[r], 0xaa, acc_min[r], sc);
+      }
+    }
+    __m128 tail[R];
+    float tail_min[R];
+    for (int r = 0; r < R; ++r) tail[r] = _mm_setzero_ps(), tail_min[r] = 0.0f;
+    for (int64_t bi = 4 * groups; bi < nb; ++bi) {
+      const uint8_t* b = row + 20 * bi;
+      const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 4));
+      const __m128i lo = _mm_and_si128(v, _mm_set1_epi8(0x0f));
+      const __m128i hi = _mm_and_si128(_mm_srli_epi16(v, 4), _mm_set1_epi8(0x0f));
+      const float d = half(b), mn = half(b + 2);
+      for (int r = 0; r < R; ++r) {
+        const int8_t* xr = xq.q + (r0 + r) * xq.k + 32 * bi;
+        const float* sr = xq.s + (r0 + r) * 2 * nb + 2 * bi;
+        __m128i s = _mm_dpbusd_epi32(_mm_setzero_si128(), lo,
+                                     _mm_loadu_si128(reinterpret_cast<const __m128i*>(xr)));
+        s = _mm_dpbusd_epi32(s, hi, _mm_loadu_si128(reinterpret_cast<const __m128i*>(xr + 16)));
+        tail[r] = _mm_fmadd_ps(_mm_cvtepi32_ps(s), _mm_set1_ps(d * sr[0]), tail[r]);
+        tail_min[r] += mn * sr[1];
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      const __m512 all = _mm512_add_ps(acc[r], _mm512_add_ps(_mm512_zextps256_ps512(acc_min[r]),
+                                                             _mm512_zextps128_ps512(tail[r])));
+      const float sum = _mm512_reduce_add_ps(all) + tail_min[r];
+      y[(r0 + r) * ldy + j] = bias != nullptr ? sum + bias[j] : sum;
+    }
+  }
+}
+
+// The same for Q8_0 (x as u8 q + 128).
+template <int R>
+void q8_0_rows(const RoundedX& xq, int64_t r0, const QuantMatrix& w, const float* bias, float* y,
+               int64_t ldy, int64_t j0, int64_t j1) {
+  const int64_t nb = xq.nb, groups = nb / 4;
+  const __m512i u128 = _mm512_set1_epi8(static_cast<char>(0x80));
+  const __m512i spread_a = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2);
+  const __m512i spread_b = _mm512_setr_epi32(4, 4, 4, 4, 4, 4, 4, 4, 6, 6, 6, 6, 6, 6, 6, 6);
+  const auto load256 = [](const void* p) {
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  };
+  for (int64_t j = j0; j < j1; ++j) {
+    const uint8_t* row = w.data + j * w.row_bytes;
+    __m512 acc[R];
+    for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+    for (int64_t g = 0; g < groups; ++g) {
+      const uint8_t* b = row + 136 * g;
+      const __m512i wa =
+          _mm512_inserti64x4(_mm512_castsi256_si512(load256(b + 2)), load256(b + 36), 1);
+      const __m512i wb =
+          _mm512_inserti64x4(_mm512_castsi256_si512(load256(b + 70)), load256(b + 104), 1);
+      // −128·Σ q_w per int32 lane, undoing the + 128 of x
+      const __m512i ca = _mm512_sub_epi32(_mm512_setzero_si512(),
+                                          _mm512_dpbusd_epi32(_mm512_setzero_si512(), u128, wa));
+      const __m512i cb = _mm512_sub_epi32(_mm512_setzero_si512(),
+                                          _mm512_dpbusd_epi32(_mm512_setzero_si512(), u128, wb));
+      // d of the 4 blocks in the even halves, 0 in the odd ones (not the q bytes)
+      const __m128i dbits =
+          _mm_setr_epi32(load_u16(b), load_u16(b + 34), load_u16(b + 68), load_u16(b + 102));
+      const __m256 dd = _mm256_cvtph_ps(dbits);
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) {
+        const int8_t* xr = xq.q + (r0 + r) * xq.k + 128 * g;
+        const __m512i sa = _mm512_dpbusd_epi32(ca, _mm512_loadu_si512(xr), wa);
+        const __m512i sb = _mm512_dpbusd_epi32(cb, _mm512_loadu_si512(xr + 64), wb);
+        const __m512 sc = _mm512_castps256_ps512(
+            _mm256_mul_ps(dd, _mm256_loadu_ps(xq.s + (r0 + r) * 2 * nb + 8 * g)));
+        acc[r] =
+            _mm512_fmadd_ps(_mm512_cvtepi32_ps(sa), _mm512_permutexvar_ps(spread_a, sc), acc[r]);
+        acc[r] =
+            _mm512_fmadd_ps(_mm512_cvtepi32_ps(sb), _mm512_permutexvar_ps(spread_b, sc), acc[r]);
+      }
+    }
+    __m256 tail[R];
+    for (int r = 0; r < R; ++r) tail[r] = _mm256_setzero_ps();
+    for (int64_t bi = 4 * groups; bi < nb; ++bi) {
+      const uint8_t* b = row + 34 * bi;
+      const __m256i v = load256(b + 2);
+      const __m256i c =
+          _mm256_sub_epi32(_mm256_setzero_si256(),
+                           _mm256_dpbusd_epi32(_mm256_setzero_si256(),
+                                               _mm256_set1_epi8(static_cast<char>(0x80)), v));
+      const float d = half(b);
+      for (int r = 0; r < R; ++r) {
+        const __m256i s = _mm256_dpbusd_epi32(c, load256(xq.q + (r0 + r) * xq.k + 32 * bi), v);
+        tail[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s),
+                                  _mm256_set1_ps(d * xq.s[(r0 + r) * 2 * nb + 2 * bi]), tail[r]);
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      const float sum =
+          _mm512_reduce_add_ps(_mm512_add_ps(acc[r], _mm512_zextps256_ps512(tail[r])));
+      y[(r0 + r) * ldy + j] = bias != nullptr ? sum + bias[j] : sum;
+    }
+  }
+}
+
 // This table's rounding of x and kernels, for quant::integer_gemv_block.
 struct Int8Rows {
-  // Rounds m rows of x (stride ldx) into this thread's scratch, laid out for
-  // Q4_1 or Q8_0 (see the top of the file).
-  static RoundedX round_x(const float* x, int64_t ldx, int64_t m, int64_t k, bool q4) {
-    const int64_t full = k / 32 / 4 * 4;
-    const __m128i flip = _mm_set1_epi8(static_cast<char>(0x80));
-    return quant::round_x<int8_t>(
-        x, ldx, m, k, kTiny, q4, [&](int8_t* q, int64_t b, __m512i qa, __m512i qb) {
-          __m128i lo = _mm512_cvtsepi32_epi8(qa), hi = _mm512_cvtsepi32_epi8(qb);
-          int8_t *plo = q + 32 * b, *phi = plo + 16;
-          if (q4 && b < full) {
-            plo = q + 128 * (b / 4) + 16 * (b % 4);
-            phi = plo + 64;
-          }
-          if (!q4) lo = _mm_xor_si128(lo, flip), hi = _mm_xor_si128(hi, flip);
-          _mm_storeu_si128(reinterpret_cast<__m128i*>(plo), lo);
-          _mm_storeu_si128(reinterpret_cast<__m128i*>(phi), hi);
-        });
-  }
-
-  // y[r, j] for R rows of x from row r0 and channels [j0, j1), Q4_1.
-  template <int R>
-  static void q4_1_rows(const RoundedX& xq, int64_t r0, const QuantMatrix& w, const float* bias,
-                        float* y, int64_t ldy, int64_t j0, int64_t j1) {
-    const int64_t nb = xq.nb, groups = nb / 4;
-    const __m512i nibble = _mm512_set1_epi8(0x0f);
-    // lanes {d·dx, m·sx} of 4 blocks → d·dx of block i on 128-bit lane i
-    const __m512i spread = _mm512_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2, 4, 4, 4, 4, 6, 6, 6, 6);
-    for (int64_t j = j0; j < j1; ++j) {
-      const uint8_t* row = w.data + j * w.row_bytes;
-      __m512 acc[R];
-      __m256 acc_min[R];
-      for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps(), acc_min[r] = _mm256_setzero_ps();
-      for (int64_t g = 0; g < groups; ++g) {
-        const uint8_t* b = row + 80 * g;
-        __m512i v =
-            _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 4)));
-        v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 24)), 1);
-        v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 44)), 2);
-        v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 64)), 3);
-        const __m512i lo = _mm512_and_si512(v, nibble);
-        const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), nibble);
-        // {d, m} of the 4 blocks as 8 halves → floats d0 m0 d1 m1 ...
-        const __m256 dm = _mm256_cvtph_ps(
-            _mm_setr_epi32(load_u32(b), load_u32(b + 20), load_u32(b + 40), load_u32(b + 60)));
-#pragma GCC unroll 4
-        for (int r = 0; r < R; ++r) {
-          const int8_t* xr = xq.q + (r0 + r) * xq.k + 128 * g;
-          __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, _mm512_loadu_si512(xr));
-          s = _mm512_dpbusd_epi32(s, hi, _mm512_loadu_si512(xr + 64));
-          const __m256 sc = _mm256_mul_ps(dm, _mm256_loadu_ps(xq.s + (r0 + r) * 2 * nb + 8 * g));
-          const __m512 scale = _mm512_permutexvar_ps(spread, _mm512_castps256_ps512(sc));
-          acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), scale, acc[r]);
-          acc_min[r] = _mm256_mask_add_ps(acc_min[r], 0xaa, acc_min[r], sc);
-        }
-      }
-      __m128 tail[R];
-      float tail_min[R];
-      for (int r = 0; r < R; ++r) tail[r] = _mm_setzero_ps(), tail_min[r] = 0.0f;
-      for (int64_t bi = 4 * groups; bi < nb; ++bi) {
-        const uint8_t* b = row + 20 * bi;
-        const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 4));
-        const __m128i lo = _mm_and_si128(v, _mm_set1_epi8(0x0f));
-        const __m128i hi = _mm_and_si128(_mm_srli_epi16(v, 4), _mm_set1_epi8(0x0f));
-        const float d = half(b), mn = half(b + 2);
-        for (int r = 0; r < R; ++r) {
-          const int8_t* xr = xq.q + (r0 + r) * xq.k + 32 * bi;
-          const float* sr = xq.s + (r0 + r) * 2 * nb + 2 * bi;
-          __m128i s = _mm_dpbusd_epi32(_mm_setzero_si128(), lo,
-                                       _mm_loadu_si128(reinterpret_cast<const __m128i*>(xr)));
-          s = _mm_dpbusd_epi32(s, hi, _mm_loadu_si128(reinterpret_cast<const __m128i*>(xr + 16)));
-          tail[r] = _mm_fmadd_ps(_mm_cvtepi32_ps(s), _mm_set1_ps(d * sr[0]), tail[r]);
-          tail_min[r] += mn * sr[1];
-        }
-      }
-      for (int r = 0; r < R; ++r) {
-        const __m512 all = _mm512_add_ps(acc[r], _mm512_add_ps(_mm512_zextps256_ps512(acc_min[r]),
-                                                               _mm512_zextps128_ps512(tail[r])));
-        const float sum = _mm512_reduce_add_ps(all) + tail_min[r];
-        y[(r0 + r) * ldy + j] = bias != nullptr ? sum + bias[j] : sum;
-      }
-    }
-  }
-
-  // The same for Q8_0 (x as u8 q + 128).
-  template <int R>
-  static void q8_0_rows(const RoundedX& xq, int64_t r0, const QuantMatrix& w, const float* bias,
-                        float* y, int64_t ldy, int64_t j0, int64_t j1) {
-    const int64_t nb = xq.nb, groups = nb / 4;
-    const __m512i u128 = _mm512_set1_epi8(static_cast<char>(0x80));
-    const __m512i spread_a = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2);
-    const __m512i spread_b = _mm512_setr_epi32(4, 4, 4, 4, 4, 4, 4, 4, 6, 6, 6, 6, 6, 6, 6, 6);
-    const auto load256 = [](const void* p) {
-      return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-    };
-    for (int64_t j = j0; j < j1; ++j) {
-      const uint8_t* row = w.data + j * w.row_bytes;
-      __m512 acc[R];
-      for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
-      for (int64_t g = 0; g < groups; ++g) {
-        const uint8_t* b = row + 136 * g;
-        const __m512i wa =
-            _mm512_inserti64x4(_mm512_castsi256_si512(load256(b + 2)), load256(b + 36), 1);
-        const __m512i wb =
-            _mm512_inserti64x4(_mm512_castsi256_si512(load256(b + 70)), load256(b + 104), 1);
-        // −128·Σ q_w per int32 lane, undoing the + 128 of x
-        const __m512i ca = _mm512_sub_epi32(_mm512_setzero_si512(),
-                                            _mm512_dpbusd_epi32(_mm512_setzero_si512(), u128, wa));
-        const __m512i cb = _mm512_sub_epi32(_mm512_setzero_si512(),
-                                            _mm512_dpbusd_epi32(_mm512_setzero_si512(), u128, wb));
-        // d of the 4 blocks in the even halves, 0 in the odd ones (not the q bytes)
-        const __m128i dbits =
-            _mm_setr_epi32(load_u16(b), load_u16(b + 34), load_u16(b + 68), load_u16(b + 102));
-        const __m256 dd = _mm256_cvtph_ps(dbits);
-#pragma GCC unroll 4
-        for (int r = 0; r < R; ++r) {
-          const int8_t* xr = xq.q + (r0 + r) * xq.k + 128 * g;
-          const __m512i sa = _mm512_dpbusd_epi32(ca, _mm512_loadu_si512(xr), wa);
-          const __m512i sb = _mm512_dpbusd_epi32(cb, _mm512_loadu_si512(xr + 64), wb);
-          const __m512 sc = _mm512_castps256_ps512(
-              _mm256_mul_ps(dd, _mm256_loadu_ps(xq.s + (r0 + r) * 2 * nb + 8 * g)));
-          acc[r] =
-              _mm512_fmadd_ps(_mm512_cvtepi32_ps(sa), _mm512_permutexvar_ps(spread_a, sc), acc[r]);
-          acc[r] =
-              _mm512_fmadd_ps(_mm512_cvtepi32_ps(sb), _mm512_permutexvar_ps(spread_b, sc), acc[r]);
-        }
-      }
-      __m256 tail[R];
-      for (int r = 0; r < R; ++r) tail[r] = _mm256_setzero_ps();
-      for (int64_t bi = 4 * groups; bi < nb; ++bi) {
-        const uint8_t* b = row + 34 * bi;
-        const __m256i v = load256(b + 2);
-        const __m256i c =
-            _mm256_sub_epi32(_mm256_setzero_si256(),
-                             _mm256_dpbusd_epi32(_mm256_setzero_si256(),
-                                                 _mm256_set1_epi8(static_cast<char>(0x80)), v));
-        const float d = half(b);
-        for (int r = 0; r < R; ++r) {
-          const __m256i s = _mm256_dpbusd_epi32(c, load256(xq.q + (r0 + r) * xq.k + 32 * bi), v);
-          tail[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s),
-                                    _mm256_set1_ps(d * xq.s[(r0 + r) * 2 * nb + 2 * bi]), tail[r]);
-        }
-      }
-      for (int r = 0; r < R; ++r) {
-        const float sum =
-            _mm512_reduce_add_ps(_mm512_add_ps(acc[r], _mm512_zextps256_ps512(tail[r])));
-        y[(r0 + r) * ldy + j] = bias != nullptr ? sum + bias[j] : sum;
-      }
-    }
-  }
+  static constexpr auto round_x = &kernels::round_x;
+  template <int R, bool kQ4>
+  static constexpr auto rows = kQ4 ? &q4_1_rows<R> : &q8_0_rows<R>;
 };
 
 }  // namespace

@@ -41,127 +41,131 @@ inline __m128i load128(const uint8_t* p) {
   return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
 }
 
+// Rounds m rows of x (stride ldx) into this thread's scratch, laid out for
+// Q4_1 or Q8_0 (see the top of the file).
+RoundedX round_x(const float* x, int64_t ldx, int64_t m, int64_t k, bool q4) {
+  const int64_t full = k / 32 / 4 * 4;
+  const auto store = [](int16_t* p, __m128i v) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), v);
+  };
+  return quant::round_x<int16_t>(
+      x, ldx, m, k, kTiny, q4, [&](int16_t* q, int64_t b, __m512i qa, __m512i qb) {
+        const __m256i lo = _mm512_cvtsepi32_epi16(qa), hi = _mm512_cvtsepi32_epi16(qb);
+        if (q4 && b < full) {  // chunk c (elements 8c .. 8c + 7) of block i at 32c + 8i
+          int16_t* g = q + 128 * (b / 4) + 8 * (b % 4);
+          store(g, _mm256_castsi256_si128(lo));
+          store(g + 32, _mm256_extracti128_si256(lo, 1));
+          store(g + 64, _mm256_castsi256_si128(hi));
+          store(g + 96, _mm256_extracti128_si256(hi, 1));
+        } else {
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + 32 * b), lo);
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + 32 * b + 16), hi);
+        }
+      });
+}
+
+// y[r, j] for R rows of x from row r0 and channels [j0, j1), Q4_1.
+template <int R>
+void q4_1_rows(const RoundedX& xq, int64_t r0, const QuantMatrix& w, const float* bias, float* y,
+               int64_t ldy, int64_t j0, int64_t j1) {
+  const int64_t nb = xq.nb, groups = nb / 4;
+  const __m512i nibble = _mm512_set1_epi16(0x0f);
+  // lanes {d·dx, m·sx} of 4 blocks → d·dx of block i on 128-bit lane i
+  const __m512i spread = _mm512_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2, 4, 4, 4, 4, 6, 6, 6, 6);
+  for (int64_t j = j0; j < j1; ++j) {
+    const uint8_t* row = w.data + j * w.row_bytes;
+    __m512 acc[R];
+    __m256 acc_min[R];
+    for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps(), acc_min[r] = _mm256_setzero_ps();
+    for (int64_t g = 0; g < groups; ++g) {
+      const uint8_t* b = row + 80 * g;
+      __m512i v = _mm512_castsi128_si512(load128(b + 4));
+      v = _mm512_inserti32x4(v, load128(b + 24), 1);
+      v = _mm512_inserti32x4(v, load128(b + 44), 2);
+      v = _mm512_inserti32x4(v, load128(b + 64), 3);
+      const __m512i bytes0 = _mm512_unpacklo_epi8(v, _mm512_setzero_si512());  // bytes 0..7
+      const __m512i bytes1 = _mm512_unpackhi_epi8(v, _mm512_setzero_si512());  // bytes 8..15
+      const __m512i w0 = _mm512_and_si512(bytes0, nibble), w1 = _mm512_and_si512(bytes1, nibble);
+      const __m512i w2 = _mm512_srli_epi16(bytes0, 4), w3 = _mm512_srli_epi16(bytes1, 4);
+      // {d, m} of the 4 blocks as 8 halves → floats d0 m0 d1 m1 ...
+      const __m256 dm = _mm256_cvtph_ps(
+          _mm_setr_epi32(load_u32(b), load_u32(b + 20), load_u32(b + 40), load_u32(b + 60)));
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) {
+        const int16_t* xr = xq.q + (r0 + r) * xq.k + 128 * g;
+        __m512i s = _mm512_dpwssd_epi32(_mm512_setzero_si512(), w0, _mm512_loadu_si512(xr));
+        s = _mm512_dpwssd_epi32(s, w1, _mm512_loadu_si512(xr + 32));
+        s = _mm512_dpwssd_epi32(s, w2, _mm512_loadu_si512(xr + 64));
+        s = _mm512_dpwssd_epi32(s, w3, _mm512_loadu_si512(xr + 96));
+        const __m256 sc = _mm256_mul_ps(dm, _mm256_loadu_ps(xq.s + (r0 + r) * 2 * nb + 8 * g));
+        const __m512 scale = _mm512_permutexvar_ps(spread, _mm512_castps256_ps512(sc));
+        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), scale, acc[r]);
+        acc_min[r] = _mm256_mask_add_ps(acc_min[r], 0xaa, acc_min[r], sc);
+      }
+    }
+    __m256 tail[R];
+    float tail_min[R];
+    for (int r = 0; r < R; ++r) tail[r] = _mm256_setzero_ps(), tail_min[r] = 0.0f;
+    for (int64_t bi = 4 * groups; bi < nb; ++bi) {
+      const uint8_t* b = row + 20 * bi;
+      const __m256i v = _mm256_cvtepu8_epi16(load128(b + 4));
+      const __m256i lo = _mm256_and_si256(v, _mm256_set1_epi16(0x0f));  // weights 0..15
+      const __m256i hi = _mm256_srli_epi16(v, 4);                       // 16..31
+      const float d = half(b), mn = half(b + 2);
+      for (int r = 0; r < R; ++r) {
+        const int16_t* xr = xq.q + (r0 + r) * xq.k + 32 * bi;
+        const float* sr = xq.s + (r0 + r) * 2 * nb + 2 * bi;
+        __m256i s = _mm256_dpwssd_epi32(_mm256_setzero_si256(), lo,
+                                        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xr)));
+        s = _mm256_dpwssd_epi32(s, hi,
+                                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xr + 16)));
+        tail[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(d * sr[0]), tail[r]);
+        tail_min[r] += mn * sr[1];
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      const __m512 all =
+          _mm512_add_ps(acc[r], _mm512_zextps256_ps512(_mm256_add_ps(acc_min[r], tail[r])));
+      const float sum = _mm512_reduce_add_ps(all) + tail_min[r];
+      y[(r0 + r) * ldy + j] = bias != nullptr ? sum + bias[j] : sum;
+    }
+  }
+}
+
+// The same for Q8_0, a block at a time.
+template <int R>
+void q8_0_rows(const RoundedX& xq, int64_t r0, const QuantMatrix& w, const float* bias, float* y,
+               int64_t ldy, int64_t j0, int64_t j1) {
+  const int64_t nb = xq.nb;
+  for (int64_t j = j0; j < j1; ++j) {
+    const uint8_t* row = w.data + j * w.row_bytes;
+    __m512 acc[R];
+    for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+    for (int64_t bi = 0; bi < nb; ++bi) {
+      const uint8_t* b = row + 34 * bi;
+      const __m512i wv =
+          _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 2)));
+      const float d = half(b);
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) {
+        const __m512i s = _mm512_dpwssd_epi32(_mm512_setzero_si512(), wv,
+                                              _mm512_loadu_si512(xq.q + (r0 + r) * xq.k + 32 * bi));
+        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s),
+                                 _mm512_set1_ps(d * xq.s[(r0 + r) * 2 * nb + 2 * bi]), acc[r]);
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      const float sum = _mm512_reduce_add_ps(acc[r]);
+      y[(r0 + r) * ldy + j] = bias != nullptr ? sum + bias[j] : sum;
+    }
+  }
+}
+
 // This table's rounding of x and kernels, for quant::integer_gemv_block.
 struct Int16Rows {
-  // Rounds m rows of x (stride ldx) into this thread's scratch, laid out for
-  // Q4_1 or Q8_0 (see the top of the file).
-  static RoundedX round_x(const float* x, int64_t ldx, int64_t m, int64_t k, bool q4) {
-    const int64_t full = k / 32 / 4 * 4;
-    const auto store = [](int16_t* p, __m128i v) {
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(p), v);
-    };
-    return quant::round_x<int16_t>(
-        x, ldx, m, k, kTiny, q4, [&](int16_t* q, int64_t b, __m512i qa, __m512i qb) {
-          const __m256i lo = _mm512_cvtsepi32_epi16(qa), hi = _mm512_cvtsepi32_epi16(qb);
-          if (q4 && b < full) {  // chunk c (elements 8c .. 8c + 7) of block i at 32c + 8i
-            int16_t* g = q + 128 * (b / 4) + 8 * (b % 4);
-            store(g, _mm256_castsi256_si128(lo));
-            store(g + 32, _mm256_extracti128_si256(lo, 1));
-            store(g + 64, _mm256_castsi256_si128(hi));
-            store(g + 96, _mm256_extracti128_si256(hi, 1));
-          } else {
-            _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + 32 * b), lo);
-            _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + 32 * b + 16), hi);
-          }
-        });
-  }
-
-  // y[r, j] for R rows of x from row r0 and channels [j0, j1), Q4_1.
-  template <int R>
-  static void q4_1_rows(const RoundedX& xq, int64_t r0, const QuantMatrix& w, const float* bias,
-                        float* y, int64_t ldy, int64_t j0, int64_t j1) {
-    const int64_t nb = xq.nb, groups = nb / 4;
-    const __m512i nibble = _mm512_set1_epi16(0x0f);
-    // lanes {d·dx, m·sx} of 4 blocks → d·dx of block i on 128-bit lane i
-    const __m512i spread = _mm512_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2, 4, 4, 4, 4, 6, 6, 6, 6);
-    for (int64_t j = j0; j < j1; ++j) {
-      const uint8_t* row = w.data + j * w.row_bytes;
-      __m512 acc[R];
-      __m256 acc_min[R];
-      for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps(), acc_min[r] = _mm256_setzero_ps();
-      for (int64_t g = 0; g < groups; ++g) {
-        const uint8_t* b = row + 80 * g;
-        __m512i v = _mm512_castsi128_si512(load128(b + 4));
-        v = _mm512_inserti32x4(v, load128(b + 24), 1);
-        v = _mm512_inserti32x4(v, load128(b + 44), 2);
-        v = _mm512_inserti32x4(v, load128(b + 64), 3);
-        const __m512i bytes0 = _mm512_unpacklo_epi8(v, _mm512_setzero_si512());  // bytes 0..7
-        const __m512i bytes1 = _mm512_unpackhi_epi8(v, _mm512_setzero_si512());  // bytes 8..15
-        const __m512i w0 = _mm512_and_si512(bytes0, nibble), w1 = _mm512_and_si512(bytes1, nibble);
-        const __m512i w2 = _mm512_srli_epi16(bytes0, 4), w3 = _mm512_srli_epi16(bytes1, 4);
-        // {d, m} of the 4 blocks as 8 halves → floats d0 m0 d1 m1 ...
-        const __m256 dm = _mm256_cvtph_ps(
-            _mm_setr_epi32(load_u32(b), load_u32(b + 20), load_u32(b + 40), load_u32(b + 60)));
-#pragma GCC unroll 4
-        for (int r = 0; r < R; ++r) {
-          const int16_t* xr = xq.q + (r0 + r) * xq.k + 128 * g;
-          __m512i s = _mm512_dpwssd_epi32(_mm512_setzero_si512(), w0, _mm512_loadu_si512(xr));
-          s = _mm512_dpwssd_epi32(s, w1, _mm512_loadu_si512(xr + 32));
-          s = _mm512_dpwssd_epi32(s, w2, _mm512_loadu_si512(xr + 64));
-          s = _mm512_dpwssd_epi32(s, w3, _mm512_loadu_si512(xr + 96));
-          const __m256 sc = _mm256_mul_ps(dm, _mm256_loadu_ps(xq.s + (r0 + r) * 2 * nb + 8 * g));
-          const __m512 scale = _mm512_permutexvar_ps(spread, _mm512_castps256_ps512(sc));
-          acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), scale, acc[r]);
-          acc_min[r] = _mm256_mask_add_ps(acc_min[r], 0xaa, acc_min[r], sc);
-        }
-      }
-      __m256 tail[R];
-      float tail_min[R];
-      for (int r = 0; r < R; ++r) tail[r] = _mm256_setzero_ps(), tail_min[r] = 0.0f;
-      for (int64_t bi = 4 * groups; bi < nb; ++bi) {
-        const uint8_t* b = row + 20 * bi;
-        const __m256i v = _mm256_cvtepu8_epi16(load128(b + 4));
-        const __m256i lo = _mm256_and_si256(v, _mm256_set1_epi16(0x0f));  // weights 0..15
-        const __m256i hi = _mm256_srli_epi16(v, 4);                       // 16..31
-        const float d = half(b), mn = half(b + 2);
-        for (int r = 0; r < R; ++r) {
-          const int16_t* xr = xq.q + (r0 + r) * xq.k + 32 * bi;
-          const float* sr = xq.s + (r0 + r) * 2 * nb + 2 * bi;
-          __m256i s = _mm256_dpwssd_epi32(_mm256_setzero_si256(), lo,
-                                          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xr)));
-          s = _mm256_dpwssd_epi32(s, hi,
-                                  _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xr + 16)));
-          tail[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(d * sr[0]), tail[r]);
-          tail_min[r] += mn * sr[1];
-        }
-      }
-      for (int r = 0; r < R; ++r) {
-        const __m512 all =
-            _mm512_add_ps(acc[r], _mm512_zextps256_ps512(_mm256_add_ps(acc_min[r], tail[r])));
-        const float sum = _mm512_reduce_add_ps(all) + tail_min[r];
-        y[(r0 + r) * ldy + j] = bias != nullptr ? sum + bias[j] : sum;
-      }
-    }
-  }
-
-  // The same for Q8_0, a block at a time.
-  template <int R>
-  static void q8_0_rows(const RoundedX& xq, int64_t r0, const QuantMatrix& w, const float* bias,
-                        float* y, int64_t ldy, int64_t j0, int64_t j1) {
-    const int64_t nb = xq.nb;
-    for (int64_t j = j0; j < j1; ++j) {
-      const uint8_t* row = w.data + j * w.row_bytes;
-      __m512 acc[R];
-      for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
-      for (int64_t bi = 0; bi < nb; ++bi) {
-        const uint8_t* b = row + 34 * bi;
-        const __m512i wv =
-            _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 2)));
-        const float d = half(b);
-#pragma GCC unroll 4
-        for (int r = 0; r < R; ++r) {
-          const __m512i s = _mm512_dpwssd_epi32(
-              _mm512_setzero_si512(), wv, _mm512_loadu_si512(xq.q + (r0 + r) * xq.k + 32 * bi));
-          acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s),
-                                   _mm512_set1_ps(d * xq.s[(r0 + r) * 2 * nb + 2 * bi]), acc[r]);
-        }
-      }
-      for (int r = 0; r < R; ++r) {
-        const float sum = _mm512_reduce_add_ps(acc[r]);
-        y[(r0 + r) * ldy + j] = bias != nullptr ? sum + bias[j] : sum;
-      }
-    }
-  }
+  static constexpr auto round_x = &kernels::round_x;
+  template <int R, bool kQ4>
+  static constexpr auto rows = kQ4 ? &q4_1_rows<R> : &q8_0_rows<R>;
 };
 
 }  // namespace

@@ -86,9 +86,9 @@ RoundedX<Int> round_x(const float* x, int64_t ldx, int64_t m, int64_t k, float t
 }
 
 // The few-rows product of an integer table T: Q4_1 and Q8_0 weights meet x
-// rounded by T::round_x in T::q4_1_rows<R> / T::q8_0_rows<R> (R rows from
-// r0, channels [j0, j1)), in groups of 16 channels meeting the rows 4 at a
-// time; other formats run the avx512 float code.
+// rounded by T::round_x in T::rows<R, Q4_1?> (R rows from r0, channels [j0,
+// j1)), in groups of 16 channels meeting the rows 4 at a time; other formats
+// run the avx512 float code.
 template <class T>
 void integer_gemv_block(const float* x, int64_t ldx, int64_t m, const QuantMatrix& w,
                         const float* bias, float* y, int64_t ldy, int64_t c0, int64_t c1) {
@@ -97,9 +97,9 @@ void integer_gemv_block(const float* x, int64_t ldx, int64_t m, const QuantMatri
   const auto xq = T::round_x(x, ldx, m, w.k, w.format == BlockFormat::kQ4_1);
   for_each_row_block<4>(m, c0, c1, [&]<int R>(int64_t r0, int64_t j0, int64_t j1) {
     if (w.format == BlockFormat::kQ4_1)
-      T::template q4_1_rows<R>(xq, r0, w, bias, y, ldy, j0, j1);
+      T::template rows<R, true>(xq, r0, w, bias, y, ldy, j0, j1);
     else
-      T::template q8_0_rows<R>(xq, r0, w, bias, y, ldy, j0, j1);
+      T::template rows<R, false>(xq, r0, w, bias, y, ldy, j0, j1);
   });
 }
 
