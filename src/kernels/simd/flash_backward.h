@@ -138,6 +138,26 @@ void add_tile_grads(const SdpaBackwardProblem& bp, int64_t b0, int64_t j0, int64
   }
 }
 
+// Row i of batch-head b in a key tile [j0, j0 + cols): its scores s become
+// the probabilities P = exp(S − lse) over the keys it sees, and s and its dP
+// (dp) are zeroed from there up to `width`. Returns how many keys it sees, or
+// −1 for a fully masked row (lse = −∞: s and dp all zero, no gradient).
+template <class Isa>
+int64_t row_probabilities(const SdpaProblem& p, int64_t b, int64_t i, int64_t j0, int64_t cols,
+                          bool diagonal, float* s, float* dp, int64_t width) {
+  const double lse = p.lse[b * p.L + i];
+  const int64_t seen = diagonal ? keys_seen_by(p, i, j0, cols) : cols;
+  std::fill(s + seen, s + width, 0.0f);
+  std::fill(dp + seen, dp + width, 0.0f);
+  if (lse == -std::numeric_limits<double>::infinity()) {
+    std::fill(s, s + seen, 0.0f);
+    std::fill(dp, dp + seen, 0.0f);
+    return -1;
+  }
+  exp_shift_sum<Isa>(s, seen, static_cast<float>(lse));
+  return seen;
+}
+
 // dp[c] = s[c]·(dp[c] − d) for c < n.
 template <class Isa>
 void probability_times_shifted(const float* s, float* dp, int64_t n, float d) {
@@ -227,16 +247,8 @@ void flash_backward_tile(const SdpaBackwardProblem& bp, const FlashTiling& t,
       for (int64_t r = 0; r < rows; ++r) {
         float* s = w.scores + r * lds;
         float* dp = w.dprob + r * lds;
-        const double lse = p.lse[b * p.L + i0 + r];
-        const int64_t seen = diagonal ? keys_seen_by(p, i0 + r, j0, cols) : cols;
-        std::fill(s + seen, s + cols, 0.0f);
-        std::fill(dp + seen, dp + cols, 0.0f);
-        if (lse == -std::numeric_limits<double>::infinity()) {  // fully masked row
-          std::fill(s, s + seen, 0.0f);
-          std::fill(dp, dp + seen, 0.0f);
-          continue;
-        }
-        exp_shift_sum<Isa>(s, seen, static_cast<float>(lse));
+        const int64_t seen = row_probabilities<Isa>(p, b, i0 + r, j0, cols, diagonal, s, dp, cols);
+        if (seen < 0) continue;
         const float d = static_cast<float>(row_dot[b * p.L + i0 + r]);
         if (p.dropout_p > 0.0) {
           for (int64_t c = 0; c < seen; ++c) {

@@ -254,16 +254,8 @@ void flash_backward_bf16_tile(const SdpaBackwardProblem& bp, const FlashTiling& 
       for (int64_t r = 0; r < rows; ++r) {
         float* s = w.scores + r * lds;
         float* dp = w.dprob + r * lds;
-        const double lse = p.lse[b * p.L + i0 + r];
-        const int64_t seen = diagonal ? keys_seen_by(p, i0 + r, j0, cols) : cols;
-        std::fill(s + seen, s + lds, 0.0f);
-        std::fill(dp + seen, dp + lds, 0.0f);
-        if (lse == -std::numeric_limits<double>::infinity()) {
-          std::fill(s, s + seen, 0.0f);
-          std::fill(dp, dp + seen, 0.0f);
-          continue;
-        }
-        exp_shift_sum<Isa>(s, seen, static_cast<float>(lse));
+        const int64_t seen = row_probabilities<Isa>(p, b, i0 + r, j0, cols, diagonal, s, dp, lds);
+        if (seen < 0) continue;
         probability_times_shifted<Isa>(s, dp, seen, static_cast<float>(row_dot[b * p.L + i0 + r]));
         if (p.softcap > 0.0)
           for (int64_t c = 0; c < seen; ++c) dp[c] *= w.cap_slope[r * lds + c];
