@@ -30,7 +30,6 @@ namespace {
 constexpr float kTiny = 0x1p-120f;  // see quantize_x_q8_reference
 
 using RoundedX = quant::RoundedX<int8_t>;
-using quant::load_u32;
 inline float half(const uint8_t* p) { return quant::Bytes<simd::Avx512>::half(p); }
 
 // Rounds m rows of x (stride ldx) into this thread's scratch, laid out for
@@ -58,8 +57,6 @@ void q4_1_rows(const RoundedX& xq, int64_t r0, const QuantMatrix& w, const float
                int64_t ldy, int64_t j0, int64_t j1) {
   const int64_t nb = xq.nb, groups = nb / 4;
   const __m512i nibble = _mm512_set1_epi8(0x0f);
-  // lanes {d·dx, m·sx} of 4 blocks → d·dx of block i on 128-bit lane i
-  const __m512i spread = _mm512_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2, 4, 4, 4, 4, 6, 6, 6, 6);
   for (int64_t j = j0; j < j1; ++j) {
     const uint8_t* row = w.data + j * w.row_bytes;
     __m512 acc[R];
@@ -67,24 +64,16 @@ void q4_1_rows(const RoundedX& xq, int64_t r0, const QuantMatrix& w, const float
     for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps(), acc_min[r] = _mm256_setzero_ps();
     for (int64_t g = 0; g < groups; ++g) {
       const uint8_t* b = row + 80 * g;
-      __m512i v = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 4)));
-      v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 24)), 1);
-      v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 44)), 2);
-      v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 64)), 3);
+      const __m512i v = quant::q4_1_nibbles4(b);
       const __m512i lo = _mm512_and_si512(v, nibble);
       const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), nibble);
-      // {d, m} of the 4 blocks as 8 halves → floats d0 m0 d1 m1 ...
-      const __m256 dm = _mm256_cvtph_ps(
-          _mm_setr_epi32(load_u32(b), load_u32(b + 20), load_u32(b + 40), load_u32(b + 60)));
+      const __m256 dm = quant::q4_1_scales4(b);
 #pragma GCC unroll 4
       for (int r = 0; r < R; ++r) {
         const int8_t* xr = xq.q + (r0 + r) * xq.k + 128 * g;
         __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, _mm512_loadu_si512(xr));
         s = _mm512_dpbusd_epi32(s, hi, _mm512_loadu_si512(xr + 64));
-        const __m256 sc = _mm256_mul_ps(dm, _mm256_loadu_ps(xq.s + (r0 + r) * 2 * nb + 8 * g));
-        const __m512 scale = _mm512_permutexvar_ps(spread, _mm512_castps256_ps512(sc));
-        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), scale, acc[r]);
-        acc_min[r] = _mm256_mask_add_ps(acc_min[r], 0xaa, acc_min[r], sc);
+        quant::q4_1_accumulate4(s, dm, xq.s + (r0 + r) * 2 * nb + 8 * g, &acc[r], &acc_min[r]);
       }
     }
     __m128 tail[R];

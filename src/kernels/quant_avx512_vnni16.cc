@@ -35,7 +35,6 @@ namespace {
 constexpr float kTiny = 0x1p-100f;  // see quantize_x_q16_reference
 
 using RoundedX = quant::RoundedX<int16_t>;
-using quant::load_u32;
 inline float half(const uint8_t* p) { return quant::Bytes<simd::Avx512>::half(p); }
 inline __m128i load128(const uint8_t* p) {
   return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
@@ -70,8 +69,6 @@ void q4_1_rows(const RoundedX& xq, int64_t r0, const QuantMatrix& w, const float
                int64_t ldy, int64_t j0, int64_t j1) {
   const int64_t nb = xq.nb, groups = nb / 4;
   const __m512i nibble = _mm512_set1_epi16(0x0f);
-  // lanes {d·dx, m·sx} of 4 blocks → d·dx of block i on 128-bit lane i
-  const __m512i spread = _mm512_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2, 4, 4, 4, 4, 6, 6, 6, 6);
   for (int64_t j = j0; j < j1; ++j) {
     const uint8_t* row = w.data + j * w.row_bytes;
     __m512 acc[R];
@@ -79,17 +76,12 @@ void q4_1_rows(const RoundedX& xq, int64_t r0, const QuantMatrix& w, const float
     for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps(), acc_min[r] = _mm256_setzero_ps();
     for (int64_t g = 0; g < groups; ++g) {
       const uint8_t* b = row + 80 * g;
-      __m512i v = _mm512_castsi128_si512(load128(b + 4));
-      v = _mm512_inserti32x4(v, load128(b + 24), 1);
-      v = _mm512_inserti32x4(v, load128(b + 44), 2);
-      v = _mm512_inserti32x4(v, load128(b + 64), 3);
+      const __m512i v = quant::q4_1_nibbles4(b);
       const __m512i bytes0 = _mm512_unpacklo_epi8(v, _mm512_setzero_si512());  // bytes 0..7
       const __m512i bytes1 = _mm512_unpackhi_epi8(v, _mm512_setzero_si512());  // bytes 8..15
       const __m512i w0 = _mm512_and_si512(bytes0, nibble), w1 = _mm512_and_si512(bytes1, nibble);
       const __m512i w2 = _mm512_srli_epi16(bytes0, 4), w3 = _mm512_srli_epi16(bytes1, 4);
-      // {d, m} of the 4 blocks as 8 halves → floats d0 m0 d1 m1 ...
-      const __m256 dm = _mm256_cvtph_ps(
-          _mm_setr_epi32(load_u32(b), load_u32(b + 20), load_u32(b + 40), load_u32(b + 60)));
+      const __m256 dm = quant::q4_1_scales4(b);
 #pragma GCC unroll 4
       for (int r = 0; r < R; ++r) {
         const int16_t* xr = xq.q + (r0 + r) * xq.k + 128 * g;
@@ -97,10 +89,7 @@ void q4_1_rows(const RoundedX& xq, int64_t r0, const QuantMatrix& w, const float
         s = _mm512_dpwssd_epi32(s, w1, _mm512_loadu_si512(xr + 32));
         s = _mm512_dpwssd_epi32(s, w2, _mm512_loadu_si512(xr + 64));
         s = _mm512_dpwssd_epi32(s, w3, _mm512_loadu_si512(xr + 96));
-        const __m256 sc = _mm256_mul_ps(dm, _mm256_loadu_ps(xq.s + (r0 + r) * 2 * nb + 8 * g));
-        const __m512 scale = _mm512_permutexvar_ps(spread, _mm512_castps256_ps512(sc));
-        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), scale, acc[r]);
-        acc_min[r] = _mm256_mask_add_ps(acc_min[r], 0xaa, acc_min[r], sc);
+        quant::q4_1_accumulate4(s, dm, xq.s + (r0 + r) * 2 * nb + 8 * g, &acc[r], &acc_min[r]);
       }
     }
     __m256 tail[R];

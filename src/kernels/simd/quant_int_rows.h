@@ -85,6 +85,37 @@ RoundedX<Int> round_x(const float* x, int64_t ldx, int64_t m, int64_t k, float t
   return {scratch.q.data(), scratch.s.data(), k, nb};
 }
 
+// Q4_1 four blocks at a time (80 bytes at b): their 16 nibble bytes each,
+// block i on 128-bit lane i.
+inline __m512i q4_1_nibbles4(const uint8_t* b) {
+  const auto load128 = [](const uint8_t* p) {
+    return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  };
+  __m512i v = _mm512_castsi128_si512(load128(b + 4));
+  v = _mm512_inserti32x4(v, load128(b + 24), 1);
+  v = _mm512_inserti32x4(v, load128(b + 44), 2);
+  return _mm512_inserti32x4(v, load128(b + 64), 3);
+}
+
+// Their {d, m} as 8 halves → floats d0 m0 d1 m1 ... d3 m3.
+inline __m256 q4_1_scales4(const uint8_t* b) {
+  return _mm256_cvtph_ps(
+      _mm_setr_epi32(load_u32(b), load_u32(b + 20), load_u32(b + 40), load_u32(b + 60)));
+}
+
+// One row of x meeting them: sums (int32, 128-bit lane i = block i's Σ q_w·q_x)
+// scaled by d_i·dx_i into acc, and m_i·sx_i added into acc_min's odd lanes;
+// dm from q4_1_scales4, xs the row's {dx, sx} of the 4 blocks.
+inline void q4_1_accumulate4(__m512i sums, __m256 dm, const float* xs, __m512* acc,
+                             __m256* acc_min) {
+  // lanes {d·dx, m·sx} of 4 blocks → d·dx of block i on 128-bit lane i
+  const __m512i spread = _mm512_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2, 4, 4, 4, 4, 6, 6, 6, 6);
+  const __m256 sc = _mm256_mul_ps(dm, _mm256_loadu_ps(xs));
+  *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums),
+                         _mm512_permutexvar_ps(spread, _mm512_castps256_ps512(sc)), *acc);
+  *acc_min = _mm256_mask_add_ps(*acc_min, 0xaa, *acc_min, sc);
+}
+
 // The few-rows product of an integer table T: Q4_1 and Q8_0 weights meet x
 // rounded by T::round_x in T::rows<R, Q4_1?> (R rows from r0, channels [j0,
 // j1)), in groups of 16 channels meeting the rows 4 at a time; other formats
