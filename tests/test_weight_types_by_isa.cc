@@ -136,7 +136,7 @@ TEST_P(WeightTypesByIsa, GgufBlocksAgainstFloat64) {
     qkv::set_num_threads(threads);
     for (qkv::QuantFormat f : qkv_test::quant::kFormats) {
       const int64_t block = qkv::quant_block_elements(f);
-      for (int64_t m : {1, 2, 3, 5, 8, 16, 40})
+      for (int64_t m : {1, 2, 3, 5, 8, 12, 16, 40})
         qkv_test::quant::check_quant_gemm(f, m, 37, 2 * block, m != 3, gen,
                                           std::string(qkv::kernels::active_quant_kernels().name) +
                                               " threads=" + std::to_string(threads));
