@@ -7,13 +7,17 @@
 //   build-batch/bench/bench_batched_decoding [--model models/SmolLM2-135M-Instruct.Q4_1.gguf]
 //       [--steps 64] [--reps 3] [--threads 1,2]
 //
-// Prints, per thread count, the median tokens/s of each way and their ratio.
+// Prints, per thread count, the median tokens/s of each way and their ratio,
+// by the wall clock and by the process's CPU time (which a busy machine
+// disturbs less: on one thread it is the work done; on more it also counts
+// the time the OpenMP threads spin while waiting).
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <string>
 #include <vector>
 
@@ -26,6 +30,20 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr int64_t kSequences = 8;
+
+// Seconds of wall clock and of this process's CPU time.
+struct Seconds {
+  double wall = 0.0, cpu = 0.0;
+};
+
+struct Stopwatch {
+  Clock::time_point wall = Clock::now();
+  std::clock_t cpu = std::clock();
+  Seconds elapsed() const {
+    return {std::chrono::duration<double>(Clock::now() - wall).count(),
+            static_cast<double>(std::clock() - cpu) / CLOCKS_PER_SEC};
+  }
+};
 
 int64_t argmax(std::span<const float> row) {
   return std::max_element(row.begin(), row.end()) - row.begin();
@@ -42,37 +60,39 @@ std::vector<std::vector<int64_t>> prompts(int64_t vocab) {
 }
 
 // Seconds of kSequences × steps tokens decoded one sequence after the other.
-double sequential(qkv::nn::DecoderModel& model, const std::vector<std::vector<int64_t>>& ps,
-                  int64_t steps, int64_t max_len) {
-  double seconds = 0.0;
+Seconds sequential(qkv::nn::DecoderModel& model, const std::vector<std::vector<int64_t>>& ps,
+                   int64_t steps, int64_t max_len) {
+  Seconds seconds;
   for (const auto& p : ps) {
     qkv::nn::DecoderSession session(model, 1, max_len);
     session.prefill(p);
-    const auto start = Clock::now();
+    const Stopwatch start;
     for (int64_t t = 0; t < steps; ++t) {
       int64_t next = argmax(session.logits_row(0));
       session.step({&next, 1});
     }
-    seconds += std::chrono::duration<double>(Clock::now() - start).count();
+    const Seconds s = start.elapsed();
+    seconds.wall += s.wall;
+    seconds.cpu += s.cpu;
   }
   return seconds;
 }
 
 // Seconds of the same tokens decoded all together.
-double batched(qkv::nn::DecoderModel& model, const std::vector<std::vector<int64_t>>& ps,
-               int64_t steps, int64_t max_len) {
+Seconds batched(qkv::nn::DecoderModel& model, const std::vector<std::vector<int64_t>>& ps,
+                int64_t steps, int64_t max_len) {
   qkv::nn::DecoderBatch batch(model, kSequences, max_len);
   std::vector<int64_t> ids, tokens(kSequences);
   for (const auto& p : ps) {
     ids.push_back(batch.add(p));
     tokens[ids.size() - 1] = argmax(batch.logits_row(0));
   }
-  const auto start = Clock::now();
+  const Stopwatch start;
   for (int64_t t = 0; t < steps; ++t) {
     batch.step(ids, tokens);
     for (int64_t r = 0; r < kSequences; ++r) tokens[r] = argmax(batch.logits_row(r));
   }
-  return std::chrono::duration<double>(Clock::now() - start).count();
+  return start.elapsed();
 }
 
 double median(std::vector<double> v) {
@@ -112,17 +132,26 @@ int main(int argc, char** argv) {
   std::printf("%s: %lld sequences (prompts of 8..%lld tokens), %lld greedy steps each\n",
               model_path.c_str(), static_cast<long long>(kSequences),
               static_cast<long long>(8 + 9 * (kSequences - 1)), static_cast<long long>(steps));
-  std::printf("threads  sequential tok/s  batched tok/s  ratio\n");
+  std::printf("         wall clock                               CPU time\n");
+  std::printf(
+      "threads  sequential tok/s  batched tok/s  ratio  sequential tok/s  batched tok/s  "
+      "ratio\n");
   for (int threads : thread_counts) {
     qkv::set_num_threads(threads);
     batched(m.model, ps, 4, max_len);  // warm-up
-    std::vector<double> seq, bat;
+    std::vector<double> seq, bat, seq_cpu, bat_cpu;
+    const double tokens = static_cast<double>(kSequences * steps);
     for (int64_t r = 0; r < reps; ++r) {  // interleaved, so that both see the same load
-      seq.push_back(kSequences * steps / sequential(m.model, ps, steps, max_len));
-      bat.push_back(kSequences * steps / batched(m.model, ps, steps, max_len));
+      const Seconds s = sequential(m.model, ps, steps, max_len);
+      const Seconds b = batched(m.model, ps, steps, max_len);
+      seq.push_back(tokens / s.wall);
+      bat.push_back(tokens / b.wall);
+      seq_cpu.push_back(tokens / s.cpu);
+      bat_cpu.push_back(tokens / b.cpu);
     }
-    std::printf("%7d  %16.1f  %13.1f  %5.2f\n", threads, median(seq), median(bat),
-                median(bat) / median(seq));
+    std::printf("%7d  %16.1f  %13.1f  %5.2f  %16.1f  %13.1f  %5.2f\n", threads, median(seq),
+                median(bat), median(bat) / median(seq), median(seq_cpu), median(bat_cpu),
+                median(bat_cpu) / median(seq_cpu));
     std::fflush(stdout);  // each thread count as it finishes, also into a pipe
   }
   return 0;

@@ -49,25 +49,13 @@
 namespace {
 
 using qkv::Precision;
+using qkv::kernels::AlignedAllocator;
 using qkv::kernels::LowPrecisionKernels;
 using qkv::kernels::PackedWeights;
 using Clock = std::chrono::steady_clock;
 
 struct Shape {
   int64_t m, n, k;
-};
-
-template <class T>
-struct AlignedAllocator {
-  using value_type = T;
-  AlignedAllocator() = default;
-  template <class U>
-  AlignedAllocator(const AlignedAllocator<U>&) {}
-  T* allocate(size_t n) {
-    return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t(64)));
-  }
-  void deallocate(T* p, size_t) { ::operator delete(p, std::align_val_t(64)); }
-  bool operator==(const AlignedAllocator&) const { return true; }
 };
 
 // The instruction whose peak an implementation is measured against.
@@ -153,7 +141,9 @@ __attribute__((target("avx512f"))) void peak_chains(Peak which, int64_t iteratio
 double peak_gflops(Peak which, int threads, int64_t iterations) {
   const Stopwatch watch{threads};
 #pragma omp parallel num_threads(threads)
-  { peak_chains(which, iterations); }
+  {
+    peak_chains(which, iterations);
+  }
   const double s = watch.seconds();
   const double per_instruction = which == Peak::kFp32 ? 32 : (which == Peak::kBf16 ? 64 : 128);
   return threads * iterations * 16 * per_instruction / s / 1e9;

@@ -127,14 +127,16 @@ TEST_P(WeightTypesByIsa, Bf16AndInt8RowsAgainstFloat64) {
     }
 }
 
-// Every GGUF block format: both routes (decoding rows, a prompt's sgemm).
+// Every GGUF block format: both routes (decoding rows: one, a few, every
+// count of rows one pass over W meets and more, so every row-count case of
+// the kernels runs; a prompt's sgemm).
 TEST_P(WeightTypesByIsa, GgufBlocksAgainstFloat64) {
   std::mt19937 gen(7);
   for (int threads : {1, 2}) {
     qkv::set_num_threads(threads);
     for (qkv::QuantFormat f : qkv_test::quant::kFormats) {
       const int64_t block = qkv::quant_block_elements(f);
-      for (int64_t m : {1, 3, 40})
+      for (int64_t m : {1, 2, 3, 5, 8, 12, 16, 40})
         qkv_test::quant::check_quant_gemm(f, m, 37, 2 * block, m != 3, gen,
                                           std::string(qkv::kernels::active_quant_kernels().name) +
                                               " threads=" + std::to_string(threads));

@@ -34,7 +34,9 @@ bool cpu_has_amx() {
 CpuFeatures probe() {
   __builtin_cpu_init();
   CpuFeatures f;
-  f.avx2_fma = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  unsigned a, b, c, d;  // F16C: CPUID.1:ECX bit 29 (every AVX2 CPU has it; the kernels use it)
+  const bool f16c = __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29));
+  f.avx2_fma = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
   f.avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
              __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
   f.avx512_vnni = f.avx512 && __builtin_cpu_supports("avx512vnni");

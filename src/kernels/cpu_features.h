@@ -23,7 +23,7 @@
 namespace qkv::kernels {
 
 struct CpuFeatures {
-  bool avx2_fma = false;     // AVX2 and FMA
+  bool avx2_fma = false;     // AVX2, FMA and F16C
   bool avx512 = false;       // AVX512 F, BW, VL and DQ
   bool avx512_vnni = false;  // vpdpbusd (with avx512)
   bool avx512_bf16 = false;  // vdpbf16ps (with avx512)

@@ -51,6 +51,21 @@ constexpr int64_t kLowpPanel = 32;
 // k): an AMX tile of W is 16 steps (32 bfloat16 or 64 int8 of k) deep.
 constexpr int64_t kLowpStepAlign = 16;
 
+// Allocates on 64-byte (cache line) boundaries: packed panels, and the
+// benchmarks' operands.
+template <class T>
+struct AlignedAllocator {
+  using value_type = T;
+  AlignedAllocator() = default;
+  template <class U>
+  AlignedAllocator(const AlignedAllocator<U>&) {}
+  T* allocate(size_t count) {
+    return static_cast<T*>(::operator new(count * sizeof(T), std::align_val_t(64)));
+  }
+  void deallocate(T* p, size_t) { ::operator delete(p, std::align_val_t(64)); }
+  bool operator==(const AlignedAllocator&) const { return true; }
+};
+
 // W[n, k] of one linear layer in bfloat16 or int8, packed.
 class PackedWeights {
  public:
@@ -86,18 +101,6 @@ class PackedWeights {
 
  private:
   // 64-byte aligned, so that a panel row is one cache line (or two).
-  template <class T>
-  struct AlignedAllocator {
-    using value_type = T;
-    AlignedAllocator() = default;
-    template <class U>
-    AlignedAllocator(const AlignedAllocator<U>&) {}
-    T* allocate(size_t count) {
-      return static_cast<T*>(::operator new(count * sizeof(T), std::align_val_t(64)));
-    }
-    void deallocate(T* p, size_t) { ::operator delete(p, std::align_val_t(64)); }
-    bool operator==(const AlignedAllocator&) const { return true; }
-  };
   template <class T>
   using Array = std::vector<T, AlignedAllocator<T>>;
 

@@ -25,93 +25,42 @@
 // sign-extended to words), x in its own order.
 #include <immintrin.h>
 
-#include <algorithm>
-#include <bit>
 #include <cstdint>
-#include <cstring>
-#include <vector>
 
-#include "kernels/simd/quant_rows.h"
+#include "kernels/simd/quant_int_rows.h"
 
 namespace qkv::kernels {
 namespace {
 
 constexpr float kTiny = 0x1p-100f;  // see quantize_x_q16_reference
 
-// x rounded for one call: row r's k words at q + r·k, its blocks' {dx, sx}
-// (sx = dx·Σ q_x, 0 for Q8_0) at s + r·2·(k / 32).
-struct RoundedX {
-  const int16_t* q;
-  const float* s;
-  int64_t k, nb;
-};
-
-// One block of 32 floats rounded: elements 0..15 and 16..31 as int16, dx, Σq.
-inline void round_block(const float* p, __m256i* lo, __m256i* hi, float* dx, int32_t* sum) {
-  const __m512 a = _mm512_loadu_ps(p), b = _mm512_loadu_ps(p + 16);
-  const __m512i magnitude = _mm512_set1_epi32(0x7fffffff);
-  // max of |x| as integer bits: orders Inf and NaN above every finite value
-  const __m512i bits = _mm512_max_epi32(_mm512_and_si512(_mm512_castps_si512(a), magnitude),
-                                        _mm512_and_si512(_mm512_castps_si512(b), magnitude));
-  const float amax = std::bit_cast<float>(_mm512_reduce_max_epi32(bits));
-  const bool tiny = amax < kTiny;
-  *dx = tiny ? 0.0f : amax / 32767.0f;
-  const __m512 id = _mm512_set1_ps(tiny ? 0.0f : 32767.0f / amax);
-  const __m512i qa = _mm512_cvtps_epi32(_mm512_mul_ps(a, id));
-  const __m512i qb = _mm512_cvtps_epi32(_mm512_mul_ps(b, id));
-  *lo = _mm512_cvtsepi32_epi16(qa);
-  *hi = _mm512_cvtsepi32_epi16(qb);
-  *sum = _mm512_reduce_add_epi32(_mm512_add_epi32(qa, qb));
+using RoundedX = quant::RoundedX<int16_t>;
+inline float half(const uint8_t* p) { return quant::Bytes<simd::Avx512>::half(p); }
+inline __m128i load128(const uint8_t* p) {
+  return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
 }
 
 // Rounds m rows of x (stride ldx) into this thread's scratch, laid out for
-// `format` (see the top of the file).
-RoundedX round_x(const float* x, int64_t ldx, int64_t m, int64_t k, BlockFormat format) {
-  struct Scratch {
-    std::vector<int16_t> q;
-    std::vector<float> s;
-  };
-  thread_local Scratch scratch;
-  const int64_t nb = k / 32, full = nb / 4 * 4;
-  scratch.q.resize(static_cast<size_t>(m * k));
-  scratch.s.resize(static_cast<size_t>(m * 2 * nb));
-  const bool q4 = format == BlockFormat::kQ4_1;
+// Q4_1 or Q8_0 (see the top of the file).
+RoundedX round_x(const float* x, int64_t ldx, int64_t m, int64_t k, bool q4) {
+  const int64_t full = k / 32 / 4 * 4;
   const auto store = [](int16_t* p, __m128i v) {
     _mm_storeu_si128(reinterpret_cast<__m128i*>(p), v);
   };
-  for (int64_t r = 0; r < m; ++r) {
-    int16_t* q = scratch.q.data() + r * k;
-    float* s = scratch.s.data() + r * 2 * nb;
-    for (int64_t b = 0; b < nb; ++b) {
-      __m256i lo, hi;
-      float dx;
-      int32_t sum;
-      round_block(x + r * ldx + 32 * b, &lo, &hi, &dx, &sum);
-      if (q4 && b < full) {  // chunk c (elements 8c .. 8c + 7) of block i at 32c + 8i
-        int16_t* g = q + 128 * (b / 4) + 8 * (b % 4);
-        store(g, _mm256_castsi256_si128(lo));
-        store(g + 32, _mm256_extracti128_si256(lo, 1));
-        store(g + 64, _mm256_castsi256_si128(hi));
-        store(g + 96, _mm256_extracti128_si256(hi, 1));
-      } else {
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + 32 * b), lo);
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + 32 * b + 16), hi);
-      }
-      s[2 * b] = dx;
-      s[2 * b + 1] = q4 ? dx * static_cast<float>(sum) : 0.0f;
-    }
-  }
-  return {scratch.q.data(), scratch.s.data(), k, nb};
-}
-
-inline float half(const uint8_t* p) { return _cvtsh_ss(load_u16(p)); }
-inline int load_u32(const uint8_t* p) {
-  int v;
-  std::memcpy(&v, p, 4);
-  return v;
-}
-inline __m128i load128(const uint8_t* p) {
-  return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return quant::round_x<int16_t>(
+      x, ldx, m, k, kTiny, q4, [&](int16_t* q, int64_t b, __m512i qa, __m512i qb) {
+        const __m256i lo = _mm512_cvtsepi32_epi16(qa), hi = _mm512_cvtsepi32_epi16(qb);
+        if (q4 && b < full) {  // chunk c (elements 8c .. 8c + 7) of block i at 32c + 8i
+          int16_t* g = q + 128 * (b / 4) + 8 * (b % 4);
+          store(g, _mm256_castsi256_si128(lo));
+          store(g + 32, _mm256_extracti128_si256(lo, 1));
+          store(g + 64, _mm256_castsi256_si128(hi));
+          store(g + 96, _mm256_extracti128_si256(hi, 1));
+        } else {
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + 32 * b), lo);
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + 32 * b + 16), hi);
+        }
+      });
 }
 
 // y[r, j] for R rows of x from row r0 and channels [j0, j1), Q4_1.
@@ -120,8 +69,6 @@ void q4_1_rows(const RoundedX& xq, int64_t r0, const QuantMatrix& w, const float
                int64_t ldy, int64_t j0, int64_t j1) {
   const int64_t nb = xq.nb, groups = nb / 4;
   const __m512i nibble = _mm512_set1_epi16(0x0f);
-  // lanes {d·dx, m·sx} of 4 blocks → d·dx of block i on 128-bit lane i
-  const __m512i spread = _mm512_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2, 4, 4, 4, 4, 6, 6, 6, 6);
   for (int64_t j = j0; j < j1; ++j) {
     const uint8_t* row = w.data + j * w.row_bytes;
     __m512 acc[R];
@@ -129,17 +76,12 @@ void q4_1_rows(const RoundedX& xq, int64_t r0, const QuantMatrix& w, const float
     for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps(), acc_min[r] = _mm256_setzero_ps();
     for (int64_t g = 0; g < groups; ++g) {
       const uint8_t* b = row + 80 * g;
-      __m512i v = _mm512_castsi128_si512(load128(b + 4));
-      v = _mm512_inserti32x4(v, load128(b + 24), 1);
-      v = _mm512_inserti32x4(v, load128(b + 44), 2);
-      v = _mm512_inserti32x4(v, load128(b + 64), 3);
+      const __m512i v = quant::q4_1_nibbles4(b);
       const __m512i bytes0 = _mm512_unpacklo_epi8(v, _mm512_setzero_si512());  // bytes 0..7
       const __m512i bytes1 = _mm512_unpackhi_epi8(v, _mm512_setzero_si512());  // bytes 8..15
       const __m512i w0 = _mm512_and_si512(bytes0, nibble), w1 = _mm512_and_si512(bytes1, nibble);
       const __m512i w2 = _mm512_srli_epi16(bytes0, 4), w3 = _mm512_srli_epi16(bytes1, 4);
-      // {d, m} of the 4 blocks as 8 halves → floats d0 m0 d1 m1 ...
-      const __m256 dm = _mm256_cvtph_ps(
-          _mm_setr_epi32(load_u32(b), load_u32(b + 20), load_u32(b + 40), load_u32(b + 60)));
+      const __m256 dm = quant::q4_1_scales4(b);
 #pragma GCC unroll 4
       for (int r = 0; r < R; ++r) {
         const int16_t* xr = xq.q + (r0 + r) * xq.k + 128 * g;
@@ -147,10 +89,7 @@ void q4_1_rows(const RoundedX& xq, int64_t r0, const QuantMatrix& w, const float
         s = _mm512_dpwssd_epi32(s, w1, _mm512_loadu_si512(xr + 32));
         s = _mm512_dpwssd_epi32(s, w2, _mm512_loadu_si512(xr + 64));
         s = _mm512_dpwssd_epi32(s, w3, _mm512_loadu_si512(xr + 96));
-        const __m256 sc = _mm256_mul_ps(dm, _mm256_loadu_ps(xq.s + (r0 + r) * 2 * nb + 8 * g));
-        const __m512 scale = _mm512_permutexvar_ps(spread, _mm512_castps256_ps512(sc));
-        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), scale, acc[r]);
-        acc_min[r] = _mm256_mask_add_ps(acc_min[r], 0xaa, acc_min[r], sc);
+        quant::q4_1_accumulate4(s, dm, xq.s + (r0 + r) * 2 * nb + 8 * g, &acc[r], &acc_min[r]);
       }
     }
     __m256 tail[R];
@@ -211,32 +150,17 @@ void q8_0_rows(const RoundedX& xq, int64_t r0, const QuantMatrix& w, const float
   }
 }
 
-// Channels in groups of 16, each meeting the rows 4 at a time.
-template <bool kQ4>
-void gemv_int16(const RoundedX& xq, int64_t m, const QuantMatrix& w, const float* bias, float* y,
-                int64_t ldy, int64_t c0, int64_t c1) {
-  quant::for_each_row_block(m, c0, c1, [&]<int R>(int64_t r0, int64_t j0, int64_t j1) {
-    if constexpr (kQ4)
-      q4_1_rows<R>(xq, r0, w, bias, y, ldy, j0, j1);
-    else
-      q8_0_rows<R>(xq, r0, w, bias, y, ldy, j0, j1);
-  });
-}
-
-void gemv_block(const float* x, int64_t ldx, int64_t m, const QuantMatrix& w, const float* bias,
-                float* y, int64_t ldy, int64_t c0, int64_t c1) {
-  if (w.format != BlockFormat::kQ4_1 && w.format != BlockFormat::kQ8_0)
-    return quant::gemv_block<simd::Avx512>(x, ldx, m, w, bias, y, ldy, c0, c1);
-  const RoundedX xq = round_x(x, ldx, m, w.k, w.format);
-  if (w.format == BlockFormat::kQ4_1)
-    gemv_int16<true>(xq, m, w, bias, y, ldy, c0, c1);
-  else
-    gemv_int16<false>(xq, m, w, bias, y, ldy, c0, c1);
-}
+// This table's rounding of x and kernels, for quant::integer_gemv_block.
+struct Int16Rows {
+  static constexpr auto round_x = &kernels::round_x;
+  template <int R, bool kQ4>
+  static constexpr auto rows = kQ4 ? &q4_1_rows<R> : &q8_0_rows<R>;
+};
 
 }  // namespace
 
-extern const QuantKernels kQuantAvx512Vnni16 = {"avx512_vnni16", &gemv_block,
+extern const QuantKernels kQuantAvx512Vnni16 = {"avx512_vnni16",
+                                                &quant::integer_gemv_block<Int16Rows>,
                                                 &quant::dequantize_rows<simd::Avx512>, 16};
 
 }  // namespace qkv::kernels

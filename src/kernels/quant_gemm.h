@@ -6,9 +6,11 @@
 // Two routes, both the float32 product with the dequantised weights (no
 // rounding of x: the same numbers as a float32 linear on W.dequantize(),
 // summed in another order), except where noted:
-//   few rows (m ≤ quant_gemv_max_rows(), decoding): each block is decoded to
-//     float32 in registers once and multiply-added into up to 4 rows at a
-//     time; W streams in once (memory-bound), threads split the channels.
+//   few rows (m ≤ quant_gemv_max_rows() = 16: decoding, batched decoding,
+//     short prompts): each block is decoded to float32 in registers once and
+//     multiply-added into up to 8 rows at a time (each row's sum in the same
+//     order whatever the number of rows); W streams in once per 8 rows,
+//     threads split the channels.
 //     Exception: on a table with x_bits < 32, Q4_1 and Q8_0 weights meet x
 //     rounded per block of 32 in exact int32 dot products, then scaled:
 //     x_bits = 16 (avx512_vnni16, the default where the CPU has it):
@@ -22,7 +24,7 @@
 //     x_bits = 8 (avx512_vnni, opt-in with QKV_INT8_DECODE=1): as llama.cpp's
 //       decoding (quantize_x_q8_reference: dx = max|x| / 127), 2-5% moves
 //       in the logits.
-//     The prompt route below never rounds x.
+//     The route for more rows below never rounds x.
 //   more rows (prompts): panels of channels dequantised to float32 once per
 //     call (threaded), multiplied by the BLAS's sgemm (compute-bound; the
 //     decode costs O(n·k), the product O(m·n·k)).

@@ -12,19 +12,7 @@
 namespace qkv::kernels::simd {
 namespace {
 
-// y[i] = f(x[i]): whole vectors, then the tail through lane masks.
-template <class Isa, class F>
-[[gnu::always_inline]] inline void map_span(const float* x, float* y, int64_t n, F f) {
-  constexpr int kL = Isa::kLanes;
-  int64_t i = 0;
-  for (; i + kL <= n; i += kL) Isa::store(y + i, f(Isa::load(x + i)));
-  if (i < n) {
-    const int rest = static_cast<int>(n - i);
-    Isa::store_first(y + i, f(Isa::load_first(x + i, rest)), rest);
-  }
-}
-
-// gi[i] += go[i] · d(x[i]), as map_span.
+// gi[i] += go[i] · d(x[i]), as map_span (kernels/simd/vec.h).
 template <class Isa, class D>
 [[gnu::always_inline]] inline void backward_span(const float* go, const float* x, float* gi,
                                                  int64_t n, D d) {

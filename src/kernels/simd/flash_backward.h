@@ -121,6 +121,43 @@ void add_into(float* y, const float* x, int64_t n) {
   for (; e < n; ++e) y[e] += x[e];
 }
 
+// The dK and dV of keys [j0, j0 + cols) of batch-head b0 ([cols, E] and
+// [cols, Ev], contiguous) added into the gradients: a key tile belongs to
+// one call alone.
+template <class Isa>
+void add_tile_grads(const SdpaBackwardProblem& bp, int64_t b0, int64_t j0, int64_t cols,
+                    const float* tile_grad_k, const float* tile_grad_v) {
+  const int64_t E = bp.forward.E, Ev = bp.forward.Ev;
+  float* grad_k =
+      static_cast<float*>(bp.grad_k.base) + bp.grad_k.offsets[b0] + j0 * bp.grad_k.row_stride;
+  float* grad_v =
+      static_cast<float*>(bp.grad_v.base) + bp.grad_v.offsets[b0] + j0 * bp.grad_v.row_stride;
+  for (int64_t c = 0; c < cols; ++c) {
+    add_into<Isa>(grad_k + c * bp.grad_k.row_stride, tile_grad_k + c * E, E);
+    add_into<Isa>(grad_v + c * bp.grad_v.row_stride, tile_grad_v + c * Ev, Ev);
+  }
+}
+
+// Row i of batch-head b in a key tile [j0, j0 + cols): its scores s become
+// the probabilities P = exp(S − lse) over the keys it sees, and s and its dP
+// (dp) are zeroed from there up to `width`. Returns how many keys it sees, or
+// −1 for a fully masked row (lse = −∞: s and dp all zero, no gradient).
+template <class Isa>
+int64_t row_probabilities(const SdpaProblem& p, int64_t b, int64_t i, int64_t j0, int64_t cols,
+                          bool diagonal, float* s, float* dp, int64_t width) {
+  const double lse = p.lse[b * p.L + i];
+  const int64_t seen = diagonal ? keys_seen_by(p, i, j0, cols) : cols;
+  std::fill(s + seen, s + width, 0.0f);
+  std::fill(dp + seen, dp + width, 0.0f);
+  if (lse == -std::numeric_limits<double>::infinity()) {
+    std::fill(s, s + seen, 0.0f);
+    std::fill(dp, dp + seen, 0.0f);
+    return -1;
+  }
+  exp_shift_sum<Isa>(s, seen, static_cast<float>(lse));
+  return seen;
+}
+
 // dp[c] = s[c]·(dp[c] − d) for c < n.
 template <class Isa>
 void probability_times_shifted(const float* s, float* dp, int64_t n, float d) {
@@ -210,16 +247,8 @@ void flash_backward_tile(const SdpaBackwardProblem& bp, const FlashTiling& t,
       for (int64_t r = 0; r < rows; ++r) {
         float* s = w.scores + r * lds;
         float* dp = w.dprob + r * lds;
-        const double lse = p.lse[b * p.L + i0 + r];
-        const int64_t seen = diagonal ? keys_seen_by(p, i0 + r, j0, cols) : cols;
-        std::fill(s + seen, s + cols, 0.0f);
-        std::fill(dp + seen, dp + cols, 0.0f);
-        if (lse == -std::numeric_limits<double>::infinity()) {  // fully masked row
-          std::fill(s, s + seen, 0.0f);
-          std::fill(dp, dp + seen, 0.0f);
-          continue;
-        }
-        exp_shift_sum<Isa>(s, seen, static_cast<float>(lse));
+        const int64_t seen = row_probabilities<Isa>(p, b, i0 + r, j0, cols, diagonal, s, dp, cols);
+        if (seen < 0) continue;
         const float d = static_cast<float>(row_dot[b * p.L + i0 + r]);
         if (p.dropout_p > 0.0) {
           for (int64_t c = 0; c < seen; ++c) {
@@ -272,15 +301,7 @@ void flash_backward_tile(const SdpaBackwardProblem& bp, const FlashTiling& t,
       }
     }
   }
-  // This tile of dK and dV belongs to this call alone: add it in.
-  float* grad_k =
-      static_cast<float*>(bp.grad_k.base) + bp.grad_k.offsets[b0] + j0 * bp.grad_k.row_stride;
-  float* grad_v =
-      static_cast<float*>(bp.grad_v.base) + bp.grad_v.offsets[b0] + j0 * bp.grad_v.row_stride;
-  for (int64_t c = 0; c < cols; ++c) {
-    add_into<Isa>(grad_k + c * bp.grad_k.row_stride, w.grad_k + c * p.E, p.E);
-    add_into<Isa>(grad_v + c * bp.grad_v.row_stride, w.grad_v + c * p.Ev, p.Ev);
-  }
+  add_tile_grads<Isa>(bp, b0, j0, cols, w.grad_k, w.grad_v);
 }
 
 }  // namespace

@@ -179,22 +179,6 @@ void round_rows_bf16(const float* m, int64_t rs, int64_t cs, int64_t rows, int64
   }
 }
 
-// Rows [rows, lds] of a float tile (columns < cols used) as pairs along the
-// rows: dst[r2·lds + c] = (x̂[2·r2][c], x̂[2·r2 + 1][c]); the missing row of
-// an odd count is 0.
-template <class Isa>
-void pair_tile_rows(const float* x, int64_t lds, int64_t rows, int64_t cols, uint32_t* dst) {
-  constexpr int kL = Isa::kLanes;
-  for (int64_t r2 = 0; r2 < pair_count(rows); ++r2) {
-    const float* even = x + 2 * r2 * lds;
-    const bool has_odd = 2 * r2 + 1 < rows;
-    for (int64_t c = 0; c < cols; c += kL)
-      store_pairs<Isa>(
-          dst + r2 * lds + c,
-          Isa::bf16_pairs(Isa::load(even + c), has_odd ? Isa::load(even + lds + c) : Isa::zero()));
-  }
-}
-
 // out[c, :] (+)= scale · Σᵣ Â[r, c]·B̂[r, :] over the tile's keys c < cols,
 // A as pairs along queries (a[r2·lds + c]), B as row-pair panels of `width`
 // columns; per panel of kRows keys from the first query pair that sees one.
@@ -270,16 +254,8 @@ void flash_backward_bf16_tile(const SdpaBackwardProblem& bp, const FlashTiling& 
       for (int64_t r = 0; r < rows; ++r) {
         float* s = w.scores + r * lds;
         float* dp = w.dprob + r * lds;
-        const double lse = p.lse[b * p.L + i0 + r];
-        const int64_t seen = diagonal ? keys_seen_by(p, i0 + r, j0, cols) : cols;
-        std::fill(s + seen, s + lds, 0.0f);
-        std::fill(dp + seen, dp + lds, 0.0f);
-        if (lse == -std::numeric_limits<double>::infinity()) {
-          std::fill(s, s + seen, 0.0f);
-          std::fill(dp, dp + seen, 0.0f);
-          continue;
-        }
-        exp_shift_sum<Isa>(s, seen, static_cast<float>(lse));
+        const int64_t seen = row_probabilities<Isa>(p, b, i0 + r, j0, cols, diagonal, s, dp, lds);
+        if (seen < 0) continue;
         probability_times_shifted<Isa>(s, dp, seen, static_cast<float>(row_dot[b * p.L + i0 + r]));
         if (p.softcap > 0.0)
           for (int64_t c = 0; c < seen; ++c) dp[c] *= w.cap_slope[r * lds + c];
@@ -307,14 +283,7 @@ void flash_backward_bf16_tile(const SdpaBackwardProblem& bp, const FlashTiling& 
       }
     }
   }
-  float* grad_k =
-      static_cast<float*>(bp.grad_k.base) + bp.grad_k.offsets[b0] + j0 * bp.grad_k.row_stride;
-  float* grad_v =
-      static_cast<float*>(bp.grad_v.base) + bp.grad_v.offsets[b0] + j0 * bp.grad_v.row_stride;
-  for (int64_t c = 0; c < cols; ++c) {
-    add_into<Isa>(grad_k + c * bp.grad_k.row_stride, w.grad_k + c * p.E, p.E);
-    add_into<Isa>(grad_v + c * bp.grad_v.row_stride, w.grad_v + c * p.Ev, p.Ev);
-  }
+  add_tile_grads<Isa>(bp, b0, j0, cols, w.grad_k, w.grad_v);
 }
 
 }  // namespace

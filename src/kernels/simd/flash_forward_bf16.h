@@ -283,18 +283,20 @@ void pack_value_pairs(const SdpaProblem& p, int64_t b, int64_t j0, int64_t keys,
   }
 }
 
-// Pᵀ [keys, qp] (float) as pairs along keys: dst[j2·qp + i] = (Pᵀ[2·j2][i],
-// Pᵀ[2·j2 + 1][i]), rounded to bfloat16; the A operand of O += P V.
+// Rows [rows, lds] of a float tile (columns < cols used) as pairs along the
+// rows, rounded to bfloat16: dst[r2·lds + c] = (x̂[2·r2][c], x̂[2·r2 + 1][c]);
+// the missing row of an odd count is 0. Pᵀ [keys, qp] so paired along keys
+// is the A operand of O += P V; the backward pairs P and dS along queries.
 template <class Isa>
-void pack_weight_pairs(const float* s_t, int64_t keys, int64_t qp, uint32_t* dst) {
+void pair_tile_rows(const float* x, int64_t lds, int64_t rows, int64_t cols, uint32_t* dst) {
   constexpr int kL = Isa::kLanes;
-  for (int64_t j2 = 0; j2 < pair_count(keys); ++j2) {
-    const float* even = s_t + 2 * j2 * qp;
-    const bool has_odd = 2 * j2 + 1 < keys;
-    for (int64_t c = 0; c < qp; c += kL)
+  for (int64_t r2 = 0; r2 < pair_count(rows); ++r2) {
+    const float* even = x + 2 * r2 * lds;
+    const bool has_odd = 2 * r2 + 1 < rows;
+    for (int64_t c = 0; c < cols; c += kL)
       store_pairs<Isa>(
-          dst + j2 * qp + c,
-          Isa::bf16_pairs(Isa::load(even + c), has_odd ? Isa::load(even + qp + c) : Isa::zero()));
+          dst + r2 * lds + c,
+          Isa::bf16_pairs(Isa::load(even + c), has_odd ? Isa::load(even + lds + c) : Isa::zero()));
   }
 }
 
@@ -343,7 +345,7 @@ void update_softmax_shift_vectors(int64_t keys, int64_t qp, bool have_max, const
 // One key tile of the online softmax (as online_softmax_step) that writes
 // the weights straight into bfloat16 pairs along keys, p_pairs [keys/2, qp],
 // two key rows at a time: the A operand of O += P V. l sums the float32
-// weights. With dropout: online_softmax_step, then pack_weight_pairs.
+// weights. With dropout: online_softmax_step, then pair_tile_rows.
 template <class Isa>
 void online_softmax_pairs_step(const SdpaProblem& p, int64_t b, int64_t q_begin, int64_t rows,
                                int64_t j0, int64_t keys, int64_t qp, bool have_max, float* s_t,
@@ -352,7 +354,7 @@ void online_softmax_pairs_step(const SdpaProblem& p, int64_t b, int64_t q_begin,
   constexpr int kL = Isa::kLanes;
   if (p.dropout_p > 0.0) {
     online_softmax_step<Isa>(p, b, q_begin, rows, j0, keys, qp, have_max, s_t, st);
-    pack_weight_pairs<Isa>(s_t, keys, qp, p_pairs);
+    pair_tile_rows<Isa>(s_t, qp, keys, qp, p_pairs);
     return;
   }
   update_softmax_shift_vectors<Isa>(keys, qp, have_max, s_t, st);

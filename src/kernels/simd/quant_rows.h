@@ -2,7 +2,7 @@
 // kernels/simd/vec.h and compiled per instruction set (quant_*.cc): each
 // block of W is decoded into float32 vectors of its 32-weight sub-blocks
 // (Decode<Isa, Format>), which the few-rows product multiply-adds into up to
-// four rows of x at a time and dequantize_rows stores.
+// kRowsPerPass rows of x at a time and dequantize_rows stores.
 //
 // Decoding computes every weight as quant_blocks.h's reference does: an exact
 // product of a scale and a small integer, then at most one rounding (an add
@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <utility>
 
 #include "kernels/quant_gemm.h"
 #include "kernels/simd/vec.h"
@@ -22,15 +23,21 @@ namespace qkv::kernels::quant {
 namespace {
 
 // ---- Bytes to float lanes, per instruction set ---------------------------------
-// u8 / s8: kLanes bytes as unsigned / signed integers; lo4 / hi4: their low /
-// high nibbles; q6: Q6_K's 6-bit value from kLanes ql nibbles (the high ones
-// when `high`) and 2 bits of kLanes qh bytes at `shift`.
+// half: a block's fp16 scale at p as float32 (F16C where the instruction set
+// has it: quant_avx2.cc and quant_avx512*.cc compile for it; several times
+// faster than half_to_float's bit manipulation, which shows when one row of x
+// meets each block; equal for every finite or infinite half, and NaN scales
+// are refused when weights are loaded); u8 / s8: kLanes bytes as unsigned /
+// signed integers; lo4 / hi4: their low / high nibbles; q6: Q6_K's 6-bit
+// value from kLanes ql nibbles (the high ones when `high`) and 2 bits of
+// kLanes qh bytes at `shift`.
 template <class Isa>
 struct Bytes;
 
 template <>
 struct Bytes<simd::Portable> {
   using V = simd::Portable::V;
+  static float half(const uint8_t* p) { return half_to_float(load_u16(p)); }
   template <class F>
   static V map(F f) {
     return V{f(0), f(1), f(2), f(3)};
@@ -56,6 +63,7 @@ struct Bytes<simd::Portable> {
 template <>
 struct Bytes<simd::Avx2> {
   using V = __m256;
+  static float half(const uint8_t* p) { return _cvtsh_ss(load_u16(p)); }
   static __m256i u8i(const uint8_t* p) {
     return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
   }
@@ -81,6 +89,7 @@ struct Bytes<simd::Avx2> {
 template <>
 struct Bytes<simd::Avx512> {
   using V = __m512;
+  static float half(const uint8_t* p) { return _cvtsh_ss(load_u16(p)); }
   static __m512i u8i(const uint8_t* p) {
     return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
   }
@@ -113,7 +122,7 @@ struct Q8_0 {
   static constexpr int kElems = 32, kBytes = 34, kSubs = 1;
   template <class Isa>
   static void decode(const uint8_t* b, int, typename Isa::V* out) {
-    const auto d = Isa::set1(half_to_float(load_u16(b)));
+    const auto d = Isa::set1(Bytes<Isa>::half(b));
     for (int v = 0; v < kVecs<Isa>; ++v)
       out[v] = Isa::mul(d, Bytes<Isa>::s8(b + 2 + v * Isa::kLanes));
   }
@@ -127,15 +136,15 @@ struct Q4Legacy {
   static constexpr int kElems = 32, kBytes = kHasMin ? 20 : 18, kSubs = 1;
   template <class Isa>
   static typename Isa::V weights(typename Isa::V q, typename Isa::V d, typename Isa::V m) {
-    if constexpr (kHasMin)
-      return Isa::add(Isa::mul(q, d), m);
+    if constexpr (kHasMin)  // q·d is exact: one rounding, as the reference's
+      return Isa::fmadd(q, d, m);
     else
       return Isa::mul(Isa::sub(q, m), d);
   }
   template <class Isa>
   static void decode(const uint8_t* b, int, typename Isa::V* out) {
-    const auto d = Isa::set1(half_to_float(load_u16(b)));
-    const auto m = Isa::set1(kHasMin ? half_to_float(load_u16(b + 2)) : 8.0f);
+    const auto d = Isa::set1(Bytes<Isa>::half(b));
+    const auto m = Isa::set1(kHasMin ? Bytes<Isa>::half(b + 2) : 8.0f);
     const uint8_t* qs = b + (kHasMin ? 4 : 2);
     constexpr int kHalf = kVecs<Isa> / 2;
     for (int v = 0; v < kHalf; ++v) {
@@ -155,8 +164,8 @@ struct Q4_K {
   static void decode(const uint8_t* b, int s, typename Isa::V* out) {
     int sc, mn;
     q4k_scale_min(b + 4, s, &sc, &mn);
-    const auto d = Isa::set1(half_to_float(load_u16(b)) * static_cast<float>(sc));
-    const auto m = Isa::set1(half_to_float(load_u16(b + 2)) * static_cast<float>(mn));
+    const auto d = Isa::set1(Bytes<Isa>::half(b) * static_cast<float>(sc));
+    const auto m = Isa::set1(Bytes<Isa>::half(b + 2) * static_cast<float>(mn));
     const uint8_t* qs = b + 16 + 32 * (s / 2);
     for (int v = 0; v < kVecs<Isa>; ++v) {
       const auto q = s % 2 == 0 ? Bytes<Isa>::lo4(qs + v * Isa::kLanes)
@@ -176,7 +185,7 @@ struct Q6_K {
     const uint8_t* ql = b + 64 * half + 32 * (t & 1);
     const uint8_t* qh = b + 128 + 32 * half;
     const int8_t* scales = reinterpret_cast<const int8_t*>(b + 192) + 8 * half + 2 * t;
-    const float d = half_to_float(load_u16(b + 208));
+    const float d = Bytes<Isa>::half(b + 208);
     const auto d0 = Isa::set1(d * static_cast<float>(scales[0]));
     const auto d1 = Isa::set1(d * static_cast<float>(scales[1]));
     const auto bias = Isa::set1(32.0f);
@@ -188,10 +197,22 @@ struct Q6_K {
   }
 };
 
+// Calls f.template operator()<R>() with R = rows, for 1 ≤ rows ≤ kMax.
+template <int kMax, class Fn>
+void with_rows(int64_t rows, Fn&& f) {
+  [&]<int... I>(std::integer_sequence<int, I...>) {
+    ((rows == I + 1 ? (f.template operator()<I + 1>(), 0) : 0), ...);
+  }(std::make_integer_sequence<int, kMax>{});
+}
+
 // ---- The few-rows product --------------------------------------------------------
 
-// y[r, j] = Σ_p x[r, p] · W[j, p] (+ bias[j]) for R rows and j in [c0, c1):
-// kVecs independent sums per row, reduced at the end of the row of W.
+// y[r, j] = Σ_p x[r, p] · W[j, p] (+ bias[j]) for R rows and j in [c0, c1).
+// Each sub-block of W is decoded once for the R rows; per row, its kVecs
+// products are summed in a chain of its own (a multiply, then FMAs) and
+// added to the row's single accumulator. The loop-carried chain is one add
+// per sub-block, and the sum order of a row does not depend on R: a row
+// gets the same y whether it is decoded alone or among others.
 template <class Isa, class F, int R>
 void gemv_rows(const float* x, int64_t ldx, const QuantMatrix& w, const float* bias, float* y,
                int64_t ldy, int64_t c0, int64_t c1) {
@@ -200,62 +221,55 @@ void gemv_rows(const float* x, int64_t ldx, const QuantMatrix& w, const float* b
   const int64_t blocks = w.k / F::kElems;
   for (int64_t j = c0; j < c1; ++j) {
     const uint8_t* row = w.data + j * w.row_bytes;
-    V acc[R][NV];
-    for (int r = 0; r < R; ++r)
-      for (int v = 0; v < NV; ++v) acc[r][v] = Isa::zero();
+    V acc[R];
+    for (int r = 0; r < R; ++r) acc[r] = Isa::zero();
     for (int64_t b = 0; b < blocks; ++b) {
       const uint8_t* block = row + b * F::kBytes;
       for (int s = 0; s < F::kSubs; ++s) {
         V wv[NV];
         F::template decode<Isa>(block, s, wv);
         const float* xp = x + b * F::kElems + 32 * s;
-#pragma GCC unroll 4
-        for (int r = 0; r < R; ++r)
 #pragma GCC unroll 8
-          for (int v = 0; v < NV; ++v)
-            acc[r][v] = Isa::fmadd(wv[v], Isa::load(xp + r * ldx + v * L), acc[r][v]);
+        for (int r = 0; r < R; ++r) {
+          const float* xr = xp + r * ldx;
+          V part = Isa::mul(wv[0], Isa::load(xr));
+#pragma GCC unroll 8
+          for (int v = 1; v < NV; ++v) part = Isa::fmadd(wv[v], Isa::load(xr + v * L), part);
+          acc[r] = Isa::add(acc[r], part);
+        }
       }
     }
     for (int r = 0; r < R; ++r) {
-      V t = acc[r][0];
-      for (int v = 1; v < NV; ++v) t = Isa::add(t, acc[r][v]);
-      const float sum = Isa::reduce_add(t);
+      const float sum = Isa::reduce_add(acc[r]);
       y[r * ldy + j] = bias != nullptr ? sum + bias[j] : sum;
     }
   }
 }
 
+// The most rows of x one pass over W meets (gemv_rows' R): the decoding of a
+// sub-block (a dozen or more instructions) is shared by up to 8 rows costing
+// about 5 each (AVX2: a multiply, 3 FMAs, an add); 8 accumulators, the
+// decoded weights and their scales fill AVX2's 16 registers.
+constexpr int kRowsPerPass = 8;
+
 // Channels [c0, c1) in groups of 16 (their rows of W stay in L1), each group
-// meeting the m rows of x 4 at a time: rows.template operator()<R>(r0, j0,
-// j1) for R = min(4, m - r0) rows from r0 and channels [j0, j1).
-template <class Rows>
+// meeting the m rows of x kMaxRows at a time: rows.template operator()<R>(r0,
+// j0, j1) for R = min(kMaxRows, m - r0) rows from r0 and channels [j0, j1).
+template <int kMaxRows, class Rows>
 void for_each_row_block(int64_t m, int64_t c0, int64_t c1, Rows&& rows) {
   constexpr int64_t kGroup = 16;
   for (int64_t j0 = c0; j0 < c1; j0 += kGroup) {
     const int64_t j1 = std::min(c1, j0 + kGroup);
-    for (int64_t r0 = 0; r0 < m; r0 += 4) {
-      switch (std::min<int64_t>(4, m - r0)) {
-        case 4:
-          rows.template operator()<4>(r0, j0, j1);
-          break;
-        case 3:
-          rows.template operator()<3>(r0, j0, j1);
-          break;
-        case 2:
-          rows.template operator()<2>(r0, j0, j1);
-          break;
-        default:
-          rows.template operator()<1>(r0, j0, j1);
-          break;
-      }
-    }
+    for (int64_t r0 = 0; r0 < m; r0 += kMaxRows)
+      with_rows<kMaxRows>(std::min<int64_t>(kMaxRows, m - r0),
+                          [&]<int R>() { rows.template operator()<R>(r0, j0, j1); });
   }
 }
 
 template <class Isa, class F>
 void gemv_format(const float* x, int64_t ldx, int64_t m, const QuantMatrix& w, const float* bias,
                  float* y, int64_t ldy, int64_t c0, int64_t c1) {
-  for_each_row_block(m, c0, c1, [&]<int R>(int64_t r0, int64_t j0, int64_t j1) {
+  for_each_row_block<kRowsPerPass>(m, c0, c1, [&]<int R>(int64_t r0, int64_t j0, int64_t j1) {
     gemv_rows<Isa, F, R>(x + r0 * ldx, ldx, w, bias, y + r0 * ldy, ldy, j0, j1);
   });
 }

@@ -505,17 +505,23 @@ typename Isa::V log(typename Isa::V x) {
   return Isa::fmadd(e, Isa::set1(0.693359375f), Isa::fmadd(e, Isa::set1(-2.12194440e-4f), log_m));
 }
 
-// out[i] = f(x[i]) for a function of vectors f (exp, log), whole vectors
-// then the tail through lane masks: lanes past n read 0 and are not written.
-template <class Isa, typename Isa::V (*f)(typename Isa::V)>
-void map_into(const float* x, int64_t n, float* out) {
+// y[i] = f(x[i]): whole vectors, then the tail through lane masks (lanes
+// past n read 0 and are not written).
+template <class Isa, class F>
+[[gnu::always_inline]] inline void map_span(const float* x, float* y, int64_t n, F f) {
   constexpr int kL = Isa::kLanes;
   int64_t i = 0;
-  for (; i + kL <= n; i += kL) Isa::store(out + i, f(Isa::load(x + i)));
+  for (; i + kL <= n; i += kL) Isa::store(y + i, f(Isa::load(x + i)));
   if (i < n) {
     const int rest = static_cast<int>(n - i);
-    Isa::store_first(out + i, f(Isa::load_first(x + i, rest)), rest);
+    Isa::store_first(y + i, f(Isa::load_first(x + i, rest)), rest);
   }
+}
+
+// out[i] = f(x[i]) for a function of vectors f (exp, log), as map_span.
+template <class Isa, typename Isa::V (*f)(typename Isa::V)>
+void map_into(const float* x, int64_t n, float* out) {
+  map_span<Isa>(x, out, n, f);
 }
 
 }  // namespace

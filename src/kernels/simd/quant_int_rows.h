@@ -1,0 +1,138 @@
+// What the integer-x few-rows tables of quant_gemm.h (quant_avx512_vnni.cc:
+// x rounded to int8; quant_avx512_vnni16.cc: to int16) share: the rounding
+// of x per block of 32 into thread-local scratch, and the driver that sends
+// Q4_1 and Q8_0 weights to their kernels and every other format to the
+// avx512 float code. Each file keeps its own layout of the rounded x and its
+// own dot products. AVX-512 (and F16C) code: include only from files
+// compiled for it.
+#pragma once
+
+#include <immintrin.h>
+
+#include <bit>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "kernels/simd/quant_rows.h"
+
+namespace qkv::kernels::quant {
+namespace {
+
+inline int load_u32(const uint8_t* p) {
+  int v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+// x rounded for one call: row r's k values at q + r·k (in the table's order),
+// its blocks' {dx, sx} (sx = dx·Σ q_x for Q4_1, 0 for Q8_0) at s + r·2·nb.
+template <class Int>
+struct RoundedX {
+  const Int* q;
+  const float* s;
+  int64_t k, nb;
+};
+
+// One block of 32 floats at p rounded as quantize_x_reference with Int's
+// range (quant_gemm.h: dx = max|x| / max, q = round(x / dx), blocks below
+// `tiny` to 0): q of elements 0..15 and 16..31 as int32 lanes, dx and Σ q.
+template <class Int>
+inline void round_block(const float* p, float tiny, __m512i* qa, __m512i* qb, float* dx,
+                        int32_t* sum) {
+  constexpr float kMax = std::numeric_limits<Int>::max();
+  const __m512 a = _mm512_loadu_ps(p), b = _mm512_loadu_ps(p + 16);
+  const __m512i magnitude = _mm512_set1_epi32(0x7fffffff);
+  // max of |x| as integer bits: orders Inf and NaN above every finite value
+  const __m512i bits = _mm512_max_epi32(_mm512_and_si512(_mm512_castps_si512(a), magnitude),
+                                        _mm512_and_si512(_mm512_castps_si512(b), magnitude));
+  const float amax = std::bit_cast<float>(_mm512_reduce_max_epi32(bits));
+  const bool is_tiny = amax < tiny;
+  *dx = is_tiny ? 0.0f : amax / kMax;
+  const __m512 id = _mm512_set1_ps(is_tiny ? 0.0f : kMax / amax);
+  *qa = _mm512_cvtps_epi32(_mm512_mul_ps(a, id));
+  *qb = _mm512_cvtps_epi32(_mm512_mul_ps(b, id));
+  *sum = _mm512_reduce_add_epi32(_mm512_add_epi32(*qa, *qb));
+}
+
+// Rounds m rows of x (stride ldx) into this thread's scratch (kept from call
+// to call): store(q + r·k, b, qa, qb) writes block b's rounded values (int32
+// lanes from round_block) in the table's layout.
+template <class Int, class Store>
+RoundedX<Int> round_x(const float* x, int64_t ldx, int64_t m, int64_t k, float tiny, bool q4,
+                      Store store) {
+  struct Scratch {
+    std::vector<Int> q;
+    std::vector<float> s;
+  };
+  thread_local Scratch scratch;
+  const int64_t nb = k / 32;
+  scratch.q.resize(static_cast<size_t>(m * k));
+  scratch.s.resize(static_cast<size_t>(m * 2 * nb));
+  for (int64_t r = 0; r < m; ++r) {
+    float* s = scratch.s.data() + r * 2 * nb;
+    for (int64_t b = 0; b < nb; ++b) {
+      __m512i qa, qb;
+      float dx;
+      int32_t sum;
+      round_block<Int>(x + r * ldx + 32 * b, tiny, &qa, &qb, &dx, &sum);
+      store(scratch.q.data() + r * k, b, qa, qb);
+      s[2 * b] = dx;
+      s[2 * b + 1] = q4 ? dx * static_cast<float>(sum) : 0.0f;
+    }
+  }
+  return {scratch.q.data(), scratch.s.data(), k, nb};
+}
+
+// Q4_1 four blocks at a time (80 bytes at b): their 16 nibble bytes each,
+// block i on 128-bit lane i.
+inline __m512i q4_1_nibbles4(const uint8_t* b) {
+  const auto load128 = [](const uint8_t* p) {
+    return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  };
+  __m512i v = _mm512_castsi128_si512(load128(b + 4));
+  v = _mm512_inserti32x4(v, load128(b + 24), 1);
+  v = _mm512_inserti32x4(v, load128(b + 44), 2);
+  return _mm512_inserti32x4(v, load128(b + 64), 3);
+}
+
+// Their {d, m} as 8 halves → floats d0 m0 d1 m1 ... d3 m3.
+inline __m256 q4_1_scales4(const uint8_t* b) {
+  return _mm256_cvtph_ps(
+      _mm_setr_epi32(load_u32(b), load_u32(b + 20), load_u32(b + 40), load_u32(b + 60)));
+}
+
+// One row of x meeting them: sums (int32, 128-bit lane i = block i's Σ q_w·q_x)
+// scaled by d_i·dx_i into acc, and m_i·sx_i added into acc_min's odd lanes;
+// dm from q4_1_scales4, xs the row's {dx, sx} of the 4 blocks.
+inline void q4_1_accumulate4(__m512i sums, __m256 dm, const float* xs, __m512* acc,
+                             __m256* acc_min) {
+  // lanes {d·dx, m·sx} of 4 blocks → d·dx of block i on 128-bit lane i
+  const __m512i spread = _mm512_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2, 4, 4, 4, 4, 6, 6, 6, 6);
+  const __m256 sc = _mm256_mul_ps(dm, _mm256_loadu_ps(xs));
+  *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums),
+                         _mm512_permutexvar_ps(spread, _mm512_castps256_ps512(sc)), *acc);
+  *acc_min = _mm256_mask_add_ps(*acc_min, 0xaa, *acc_min, sc);
+}
+
+// The few-rows product of an integer table T: Q4_1 and Q8_0 weights meet x
+// rounded by T::round_x in T::rows<R, Q4_1?> (R rows from r0, channels [j0,
+// j1)), in groups of 16 channels meeting the rows 4 at a time; other formats
+// run the avx512 float code.
+template <class T>
+void integer_gemv_block(const float* x, int64_t ldx, int64_t m, const QuantMatrix& w,
+                        const float* bias, float* y, int64_t ldy, int64_t c0, int64_t c1) {
+  if (w.format != BlockFormat::kQ4_1 && w.format != BlockFormat::kQ8_0)
+    return gemv_block<simd::Avx512>(x, ldx, m, w, bias, y, ldy, c0, c1);
+  const auto xq = T::round_x(x, ldx, m, w.k, w.format == BlockFormat::kQ4_1);
+  for_each_row_block<4>(m, c0, c1, [&]<int R>(int64_t r0, int64_t j0, int64_t j1) {
+    if (w.format == BlockFormat::kQ4_1)
+      T::template rows<R, true>(xq, r0, w, bias, y, ldy, j0, j1);
+    else
+      T::template rows<R, false>(xq, r0, w, bias, y, ldy, j0, j1);
+  });
+}
+
+}  // namespace
+}  // namespace qkv::kernels::quant
