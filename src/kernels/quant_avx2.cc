@@ -1,7 +1,5 @@
 // The GGUF block-quantised linear kernels (kernels/simd/quant_rows.h) on simd::Avx2.
-// F16C for the blocks' fp16 scales (Bytes::half): every CPU of this level has it
-// (kernels/cpu_features.cc checks), the build flags of this file do not say so.
-#pragma GCC target("f16c")
+// F16C for the blocks' fp16 scales (Bytes::half): CMakeLists.txt gives -mf16c.
 #include "kernels/simd/quant_rows.h"
 
 namespace qkv::kernels {
