@@ -49,10 +49,13 @@ DecoderBlock::DecoderBlock(const DecoderBlockOptions& options, Generator* gen)
 void DecoderBlock::forward_into(Tensor& x, std::span<const int64_t> positions,
                                 const PassCaches& caches, DecoderBuffers& buffers,
                                 DecoderBlockRecord* r) const {
+  const int64_t D = options_.attention.embed_dim;
+  QKV_CHECK(x.dim() == 3 && x.size(2) == D && x.is_contiguous(),
+            "DecoderBlock::forward_into: x must be contiguous [B, T, ", D, "], got ",
+            shape_str(x.shape()), x.is_contiguous() ? "" : " (not contiguous)");
   const int64_t B = x.size(0), T = x.size(1);
-  QKV_CHECK(x.dim() == 3 && x.size(2) == options_.attention.embed_dim && B * T <= buffers.h.size(0),
-            "DecoderBlock::forward_into: x must be [B, T, ", options_.attention.embed_dim,
-            "] with B·T <= the buffers' ", buffers.h.size(0), " rows, got ", shape_str(x.shape()));
+  QKV_CHECK(B * T <= buffers.h.size(0), "DecoderBlock::forward_into: ", B, " × ", T,
+            " rows do not fit the buffers' ", buffers.h.size(0));
   // The first B·T rows of a buffer as [B, T, cols] (in training, the
   // sub-layers return new tensors instead, which the record keeps).
   auto rows = [&](const Tensor& buffer) {

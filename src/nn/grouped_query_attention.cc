@@ -138,12 +138,12 @@ void GroupedQueryAttention::forward_into(Tensor& out, const Tensor& x,
                                          GroupedQueryAttentionRecord* record) const {
   const auto& o = options_;
   const char* m = "GroupedQueryAttention::forward_into";
+  QKV_CHECK(x.dim() == 3 && x.size(2) == o.embed_dim && x.is_contiguous() &&
+                x.size(0) * x.size(1) <= buffers.q.size(0),
+            m, ": x must be contiguous [B, T, ", o.embed_dim, "] with B·T <= the buffers' ",
+            buffers.q.size(0), " rows, got ", shape_str(x.shape()));
   const int64_t B = x.size(0), T = x.size(1), E = o.head_dim;
   const int64_t H = o.num_heads, Hkv = o.num_kv_heads;
-  QKV_CHECK(
-      x.dim() == 3 && x.size(2) == o.embed_dim && x.is_contiguous() && B * T <= buffers.q.size(0),
-      m, ": x must be contiguous [B, T, ", o.embed_dim, "] with B·T <= the buffers' ",
-      buffers.q.size(0), " rows, got ", shape_str(x.shape()));
   QKV_CHECK(record == nullptr || caches.empty(), m,
             ": a record (training) and a KV cache (inference) do not go together");
   QKV_CHECK(caches.per_sequence.empty() || static_cast<int64_t>(caches.per_sequence.size()) == B, m,
