@@ -177,7 +177,10 @@ DecoderModelConfig decoder_config_from_json(const std::string& text) {
   const Json j = io::parse_json(text, "DecoderModel config");
   QKV_CHECK(j.is_object(), "DecoderModel config: expected a JSON object, got ", json_excerpt(j));
   DecoderModelConfig c;
-  for (const auto& [key, value] : j.items()) {
+  for (const auto& item : j.items()) {
+    // Named copies, not a structured binding: clang 14 cannot capture those.
+    const std::string& key = item.key();
+    const Json& value = item.value();
     bool known = false;
     for_each_field(c, [&](const char* name, auto& field, const auto&... names) {
       if (known || key != name) return;
