@@ -43,6 +43,24 @@ TEST_F(Cli, GenerateReadsGgufFiles) {
                  {"--precision int8 needs --exact"});
 }
 
+// llama.cpp's short flags mean what they mean there, and give the same text
+// as the long ones; the model may come positionally or after -m, not both.
+TEST_F(Cli, GenerateTakesLlamaCppsShortFlags) {
+  const fs::path model = write_tiny(dir_);
+  const CliRun long_flags =
+      run_qkv("generate '" + model.string() +
+              "' --prompt ab --max-new-tokens 6 --temperature 0.9 --seed 5 --threads 1");
+  const CliRun short_flags =
+      run_qkv("generate -m '" + model.string() + "' -p ab -n 6 --temp 0.9 -s 5 -t 1 --min-p 0.05");
+  EXPECT_EQ(long_flags.exit_code, 0) << long_flags.output;
+  EXPECT_EQ(short_flags.output, long_flags.output);
+  expect_failure(run_qkv("generate -p ab"), {"MODEL (or -m MODEL) is required"});
+  expect_failure(run_qkv("generate '" + model.string() + "' -m '" + model.string() + "' -p ab"),
+                 {"excludes"});
+  expect_failure(run_qkv("generate '" + model.string() + "' -p ab --min-p 2"),
+                 {"--min-p: 2 is not in [0, 1]"});
+}
+
 // A .gguf file too short for the magic is reported by the GGUF reader, not the safetensors one.
 TEST_F(Cli, GenerateNamesAShortGgufFileAsGguf) {
   for (const char* bytes : {"", "GGU"}) {

@@ -27,7 +27,7 @@ struct ChatOptions {
   std::string model;
   std::string system;
   int64_t max_new_tokens = 512;
-  SamplingFlags sampling{.temperature = 0.7, .top_p = 0.9};
+  SamplingFlags sampling;
   int64_t context = 4096;
   bool exact = false;
   bool stats = false;
@@ -155,9 +155,10 @@ Command add_chat_command(CLI::App& parent) {
             "(e.g. models/SmolLM2-135M-Instruct.Q4_1.gguf)");
         app.add_option("--system", options.system,
                        "System prompt (default: the template's own, if it has one)");
-        add_positive(app, "--max-new-tokens", options.max_new_tokens, "Longest reply, in tokens");
+        add_positive(app, "-n,--max-new-tokens", options.max_new_tokens,
+                     "Longest reply, in tokens");
         add_sampling_options(app, options.sampling);
-        add_positive(app, "--context", options.context,
+        add_positive(app, "-c,--context", options.context,
                      "Longest conversation in tokens (capped by the model's context length)");
         app.add_flag("--exact", options.exact, "Dequantize every weight to float32");
         app.add_flag("--stats", options.stats, "Print tokens per second after each reply");
