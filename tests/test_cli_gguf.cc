@@ -85,6 +85,26 @@ TEST_F(Cli, ChatReadsTurnsFromStdin) {
                  {"is not a GGUF file"});
 }
 
+// A message longer than the context is refused and the conversation goes on;
+// when the turns outgrow the context (the tiny model holds 64 positions) the
+// oldest leave; a reply stopped by --max-new-tokens is marked.
+TEST_F(Cli, ChatSurvivesMessagesLongerThanTheContext) {
+  const fs::path model = write_tiny(dir_);
+  std::string turns = "hi\n" + std::string(100000, 'a') + "\n";
+  for (int i = 0; i < 12; ++i) turns += "again\n";
+  const fs::path input = write_text(dir_ / "turns.txt", turns);
+  const CliRun run = run_qkv("chat '" + model.string() +
+                             "' --greedy --max-new-tokens 5000 --context 64 < '" + input.string() +
+                             "'");
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  expect_output_has(run, {"does not fit the context of 64 tokens",
+                          "oldest messages left the conversation to fit the context of 64"});
+  const CliRun capped = run_qkv("chat '" + model.string() + "' --greedy -n 1 < '" +
+                                write_text(dir_ / "one.txt", "hi\n").string() + "'");
+  EXPECT_EQ(capped.exit_code, 0) << capped.output;
+  expect_output_has(capped, {"[reply cut at --max-new-tokens 1]"});
+}
+
 TEST_F(Cli, SmolLM2GeneratesAndChats) {
   if (!fs::exists(smollm2_path()))
     GTEST_SKIP() << smollm2_path() << " is missing: run scripts/fetch_model.sh";
