@@ -56,3 +56,10 @@ fi
 step "building (cmake --build $BUILD_DIR)"
 # The command lines' paths relative to the clone, for ccache (as sanitize.sh).
 CCACHE_BASEDIR="$PWD" cmake --build "$BUILD_DIR" -j"$(nproc)"
+
+# --- `qkv` on PATH in the virtual environment ------------------------------------
+# After `. .venv/bin/activate`, `qkv ...` runs this build's binary (the README's
+# commands are written so); the wheel installs its own `qkv` the same way.
+if [[ -x "$BUILD_DIR/tools/qkv" ]]; then
+  ln -sfn "$PWD/$BUILD_DIR/tools/qkv" "$VENV/bin/qkv"
+fi
