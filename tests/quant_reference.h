@@ -25,7 +25,8 @@ using qkv::QuantizedWeight;
 constexpr double kU = 0x1p-24;  // float32's unit roundoff
 constexpr float kSentinel = -12345.0f;
 constexpr QuantFormat kFormats[] = {QuantFormat::kQ8_0, QuantFormat::kQ4_0, QuantFormat::kQ4_1,
-                                    QuantFormat::kQ4_K, QuantFormat::kQ6_K};
+                                    QuantFormat::kQ5_0, QuantFormat::kQ5_1, QuantFormat::kQ4_K,
+                                    QuantFormat::kQ5_K, QuantFormat::kQ6_K, QuantFormat::kIQ4_NL};
 
 inline uint16_t half_bits(float f) {  // exact for the values used here
   const uint32_t b = std::bit_cast<uint32_t>(f);
@@ -65,12 +66,16 @@ inline std::vector<uint8_t> random_weight(QuantFormat format, int64_t n, int64_t
     switch (format) {
       case QuantFormat::kQ8_0:
       case QuantFormat::kQ4_0:
+      case QuantFormat::kQ5_0:
+      case QuantFormat::kIQ4_NL:
         scale(b, true);
         break;
       case QuantFormat::kQ4_1:
+      case QuantFormat::kQ5_1:
         scale(b, false), scale(b + 2, true);
         break;
       case QuantFormat::kQ4_K:
+      case QuantFormat::kQ5_K:
         scale(b, false), scale(b + 2, false);
         break;
       case QuantFormat::kQ6_K:
