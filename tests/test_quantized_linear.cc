@@ -67,20 +67,23 @@ TEST(QuantBlocks, Q4_1HandBuilt) {
   }
 }
 
-// Q4_K: the 6-bit (scale, min) pairs packed as ggml does (sub-blocks 4..7
-// keep their top 2 bits in the top bits of bytes 0..7), nibble e of
-// sub-block s = (7e + s) mod 16.
-TEST(QuantBlocks, Q4_KHandBuilt) {
-  const int sc[8] = {1, 2, 3, 4, 37, 50, 63, 17}, mn[8] = {0, 5, 9, 63, 20, 33, 48, 1};
-  std::vector<uint8_t> b(144);
-  put_half(b.data(), 1.0f);
-  put_half(b.data() + 2, 0.5f);
-  uint8_t* s = b.data() + 4;
+// Q4_K's and Q5_K's 12 bytes of 6-bit (scale, min) pairs, packed as ggml
+// does: sub-blocks 4..7 keep their top 2 bits in the top bits of bytes 0..7.
+void pack_k_scales(const int sc[8], const int mn[8], uint8_t* s) {
   for (int j = 0; j < 4; ++j) {
     s[j] = static_cast<uint8_t>(sc[j] | ((sc[j + 4] >> 4) << 6));
     s[j + 4] = static_cast<uint8_t>(mn[j] | ((mn[j + 4] >> 4) << 6));
     s[j + 8] = static_cast<uint8_t>((sc[j + 4] & 15) | ((mn[j + 4] & 15) << 4));
   }
+}
+
+// Q4_K: nibble e of sub-block s = (7e + s) mod 16.
+TEST(QuantBlocks, Q4_KHandBuilt) {
+  const int sc[8] = {1, 2, 3, 4, 37, 50, 63, 17}, mn[8] = {0, 5, 9, 63, 20, 33, 48, 1};
+  std::vector<uint8_t> b(144);
+  put_half(b.data(), 1.0f);
+  put_half(b.data() + 2, 0.5f);
+  pack_k_scales(sc, mn, b.data() + 4);
   const auto q = [](int sub, int e) { return (7 * e + sub) % 16; };
   for (int pair = 0; pair < 4; ++pair)
     for (int i = 0; i < 32; ++i)
@@ -147,12 +150,7 @@ TEST(QuantBlocks, Q5_KHandBuilt) {
   std::vector<uint8_t> b(176);
   put_half(b.data(), 0.25f);
   put_half(b.data() + 2, 2.0f);
-  uint8_t* s = b.data() + 4;
-  for (int j = 0; j < 4; ++j) {
-    s[j] = static_cast<uint8_t>(sc[j] | ((sc[j + 4] >> 4) << 6));
-    s[j + 4] = static_cast<uint8_t>(mn[j] | ((mn[j + 4] >> 4) << 6));
-    s[j + 8] = static_cast<uint8_t>((sc[j + 4] & 15) | ((mn[j + 4] & 15) << 4));
-  }
+  pack_k_scales(sc, mn, b.data() + 4);
   const auto q = [](int sub, int e) { return (11 * e + 3 * sub) % 32; };
   for (int sub = 0; sub < 8; ++sub)
     for (int e = 0; e < 32; ++e) {
