@@ -698,6 +698,27 @@ TEST(QuantizedLinear, MalformedWeightsAreClearErrors) {
                {"block 0"});
 }
 
+// Every fp16 scale of every format is checked: a NaN or an Inf in any of
+// them, in block 3, is refused naming that block.
+TEST(QuantizedLinear, NonFiniteScalesOfEveryFormatAreRefused) {
+  std::mt19937 gen(9);
+  for (QuantFormat f : kFormats) {
+    const int64_t k = qkv::quant_block_elements(f), bb = qkv::quant_block_bytes(f);
+    const std::vector<uint8_t> bytes = random_weight(f, 5, k, gen);
+    EXPECT_NO_THROW(QuantizedWeight(f, 5, k, std::as_bytes(std::span(bytes))));
+    for (const ScaleField& field : scale_fields(f))
+      for (uint16_t bad : {0x7e00, 0xfc00}) {
+        std::vector<uint8_t> broken = bytes;
+        broken[3 * bb + field.offset] = static_cast<uint8_t>(bad & 0xff);
+        broken[3 * bb + field.offset + 1] = static_cast<uint8_t>(bad >> 8);
+        SCOPED_TRACE(std::string(qkv::quant_format_name(f)) + " offset " +
+                     std::to_string(field.offset));
+        expect_error([&] { QuantizedWeight(f, 5, k, std::as_bytes(std::span(broken))); },
+                     {qkv::quant_format_name(f), "block 3", "NaN or infinite"});
+      }
+  }
+}
+
 TEST(QuantizedLinear, BadArgumentsAreClearErrors) {
   std::mt19937 gen(8);
   const std::vector<uint8_t> bytes = random_weight(QuantFormat::kQ8_0, 4, 64, gen);
