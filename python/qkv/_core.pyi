@@ -13,7 +13,7 @@ import collections.abc
 import numpy
 import numpy.typing
 import typing
-__all__: list[str] = ['Alibi', 'BertModel', 'BpeStreamDecoder', 'BpeTokenizer', 'ChatTemplate', 'DecoderModel', 'DecoderSession', 'Embedding', 'Generator', 'LayerNorm', 'LearnedPositionalEncoding', 'Linear', 'Module', 'ModuleParameters', 'MultiheadAttention', 'MultiheadAttentionBackward', 'Optimizer', 'RMSNorm', 'RelativePositionBias', 'RotaryEmbedding', 'ScoreFunction', 'SdpaBackward', 'SentenceEncoder', 'SinusoidalPositionalEncoding', 'Transformer', 'TransformerDecoder', 'TransformerDecoderLayer', 'TransformerDecoderLayerBackward', 'TransformerEncoder', 'TransformerEncoderBackward', 'TransformerEncoderLayer', 'TransformerEncoderLayerBackward', 'WordPieceOptions', 'WordPieceTokenizer', 'alibi_slopes', 'attention', 'blas_core_name', 'buffer_cache_bytes', 'buffer_cache_limit', 'causal_mask', 'check_decoder_config_json', 'clip_grad_norm_', 'cross_entropy', 'cross_entropy_backward', 'default_generator', 'empty_buffer_cache', 'keep_mask_from_lengths', 'keep_mask_to_additive', 'kernel_isa', 'key_mask_for_heads', 'linear', 'linear_kernel_isa', 'load_gguf', 'logical_not', 'make_adam', 'make_sgd', 'manual_seed', 'matmul', 'measure_fp32_peak_gflops', 'num_threads', 'padding_mask_from_lengths', 'relative_position_bucket', 'scaled_dot_product_attention', 'scaled_dot_product_attention_op', 'scaled_dot_product_attention_op_backward', 'scaled_dot_product_attention_with_grad', 'set_buffer_cache_limit', 'set_num_threads', 'simple_attention', 'sinusoidal_encoding', 'supported_isas', 'warmup_cosine_lr']
+__all__: list[str] = ['Alibi', 'BertModel', 'BpeStreamDecoder', 'BpeTokenizer', 'ChatTemplate', 'DecoderModel', 'DecoderSession', 'Embedding', 'Generator', 'LayerNorm', 'LearnedPositionalEncoding', 'Linear', 'Module', 'ModuleParameters', 'MultiheadAttention', 'MultiheadAttentionBackward', 'Optimizer', 'RMSNorm', 'RelativePositionBias', 'RotaryEmbedding', 'ScoreFunction', 'SdpaBackward', 'SentenceEncoder', 'SinusoidalPositionalEncoding', 'Transformer', 'TransformerDecoder', 'TransformerDecoderLayer', 'TransformerDecoderLayerBackward', 'TransformerEncoder', 'TransformerEncoderBackward', 'TransformerEncoderLayer', 'TransformerEncoderLayerBackward', 'WordPieceOptions', 'WordPieceTokenizer', 'alibi_slopes', 'attention', 'blas_core_name', 'buffer_cache_bytes', 'buffer_cache_limit', 'causal_mask', 'check_decoder_config_json', 'clip_grad_norm_', 'cross_entropy', 'cross_entropy_backward', 'default_generator', 'dequantize_blocks', 'empty_buffer_cache', 'gguf_dequantize', 'keep_mask_from_lengths', 'keep_mask_to_additive', 'kernel_isa', 'key_mask_for_heads', 'linear', 'linear_kernel_isa', 'load_gguf', 'logical_not', 'make_adam', 'make_sgd', 'manual_seed', 'matmul', 'measure_fp32_peak_gflops', 'num_threads', 'padding_mask_from_lengths', 'relative_position_bucket', 'scaled_dot_product_attention', 'scaled_dot_product_attention_op', 'scaled_dot_product_attention_op_backward', 'scaled_dot_product_attention_with_grad', 'set_buffer_cache_limit', 'set_num_threads', 'simple_attention', 'sinusoidal_encoding', 'supported_isas', 'warmup_cosine_lr']
 class Generator:
     """
     A seeded random stream (xoshiro256**); the same seed gives the same numbers on every machine.
@@ -724,7 +724,11 @@ def cross_entropy_backward(grad_output: typing.Any, input: typing.Any, target: c
     ...
 def default_generator() -> Generator:
     ...
+def dequantize_blocks(ggml_type: typing.SupportsInt | typing.SupportsIndex, data: bytes, rows: typing.SupportsInt | typing.SupportsIndex, cols: typing.SupportsInt | typing.SupportsIndex, kernels: bool = False) -> numpy.ndarray:
+    ...
 def empty_buffer_cache() -> None:
+    ...
+def gguf_dequantize(path: str, name: str, kernels: bool = False) -> numpy.ndarray:
     ...
 def keep_mask_from_lengths(lengths: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], max_len: typing.SupportsInt | typing.SupportsIndex) -> numpy.ndarray:
     ...

@@ -39,7 +39,8 @@
 //
 // Two modes:
 //   fast (default)  linear weights, the token embedding and the output head stay
-//                   in their quantized blocks (Q4_0, Q4_1, Q8_0, Q4_K, Q6_K),
+//                   in their quantized blocks (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
+//                   Q4_K, Q5_K, Q6_K, IQ4_NL),
 //                   read in place from the file's mapping, which they keep
 //                   alive; no float32 copy is made (the model is built under
 //                   nn::SkipWeightInit), so memory stays near the file's size.
