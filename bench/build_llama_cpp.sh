@@ -46,7 +46,7 @@ fi
 [[ -f "$SOURCE/CMakeLists.txt" ]] || { echo "build_llama_cpp.sh: no CMakeLists.txt in $SOURCE" >&2; exit 1; }
 step "building llama-bench, llama-server and llama-cli from $SOURCE (native flags) into $DEST"
 cmake -S "$SOURCE" -B "$work/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
-  -DBUILD_SHARED_LIBS=OFF -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+  -DBUILD_SHARED_LIBS=OFF -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=ON \
   -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=ON >&2
 cmake --build "$work/build" -j"$(nproc)" --target llama-bench llama-server llama-cli >&2
 rm -rf "$DEST.partial"
