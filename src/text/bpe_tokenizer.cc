@@ -1,4 +1,6 @@
-// Byte-level BPE: vocabulary checks, special-token matching, merges by rank.
+// BPE tokenizers: vocabulary checks, special-token matching, byte-level
+// merges by rank ("gpt2"), decoding. The "llama" model's merges are in
+// sentencepiece_encode.cc.
 #include "qkv/text/bpe_tokenizer.h"
 
 #include <algorithm>
@@ -10,6 +12,7 @@
 #include "qkv/error.h"
 #include "text/basic_tokenizer.h"
 #include "text/bpe_pretokenizer.h"
+#include "text/byte_fallback.h"
 
 namespace qkv::text {
 
@@ -119,6 +122,26 @@ void append_lossy_utf8(std::string_view bytes, std::string& out) {
   for (const char32_t cp : chars) detail::append_utf8(cp, out);
 }
 
+// A "llama" token's decoded bytes: "<0xNN>" is that byte (tokenizers'
+// ByteFallback goes by the text, whatever the type), "▁" a space.
+std::string sentencepiece_piece(std::string_view text) {
+  if (const int byte = parse_byte_token(text); byte >= 0)
+    return std::string(1, static_cast<char>(byte));
+  std::string valid;
+  append_lossy_utf8(text, valid);
+  std::string out;
+  out.reserve(valid.size());
+  for (size_t i = 0; i < valid.size();) {
+    if (valid.compare(i, 3, "\u2581") == 0) {
+      out += ' ';
+      i += 3;
+    } else {
+      out += valid[i++];
+    }
+  }
+  return out;
+}
+
 bool is_special_type(BpeTokenType type) {
   return type == BpeTokenType::kControl || type == BpeTokenType::kUserDefined;
 }
@@ -136,10 +159,20 @@ BpeTokenizer::BpeTokenizer(BpeVocabulary vocabulary)
   QKV_CHECK(types.size() == tokens.size(), "BpeVocabulary.token_types has ", types.size(),
             " entries, expected one per token (", tokens.size(), ")");
 
-  const std::string& pre = vocabulary_.pre_tokenizer;
-  QKV_CHECK(pre == "gpt2" || pre == "smollm", "BpeVocabulary.pre_tokenizer \"", pre,
-            "\" is not supported; expected \"gpt2\" or \"smollm\"");
-  split_digits_ = pre == "smollm";
+  const std::string& model = vocabulary_.model;
+  QKV_CHECK(model == "gpt2" || model == "llama", "BpeVocabulary.model \"", model,
+            "\" is not supported; expected \"gpt2\" (byte-level BPE) or \"llama\" "
+            "(SentencePiece-style BPE)");
+  sentencepiece_ = model == "llama";
+  if (!sentencepiece_) {
+    const std::string& pre = vocabulary_.pre_tokenizer;
+    const auto split = detail::bpe_split_named(pre);
+    QKV_CHECK(split.has_value(), "BpeVocabulary.pre_tokenizer \"", pre,
+              "\" is not supported; expected \"gpt2\", \"smollm\", \"qwen2\" or \"llama-bpe\"");
+    pre_tokenizer_ = static_cast<int>(*split);
+    QKV_CHECK(vocabulary_.scores.empty(), "BpeVocabulary.scores has ", vocabulary_.scores.size(),
+              " entries; the \"gpt2\" model merges by its merges and takes none");
+  }
 
   for (const auto* field : {"bos", "eos", "unk", "pad"}) {
     const std::string_view name(field);
@@ -168,7 +201,9 @@ BpeTokenizer::BpeTokenizer(BpeVocabulary vocabulary)
                 kind == BpeTokenType::kControl ? "control" : "user-defined",
                 " token needs text to be matched");
       special->add(text, id);
-      pieces_.push_back(text);
+      pieces_.push_back(sentencepiece_ ? sentencepiece_piece(text) : text);
+    } else if (sentencepiece_) {
+      pieces_.push_back(sentencepiece_piece(text));
     } else if (const int byte = parse_byte_token(text); kind == BpeTokenType::kByte && byte >= 0) {
       pieces_.emplace_back(1, static_cast<char>(byte));
     } else {
@@ -176,6 +211,10 @@ BpeTokenizer::BpeTokenizer(BpeVocabulary vocabulary)
     }
   }
   if (special->nodes.size() > 1) special_ = std::move(special);
+  if (sentencepiece_) {
+    init_sentencepiece();
+    return;
+  }
 
   std::string one;
   for (int b = 0; b < 256; ++b) {
@@ -224,6 +263,11 @@ const std::string& BpeTokenizer::token_to_piece(int32_t id) const {
   return pieces_[id];
 }
 
+bool BpeTokenizer::is_byte_token(int32_t id) const {
+  QKV_CHECK(id >= 0 && id < size(), "token id ", id, " is out of range [0, ", size(), ")");
+  return sentencepiece_ && parse_byte_token(vocabulary_.tokens[id]) >= 0;
+}
+
 BpeTokenType BpeTokenizer::token_type(int32_t id) const {
   QKV_CHECK(id >= 0 && id < size(), "token id ", id, " is out of range [0, ", size(), ")");
   return static_cast<BpeTokenType>(vocabulary_.token_types[id]);
@@ -255,24 +299,28 @@ std::vector<int32_t> BpeTokenizer::encode(std::string_view utf8, bool add_specia
         ++i;
         continue;
       }
-      encode_text(utf8.substr(start, i - start), ids);
+      encode_text(utf8.substr(start, i - start), start == 0, ids);
       ids.push_back(id);
       i += length;
       start = i;
     }
-    encode_text(utf8.substr(start), ids);
+    encode_text(utf8.substr(start), start == 0, ids);
   } else {
-    encode_text(utf8, ids);
+    encode_text(utf8, true, ids);
   }
   if (add_special && vocabulary_.add_eos && vocabulary_.eos) ids.push_back(*vocabulary_.eos);
   return ids;
 }
 
 std::vector<std::string> BpeTokenizer::pre_tokenize(std::string_view utf8) const {
+  if (sentencepiece_) {
+    if (utf8.empty()) return {};
+    return {sentencepiece_normalize(utf8, true)};
+  }
   std::u32string chars;
   detail::decode_utf8(utf8, chars);
   std::vector<std::pair<size_t, size_t>> ranges;
-  detail::bpe_pre_tokenize(chars, split_digits_, ranges);
+  detail::bpe_pre_tokenize(chars, static_cast<detail::BpeSplit>(pre_tokenizer_), ranges);
   std::vector<std::string> pieces(ranges.size());
   for (size_t p = 0; p < ranges.size(); ++p)
     for (size_t i = ranges[p].first; i < ranges[p].second; ++i)
@@ -280,12 +328,18 @@ std::vector<std::string> BpeTokenizer::pre_tokenize(std::string_view utf8) const
   return pieces;
 }
 
-void BpeTokenizer::encode_text(std::string_view utf8, std::vector<int32_t>& ids) const {
+// `at_start`: the text begins where the encoded text does (no special token before it).
+void BpeTokenizer::encode_text(std::string_view utf8, bool at_start,
+                               std::vector<int32_t>& ids) const {
   if (utf8.empty()) return;
+  if (sentencepiece_) {
+    encode_sentencepiece(sentencepiece_normalize(utf8, at_start), ids);
+    return;
+  }
   std::u32string chars;
   detail::decode_utf8(utf8, chars);
   std::vector<std::pair<size_t, size_t>> pieces;
-  detail::bpe_pre_tokenize(chars, split_digits_, pieces);
+  detail::bpe_pre_tokenize(chars, static_cast<detail::BpeSplit>(pre_tokenizer_), pieces);
   std::string bytes;
   for (const auto& [begin, end] : pieces) {
     bytes.clear();
@@ -376,6 +430,28 @@ void BpeTokenizer::encode_piece(std::string_view bytes, std::vector<int32_t>& id
 }
 
 std::string BpeTokenizer::decode(std::span<const int32_t> ids, bool skip_special) const {
+  if (sentencepiece_) {
+    std::string text, run;  // run: bytes of consecutive byte tokens
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const int32_t id = ids[i];
+      QKV_CHECK(id >= 0 && id < size(), "decode: ids[", i, "] = ", id, " is out of range [0, ",
+                size(), ")");
+      if (skip_special &&
+          vocabulary_.token_types[id] == static_cast<int32_t>(BpeTokenType::kControl))
+        continue;
+      if (is_byte_token(id)) {
+        run += pieces_[id];
+        continue;
+      }
+      detail::append_byte_run(run, text);
+      run.clear();
+      text += pieces_[id];
+    }
+    detail::append_byte_run(run, text);
+    // LlamaTokenizer's Strip decoder: the space the prefix put there.
+    if (vocabulary_.add_space_prefix && !text.empty() && text[0] == ' ') text.erase(0, 1);
+    return text;
+  }
   std::string bytes;
   for (size_t i = 0; i < ids.size(); ++i) {
     const int32_t id = ids[i];
