@@ -234,14 +234,14 @@ def write_tokenizer_gguf(path, arch, model, tokens, token_types, *, merges=None,
 @pytest.fixture(scope="module")
 def llama_spm(tmp_path_factory):
     """Gemma's first 20,000 tokens (specials, bytes, the commonest pieces) and
-    "▁" as a "llama" file, scores rounded to multiples of 50 so that merges
+    "▁" as a "llama" file, scores rounded to multiples of 1,000 so that merges
     tie. (Gemma's tokens of spaces stay user-defined text here.)"""
     fields = gguf_tokenizer_fields(GEMMA3_GGUF, ["tokenizer.ggml.tokens", "tokenizer.ggml.scores",
                                                  "tokenizer.ggml.token_type"])
     n = 20000
     tokens = list(fields["tokenizer.ggml.tokens"][:n])
     types = [int(t) for t in fields["tokenizer.ggml.token_type"][:n]]
-    scores = [50.0 * round(float(s) / 50.0) for s in fields["tokenizer.ggml.scores"][:n]]
+    scores = [1000.0 * round(float(s) / 1000.0) for s in fields["tokenizer.ggml.scores"][:n]]
     # Gemma's "▁" comes late (id 236,743): without it a space would be bytes.
     tokens.append("\u2581")
     types.append(1)
@@ -268,6 +268,32 @@ def test_llama_sentencepiece_with_tied_scores(llama_spm):
     for text in lines[:200]:
         if not text.startswith(" ") and "\u2581" not in text:
             assert tok.decode(tok.encode(text, add_special=False)) == text
+
+
+# Each tie-break of the merge order on its own (tests/test_sentencepiece_tokenizer.cc
+# holds the same cases): tokens with scores, a text.
+TIE_CASES = {
+    "score": ([("a", 0), ("b", 0), ("c", 0), ("ab", -2), ("bc", -1)], "abc"),
+    "longer left": ([("a", 0), ("b", 0), ("c", 0), ("d", 0), ("ab", 10), ("cd", 0), ("abc", 0)],
+                    "abcd"),
+    "longer right": ([("a", 0), ("b", 0), ("c", 0), ("d", 0), ("cd", 10), ("ab", 0), ("bcd", 0)],
+                     "abcd"),
+    "lower id": ([("a", 0), ("b", 0), ("c", 0), ("bc", -1), ("ab", -1)], "abc"),
+    "lower id again": ([("a", 0), ("b", 0), ("c", 0), ("ab", -1), ("bc", -1)], "abc"),
+    "leftmost": ([("a", 0), ("aa", -1)], "aaaaa"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(TIE_CASES))
+def test_llama_merge_order(case, tmp_path):
+    pieces, text = TIE_CASES[case]
+    tokens = ["<unk>", "<s>", "</s>"] + [t for t, _ in pieces]
+    scores = [0.0, 0.0, 0.0] + [s for _, s in pieces]
+    write_tokenizer_gguf(tmp_path / "t.gguf", "llama", "llama", tokens, [2, 3, 3] + [1] * len(pieces),
+                         scores=scores, bos=1, eos=2, unk=0, add_space_prefix=False)
+    tok = qkv.text.BpeTokenizer.from_gguf(tmp_path / "t.gguf")
+    hf = transformers.AutoTokenizer.from_pretrained(str(tmp_path), gguf_file="t.gguf")
+    assert tok.encode(text) == hf.encode(text)
 
 
 # --- Qwen2 and Llama 3 pre-tokenizers on a byte-level vocabulary -------------------------------
