@@ -12,6 +12,7 @@
 #include "qkv/error.h"
 #include "text/basic_tokenizer.h"
 #include "text/bpe_pretokenizer.h"
+#include "text/bpe_symbols.h"
 #include "text/byte_fallback.h"
 
 namespace qkv::text {
@@ -362,19 +363,11 @@ void BpeTokenizer::encode_piece(std::string_view bytes, std::vector<int32_t>& id
     }
   }
 
-  struct Symbol {
-    int32_t id;
-    int32_t prev;  // -1 at the start
-    int32_t next;  // -1 at the end
-  };
-  std::vector<Symbol> symbols;
+  detail::BpeSymbols symbols;
   symbols.reserve(bytes.size());
   for (const char c : bytes) {
     const int32_t id = byte_ids_[static_cast<uint8_t>(c)];
-    if (id < 0) continue;  // a byte without a token is dropped, see the header
-    const auto index = static_cast<int32_t>(symbols.size());
-    symbols.push_back({id, index - 1, -1});
-    if (index > 0) symbols[index - 1].next = index;
+    if (id >= 0) symbols.push(id);  // a byte without a token is dropped, see the header
   }
 
   struct Candidate {
@@ -387,40 +380,34 @@ void BpeTokenizer::encode_piece(std::string_view bytes, std::vector<int32_t>& id
     }
   };
   std::priority_queue<Candidate, std::vector<Candidate>, std::greater<>> queue;
+  const auto pair_key = [&](int32_t left, int32_t right) {
+    return static_cast<uint64_t>(symbols.id(left)) << 32 | static_cast<uint32_t>(symbols.id(right));
+  };
   const auto consider = [&](int32_t left) {
     if (left < 0) return;
-    const int32_t right = symbols[left].next;
+    const int32_t right = symbols.next(left);
     if (right < 0) return;
-    const uint64_t key =
-        static_cast<uint64_t>(symbols[left].id) << 32 | static_cast<uint32_t>(symbols[right].id);
-    const auto it = merges_.find(key);
+    const auto it = merges_.find(pair_key(left, right));
     if (it == merges_.end()) return;
     queue.push({static_cast<uint32_t>(it->second >> 32), left, right,
                 static_cast<int32_t>(it->second & 0xFFFFFFFFu)});
   };
-  for (int32_t i = 0; i + 1 < static_cast<int32_t>(symbols.size()); ++i) consider(i);
+  for (int32_t i = 0; i + 1 < symbols.size(); ++i) consider(i);
 
-  std::vector<bool> removed(symbols.size(), false);
   while (!queue.empty()) {
     const Candidate c = queue.top();
     queue.pop();
     // Stale when either side has been merged away or changed since.
-    if (removed[c.left] || removed[c.right] || symbols[c.left].next != c.right) continue;
-    const uint64_t key = static_cast<uint64_t>(symbols[c.left].id) << 32 |
-                         static_cast<uint32_t>(symbols[c.right].id);
-    const auto it = merges_.find(key);
+    if (!symbols.adjacent(c.left, c.right)) continue;
+    const auto it = merges_.find(pair_key(c.left, c.right));
     if (it == merges_.end() || static_cast<int32_t>(it->second & 0xFFFFFFFFu) != c.merged) continue;
-    symbols[c.left].id = c.merged;
-    removed[c.right] = true;
-    symbols[c.left].next = symbols[c.right].next;
-    if (symbols[c.left].next >= 0) symbols[symbols[c.left].next].prev = c.left;
-    consider(symbols[c.left].prev);
+    symbols.merge(c.left, c.right, c.merged);
+    consider(symbols.prev(c.left));
     consider(c.left);
   }
 
   const size_t first = ids.size();
-  for (int32_t i = symbols.empty() ? -1 : 0; i >= 0; i = symbols[i].next)
-    ids.push_back(symbols[i].id);
+  symbols.append_ids(ids);
   if (cacheable) {
     std::lock_guard lock(cache_->mutex);
     if (cache_->entries.size() >= Cache::kMaxEntries) cache_->entries.clear();

@@ -11,6 +11,7 @@
 #include "qkv/error.h"
 #include "qkv/text/bpe_tokenizer.h"
 #include "text/basic_tokenizer.h"
+#include "text/bpe_symbols.h"
 #include "text/utf8_lead.h"
 
 namespace qkv::text {
@@ -86,18 +87,8 @@ std::string BpeTokenizer::sentencepiece_normalize(std::string_view utf8, bool at
 // pairs over a linked list of symbols, O(n log n) however long the text.
 void BpeTokenizer::encode_sentencepiece(std::string_view normalized,
                                         std::vector<int32_t>& ids) const {
-  struct Symbol {
-    int32_t id;
-    int32_t prev;  // -1 at the start
-    int32_t next;  // -1 at the end
-  };
-  std::vector<Symbol> symbols;
+  detail::BpeSymbols symbols;
   symbols.reserve(normalized.size());
-  const auto push = [&](int32_t id) {
-    const auto index = static_cast<int32_t>(symbols.size());
-    symbols.push_back({id, index - 1, -1});
-    if (index > 0) symbols[index - 1].next = index;
-  };
   bool after_unk = false;  // tokenizers' fuse_unk: a run of unknown characters is one unk
   for (size_t i = 0; i < normalized.size();) {
     const size_t n =
@@ -105,17 +96,17 @@ void BpeTokenizer::encode_sentencepiece(std::string_view normalized,
     const std::string_view ch = normalized.substr(i, n);
     i += n;
     if (const auto it = ids_.find(ch); it != ids_.end()) {
-      push(it->second);
+      symbols.push(it->second);
       after_unk = false;
       continue;
     }
     bool bytes_known = true;
     for (const char c : ch) bytes_known = bytes_known && byte_ids_[static_cast<uint8_t>(c)] >= 0;
     if (bytes_known) {
-      for (const char c : ch) push(byte_ids_[static_cast<uint8_t>(c)]);
+      for (const char c : ch) symbols.push(byte_ids_[static_cast<uint8_t>(c)]);
       after_unk = false;
     } else if (vocabulary_.unk && !after_unk) {
-      push(*vocabulary_.unk);
+      symbols.push(*vocabulary_.unk);
       after_unk = true;
     }
   }
@@ -139,9 +130,9 @@ void BpeTokenizer::encode_sentencepiece(std::string_view normalized,
   std::string joined;
   const auto consider = [&](int32_t left) {
     if (left < 0) return;
-    const int32_t right = symbols[left].next;
+    const int32_t right = symbols.next(left);
     if (right < 0) return;
-    const int32_t a = symbols[left].id, b = symbols[right].id;
+    const int32_t a = symbols.id(left), b = symbols.id(right);
     joined.assign(vocabulary_.tokens[a]).append(vocabulary_.tokens[b]);
     const auto it = ids_.find(joined);
     if (it == ids_.end()) return;
@@ -149,26 +140,21 @@ void BpeTokenizer::encode_sentencepiece(std::string_view normalized,
     queue.push({vocabulary_.scores[merged], char_lengths_[a], char_lengths_[b], merged, left, right,
                 a, b});
   };
-  for (int32_t i = 0; i + 1 < static_cast<int32_t>(symbols.size()); ++i) consider(i);
+  for (int32_t i = 0; i + 1 < symbols.size(); ++i) consider(i);
 
-  std::vector<bool> removed(symbols.size(), false);
   while (!queue.empty()) {
     const Candidate c = queue.top();
     queue.pop();
     // Stale when either side has been merged away or into something else
     // since (a symbol's text only grows, so equal ids mean the same pair).
-    if (removed[c.left] || removed[c.right] || symbols[c.left].next != c.right ||
-        symbols[c.left].id != c.left_id || symbols[c.right].id != c.right_id)
+    if (!symbols.adjacent(c.left, c.right) || symbols.id(c.left) != c.left_id ||
+        symbols.id(c.right) != c.right_id)
       continue;
-    symbols[c.left].id = c.merged;
-    removed[c.right] = true;
-    symbols[c.left].next = symbols[c.right].next;
-    if (symbols[c.left].next >= 0) symbols[symbols[c.left].next].prev = c.left;
-    consider(symbols[c.left].prev);
+    symbols.merge(c.left, c.right, c.merged);
+    consider(symbols.prev(c.left));
     consider(c.left);
   }
-  for (int32_t i = symbols.empty() ? -1 : 0; i >= 0; i = symbols[i].next)
-    ids.push_back(symbols[i].id);
+  symbols.append_ids(ids);
 }
 
 }  // namespace qkv::text
