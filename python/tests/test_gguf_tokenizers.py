@@ -296,6 +296,27 @@ def test_llama_merge_order(case, tmp_path):
     assert tok.encode(text) == hf.encode(text)
 
 
+@pytest.mark.parametrize("arch", ["gemma3", "llama"])
+def test_llama_unknown_characters_without_byte_tokens(arch, tmp_path):
+    """A character without a token and without "<0xNN>" tokens is unk (one for
+    a run), as SentencePiece, llama.cpp and transformers' Gemma path do.
+    transformers' LlamaTokenizer path drops it instead (its BPE model has no
+    unk token): there qkv differs by exactly those unks."""
+    tokens = ["<unk>", "<s>", "</s>", "a", "\u2581", "\u2581a"]
+    write_tokenizer_gguf(tmp_path / "t.gguf", arch, "llama", tokens, [2, 3, 3, 1, 1, 1],
+                         scores=[0, 0, 0, 0, 0, -1], bos=1, eos=2, unk=0,
+                         add_space_prefix=arch == "llama")
+    tok = qkv.text.BpeTokenizer.from_gguf(tmp_path / "t.gguf")
+    hf = transformers.AutoTokenizer.from_pretrained(str(tmp_path), gguf_file="t.gguf")
+    for text in ["a\u2603\u2603a", "\u2603", "a b\u2603 a"]:
+        ids = tok.encode(text)
+        assert ids.count(0) == text.replace("\u2603\u2603", "\u2603").count("\u2603")
+        if arch == "gemma3":
+            assert ids == hf.encode(text)
+        else:
+            assert [i for i in ids if i != 0] == hf.encode(text)
+
+
 # --- Qwen2 and Llama 3 pre-tokenizers on a byte-level vocabulary -------------------------------
 
 
@@ -354,11 +375,13 @@ def test_byte_level_pre_tokenizers(byte_level_file):
 @needs_smollm2
 def test_byte_level_pieces_on_every_code_point(byte_level_file):
     """The regex's classes (\\p{L}, \\p{N}, \\s, \\r\\n) on every code point, each
-    next to a neighbour of another kind (Llama 3's differs from Qwen2's only in
-    digit runs: every 13th code point)."""
+    next to a neighbour of another kind; above U+3FFFF (unassigned planes and
+    private use) every 97th. Llama 3's split differs from Qwen2's only in digit
+    runs: every 13th code point there."""
     pre, tok, hf = byte_level_file
     step = 1 if pre == "qwen2" else 13
-    chars = [chr(c) for c in range(0, 0x110000, step) if not 0xD800 <= c <= 0xDFFF]
+    points = itertools.chain(range(0, 0x40000, step), range(0x40000, 0x110000, 97))
+    chars = [chr(c) for c in points if not 0xD800 <= c <= 0xDFFF]
     rng = random.Random(42)
     neighbours = ["a", "1", " ", "\n", "'", ".", "\t", "\u00e9", "\u0663"]
     text = "".join(c + rng.choice(neighbours) for c in chars)

@@ -41,7 +41,10 @@
 //     text's start, not after a special token (tokenizers' Metaspace with
 //     prepend_scheme "first"; llama.cpp adds one after special tokens too);
 //   - each character is its token, or else the "<0xNN>" tokens of its UTF-8
-//     bytes, or else unk (a run of them fused into one), or else dropped;
+//     bytes, or else unk (a run of them fused into one), or else dropped
+//     (transformers' LlamaTokenizer, whose BPE has no unk token, drops it
+//     even when there is an unk: the one difference, python/tests/
+//     test_gguf_tokenizers.py shows it);
 //   - adjacent pieces whose concatenation is a token merge, best first: the
 //     higher score of the merged token, then the longer left piece, then the
 //     longer right piece (in characters), then the lower merged id, then the
