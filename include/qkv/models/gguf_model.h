@@ -93,9 +93,11 @@ struct GgufModel {
 // tensors.
 nn::DecoderModelConfig gguf_decoder_config(const io::GgufFile& file, int64_t max_seq_len = 8192);
 
-// The byte-level BPE tokenizer of tokenizer.ggml.* (model "gpt2": tokens,
-// merges, token_type, pre, bos/eos/unknown/padding_token_id, add_bos_token,
-// add_eos_token). Another tokenizer.ggml.model is an error naming it.
+// The BPE tokenizer of tokenizer.ggml.* (model "gpt2": tokens, merges,
+// token_type, pre; model "llama": tokens, scores, token_type, add_space_prefix;
+// both: bos/eos/unknown/padding_token_id, add_bos_token, add_eos_token), as
+// transformers builds it from the file (include/qkv/text/bpe_tokenizer.h).
+// Another tokenizer.ggml.model, or a key it does not follow, is an error naming it.
 text::BpeTokenizer gguf_bpe_tokenizer(const io::GgufFile& file);
 
 // Model, tokenizer and chat template of a GGUF file.
