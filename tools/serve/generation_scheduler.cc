@@ -77,7 +77,8 @@ std::shared_ptr<GenerationStream> GenerationScheduler::submit(GenerationRequest 
   auto stream = std::make_shared<GenerationStream>();
   {
     std::lock_guard lock(mutex_);
-    if (static_cast<int64_t>(queue_.size()) >= options_.max_queue)
+    // Refused when every slot is taken and max_queue requests already wait.
+    if (static_cast<int64_t>(queue_.size()) + running_ >= options_.slots + options_.max_queue)
       throw ApiError(503,
                      "the server is busy: " + std::to_string(queue_.size()) +
                          " requests already wait for one of its " + std::to_string(options_.slots) +
@@ -184,6 +185,7 @@ void GenerationScheduler::step(std::vector<std::unique_ptr<Active>>& active) {
     for (Active* a : rows) fail(*a, e.what());
     return;
   }
+  metrics_.observe_batch_rows(static_cast<int64_t>(rows.size()));
   const auto now = Clock::now();
   for (size_t r = 0; r < rows.size(); ++r) {
     Active& a = *rows[r];

@@ -72,7 +72,7 @@ class GenerationStream {
 struct SchedulerOptions {
   int64_t slots = 4;            // sequences decoded at once
   int64_t context = 2048;       // positions per slot: prompt + reply
-  int64_t max_queue = 64;       // requests waiting for a slot; more are refused (503)
+  int64_t max_queue = 64;       // requests that may wait for a slot; more get 503
   int64_t prefill_chunk = 128;  // prompt tokens per step while others decode
   int threads = 0;              // the model's threads (0: as the process has)
 };
@@ -87,8 +87,8 @@ class GenerationScheduler {
   GenerationScheduler(const GenerationScheduler&) = delete;
   GenerationScheduler& operator=(const GenerationScheduler&) = delete;
 
-  // Queues a request. Throws ApiError 503 (with a retry hint) when max_queue
-  // requests already wait.
+  // Queues a request. Throws ApiError 503 (with a retry hint) when every
+  // slot is taken and max_queue requests already wait.
   std::shared_ptr<GenerationStream> submit(GenerationRequest request);
 
   // Requests queued or running.

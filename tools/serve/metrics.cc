@@ -52,7 +52,8 @@ std::string Histogram::text(const std::string& name) const {
 // tokens follow each other in milliseconds to a second.
 Metrics::Metrics()
     : time_to_first_token_({0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}),
-      inter_token_({0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5}) {}
+      inter_token_({0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5}),
+      batch_rows_({1, 2, 4, 8, 16, 32, 64, 128, 256}) {}
 
 void Metrics::count_request(const std::string& endpoint, int status) {
   std::lock_guard lock(mutex_);
@@ -83,6 +84,11 @@ void Metrics::observe_time_to_first_token(double seconds) {
 void Metrics::observe_inter_token(double seconds) {
   std::lock_guard lock(mutex_);
   inter_token_.observe(seconds);
+}
+
+void Metrics::observe_batch_rows(int64_t n) {
+  std::lock_guard lock(mutex_);
+  batch_rows_.observe(static_cast<double>(n));
 }
 
 void Metrics::set_queue_length(int64_t n) {
@@ -127,6 +133,9 @@ std::string Metrics::prometheus_text() const {
   out += time_to_first_token_.text("qkv_time_to_first_token_seconds");
   out += header("qkv_inter_token_seconds", "histogram", "Between two tokens of one reply.");
   out += inter_token_.text("qkv_inter_token_seconds");
+  out += header("qkv_batch_rows", "histogram",
+                "Sequences advanced together by one batched decoding step.");
+  out += batch_rows_.text("qkv_batch_rows");
   return out;
 }
 

@@ -1,7 +1,8 @@
 // serve::Metrics — what `qkv serve` reports on GET /metrics, in Prometheus'
 // text format (version 0.0.4): requests by endpoint and status, queue length,
 // busy slots, tokens in and out, and histograms of the time to the first
-// token and between tokens. Every method is safe to call from any thread.
+// token, between tokens, and of the sequences each decoding step advanced. Every method is safe to
+// call from any thread.
 #pragma once
 
 #include <cstdint>
@@ -39,6 +40,7 @@ class Metrics {
   void add_embedded_tokens(int64_t n);
   void observe_time_to_first_token(double seconds);
   void observe_inter_token(double seconds);
+  void observe_batch_rows(int64_t n);
   void set_queue_length(int64_t n);
   void set_busy_slots(int64_t n);
   void set_slots(int64_t n);
@@ -53,6 +55,7 @@ class Metrics {
   int64_t queue_length_ = 0, busy_slots_ = 0, slots_ = 0;
   Histogram time_to_first_token_;
   Histogram inter_token_;
+  Histogram batch_rows_;
 };
 
 }  // namespace qkv::serve

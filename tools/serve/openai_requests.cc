@@ -3,6 +3,7 @@
 #include "serve/openai_requests.h"
 
 #include <cmath>
+#include <cstdio>
 #include <functional>
 #include <limits>
 #include <map>
@@ -31,6 +32,13 @@ std::string type_name(const json& value) {
 std::string shown(const json& value) {
   std::string text = value.dump(-1, ' ', false, json::error_handler_t::replace);
   return text.size() <= 60 ? text : text.substr(0, 57) + "...";
+}
+
+// 0, 1, 0.5: a bound of a range, as a person writes it.
+std::string bound(double x) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g", x);
+  return text;
 }
 
 [[noreturn]] void refuse(const std::string& field, const std::string& message,
@@ -65,8 +73,8 @@ double number_field(const json& value, const std::string& field, double lo, doub
   if (!value.is_number()) wrong_type(field, value, "a number");
   const double x = value.get<double>();
   if (!std::isfinite(x) || (lo_open ? x <= lo : x < lo) || x > hi)
-    refuse(field, shown(value) + " is not in " + (lo_open ? "(" : "[") + shown(lo) + ", " +
-                      shown(hi) + "]");
+    refuse(field, shown(value) + " is not in " + (lo_open ? "(" : "[") + bound(lo) + ", " +
+                      bound(hi) + "]");
   return x;
 }
 
