@@ -405,3 +405,18 @@ def test_it_listens_on_loopback_only(server):
     listening = [c for c in psutil.Process(server.process.pid).net_connections("tcp")
                  if c.status == psutil.CONN_LISTEN]
     assert [c.laddr.ip for c in listening] == ["127.0.0.1"]
+
+
+def test_the_readme_snippet_runs(server, capsys):
+    """README.md's ```py block under "An OpenAI-compatible server", against this server."""
+    readme = (pathlib.Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme[readme.index("### An OpenAI-compatible server"):]
+    start = section.index("```py\n") + len("```py\n")
+    code = section[start:section.index("```\n", start)]
+    assert "127.0.0.1:8080" in code
+    # The README's server has no API key; this one has.
+    code = code.replace("127.0.0.1:8080", f"127.0.0.1:{server.port}").replace(
+        'api_key="unused"', f'api_key="{API_KEY}"')
+    exec(compile(code, "README.md", "exec"), {"__name__": "__readme__"})
+    out = capsys.readouterr().out
+    assert "Paris" in out and out.rstrip().endswith("384")
