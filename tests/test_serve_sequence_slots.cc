@@ -147,7 +147,10 @@ void expect_slots_equal_decoding_alone(DecoderModel& model) {
       it = running.erase(it);
     }
   }
-  EXPECT_GE(reused, 4 * 6) << "the second wave's even prompts reuse the first wave's prefix";
+  // The 8 even prompts of the second wave share 6 tokens with a cached one:
+  // f32 caches copy them from any slot; q8_0 caches reuse only the 4 released.
+  const bool copies = model.kv_cache_storage() == KVCacheStorage::kFloat;
+  EXPECT_GE(reused, (copies ? 8 : 4) * 6);  // more where small vocabularies repeat ids
   EXPECT_EQ(slots.busy(), 0);
 }
 
@@ -180,7 +183,7 @@ TEST(SequenceSlots, GgufBlockWeightsEqualDecodingAlone) {
   expect_slots_equal_decoding_alone(m.model);
 }
 
-TEST(SequenceSlots, ReuseKeepsOnePromptTokenAndFreesNothingBusy) {
+TEST(SequenceSlots, ReuseKeepsOnePromptTokenAndCopiesFromBusySlots) {
   Generator gen(13);
   DecoderModel model(small(), &gen);
   SequenceSlots slots(model, 2, 8);
@@ -192,9 +195,11 @@ TEST(SequenceSlots, ReuseKeepsOnePromptTokenAndFreesNothingBusy) {
   EXPECT_EQ(slots.acquire(prompt), a);
   EXPECT_EQ(slots.reused(a), 2);
   EXPECT_EQ(slots.pending(a), 1);
+  // a is busy: b gets a's keys and values of the prefix, copied.
   const int64_t b = slots.acquire(prompt);
   EXPECT_NE(b, a);
-  EXPECT_EQ(slots.reused(b), 0);
+  EXPECT_EQ(slots.reused(b), 2);
+  EXPECT_EQ(slots.length(b), 2);
   EXPECT_EQ(slots.acquire(prompt), -1);  // both busy
   qkv_test::expect_error([&] { slots.acquire(std::vector<int64_t>(9, 1)); },
                          {"9 tokens", "8 positions"});

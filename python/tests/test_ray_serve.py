@@ -3,25 +3,17 @@ cluster of 2 CPUs, behind Ray Serve's HTTP proxy, answer OpenAI's endpoints as
 `qkv serve` does, both of them serving."""
 
 import concurrent.futures
-import os
-import pathlib
 import socket
 import subprocess
 
 import pytest
 
 from model_files import MINILM, SMOLLM2_GGUF, needs_minilm, needs_smollm2
+from test_serve import cli_path
 
 pytestmark = [needs_smollm2, needs_minilm]
 
 CHAT_MODEL = "SmolLM2-135M-Instruct.Q4_1"
-
-
-def cli_path():
-    if os.environ.get("QKV_CLI"):
-        return pathlib.Path(os.environ["QKV_CLI"])
-    return (pathlib.Path(__file__).resolve().parents[2] / os.environ.get("QKV_BUILD_DIR", "build")
-            / "tools" / "qkv")
 
 
 def test_replicas_fit_the_cluster_unless_asked_otherwise():

@@ -19,8 +19,9 @@ std::string header(const char* name, const char* type, const char* help) {
   return std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
 }
 
-std::string sample(const char* name, int64_t value) {
-  return std::string(name) + " " + std::to_string(value) + "\n";
+// A metric of one value: its header and its sample.
+std::string scalar(const char* name, const char* type, const char* help, int64_t value) {
+  return header(name, type, help) + name + " " + std::to_string(value) + "\n";
 }
 
 }  // namespace
@@ -113,21 +114,18 @@ std::string Metrics::prometheus_text() const {
   for (const auto& [key, count] : requests_)
     out += "qkv_requests_total{endpoint=\"" + key.first + "\",status=\"" +
            std::to_string(key.second) + "\"} " + std::to_string(count) + "\n";
-  out += header("qkv_queue_length", "gauge", "Generation requests waiting for a slot.");
-  out += sample("qkv_queue_length", queue_length_);
-  out += header("qkv_busy_slots", "gauge", "Decoding slots holding a request.");
-  out += sample("qkv_busy_slots", busy_slots_);
-  out += header("qkv_slots", "gauge", "Decoding slots (--parallel).");
-  out += sample("qkv_slots", slots_);
-  out += header("qkv_prompt_tokens_total", "counter", "Prompt tokens of generation requests.");
-  out += sample("qkv_prompt_tokens_total", prompt_tokens_);
-  out += header("qkv_prompt_tokens_reused_total", "counter",
-                "Prompt tokens whose keys and values a slot's cache already held.");
-  out += sample("qkv_prompt_tokens_reused_total", reused_prompt_tokens_);
-  out += header("qkv_generated_tokens_total", "counter", "Tokens generated.");
-  out += sample("qkv_generated_tokens_total", generated_tokens_);
-  out += header("qkv_embedded_tokens_total", "counter", "Tokens of embedded texts.");
-  out += sample("qkv_embedded_tokens_total", embedded_tokens_);
+  out +=
+      scalar("qkv_queue_length", "gauge", "Generation requests waiting for a slot.", queue_length_);
+  out += scalar("qkv_busy_slots", "gauge", "Decoding slots holding a request.", busy_slots_);
+  out += scalar("qkv_slots", "gauge", "Decoding slots (--parallel).", slots_);
+  out += scalar("qkv_prompt_tokens_total", "counter", "Prompt tokens of generation requests.",
+                prompt_tokens_);
+  out += scalar("qkv_prompt_tokens_reused_total", "counter",
+                "Prompt tokens whose keys and values a slot's cache already held.",
+                reused_prompt_tokens_);
+  out += scalar("qkv_generated_tokens_total", "counter", "Tokens generated.", generated_tokens_);
+  out +=
+      scalar("qkv_embedded_tokens_total", "counter", "Tokens of embedded texts.", embedded_tokens_);
   out += header("qkv_time_to_first_token_seconds", "histogram",
                 "From a request's arrival to its first generated token.");
   out += time_to_first_token_.text("qkv_time_to_first_token_seconds");

@@ -9,6 +9,16 @@
 
 namespace qkv::serve {
 
+namespace {
+
+// How many leading ids `cached` and `prompt` share.
+int64_t common_prefix(const std::vector<int64_t>& cached, std::span<const int64_t> prompt) {
+  return std::mismatch(cached.begin(), cached.end(), prompt.begin(), prompt.end()).first -
+         cached.begin();
+}
+
+}  // namespace
+
 SequenceSlots::SequenceSlots(nn::DecoderModel& model, int64_t slots, int64_t max_len)
     : model_(model),
       max_len_(max_len > 0 ? max_len : model.config().max_seq_len),
@@ -43,9 +53,7 @@ int64_t SequenceSlots::acquire(std::span<const int64_t> prompt) {
   for (int64_t s = 0; s < size(); ++s) {
     const Slot& slot = slots_[static_cast<size_t>(s)];
     if (slot.busy) continue;
-    const auto shared = static_cast<int64_t>(
-        std::mismatch(slot.tokens.begin(), slot.tokens.end(), prompt.begin(), prompt.end()).first -
-        slot.tokens.begin());
+    const int64_t shared = common_prefix(slot.tokens, prompt);
     if (shared > best_shared ||
         (shared == best_shared &&
          slot.released_at < slots_[static_cast<size_t>(best)].released_at)) {
@@ -56,7 +64,28 @@ int64_t SequenceSlots::acquire(std::span<const int64_t> prompt) {
   if (best < 0) return -1;
   Slot& slot = slots_[static_cast<size_t>(best)];
   // At least the last prompt token is fed again: its logits start the reply.
-  const int64_t keep = std::min(best_shared, n - 1);
+  int64_t keep = std::min(best_shared, n - 1);
+  // Another slot, busy or not, may hold a longer prefix (16 clients with one
+  // system prompt): its keys and values are copied, not computed again.
+  // float32 caches only: a q8_0 cache would round them a second time.
+  int64_t donor = -1, donor_keep = keep;
+  if (model_.kv_cache_storage() == nn::KVCacheStorage::kFloat)
+    for (int64_t s = 0; s < size(); ++s) {
+      const int64_t shared = common_prefix(slots_[static_cast<size_t>(s)].tokens, prompt);
+      if (s != best && std::min(shared, n - 1) > donor_keep) {
+        donor = s;
+        donor_keep = std::min(shared, n - 1);
+      }
+    }
+  if (donor >= 0) {
+    const nn::KVCache& from = slots_[static_cast<size_t>(donor)].cache;
+    slot.cache.reset();
+    for (int64_t layer = 0; layer < from.num_layers(); ++layer)
+      slot.cache.append(layer, from.keys(layer).slice(2, 0, donor_keep),
+                        from.values(layer).slice(2, 0, donor_keep));
+    keep = donor_keep;
+    slot.tokens.assign(prompt.begin(), prompt.begin() + keep);
+  }
   slot.cache.truncate(keep);
   slot.tokens.resize(static_cast<size_t>(keep));
   slot.prompt.assign(prompt.begin(), prompt.end());

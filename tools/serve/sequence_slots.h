@@ -8,7 +8,9 @@
 //   - prefix reuse: a slot keeps the tokens of its last sequence after
 //     release(); acquire() picks the free slot that shares the longest
 //     prefix with the new prompt (the same system prompt, the same
-//     conversation one turn on) and feeds only the tokens after it.
+//     conversation one turn on) and feeds only the tokens after it. When
+//     another slot, busy or free, holds a longer prefix, its keys and values
+//     are copied into the new one (float32 caches).
 //
 // nn::DecoderBatch feeds a prompt in one pass and forgets a cache on
 // remove(), so this class runs the same DecoderModel::forward_into over
@@ -40,7 +42,8 @@ class SequenceSlots {
 
   // Takes the free slot whose cached tokens share the longest prefix with
   // `prompt` (the least recently released of equals) and keeps that prefix,
-  // leaving at least one prompt token to feed. -> the slot, or -1 when all
+  // or copies a longer one from another slot (see above), leaving at least
+  // one prompt token to feed. -> the slot, or -1 when all
   // are busy. An empty prompt or one longer than max_len() is an error.
   int64_t acquire(std::span<const int64_t> prompt);
 
