@@ -6,6 +6,7 @@
 #include <signal.h>
 
 #include <cstdio>
+#include <exception>
 #include <filesystem>
 #include <memory>
 #include <optional>
@@ -128,9 +129,15 @@ int run_serve(const ServeOptions& o) {
                  received == SIGINT ? "SIGINT" : "SIGTERM");
     server.shutdown();
   });
-  server.listen();
+  std::exception_ptr failure;
+  try {
+    server.listen();
+  } catch (...) {
+    failure = std::current_exception();
+  }
   kill(getpid(), SIGTERM);  // wakes on_signal if listen() ended by itself
   on_signal.join();
+  if (failure) std::rethrow_exception(failure);
   std::fprintf(stderr, "qkv serve: stopped\n");
   return 0;
 }

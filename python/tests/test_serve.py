@@ -423,3 +423,12 @@ def test_the_readme_snippet_runs(server, capsys):
     exec(compile(code, "README.md", "exec"), {"__name__": "__readme__"})
     out = capsys.readouterr().out
     assert "Paris" in out and out.rstrip().endswith("384")
+
+
+def test_a_port_in_use_is_an_error_not_a_shared_port(server):
+    result = subprocess.run([str(cli_path()), "serve", "--model", str(SMOLLM2_GGUF), "--port",
+                             str(server.port), "--threads", "1", "--ctx-size", "64"],
+                            capture_output=True, text=True, timeout=RUN_SECONDS)
+    assert result.returncode == 1
+    assert f"cannot listen on 127.0.0.1:{server.port}" in result.stderr
+    assert "in use" in result.stderr

@@ -290,6 +290,12 @@ void HttpServer::add_routes() {
   httplib::Server& svr = *server_;
   const int threads = options_.threads;
   svr.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  // SO_REUSEADDR (a restart need not wait out TIME_WAIT) but not httplib's
+  // SO_REUSEPORT: a second server on a port in use must fail, not share it.
+  svr.set_socket_options([](socket_t sock) {
+    const int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+  });
   svr.set_payload_max_length(options_.max_body_bytes);
   svr.set_read_timeout(options_.timeout_seconds, 0);
   svr.set_write_timeout(options_.timeout_seconds, 0);
@@ -380,15 +386,19 @@ void HttpServer::add_routes() {
 }
 
 int HttpServer::bind() {
-  const bool ok = options_.port == 0
-                      ? (options_.port = server_->bind_to_any_port(options_.host)) > 0
-                      : server_->bind_to_port(options_.host, options_.port);
-  QKV_CHECK(ok, "qkv serve: cannot listen on ", options_.host, ":", options_.port,
-            " (in use, or not an address of this machine)");
-  return options_.port;
+  const int port = options_.port == 0
+                       ? server_->bind_to_any_port(options_.host)
+                       : (server_->bind_to_port(options_.host, options_.port) ? options_.port : -1);
+  QKV_CHECK(port > 0, "cannot listen on ", options_.host, ":", options_.port,
+            " (--host, --port): the port is in use, or the address is not one of this machine's");
+  options_.port = port;
+  return port;
 }
 
-void HttpServer::listen() { server_->listen_after_bind(); }
+void HttpServer::listen() {
+  QKV_CHECK(server_->listen_after_bind() || draining_.load(), "the server on ", options_.host, ":",
+            options_.port, " stopped accepting connections");
+}
 
 void HttpServer::shutdown() {
   draining_.store(true);

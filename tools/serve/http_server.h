@@ -64,7 +64,8 @@ class HttpServer {
 
   // Binds the listening socket. -> the port (the chosen one for port 0)
   int bind();
-  // Serves until shutdown() has drained the requests in flight. Blocks.
+  // Serves until shutdown() has drained the requests in flight. Blocks;
+  // throws when accepting fails otherwise.
   void listen();
   // From any thread: new requests get 503, requests in flight run to their
   // end, then listen() returns.
