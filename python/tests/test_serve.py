@@ -239,6 +239,18 @@ def test_embeddings_equal_qkv_embed(server):
     assert cosines(np.array([one.data[0].embedding]), expected[:1])[0] >= 0.99999
 
 
+def test_concurrent_embedding_requests_equal_qkv_embed(server):
+    texts = [f"Sentence number {i} is about {topic}." for i, topic in
+             enumerate(["cats", "the sea", "trains", "tea", "rain", "chess", "bread", "stars"])]
+    expected, _ = cli_embeddings(texts)
+    client = server.client()
+    with concurrent.futures.ThreadPoolExecutor(len(texts)) as pool:
+        replies = list(pool.map(lambda t: client.embeddings.create(
+            model=EMBED_MODEL, input=t, encoding_format="float"), texts))
+    got = np.array([r.data[0].embedding for r in replies], dtype=np.float64)
+    assert cosines(got, expected).min() >= 0.99999
+
+
 def test_16_concurrent_streams_equal_their_text_alone(server):
     client = server.client()
     questions = [f"Name an animal whose name starts with the letter {c}." for c in "ABCDEFGHIJKLMNOP"]
