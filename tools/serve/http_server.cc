@@ -301,30 +301,15 @@ void HttpServer::add_routes() {
   svr.set_write_timeout(options_.timeout_seconds, 0);
   svr.set_keep_alive_timeout(std::min(options_.timeout_seconds, 5));
 
+  // Refusals before routing leave the request's body unread in the socket:
+  // the connection is closed after the answer, or httplib would read the
+  // body as the next request (and wait --timeout for its first line).
   svr.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    if (draining_.load()) {
-      send_error(res, ApiError(503, "the server is shutting down", "", "shutting_down"));
-      res.set_header("Connection", "close");
-      return httplib::Server::HandlerResponse::Handled;
-    }
-    const bool open = req.path == "/health" || req.path == "/metrics";
-    if (!options_.api_key.empty() && !open) {
-      const std::string auth = req.get_header_value("Authorization");
-      const std::string prefix = "Bearer ";
-      if (auth.empty()) {
-        send_error(res, ApiError(401,
-                                 "an API key is required: send the header 'Authorization: "
-                                 "Bearer KEY'",
-                                 "", "missing_api_key"));
-        return httplib::Server::HandlerResponse::Handled;
-      }
-      if (auth.rfind(prefix, 0) != 0 ||
-          !same_secret(auth.substr(prefix.size()), options_.api_key)) {
-        send_error(res, ApiError(401, "the API key is wrong", "", "invalid_api_key"));
-        return httplib::Server::HandlerResponse::Handled;
-      }
-    }
-    return httplib::Server::HandlerResponse::Unhandled;
+    const std::optional<ApiError> refusal = refuse_before_routing(req);
+    if (!refusal) return httplib::Server::HandlerResponse::Unhandled;
+    send_error(res, *refusal);
+    res.set_header("Connection", "close");
+    return httplib::Server::HandlerResponse::Handled;
   });
 
   auto routes = std::make_shared<Routes>(*this);
@@ -383,6 +368,20 @@ void HttpServer::add_routes() {
   svr.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
     metrics_.count_request(endpoint_label(req.path), res.status);
   });
+}
+
+std::optional<ApiError> HttpServer::refuse_before_routing(const httplib::Request& req) const {
+  if (draining_.load()) return ApiError(503, "the server is shutting down", "", "shutting_down");
+  const bool open = req.path == "/health" || req.path == "/metrics";
+  if (options_.api_key.empty() || open) return std::nullopt;
+  const std::string auth = req.get_header_value("Authorization");
+  const std::string prefix = "Bearer ";
+  if (auth.empty())
+    return ApiError(401, "an API key is required: send the header 'Authorization: Bearer KEY'", "",
+                    "missing_api_key");
+  if (auth.rfind(prefix, 0) != 0 || !same_secret(auth.substr(prefix.size()), options_.api_key))
+    return ApiError(401, "the API key is wrong", "", "invalid_api_key");
+  return std::nullopt;
 }
 
 int HttpServer::bind() {

@@ -22,13 +22,15 @@
 #include <string>
 
 #include "qkv/text/chat_template.h"
+#include "serve/api_error.h"
 #include "serve/embedding_batcher.h"
 #include "serve/generation_scheduler.h"
 #include "serve/metrics.h"
 
 namespace httplib {
 class Server;
-}
+struct Request;
+}  // namespace httplib
 
 namespace qkv::serve {
 
@@ -73,6 +75,8 @@ class HttpServer {
 
  private:
   void add_routes();
+  // 503 while draining, 401 for a missing or wrong API key, else nothing.
+  std::optional<ApiError> refuse_before_routing(const httplib::Request& req) const;
   class Routes;
 
   HttpOptions options_;

@@ -162,7 +162,12 @@ const std::set<std::string> kGenerationKeys = {
     "model", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k", "seed",
     "stop",  "stream",     "stream_options"};
 
-GenerationFields generation_fields(const json& body) {
+// The fields both completion endpoints share, after checking the body's keys
+// against them and the endpoint's own `prompt_key`.
+GenerationFields generation_fields(const json& body, const char* prompt_key) {
+  std::set<std::string> known = kGenerationKeys;
+  known.insert(prompt_key);
+  check_keys(body, known);
   GenerationFields f;
   f.model = model_field(body);
   const json* max_completion = find(body, "max_completion_tokens");
@@ -251,10 +256,7 @@ json parse_json_body(const std::string& body) {
 }
 
 ChatRequest parse_chat_request(const json& body) {
-  std::set<std::string> known = kGenerationKeys;
-  known.insert("messages");
-  check_keys(body, known);
-  ChatRequest r{.fields = generation_fields(body)};
+  ChatRequest r{.fields = generation_fields(body, "messages")};
   const json* messages = find(body, "messages");
   if (!messages) refuse("messages", "required: an array of {role, content}", "missing_field");
   if (!messages->is_array()) wrong_type("messages", *messages, "an array");
@@ -283,10 +285,7 @@ ChatRequest parse_chat_request(const json& body) {
 }
 
 CompletionRequest parse_completion_request(const json& body) {
-  std::set<std::string> known = kGenerationKeys;
-  known.insert("prompt");
-  check_keys(body, known);
-  CompletionRequest r{.fields = generation_fields(body)};
+  CompletionRequest r{.fields = generation_fields(body, "prompt")};
   const json* prompt = find(body, "prompt");
   if (!prompt) refuse("prompt", "required: the text to continue", "missing_field");
   if (prompt->is_array() && prompt->size() == 1 && (*prompt)[0].is_string())
