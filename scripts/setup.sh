@@ -9,7 +9,8 @@ cd "$(dirname "$0")/.."
 DEBIAN_PACKAGES=(g++ cmake ninja-build pkg-config libgtest-dev libbenchmark-dev libcli11-dev
                  nlohmann-json3-dev libpng-dev libopenblas-openmp-dev libutf8proc-dev python3-venv
                  fortunes ccache
-                 libedit-dev)  # qkv chat: line editing and history
+                 libcpp-httplib-dev  # qkv serve
+                 libedit-dev)        # qkv chat: line editing and history
 BUILD_DIR=${QKV_BUILD_DIR:-build}
 VENV=${QKV_VENV:-.venv}
 

@@ -38,6 +38,9 @@ Command add_chat_command(CLI::App& parent);
 Command add_embed_command(CLI::App& parent);
 Command add_similarity_command(CLI::App& parent);
 
+// `qkv serve`: an OpenAI-compatible HTTP server (tools/serve.cc, tools/serve/).
+Command add_serve_command(CLI::App& parent);
+
 // `qkv bench`: named workloads timed like llama-bench (tools/bench.cc).
 Command add_bench_command(CLI::App& parent);
 

@@ -2,12 +2,12 @@
 
     from qkv.ray_embed import embed_corpus
     # Joins the Ray cluster of ray.init() if called before, else starts a local one.
-    embed_corpus(["corpus/"], "embeddings/", model="models/all-MiniLM-L6-v2",
-                 concurrency=4)
+    # One actor per CPU of the cluster, unless concurrency=N says otherwise.
+    embed_corpus(["corpus/"], "embeddings/", model="models/all-MiniLM-L6-v2")
 
 or from a shell (`python -m qkv.ray_embed --help`):
 
-    python -m qkv.ray_embed corpus/ -o embeddings/ --concurrency 4
+    python -m qkv.ray_embed corpus/ -o embeddings/
 
 Ray Data reads the files (local paths, directories or any URI pyarrow
 understands, e.g. s3://), splits them into lines as `qkv embed -f` does, hands
@@ -388,7 +388,7 @@ def _parser():
         "embeddings are those of `qkv embed -f FILE`.",
         epilog="Examples:\n"
         "  python -m qkv.ray_embed corpus.txt -o embeddings/   # a local Ray, every CPU\n"
-        "  python -m qkv.ray_embed corpus/ -o embeddings/ --concurrency 4\n"
+        "  python -m qkv.ray_embed corpus/ -o embeddings/ --concurrency 2   # two actors\n"
         "  python -m qkv.ray_embed s3://bucket/texts/ -o s3://bucket/embeddings/ "
         "--address auto\n"
         "Read the result with pandas.read_parquet('embeddings/') or "
