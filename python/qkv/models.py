@@ -232,7 +232,7 @@ class GgufModel:
 
 
 def load_gguf(path, exact=False, max_seq_len=8192, kv_cache="f32"):
-    """Loads a llama-architecture GGUF file -> GgufModel.
+    """Loads a GGUF decoder file (llama, qwen2, qwen3 or gemma3) -> GgufModel.
 
     Llama 3's RoPE frequency factors (rope_freqs.weight) are applied; a key or
     tensor that changes the math and that qkv does not implement (RoPE scaling
