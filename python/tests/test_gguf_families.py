@@ -26,6 +26,9 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 gguf = pytest.importorskip("gguf")
 
+# The converter's Llama 3 rope_freqs and q/k permutation, as test_gguf_llama3.py writes them.
+from tiny_llama3_gguf import llama3_rope_factors, permute  # noqa: E402
+
 VOCAB, D, FFN = 64, 64, 128
 TOKENS = [chr(ord("a") + i) for i in range(26)] + [chr(ord("A") + i) for i in range(26)]
 TOKENS += [str(i) for i in range(10)] + ["ab", "<|im_end|>"]
@@ -35,31 +38,6 @@ WINDOW = 8  # gemma3's local layers see 8 positions of the 40
 
 def relative(ours, ref):
     return float(np.abs(ours - ref).max() / np.abs(ref).max())
-
-
-def llama3_factors(rope_scaling, base, dim):
-    """convert_hf_to_gguf.py's rope_freqs for rope_type "llama3": each frequency's divisor."""
-    freqs = 1.0 / (base ** (np.arange(0, dim, 2, dtype=np.float64) / dim))
-    factor = rope_scaling["factor"]
-    low, high = rope_scaling["low_freq_factor"], rope_scaling["high_freq_factor"]
-    old = rope_scaling["original_max_position_embeddings"]
-    out = []
-    for freq in freqs:
-        wavelen = 2 * math.pi / freq
-        if wavelen < old / high:
-            out.append(1.0)
-        elif wavelen > old / low:
-            out.append(factor)
-        else:
-            smooth = (old / wavelen - low) / (high - low)
-            out.append(1 / ((1 - smooth) / factor + smooth))
-    return np.array(out, dtype=np.float32)
-
-
-def permute(w, n_head):
-    """convert_hf_to_gguf.py's LlamaModel.permute (llama only: half-split -> adjacent pairs)."""
-    return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(
-        w.shape)
 
 
 # Each family: its transformers config, the overrides transformers' GGUF reader needs for
@@ -193,7 +171,7 @@ def write_gguf(path, family, model, keys=None):
     if not c.tie_word_embeddings:
         w.add_tensor("output.weight", s["lm_head.weight"])
     if family == "llama":
-        w.add_tensor("rope_freqs.weight", llama3_factors(LLAMA_ROPE, 10000.0, head_dim))
+        w.add_tensor("rope_freqs.weight", llama3_rope_factors(LLAMA_ROPE, 10000.0, head_dim))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
