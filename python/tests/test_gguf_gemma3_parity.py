@@ -10,7 +10,12 @@ tests/data/tokenizer_corpus.txt:
   equal on at least 18 of 20 (the two may part at a near-tie).
 
 The file needs the Q5_0 block type and the SentencePiece-style tokenizer:
-until qkv has both, loading it fails naming them and the tests skip.
+until qkv has both, loading it fails naming them and the tests skip. Before
+they landed, the exact line was checked on a float32 copy of the file
+(dequantized by the gguf package, with the ids of transformers' tokenizer):
+next-token logits within 1.6e-6, 32 greedy tokens equal on 20 of 20 prompts;
+and over 601 tokens (past the 512-position window, the ring wrapped):
+3.3e-6 whole, 4.0e-6 through the cache.
 """
 
 import numpy as np
