@@ -233,9 +233,11 @@ nn::DecoderModelConfig gguf_decoder_config(const io::GgufFile& f, int64_t max_se
     c.post_norms = true;
     c.ffn = nn::FeedForwardKind::kGeGLU;
     c.embedding_scale = std::sqrt(static_cast<double>(c.d_model));
-    // Queries scale by 1/√head_dim: llama.cpp's choice for every size but 27B, and
-    // transformers' query_pre_attn_scalar, which the file does not hold, for the
-    // converted checkpoints (whose query_pre_attn_scalar is their head_dim).
+    // Queries scale by 1/√head_dim, except in the 27B model (62 blocks), whose
+    // query_pre_attn_scalar is width / heads: llama.cpp's rule, as the file holds no
+    // query_pre_attn_scalar (the other checkpoints' equals their head_dim).
+    if (c.num_layers == 62)
+      c.attention_scale = 1.0 / std::sqrt(static_cast<double>(c.d_model / c.num_heads));
     const int64_t window = bounded(f, p + "attention.sliding_window", 1, INT64_MAX);
     // Five local layers, then a global one: layer i is local unless (i + 1) % 6 == 0
     // (transformers' sliding_window_pattern 6; llama.cpp's set_swa_pattern(6)).

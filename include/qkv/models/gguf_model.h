@@ -19,7 +19,8 @@
 //   "gemma3"  Gemma 3: q/k norms, norms after attention and after the FFN too
 //             (post_attention_norm, post_ffw_norm), GELU-tanh gated FFN,
 //             embeddings × √width, head dim attention.key_length, queries
-//             scaled by 1/√head_dim, five local layers of attention.sliding_window
+//             scaled by 1/√head_dim (27B, 62 blocks: 1/√(width / heads), as
+//             llama.cpp), five local layers of attention.sliding_window
 //             positions (RoPE base rope.freq_base_swa, default 10000) before each
 //             global one (rope.freq_base), final_logit_softcapping when present.
 //             The converter stores Gemma's norm weights with the 1 of its
