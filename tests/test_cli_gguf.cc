@@ -33,7 +33,7 @@ TEST_F(Cli, GenerateReadsGgufFiles) {
     const CliRun run = run_qkv("generate '" + model.string() +
                                "' --prompt ab --greedy --max-new-tokens 6 --stats" + mode);
     EXPECT_EQ(run.exit_code, 0) << run.output;
-    expect_output_has(run, {"ab", "prompt: 1 tokens", "tokens/s); generation: "});
+    expect_output_has(run, {"ab", "prompt: 1 tokens", "tokens/s); generation: ", "; KV cache "});
   }
   // Same seed, same text; the fast mode has no other precision.
   const std::string args =

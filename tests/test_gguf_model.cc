@@ -145,7 +145,8 @@ TEST(GgufModel, TinyCacheMatchesRecompute) {
 TEST(GgufModel, HostileFilesNameWhatIsWrong) {
   using qkv_test::expect_error;
   expect_error([] { load_tiny({.architecture = "gpt2"}); },
-               {"'tiny.gguf'", "general.architecture is \"gpt2\"", "only \"llama\""});
+               {"'tiny.gguf'", "general.architecture is \"gpt2\"",
+                "supported: \"llama\", \"qwen2\", \"qwen3\", \"gemma3\""});
   for (const char* k : {"general.architecture", "llama.block_count", "llama.embedding_length",
                         "llama.feed_forward_length", "llama.attention.head_count",
                         "llama.attention.layer_norm_rms_epsilon", "llama.context_length",

@@ -414,6 +414,61 @@ TEST(GgufRopeFreqs, RotaryEmbeddingDividesTheFrequencies) {
 
 // --- Files too short for the magic -------------------------------------------------------------
 
+// --- The newer families' keys: read, or refused by name ----------------------------------------
+
+qkv::nn::DecoderModelConfig family_config(const std::string& architecture,
+                                          std::function<void(GgufWriter&)> keys,
+                                          int64_t layers = 2) {
+  const TinySpec spec{.architecture = architecture, .layers = layers, .more_keys = keys};
+  return qkv::models::gguf_decoder_config(GgufFile::from_bytes(tiny_llama(spec), "tiny.gguf"),
+                                          8192);
+}
+
+TEST(GgufFamilies, Gemma3ReadsItsWindowBasesAndScales) {
+  const auto c = family_config("gemma3", u32_key("gemma3.attention.sliding_window", 16), 7);
+  EXPECT_EQ(c.sliding_windows, (std::vector<int64_t>{16, 16, 16, 16, 16, 0, 16}));
+  EXPECT_EQ(c.sliding_rope_base, 10000.0);  // llama.cpp's and transformers' default
+  EXPECT_EQ(c.rope_base, 10000.0);
+  EXPECT_EQ(c.embedding_scale, std::sqrt(double{kD}));
+  EXPECT_TRUE(c.qk_norm && c.post_norms && !c.qkv_bias);
+  EXPECT_EQ(c.ffn, qkv::nn::FeedForwardKind::kGeGLU);
+  EXPECT_EQ(c.rope_style, qkv::nn::RopeStyle::kHalfSplit);
+  EXPECT_EQ(c.attention_scale, 0.0);  // 1/sqrt(head_dim)
+  const auto swa = family_config("gemma3", [](GgufWriter& w) {
+    w.u32("gemma3.attention.sliding_window", 16);
+    w.f32("gemma3.rope.freq_base_swa", 500.0f);
+    w.u32("gemma3.attention.key_length", 32);
+    w.u32("gemma3.attention.value_length", 32);
+  });
+  EXPECT_EQ(swa.sliding_rope_base, 500.0);
+  EXPECT_EQ(swa.head_dim, 32);
+  // 62 blocks is Gemma 3 27B, whose queries scale by 1/sqrt(width / heads) (llama.cpp).
+  EXPECT_EQ(
+      family_config("gemma3", u32_key("gemma3.attention.sliding_window", 16), 62).attention_scale,
+      1.0 / std::sqrt(double{kD} / 2));
+}
+
+TEST(GgufFamilies, WhatTheyDoNotSupportIsRefusedByName) {
+  expect_error([] { family_config("gemma3", {}); },
+               {"no metadata key \"gemma3.attention.sliding_window\""});
+  expect_error(
+      [] {
+        family_config("gemma3", [](GgufWriter& w) {
+          w.u32("gemma3.attention.sliding_window", 16);
+          w.f32("gemma3.attn_logit_softcapping", 50.0f);
+        });
+      },
+      {"\"gemma3.attn_logit_softcapping\" (f32 50)", "qkv's gemma3 has no such feature"});
+  expect_error([] { family_config("qwen2", u32_key("qwen2.attention.sliding_window", 16)); },
+               {"qwen2.attention.sliding_window is 16", "max_seq_len <= 16"});
+  expect_error([] { family_config("qwen3", f32_key("qwen3.rope.scaling.factor", 4.0f)); },
+               {"qwen3.rope.scaling.factor is 4"});
+  // llama and qwen2 split the width among the heads: a key_length of its own is refused.
+  expect_error([] { family_config("qwen2", u32_key("qwen2.attention.key_length", 32)); },
+               {"qwen2.attention.key_length is 32"});
+  EXPECT_EQ(family_config("qwen3", u32_key("qwen3.attention.key_length", 32)).head_dim, 32);
+}
+
 TEST(GgufShortFile, GetsTheGgufReadersMessage) {
   for (const std::string& bytes : {std::string(""), std::string("GGU"), std::string("GG")}) {
     SCOPED_TRACE(bytes.size());

@@ -86,7 +86,9 @@ int run_generate_gguf(const GgufGenerateOptions& o) {
   GenerationTimes times;
   stream_reply(session, m.tokenizer, ids, g, std::cout, &times);
   std::cout << "\n" << std::flush;
-  if (o.stats) std::fprintf(stderr, "%s\n", format_times(times).c_str());
+  if (o.stats)
+    std::fprintf(stderr, "%s; KV cache %.2f MiB\n", format_times(times).c_str(),
+                 static_cast<double>(session.cache().storage_bytes()) / (1 << 20));
   return 0;
 }
 

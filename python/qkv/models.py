@@ -32,7 +32,7 @@ class DecoderModelConfig:
     """The shape of a DecoderModel (the fields of qkv::nn::DecoderModelConfig).
 
     positions: "rope" | "learned" | "sinusoidal"; norm: "rmsnorm" | "layernorm";
-    ffn: "swiglu" | "gelu"; rope_style: "half_split" | "interleaved";
+    ffn: "swiglu" | "gelu" | "geglu"; rope_style: "half_split" | "interleaved";
     num_kv_heads 0 means num_heads; ffn_hidden 0 means 4·d_model (GELU) or
     8/3·d_model rounded up to a multiple of 64 (SwiGLU).
     """
@@ -55,6 +55,16 @@ class DecoderModelConfig:
     tie_embeddings: bool = True
     bias: bool = False
     dtype: str = "float32"
+    # The newer families' options (qkv::nn::DecoderModelConfig says what each does):
+    head_dim: int = 0  # 0 means d_model / num_heads
+    qkv_bias: bool = False
+    qk_norm: bool = False
+    post_norms: bool = False
+    attention_scale: float = 0.0  # 0 means 1/sqrt(head_dim)
+    embedding_scale: float = 1.0
+    sliding_windows: list = _dataclasses.field(default_factory=list)  # [] or one per layer
+    sliding_rope_base: float = 0.0  # 0 means rope_base
+    final_logit_softcap: float = 0.0
 
     def to_json(self):
         return _json.dumps(_dataclasses.asdict(self))
@@ -222,7 +232,7 @@ class GgufModel:
 
 
 def load_gguf(path, exact=False, max_seq_len=8192, kv_cache="f32"):
-    """Loads a llama-architecture GGUF file -> GgufModel.
+    """Loads a GGUF decoder file (llama, qwen2, qwen3 or gemma3) -> GgufModel.
 
     Llama 3's RoPE frequency factors (rope_freqs.weight) are applied; a key or
     tensor that changes the math and that qkv does not implement (RoPE scaling

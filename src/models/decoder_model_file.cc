@@ -38,7 +38,8 @@ constexpr Names<PositionKind> kPositions[] = {{PositionKind::kRope, "rope"},
 constexpr Names<NormKind> kNorms[] = {{NormKind::kRMSNorm, "rmsnorm"},
                                       {NormKind::kLayerNorm, "layernorm"}};
 constexpr Names<FeedForwardKind> kFfns[] = {{FeedForwardKind::kSwiGLU, "swiglu"},
-                                            {FeedForwardKind::kGelu, "gelu"}};
+                                            {FeedForwardKind::kGelu, "gelu"},
+                                            {FeedForwardKind::kGeGLU, "geglu"}};
 constexpr Names<RopeStyle> kRopeStyles[] = {{RopeStyle::kHalfSplit, "half_split"},
                                             {RopeStyle::kInterleaved, "interleaved"}};
 constexpr Names<DType> kDtypes[] = {{DType::kFloat32, "float32"}, {DType::kFloat64, "float64"}};
@@ -76,6 +77,14 @@ std::vector<double> numbers(const Json& j, const char* field) {
             field, "\" must be an array of numbers, got ", json_excerpt(j));
   std::vector<double> out;
   for (const Json& v : j) out.push_back(number(v, field));
+  return out;
+}
+
+std::vector<int64_t> integers(const Json& j, const char* field) {
+  QKV_CHECK(j.is_array() && j.size() <= static_cast<size_t>(kMaxSize), "DecoderModel config: \"",
+            field, "\" must be an array of integers, got ", json_excerpt(j));
+  std::vector<int64_t> out;
+  for (const Json& v : j) out.push_back(integer(v, field));
   return out;
 }
 
@@ -144,12 +153,32 @@ void for_each_field(Config& c, F&& f) {
   f("tie_embeddings", c.tie_embeddings);
   f("bias", c.bias);
   f("dtype", c.dtype, kDtypes);
+  // The newer families' fields (written only when not their default).
+  f("head_dim", c.head_dim);
+  f("qkv_bias", c.qkv_bias);
+  f("qk_norm", c.qk_norm);
+  f("post_norms", c.post_norms);
+  f("attention_scale", c.attention_scale);
+  f("embedding_scale", c.embedding_scale);
+  f("sliding_windows", c.sliding_windows);
+  f("sliding_rope_base", c.sliding_rope_base);
+  f("final_logit_softcap", c.final_logit_softcap);
 }
+
+// Fields written only when they differ from a default config: files of the
+// models that do not use them stay as they were.
+const std::set<std::string> kWrittenWhenSet = {
+    "rope_freq_factors", "head_dim",           "qkv_bias",        "qk_norm",
+    "post_norms",        "attention_scale",    "embedding_scale", "sliding_windows",
+    "sliding_rope_base", "final_logit_softcap"};
 
 // One field from its JSON value, checked as its type wants.
 void read_field(const Json& j, const char* key, int64_t& out) { out = integer(j, key); }
 void read_field(const Json& j, const char* key, double& out) { out = number(j, key); }
 void read_field(const Json& j, const char* key, std::vector<double>& out) { out = numbers(j, key); }
+void read_field(const Json& j, const char* key, std::vector<int64_t>& out) {
+  out = integers(j, key);
+}
 void read_field(const Json& j, const char* key, bool& out) { out = boolean(j, key); }
 template <class Enum, size_t N>
 void read_field(const Json& j, const char* key, Enum& out, const Names<Enum> (&names)[N]) {
@@ -160,14 +189,17 @@ void read_field(const Json& j, const char* key, Enum& out, const Names<Enum> (&n
 
 std::string decoder_config_to_json(const DecoderModelConfig& c) {
   Json j = Json::object();
-  for_each_field(c, [&j](const char* key, const auto& field, const auto&... names) {
+  const DecoderModelConfig defaults;
+  Json unset = Json::object();
+  for_each_field(defaults, [&unset](const char* key, const auto& field, const auto&... names) {
+    if constexpr (sizeof...(names) == 0) unset[key] = field;
+  });
+  for_each_field(c, [&](const char* key, const auto& field, const auto&... names) {
     if constexpr (sizeof...(names) > 0) {
       j[key] = name_of(names..., field);
-    } else if constexpr (std::is_same_v<std::decay_t<decltype(field)>, std::vector<double>>) {
-      // Only when set: the configs of every other model stay as they were.
-      if (!field.empty()) j[key] = field;
     } else {
-      j[key] = field;
+      const Json value = field;
+      if (!kWrittenWhenSet.contains(key) || value != unset[key]) j[key] = value;
     }
   });
   return j.dump();

@@ -55,19 +55,20 @@ const std::set<std::string_view> kInformational = {"rope.scaling.original_contex
 }  // namespace
 
 void check_llama_keys(const io::GgufFile& f, const std::string& prefix, int64_t head_dim,
-                      int64_t max_seq_len) {
+                      int64_t max_seq_len, const std::set<std::string_view>& also_read) {
   const std::string& src = f.source();
   for (const std::string& key : f.keys()) {
     if (!key.starts_with(prefix)) continue;
     const std::string_view name = std::string_view(key).substr(prefix.size());
-    if (kRead.contains(name) || kInformational.contains(name)) continue;
+    if (kRead.contains(name) || kInformational.contains(name) || also_read.contains(name)) continue;
 
     if (name == "rope.dimension_count" || name == "attention.key_length" ||
         name == "attention.value_length") {
       const int64_t v = f.integer(key);
       QKV_CHECK(v == head_dim, "GGUF file '", src, "': ", key, " is ", v,
-                ", but qkv's heads have embedding_length / attention.head_count = ", head_dim,
-                " dims, all rotated and all attended (", prefix,
+                ", but qkv's heads have embedding_length / attention.head_count (or, in gemma3 "
+                "and qwen3, attention.key_length) = ",
+                head_dim, " dims, all rotated and all attended (", prefix,
                 "rope.dimension_count, attention.key_length and value_length must equal it)");
     } else if (name == "rope.scaling.type") {
       const std::string& v = f.string(key);
@@ -107,10 +108,10 @@ void check_llama_keys(const io::GgufFile& f, const std::string& prefix, int64_t 
                 "; load it with max_seq_len <= ", v);
     } else {
       QKV_CHECK(false, "GGUF file '", src, "': metadata key \"", key, "\" (",
-                value_text(f.value(key)),
-                ") is not supported: qkv's llama has no such feature, and running the model "
-                "without it could give wrong outputs, so the file is refused rather than the "
-                "key ignored");
+                value_text(f.value(key)), ") is not supported: qkv's ",
+                prefix.substr(0, prefix.size() - 1),
+                " has no such feature, and running the model without it could give wrong "
+                "outputs, so the file is refused rather than the key ignored");
     }
   }
 }

@@ -83,19 +83,38 @@ QuantizedWeight quantized_in_place(const io::GgufFile& f, const io::GgufTensorIn
                          t.data.data(), static_cast<int64_t>(t.data.size()), f.storage());
 }
 
-// qkv module name -> GGUF tensor of one llama block.
-std::vector<std::pair<std::string, std::string>> block_tensors(int64_t i) {
+// qkv module name (a ".bias" suffix: the module's bias) -> the GGUF tensor and its shape, of
+// block i, as llama.cpp's converter names them for the config's family.
+std::vector<std::pair<std::string, WeightPlan>> block_tensors(const nn::DecoderModelConfig& c,
+                                                              int64_t i) {
   const std::string b = "blk." + std::to_string(i) + ".";
   const std::string l = "layers." + std::to_string(i) + ".";
-  return {{l + "attention_norm", b + "attn_norm.weight"},
-          {l + "attention.q_proj", b + "attn_q.weight"},
-          {l + "attention.k_proj", b + "attn_k.weight"},
-          {l + "attention.v_proj", b + "attn_v.weight"},
-          {l + "attention.o_proj", b + "attn_output.weight"},
-          {l + "ffn_norm", b + "ffn_norm.weight"},
-          {l + "feed_forward.w1", b + "ffn_gate.weight"},
-          {l + "feed_forward.w2", b + "ffn_down.weight"},
-          {l + "feed_forward.w3", b + "ffn_up.weight"}};
+  const int64_t D = c.d_model, E = c.head_dim > 0 ? c.head_dim : D / c.num_heads;
+  const int64_t q = c.num_heads * E, kv = c.num_kv_heads * E, F = c.ffn_hidden;
+  std::vector<std::pair<std::string, WeightPlan>> t = {
+      {l + "attention_norm", {b + "attn_norm.weight", {D}}},
+      {l + "attention.q_proj", {b + "attn_q.weight", {q, D}}},
+      {l + "attention.k_proj", {b + "attn_k.weight", {kv, D}}},
+      {l + "attention.v_proj", {b + "attn_v.weight", {kv, D}}},
+      {l + "attention.o_proj", {b + "attn_output.weight", {D, q}}},
+      {l + "ffn_norm", {b + "ffn_norm.weight", {D}}},
+      {l + "feed_forward.w1", {b + "ffn_gate.weight", {F, D}}},
+      {l + "feed_forward.w2", {b + "ffn_down.weight", {D, F}}},
+      {l + "feed_forward.w3", {b + "ffn_up.weight", {F, D}}}};
+  if (c.qkv_bias) {
+    t.push_back({l + "attention.q_proj.bias", {b + "attn_q.bias", {q}}});
+    t.push_back({l + "attention.k_proj.bias", {b + "attn_k.bias", {kv}}});
+    t.push_back({l + "attention.v_proj.bias", {b + "attn_v.bias", {kv}}});
+  }
+  if (c.qk_norm) {
+    t.push_back({l + "attention.q_norm", {b + "attn_q_norm.weight", {E}}});
+    t.push_back({l + "attention.k_norm", {b + "attn_k_norm.weight", {E}}});
+  }
+  if (c.post_norms) {
+    t.push_back({l + "post_attention_norm", {b + "post_attention_norm.weight", {D}}});
+    t.push_back({l + "post_ffn_norm", {b + "post_ffw_norm.weight", {D}}});
+  }
+  return t;
 }
 
 // Llama 3's RoPE frequency factors (rope_freqs.weight, written by llama.cpp's converter for
@@ -137,14 +156,17 @@ void check_every_tensor_used(const io::GgufFile& f, const std::set<std::string>&
     }
     if (block >= num_layers)
       QKV_CHECK(false, "GGUF file '", f.source(), "': tensor \"", t.name, "\" is in block ", block,
-                ", but llama.block_count is ", num_layers, " (blocks 0 to ", num_layers - 1,
+                ", but ", f.string("general.architecture"), ".block_count is ", num_layers,
+                " (blocks 0 to ", num_layers - 1,
                 "): the metadata and the tensors disagree; qkv uses every tensor of a file "
                 "or refuses it");
-    QKV_CHECK(false, "GGUF file '", f.source(), "': tensor \"", t.name,
-              "\" is not one a llama model uses (token_embd, output_norm, output, rope_freqs "
-              "and, per block, attn_norm, attn_q, attn_k, attn_v, attn_output, ffn_norm, "
-              "ffn_gate, ffn_up, ffn_down weights); it may carry math qkv does not do, so the "
-              "file is refused rather than loaded without it");
+    QKV_CHECK(false, "GGUF file '", f.source(), "': tensor \"", t.name, "\" is not one a ",
+              f.string("general.architecture"),
+              " model uses (token_embd, output_norm, output, rope_freqs and, per block, "
+              "attn_norm, attn_q, attn_k, attn_v, attn_output, ffn_norm, ffn_gate, ffn_up, "
+              "ffn_down weights; qwen2: attn_q/k/v biases; qwen3: attn_q_norm, attn_k_norm; "
+              "gemma3: those and post_attention_norm, post_ffw_norm); it may carry math qkv "
+              "does not do, so the file is refused rather than loaded without it");
   }
 }
 
@@ -153,8 +175,10 @@ void check_every_tensor_used(const io::GgufFile& f, const std::set<std::string>&
 nn::DecoderModelConfig gguf_decoder_config(const io::GgufFile& f, int64_t max_seq_len) {
   QKV_CHECK(max_seq_len > 0, "gguf_decoder_config: max_seq_len must be > 0, got ", max_seq_len);
   const std::string& arch = f.string("general.architecture");
-  QKV_CHECK(arch == "llama", "GGUF file '", f.source(), "': general.architecture is \"", arch,
-            "\"; only \"llama\" is supported");
+  QKV_CHECK(arch == "llama" || arch == "qwen2" || arch == "qwen3" || arch == "gemma3",
+            "GGUF file '", f.source(), "': general.architecture is \"", arch,
+            "\"; supported: \"llama\", \"qwen2\", \"qwen3\", \"gemma3\"");
+  const bool gemma = arch == "gemma3";
   const std::string p = arch + ".";
   constexpr int64_t kMaxDim = int64_t{1} << 24;  // far above any real model, keeps products sane
   nn::DecoderModelConfig c;
@@ -165,11 +189,17 @@ nn::DecoderModelConfig gguf_decoder_config(const io::GgufFile& f, int64_t max_se
   c.num_kv_heads = f.has(p + "attention.head_count_kv")
                        ? bounded(f, p + "attention.head_count_kv", 1, c.num_heads)
                        : c.num_heads;
-  QKV_CHECK(c.d_model % c.num_heads == 0 && c.num_heads % c.num_kv_heads == 0, "GGUF file '",
-            f.source(), "': ", p, "embedding_length (", c.d_model, "), ", p,
+  // A head dim of its own (Gemma 3, Qwen3), or the width split among the heads (for
+  // llama and qwen2, attention.key_length must then agree: check_llama_keys).
+  if ((gemma || arch == "qwen3") && f.has(p + "attention.key_length"))
+    c.head_dim = bounded(f, p + "attention.key_length", 2, 4096);
+  QKV_CHECK((c.head_dim > 0 || c.d_model % c.num_heads == 0) && c.num_heads % c.num_kv_heads == 0,
+            "GGUF file '", f.source(), "': ", p, "embedding_length (", c.d_model, "), ", p,
             "attention.head_count (", c.num_heads, ") and ", p, "attention.head_count_kv (",
-            c.num_kv_heads, ") do not divide: heads must divide the width and kv heads the heads");
-  const int64_t head_dim = c.d_model / c.num_heads;
+            c.num_kv_heads,
+            ") do not divide: heads must divide the width (unless attention.key_length gives the "
+            "head dim) and kv heads the heads");
+  const int64_t head_dim = c.head_dim > 0 ? c.head_dim : c.d_model / c.num_heads;
   c.rope_base = f.find_number(p + "rope.freq_base").value_or(10000.0);
   QKV_CHECK(c.rope_base > 1.0 && c.rope_base < 1e12, "GGUF file '", f.source(), "': ", p,
             "rope.freq_base is ", c.rope_base, ", expected a value in (1, 1e12)");
@@ -178,7 +208,10 @@ nn::DecoderModelConfig gguf_decoder_config(const io::GgufFile& f, int64_t max_se
             "attention.layer_norm_rms_epsilon is ", c.norm_eps, ", expected a value in [0, 1)");
   const int64_t context = bounded(f, p + "context_length", 1, INT64_MAX);
   c.max_seq_len = std::min(context, max_seq_len);
-  detail::check_llama_keys(f, p, head_dim, c.max_seq_len);
+  std::set<std::string_view> also_read;
+  if (gemma)
+    also_read = {"attention.sliding_window", "rope.freq_base_swa", "final_logit_softcapping"};
+  detail::check_llama_keys(f, p, head_dim, c.max_seq_len, also_read);
   c.rope_freq_factors = rope_freq_factors(f, head_dim);
   c.vocab_size = static_cast<int64_t>(f.strings("tokenizer.ggml.tokens").size());
   QKV_CHECK(c.vocab_size > 0, "GGUF file '", f.source(), "': tokenizer.ggml.tokens is empty");
@@ -187,12 +220,45 @@ nn::DecoderModelConfig gguf_decoder_config(const io::GgufFile& f, int64_t max_se
               "vocab_size is ", f.integer(p + "vocab_size"), " but tokenizer.ggml.tokens has ",
               c.vocab_size, " tokens");
   c.positions = nn::PositionKind::kRope;
-  c.rope_style = nn::RopeStyle::kInterleaved;  // q/k rows as GGUF stores them (see the header)
+  // llama: q/k rows as GGUF stores them, permuted for adjacent pairs (see the header); the
+  // others are converted unpermuted for llama.cpp's NEOX rotation, transformers' half split.
+  c.rope_style = arch == "llama" ? nn::RopeStyle::kInterleaved : nn::RopeStyle::kHalfSplit;
   c.norm = nn::NormKind::kRMSNorm;
   c.ffn = nn::FeedForwardKind::kSwiGLU;
   c.tie_embeddings = !f.has_tensor("output.weight");
   c.bias = false;
   c.dtype = DType::kFloat32;
+  // q/k/v biases: Qwen2 always; llama.cpp reads them in a llama file too when present.
+  c.qkv_bias = arch == "qwen2" || f.has_tensor("blk.0.attn_q.bias");
+  c.qk_norm = arch == "qwen3" || gemma;
+  if (gemma) {
+    // llama.cpp's gemma3 graph and transformers' Gemma3TextModel. The norm weights are
+    // stored with Gemma's 1 + w already folded in by the converter (transformers subtracts
+    // the 1 again on loading), so they are plain RMSNorm weights here.
+    c.post_norms = true;
+    c.ffn = nn::FeedForwardKind::kGeGLU;
+    c.embedding_scale = std::sqrt(static_cast<double>(c.d_model));
+    // Queries scale by 1/√head_dim, except in the 27B model (62 blocks), whose
+    // query_pre_attn_scalar is width / heads: llama.cpp's rule, as the file holds no
+    // query_pre_attn_scalar (the other checkpoints' equals their head_dim).
+    if (c.num_layers == 62)
+      c.attention_scale = 1.0 / std::sqrt(static_cast<double>(c.d_model / c.num_heads));
+    const int64_t window = bounded(f, p + "attention.sliding_window", 1, INT64_MAX);
+    // Five local layers, then a global one: layer i is local unless (i + 1) % 6 == 0
+    // (transformers' sliding_window_pattern 6; llama.cpp's set_swa_pattern(6)).
+    for (int64_t i = 0; i < c.num_layers; ++i)
+      c.sliding_windows.push_back((i + 1) % 6 != 0 ? window : 0);
+    c.sliding_rope_base = f.find_number(p + "rope.freq_base_swa").value_or(10000.0);
+    QKV_CHECK(c.sliding_rope_base > 1.0 && c.sliding_rope_base < 1e12, "GGUF file '", f.source(),
+              "': ", p, "rope.freq_base_swa is ", c.sliding_rope_base,
+              ", expected a value in (1, 1e12)");
+    if (f.has(p + "final_logit_softcapping")) {
+      c.final_logit_softcap = f.number(p + "final_logit_softcapping");
+      QKV_CHECK(std::isfinite(c.final_logit_softcap) && c.final_logit_softcap >= 0.0, "GGUF file '",
+                f.source(), "': ", p, "final_logit_softcapping is ", c.final_logit_softcap,
+                ", expected a finite value >= 0 (0: none)");
+    }
+  }
   return c;
 }
 
@@ -212,31 +278,20 @@ GgufModel load_gguf_model(const io::GgufFile& f, const GgufModelOptions& options
   text::BpeTokenizer tokenizer = gguf_bpe_tokenizer(f);
 
   // Every weight, checked before anything is built: qkv module name -> plan.
-  const int64_t D = c.d_model, kv = c.num_kv_heads * (c.d_model / c.num_heads);
+  const int64_t D = c.d_model;
   std::map<std::string, WeightPlan> plans;
   plans["tok_embeddings"] = {"token_embd.weight", {c.vocab_size, D}};
   plans["norm"] = {"output_norm.weight", {D}};
   if (!c.tie_embeddings) plans["<output>"] = {"output.weight", {c.vocab_size, D}};
-  for (int64_t i = 0; i < c.num_layers; ++i) {
-    const std::map<std::string, Shape> shapes = {{"attn_norm.weight", {D}},
-                                                 {"attn_q.weight", {D, D}},
-                                                 {"attn_k.weight", {kv, D}},
-                                                 {"attn_v.weight", {kv, D}},
-                                                 {"attn_output.weight", {D, D}},
-                                                 {"ffn_norm.weight", {D}},
-                                                 {"ffn_gate.weight", {c.ffn_hidden, D}},
-                                                 {"ffn_down.weight", {D, c.ffn_hidden}},
-                                                 {"ffn_up.weight", {c.ffn_hidden, D}}};
-    for (const auto& [module, tensor] : block_tensors(i))
-      plans[module] = {tensor, shapes.at(tensor.substr(tensor.find('.', 4) + 1))};
-  }
+  for (int64_t i = 0; i < c.num_layers; ++i)
+    for (auto& [module, plan] : block_tensors(c, i)) plans[module] = std::move(plan);
   for (const auto& [module, plan] : plans) checked_tensor(f, plan);
   std::set<std::string> used;
   for (const auto& [module, plan] : plans) used.insert(plan.gguf_name);
   if (!c.rope_freq_factors.empty()) used.insert("rope_freqs.weight");
   check_every_tensor_used(f, used, c.num_layers);
 
-  // Norms are 1-D F32 in practice; anything 1-D goes through load().
+  // Norms and biases are 1-D F32 in practice; anything 1-D goes through load().
   auto give = [&](nn::Module& m, const WeightPlan& plan) {
     const io::GgufTensorInfo& t = checked_tensor(f, plan);
     const bool quantized = !options.exact && is_kept_quantized(t.type);
@@ -250,6 +305,13 @@ GgufModel load_gguf_model(const io::GgufFile& f, const GgufModelOptions& options
     }
     m.load_state_dict({{"weight", load_float(f, t)}});  // RMSNorm
   };
+  auto give_bias = [&](nn::Module& m, const WeightPlan& plan) {
+    auto* lin = dynamic_cast<nn::Linear*>(&m);
+    QKV_CHECK(lin != nullptr && lin->bias().defined(), "load_gguf_model: internal error: \"",
+              plan.gguf_name, "\" has no linear layer with a bias to go to");
+    Tensor bias = lin->bias();  // shares the module's storage
+    bias.copy_from(load_float(f, checked_tensor(f, plan)));
+  };
 
   nn::DecoderModel model = [&] {
     nn::SkipWeightInit skip;  // no random weights: every one comes from the file
@@ -259,10 +321,14 @@ GgufModel load_gguf_model(const io::GgufFile& f, const GgufModelOptions& options
   model.set_kv_cache_storage(options.kv_cache);
   size_t given = 0;
   for (auto& [name, module] : model.named_modules()) {
-    const auto it = plans.find(name);
-    if (it == plans.end()) continue;
-    give(*module, it->second);
-    ++given;
+    if (const auto it = plans.find(name); it != plans.end()) {
+      give(*module, it->second);
+      ++given;
+    }
+    if (const auto it = plans.find(name + ".bias"); it != plans.end()) {
+      give_bias(*module, it->second);
+      ++given;
+    }
   }
   // Guards the name mapping above against a change in DecoderModel's module names.
   QKV_CHECK(given + (c.tie_embeddings ? 0 : 1) == plans.size(),

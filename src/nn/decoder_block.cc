@@ -20,12 +20,22 @@ detail::FeedForwardNet make_feed_forward(const DecoderBlockOptions& o, Generator
                         .dtype = a.dtype},
                        gen);
   return SwiGLUFeedForward(
-      {.d_model = a.embed_dim, .hidden_dim = o.ffn_hidden, .bias = a.bias, .dtype = a.dtype}, gen);
+      {.d_model = a.embed_dim,
+       .hidden_dim = o.ffn_hidden,
+       .bias = a.bias,
+       .dtype = a.dtype,
+       .activation = o.ffn == FeedForwardKind::kGeGLU ? Activation::kGeluTanh : Activation::kSilu},
+      gen);
 }
 
 detail::Norm make_norm(const DecoderBlockOptions& o) {
   const GroupedQueryAttentionOptions& a = o.attention;
   return detail::make_norm(o.norm, a.embed_dim, o.norm_eps, a.bias, a.dtype);
+}
+
+std::optional<detail::Norm> make_post_norm(const DecoderBlockOptions& o) {
+  if (!o.post_norms) return std::nullopt;
+  return make_norm(o);
 }
 
 }  // namespace
@@ -36,7 +46,7 @@ DecoderBuffers::DecoderBuffers(const DecoderBlockOptions& o, int64_t rows)
   x = Tensor::zeros({rows, o.attention.embed_dim}, dtype);
   h = Tensor::zeros({rows, o.attention.embed_dim}, dtype);
   hidden = Tensor::zeros({rows, o.ffn_hidden}, dtype);
-  if (o.ffn == FeedForwardKind::kSwiGLU) gate = Tensor::zeros({rows, o.ffn_hidden}, dtype);
+  if (o.ffn != FeedForwardKind::kGelu) gate = Tensor::zeros({rows, o.ffn_hidden}, dtype);
 }
 
 DecoderBlock::DecoderBlock(const DecoderBlockOptions& options, Generator* gen)
@@ -44,7 +54,9 @@ DecoderBlock::DecoderBlock(const DecoderBlockOptions& options, Generator* gen)
       attention_norm_(make_norm(options)),
       attention_(options.attention, gen),
       ffn_norm_(make_norm(options)),
-      feed_forward_(make_feed_forward(options, gen)) {}
+      feed_forward_(make_feed_forward(options, gen)),
+      post_attention_norm_(make_post_norm(options)),
+      post_ffn_norm_(make_post_norm(options)) {}
 
 void DecoderBlock::forward_into(Tensor& x, std::span<const int64_t> positions,
                                 const PassCaches& caches, DecoderBuffers& buffers,
@@ -61,16 +73,21 @@ void DecoderBlock::forward_into(Tensor& x, std::span<const int64_t> positions,
   auto rows = [&](const Tensor& buffer) {
     return buffer.slice(0, 0, B * T).view({B, T, buffer.size(1)});
   };
+  QKV_CHECK(r == nullptr || !options_.post_norms,
+            "DecoderBlock: training with post_norms is not supported (its backward is not "
+            "written)");
   Tensor h = rows(buffers.h);
-  // x = x + attention(attention_norm(x))
+  // x = x + attention(attention_norm(x))   (post_norms: + post_attention_norm(attention(...)))
   detail::norm_into(h, x, attention_norm_, r ? &r->attention_norm : nullptr);
   attention_.forward_into(h, h, positions, caches, buffers.attention, r ? &r->attention : nullptr);
+  if (post_attention_norm_) detail::norm_into(h, h, *post_attention_norm_);
   detail::add_residual(x, h, r != nullptr);
-  // x = x + feed_forward(ffn_norm(x))
+  // x = x + feed_forward(ffn_norm(x))      (post_norms: + post_ffn_norm(feed_forward(...)))
   detail::norm_into(h, x, ffn_norm_, r ? &r->ffn_norm : nullptr);
   Tensor hidden = rows(buffers.hidden);
   Tensor gate = buffers.gate.defined() ? rows(buffers.gate) : Tensor();
   detail::feed_forward_into(h, h, feed_forward_, hidden, gate, r ? &r->feed_forward : nullptr);
+  if (post_ffn_norm_) detail::norm_into(h, h, *post_ffn_norm_);
   detail::add_residual(x, h, r != nullptr);
 }
 
@@ -97,6 +114,9 @@ void DecoderBlock::list_members(MemberList& m) {
   m.module("attention", attention_);
   m.module("ffn_norm", detail::module_of(ffn_norm_));
   m.module("feed_forward", detail::module_of(feed_forward_));
+  if (post_attention_norm_)
+    m.module("post_attention_norm", detail::module_of(*post_attention_norm_));
+  if (post_ffn_norm_) m.module("post_ffn_norm", detail::module_of(*post_ffn_norm_));
 }
 
 }  // namespace qkv::nn

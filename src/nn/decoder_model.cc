@@ -13,20 +13,42 @@
 
 namespace qkv::nn {
 
-DecoderBlockOptions block_options(const DecoderModelConfig& c) {
+namespace {
+
+int64_t window_of(const DecoderModelConfig& c, int64_t layer) {
+  return c.sliding_windows.empty() ? 0 : c.sliding_windows[static_cast<size_t>(layer)];
+}
+
+// E: head_dim, or d_model / num_heads.
+int64_t head_dim_of(const DecoderModelConfig& c) {
+  return c.head_dim > 0 ? c.head_dim : c.d_model / c.num_heads;
+}
+
+}  // namespace
+
+DecoderBlockOptions block_options(const DecoderModelConfig& c, int64_t layer) {
+  const int64_t window = window_of(c, layer);
   return {.attention = {.embed_dim = c.d_model,
                         .num_heads = c.num_heads,
                         .num_kv_heads = c.num_kv_heads,
+                        .head_dim = c.head_dim,
                         .bias = c.bias,
+                        .qkv_bias = c.qkv_bias,
+                        .qk_norm = c.qk_norm,
+                        .qk_norm_eps = c.norm_eps,
+                        .scale = c.attention_scale,
+                        .sliding_window = window,
                         .rope = c.positions == PositionKind::kRope,
-                        .rope_base = c.rope_base,
+                        .rope_base = window > 0 && c.sliding_rope_base > 0 ? c.sliding_rope_base
+                                                                           : c.rope_base,
                         .rope_style = c.rope_style,
                         .rope_freq_factors = c.rope_freq_factors,
                         .dtype = c.dtype},
           .ffn_hidden = c.ffn_hidden,
           .norm = c.norm,
           .norm_eps = c.norm_eps,
-          .ffn = c.ffn};
+          .ffn = c.ffn,
+          .post_norms = c.post_norms};
 }
 
 DecoderModelConfig resolved_config(const DecoderModelConfig& config) {
@@ -38,20 +60,23 @@ DecoderModelConfig resolved_config(const DecoderModelConfig& config) {
       m, ": vocab_size, d_model, num_layers, num_heads and max_seq_len must be > 0, got ",
       "vocab_size=", c.vocab_size, ", d_model=", c.d_model, ", num_layers=", c.num_layers,
       ", num_heads=", c.num_heads, ", max_seq_len=", c.max_seq_len);
-  QKV_CHECK(c.d_model % c.num_heads == 0, m, ": d_model (", c.d_model,
-            ") must be divisible by num_heads (", c.num_heads, ")");
+  QKV_CHECK(c.head_dim >= 0 && c.head_dim <= (int64_t{1} << 20), m,
+            ": head_dim must be in [0, 2^20] (0 = d_model / num_heads), got ", c.head_dim);
+  QKV_CHECK(c.head_dim > 0 || c.d_model % c.num_heads == 0, m, ": d_model (", c.d_model,
+            ") must be divisible by num_heads (", c.num_heads, ") unless head_dim is given");
   QKV_CHECK(c.num_kv_heads >= 0 && c.ffn_hidden >= 0, m,
             ": num_kv_heads and ffn_hidden must be >= 0 (0 = default), got num_kv_heads=",
             c.num_kv_heads, ", ffn_hidden=", c.ffn_hidden);
   if (c.num_kv_heads == 0) c.num_kv_heads = c.num_heads;
   QKV_CHECK(c.num_heads % c.num_kv_heads == 0, m, ": num_kv_heads (", c.num_kv_heads,
             ") must divide num_heads (", c.num_heads, ")");
-  QKV_CHECK(c.positions != PositionKind::kRope || (c.d_model / c.num_heads) % 2 == 0, m,
-            ": RoPE needs an even head dim, got d_model / num_heads = ", c.d_model / c.num_heads);
+  const int64_t E = head_dim_of(c);
+  QKV_CHECK(c.positions != PositionKind::kRope || E % 2 == 0, m,
+            ": RoPE needs an even head dim, got ", E);
   QKV_CHECK(c.norm_eps >= 0.0 && c.norm_eps < 1.0, m, ": norm_eps must be in [0, 1), got ",
             c.norm_eps);
   // Checked here, not only by RotaryEmbedding: factors a model without RoPE would drop.
-  const auto half = static_cast<size_t>(c.d_model / c.num_heads / 2);
+  const auto half = static_cast<size_t>(E / 2);
   QKV_CHECK(c.rope_freq_factors.empty() ||
                 (c.positions == PositionKind::kRope && c.rope_freq_factors.size() == half),
             m, ": rope_freq_factors must be empty or, with RoPE, hold head_dim / 2 = ", half,
@@ -61,6 +86,20 @@ DecoderModelConfig resolved_config(const DecoderModelConfig& config) {
     QKV_CHECK(std::isfinite(c.rope_freq_factors[i]) && c.rope_freq_factors[i] > 0.0, m,
               ": rope_freq_factors[", i, "] must be finite and > 0 (it divides a frequency), got ",
               c.rope_freq_factors[i]);
+  QKV_CHECK(
+      c.sliding_windows.empty() || static_cast<int64_t>(c.sliding_windows.size()) == c.num_layers,
+      m, ": sliding_windows must be empty or hold one value per layer (", c.num_layers, "), got ",
+      c.sliding_windows.size());
+  for (size_t i = 0; i < c.sliding_windows.size(); ++i)
+    QKV_CHECK(c.sliding_windows[i] >= 0, m, ": sliding_windows[", i,
+              "] must be >= 0 (0 = every earlier position), got ", c.sliding_windows[i]);
+  for (const auto& [name, value] : {std::pair{"attention_scale", c.attention_scale},
+                                    std::pair{"sliding_rope_base", c.sliding_rope_base},
+                                    std::pair{"final_logit_softcap", c.final_logit_softcap}})
+    QKV_CHECK(std::isfinite(value) && value >= 0.0, m, ": ", name,
+              " must be finite and >= 0 (0 = none/default), got ", value);
+  QKV_CHECK(std::isfinite(c.embedding_scale) && c.embedding_scale > 0.0, m,
+            ": embedding_scale must be finite and > 0, got ", c.embedding_scale);
   if (c.ffn_hidden == 0) {
     if (c.ffn == FeedForwardKind::kGelu) {
       c.ffn_hidden = 4 * c.d_model;
@@ -92,12 +131,40 @@ DecoderModel::DecoderModel(const DecoderModelConfig& config, Generator* gen)
     sinusoidal_positions_.emplace(SinusoidalPositionalEncodingOptions{
         .d_model = c.d_model, .max_len = c.max_seq_len, .batch_first = true, .dtype = c.dtype});
   blocks_.reserve(static_cast<size_t>(c.num_layers));
-  for (int64_t i = 0; i < c.num_layers; ++i) blocks_.emplace_back(block_options(c), gen);
+  for (int64_t i = 0; i < c.num_layers; ++i) blocks_.emplace_back(block_options(c, i), gen);
   if (!c.tie_embeddings && !SkipWeightInit::active()) {
     Generator& g = gen ? *gen : default_generator();
     output_ = detail::uniform_fan_in({c.vocab_size, c.d_model}, c.d_model, g, c.dtype);
   }
 }
+
+namespace {
+
+// x ·= s, in the precision of the model (Gemma rounds √D to its dtype first).
+void scale_in_place(Tensor& x, double s) {
+  if (x.dtype() == DType::kFloat64) {
+    double* p = x.data<double>();
+    for (int64_t i = 0; i < x.numel(); ++i) p[i] *= s;
+  } else {
+    float* p = x.data<float>();
+    const auto f = static_cast<float>(s);
+    for (int64_t i = 0; i < x.numel(); ++i) p[i] *= f;
+  }
+}
+
+// x = cap · tanh(x / cap) (Gemma 2's final logit soft-capping).
+void softcap_in_place(Tensor& x, double cap) {
+  if (x.dtype() == DType::kFloat64) {
+    double* p = x.data<double>();
+    for (int64_t i = 0; i < x.numel(); ++i) p[i] = cap * std::tanh(p[i] / cap);
+  } else {
+    float* p = x.data<float>();
+    const auto c = static_cast<float>(cap);
+    for (int64_t i = 0; i < x.numel(); ++i) p[i] = c * std::tanh(p[i] / c);
+  }
+}
+
+}  // namespace
 
 const Tensor& DecoderModel::output_weight() const {
   return config_.tie_embeddings ? tok_embeddings_.weight() : output_;
@@ -172,9 +239,10 @@ KVCache DecoderModel::make_cache(int64_t batch_size, int64_t max_len) const {
                   .batch_size = batch_size,
                   .num_kv_heads = c.num_kv_heads,
                   .max_len = max_len > 0 ? max_len : c.max_seq_len,
-                  .head_dim = c.d_model / c.num_heads,
+                  .head_dim = head_dim_of(c),
                   .dtype = c.dtype,
-                  .storage = kv_cache_storage_});
+                  .storage = kv_cache_storage_,
+                  .windows = c.sliding_windows});
 }
 
 void DecoderModel::set_kv_cache_storage(KVCacheStorage storage) {
@@ -182,7 +250,7 @@ void DecoderModel::set_kv_cache_storage(KVCacheStorage storage) {
   // A one-position cache checks what the real ones will need.
   KVCache({.num_kv_heads = c.num_kv_heads,
            .max_len = 1,
-           .head_dim = c.d_model / c.num_heads,
+           .head_dim = head_dim_of(c),
            .dtype = c.dtype,
            .storage = storage});
   kv_cache_storage_ = storage;
@@ -219,11 +287,17 @@ void DecoderModel::check_cache(const KVCache& cache, int64_t batch_size, int64_t
   const char* m = "DecoderModel::forward";
   const KVCacheOptions& o = cache.options();
   QKV_CHECK(o.num_layers == c.num_layers && o.batch_size == batch_size &&
-                o.num_kv_heads == c.num_kv_heads && o.head_dim == c.d_model / c.num_heads &&
+                o.num_kv_heads == c.num_kv_heads && o.head_dim == head_dim_of(c) &&
                 o.value_dim == o.head_dim && o.dtype == c.dtype,
             m, ": the cache does not fit this model and batch (make it with make_cache(",
             batch_size, ")): it has num_layers=", o.num_layers, ", batch_size=", o.batch_size,
             ", num_kv_heads=", o.num_kv_heads, ", head_dim=", o.head_dim);
+  // A ring must be the layer's own window (a full layer serves any window).
+  for (int64_t i = 0; i < c.num_layers; ++i)
+    QKV_CHECK(cache.window(i) == 0 || cache.window(i) == window_of(c, i), m, ": layer ", i,
+              " of the cache keeps the last ", cache.window(i),
+              " positions but the model's sliding window there is ", window_of(c, i),
+              " (make the cache with make_cache)");
   const int64_t offset = cache.length();
   for (int64_t i = 0; i < c.num_layers; ++i)
     QKV_CHECK(cache.length(i) == offset, m, ": the cache's layers hold different lengths (",
@@ -277,6 +351,9 @@ void DecoderModel::forward_into(Tensor& logits, std::span<const int64_t> ids,
   }
   QKV_CHECK(r == nullptr || (pass.caches.empty() && !pass.last_only && P == 1), m,
             ": a record (training) needs whole sequences: no cache, every position's logits");
+  QKV_CHECK(r == nullptr || (c.embedding_scale == 1.0 && c.final_logit_softcap == 0.0), m,
+            ": training with embedding_scale != 1 or final_logit_softcap is not supported (their "
+            "backward is not written)");
   const int64_t rows = pass.last_only ? B : B * T;
   QKV_CHECK(logits.is_contiguous() && logits.numel() == rows * c.vocab_size, m,
             ": logits must be contiguous with ", rows, " × vocab_size = ", rows * c.vocab_size,
@@ -292,6 +369,7 @@ void DecoderModel::forward_into(Tensor& logits, std::span<const int64_t> ids,
   } else {
     x = b.x.slice(0, 0, B * T);
     tok_embeddings_.forward_into(x, ids);
+    if (c.embedding_scale != 1.0) scale_in_place(x, c.embedding_scale);
     x = x.view({B, T, D});
   }
   if (b.positions.defined())
@@ -320,6 +398,7 @@ void DecoderModel::forward_into(Tensor& logits, std::span<const int64_t> ids,
   }
   Tensor out = logits.view({rows, c.vocab_size});
   head_into(out, h.view({rows, D}));
+  if (c.final_logit_softcap > 0.0) softcap_in_place(out, c.final_logit_softcap);
 }
 
 void DecoderModel::list_members(MemberList& m) {

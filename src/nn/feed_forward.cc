@@ -92,12 +92,12 @@ Tensor SwiGLUFeedForward::forward(const Tensor& x, SwiGLUFeedForwardRecord* reco
     record->gate = w1_.forward(x, &record->w1);
     record->up = w3_.forward(x, &record->w3);
     record->dropout_p = is_training() ? options_.dropout : 0.0;
-    return detail::recorded_dropout(w2_.forward(mul(silu(record->gate), record->up), &record->w2),
-                                    options_.dropout, is_training(), generator(),
-                                    &record->keep_mask);
+    const Tensor gated = mul(activate(record->gate, options_.activation), record->up);
+    return detail::recorded_dropout(w2_.forward(gated, &record->w2), options_.dropout,
+                                    is_training(), generator(), &record->keep_mask);
   }
-  // silu(x W1ᵀ) is the gate, x W3ᵀ the value it gates.
-  const Tensor gated = mul(silu(w1_.forward(x)), w3_.forward(x));
+  // activation(x W1ᵀ) is the gate, x W3ᵀ the value it gates.
+  const Tensor gated = mul(activate(w1_.forward(x), options_.activation), w3_.forward(x));
   return dropout(w2_.forward(gated), options_.dropout, is_training(), generator());
 }
 
@@ -108,7 +108,7 @@ void SwiGLUFeedForward::forward_into(Tensor& out, const Tensor& x, Tensor& hidde
             options_.dropout, ")");
   w1_.forward_into(gate, x);
   w3_.forward_into(hidden, x);
-  silu_into(gate, gate);
+  activate_into(gate, gate, options_.activation);
   mul_into(hidden, gate, hidden);
   w2_.forward_into(out, hidden);
 }

@@ -21,15 +21,15 @@ Tensor SwiGLUFeedForward::backward(const Tensor& grad_output,
                                    const SwiGLUFeedForwardRecord& record) {
   QKV_CHECK(record.gate.defined(),
             "SwiGLUFeedForward::backward: the record is empty (pass it to forward)");
-  // y = dropout(w2(silu(w1 x) ⊙ w3 x))
+  // y = dropout(w2(activation(w1 x) ⊙ w3 x))
   const Tensor grad_w2_out = detail::dropout_grad(grad_output, record.keep_mask, record.dropout_p);
   const Tensor grad_gated = w2_.backward(grad_w2_out, record.w2);
-  const Tensor silu_gate = silu(record.gate);
-  Tensor grad_silu = Tensor::zeros(record.gate.shape(), record.gate.dtype());
+  const Tensor activated = activate(record.gate, options_.activation);
+  Tensor grad_activated = Tensor::zeros(record.gate.shape(), record.gate.dtype());
   Tensor grad_up = Tensor::zeros(record.up.shape(), record.up.dtype());
-  mul_backward(grad_gated, silu_gate, record.up, {.a = grad_silu, .b = grad_up});
+  mul_backward(grad_gated, activated, record.up, {.a = grad_activated, .b = grad_up});
   Tensor grad_gate = Tensor::zeros(record.gate.shape(), record.gate.dtype());
-  silu_backward(grad_silu, record.gate, grad_gate);
+  activate_backward(grad_activated, record.gate, options_.activation, grad_gate);
   return add(w1_.backward(grad_gate, record.w1), w3_.backward(grad_up, record.w3));
 }
 

@@ -4,6 +4,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cmath>
 #include <exception>
 #include <utility>
 
@@ -35,11 +36,29 @@ GroupedQueryAttentionOptions resolved(GroupedQueryAttentionOptions o) {
   QKV_CHECK(!o.rope || o.head_dim % 2 == 0, m, ": RoPE needs an even head_dim, got ", o.head_dim);
   QKV_CHECK(o.dropout >= 0.0 && o.dropout < 1.0, m, ": dropout probability must be in [0, 1), got ",
             o.dropout);
+  QKV_CHECK(o.sliding_window >= 0, m, ": sliding_window must be >= 0 (0 = none), got ",
+            o.sliding_window);
+  QKV_CHECK(std::isfinite(o.scale) && o.scale >= 0.0, m,
+            ": scale must be finite and >= 0 (0 = 1/sqrt(head_dim)), got ", o.scale);
+  QKV_CHECK(std::isfinite(o.qk_norm_eps) && o.qk_norm_eps >= 0.0, m,
+            ": qk_norm_eps must be finite and >= 0, got ", o.qk_norm_eps);
   return o;
 }
 
-LinearOptions projection(int64_t in, int64_t out, const GroupedQueryAttentionOptions& o) {
-  return {.in_features = in, .out_features = out, .bias = o.bias, .dtype = o.dtype};
+LinearOptions projection(int64_t in, int64_t out, bool bias,
+                         const GroupedQueryAttentionOptions& o) {
+  return {.in_features = in, .out_features = out, .bias = bias, .dtype = o.dtype};
+}
+
+std::optional<RMSNorm> head_norm(const GroupedQueryAttentionOptions& o) {
+  if (!o.qk_norm) return std::nullopt;
+  return RMSNorm({.normalized_shape = {o.head_dim}, .eps = o.qk_norm_eps, .dtype = o.dtype});
+}
+
+// Each head's row of E values in `rows` [..., heads·E] (contiguous), normalised in place.
+void normalize_heads(const RMSNorm& norm, Tensor& rows, int64_t E) {
+  Tensor heads = rows.view({rows.numel() / E, E});
+  norm.forward_into(heads, heads);
 }
 
 }  // namespace
@@ -47,14 +66,20 @@ LinearOptions projection(int64_t in, int64_t out, const GroupedQueryAttentionOpt
 GroupedQueryAttention::GroupedQueryAttention(const GroupedQueryAttentionOptions& options,
                                              Generator* gen)
     : ModuleBase("GroupedQueryAttention", resolved(options)),
-      q_proj_(projection(options_.embed_dim, options_.num_heads * options_.head_dim, options_),
+      q_proj_(projection(options_.embed_dim, options_.num_heads * options_.head_dim,
+                         options_.bias || options_.qkv_bias, options_),
               gen),
-      k_proj_(projection(options_.embed_dim, options_.num_kv_heads * options_.head_dim, options_),
+      k_proj_(projection(options_.embed_dim, options_.num_kv_heads * options_.head_dim,
+                         options_.bias || options_.qkv_bias, options_),
               gen),
-      v_proj_(projection(options_.embed_dim, options_.num_kv_heads * options_.head_dim, options_),
+      v_proj_(projection(options_.embed_dim, options_.num_kv_heads * options_.head_dim,
+                         options_.bias || options_.qkv_bias, options_),
               gen),
-      o_proj_(projection(options_.num_heads * options_.head_dim, options_.embed_dim, options_),
+      o_proj_(projection(options_.num_heads * options_.head_dim, options_.embed_dim, options_.bias,
+                         options_),
               gen),
+      q_norm_(head_norm(options_)),
+      k_norm_(head_norm(options_)),
       // An even placeholder dim keeps the constructor valid when RoPE is off.
       rope_({.head_dim = options_.rope ? options_.head_dim : 2,
              .base = options_.rope_base,
@@ -76,6 +101,8 @@ ProjectedQkv GroupedQueryAttention::project(const Tensor& x, int64_t position_of
             ": input must be [B, L, D] with D = ", o.embed_dim, ", got shape ",
             shape_str(x.shape()));
   QKV_CHECK(position_offset >= 0, m, ": position_offset must be >= 0, got ", position_offset);
+  QKV_CHECK(record == nullptr || !o.qk_norm, m,
+            ": training with qk_norm is not supported (its backward is not written)");
   ProjectedQkv p;
   p.q = detail::split_heads(q_proj_.forward(x, record ? &record->q_proj : nullptr), o.num_heads,
                             o.head_dim);
@@ -83,6 +110,10 @@ ProjectedQkv GroupedQueryAttention::project(const Tensor& x, int64_t position_of
                             o.head_dim);
   p.v = detail::split_heads(v_proj_.forward(x, record ? &record->v_proj : nullptr), o.num_kv_heads,
                             o.head_dim);
+  if (o.qk_norm) {
+    p.q = q_norm_->forward(p.q);
+    p.k = k_norm_->forward(p.k);
+  }
   if (o.rope) std::tie(p.q, p.k) = rope_.forward(p.q, p.k, position_offset);
   return p;
 }
@@ -95,6 +126,8 @@ SdpaOptions GroupedQueryAttention::sdpa_options(const GroupedQueryAttentionForwa
   sdpa.precision = precision();
   sdpa.dropout_p = is_training() ? o.dropout : 0.0;
   sdpa.generator = generator();
+  if (o.scale > 0.0) sdpa.scale = o.scale;
+  if (o.sliding_window > 0) sdpa.window_left = o.sliding_window - 1;
   if (args.attn_mask.defined() && args.causal != CausalMask::kNone) {
     // SDPA takes one or the other: fold the causal mask into an additive mask.
     Tensor mask = args.attn_mask;
@@ -138,12 +171,12 @@ AttentionBuffers::AttentionBuffers(const GroupedQueryAttentionOptions& options, 
 
 namespace {
 
-// heads4[b] = attention of q4[b] over sequence b's cache, for every b. One
+// heads4[b] = attention of q4[b] over kv[b] (sequence b's cache), for every b. One
 // sequence's attention at a decoding step (one query) is too small for the
 // kernel to split among threads, so the sequences share them instead, each
 // thread with its own SDPA workspace.
 // q4, heads4: [B, H, T, E]
-void attend_each_sequence(Tensor& heads4, const Tensor& q4, const PassCaches& caches,
+void attend_each_sequence(Tensor& heads4, const Tensor& q4, std::span<const KVCacheView> kv,
                           const SdpaOptions& sdpa, AttentionBuffers& buffers) {
   const int64_t B = q4.size(0);
   const int threads =
@@ -151,10 +184,10 @@ void attend_each_sequence(Tensor& heads4, const Tensor& q4, const PassCaches& ca
   while (static_cast<int>(buffers.sequence_workspaces.size()) < threads)
     buffers.sequence_workspaces.emplace_back();
   auto attend = [&](int64_t b, SdpaWorkspace& workspace) {
-    const KVCache& cache = *caches.per_sequence[static_cast<size_t>(b)];
     Tensor heads_b = heads4.slice(0, b, b + 1);
-    scaled_dot_product_attention_into(heads_b, q4.slice(0, b, b + 1), cache.keys(caches.layer),
-                                      cache.values(caches.layer), sdpa, workspace);
+    scaled_dot_product_attention_into(heads_b, q4.slice(0, b, b + 1),
+                                      kv[static_cast<size_t>(b)].keys,
+                                      kv[static_cast<size_t>(b)].values, sdpa, workspace);
   };
   if (threads <= 1) {
     for (int64_t b = 0; b < B; ++b) attend(b, buffers.workspace);
@@ -206,9 +239,15 @@ void GroupedQueryAttention::forward_into(Tensor& out, const Tensor& x,
   GroupedQueryAttentionRecord* r = record;
   if (r) *r = {};
   Tensor q = scratch(buffers.q), k = scratch(buffers.k), v = scratch(buffers.v);
+  QKV_CHECK(r == nullptr || !o.qk_norm, m,
+            ": training with qk_norm is not supported (its backward is not written)");
   q_proj_.forward_into(q, x, r ? &r->q_proj : nullptr);
   k_proj_.forward_into(k, x, r ? &r->k_proj : nullptr);
   v_proj_.forward_into(v, x, r ? &r->v_proj : nullptr);
+  if (o.qk_norm) {
+    normalize_heads(*q_norm_, q, E);
+    normalize_heads(*k_norm_, k, E);
+  }
   if (o.rope) {
     rope_.rotate_in_place(q, positions);
     rope_.rotate_in_place(k, positions);
@@ -222,6 +261,11 @@ void GroupedQueryAttention::forward_into(Tensor& out, const Tensor& x,
   sdpa.precision = precision();
   // Cached keys come before the new queries: bottom-right causal.
   sdpa.causal = caches.empty() ? CausalMask::kTopLeft : CausalMask::kBottomRight;
+  if (o.scale > 0.0) sdpa.scale = o.scale;
+  // With a ring cache the keys of one decoding step are all within the window
+  // (in slot order, which a single query does not see); otherwise the window
+  // masks them by position.
+  if (o.sliding_window > 0) sdpa.window_left = o.sliding_window - 1;
   if (r) {
     // The full SDPA: the backward needs its log-sum-exp (and dropout seed).
     sdpa.dropout_p = is_training() ? o.dropout : 0.0;
@@ -236,16 +280,16 @@ void GroupedQueryAttention::forward_into(Tensor& out, const Tensor& x,
   } else if (caches.empty()) {
     scaled_dot_product_attention_into(heads4, q4, k4, v4, sdpa, buffers.workspace);
   } else if (caches.shared) {
-    KVCache& cache = *caches.shared;
-    cache.append(caches.layer, k4, v4);
-    scaled_dot_product_attention_into(heads4, q4, cache.keys(caches.layer),
-                                      cache.values(caches.layer), sdpa, buffers.workspace);
+    const KVCacheView kv = extend_cache(*caches.shared, caches.layer, k4, v4);
+    scaled_dot_product_attention_into(heads4, q4, kv.keys, kv.values, sdpa, buffers.workspace);
   } else {
     // Each sequence attends over its own cache, of its own length.
+    buffers.sequence_views.clear();
     for (int64_t b = 0; b < B; ++b)
-      caches.per_sequence[static_cast<size_t>(b)]->append(caches.layer, k4.slice(0, b, b + 1),
-                                                          v4.slice(0, b, b + 1));
-    attend_each_sequence(heads4, q4, caches, sdpa, buffers);
+      buffers.sequence_views.push_back(extend_cache(*caches.per_sequence[static_cast<size_t>(b)],
+                                                    caches.layer, k4.slice(0, b, b + 1),
+                                                    v4.slice(0, b, b + 1)));
+    attend_each_sequence(heads4, q4, buffers.sequence_views, sdpa, buffers);
   }
   if (r) out = Tensor::zeros({B, T, o.embed_dim}, o.dtype);
   o_proj_.forward_into(out, heads, r ? &r->o_proj : nullptr);
@@ -259,9 +303,8 @@ Tensor GroupedQueryAttention::forward(const Tensor& x, const GroupedQueryAttenti
   if (record == nullptr) {
     ProjectedQkv p = project(x, args.position_offset);
     if (args.cache == nullptr) return attend(p.q, p.k, p.v, args);
-    args.cache->append(args.cache_layer, p.k, p.v);
-    return attend(p.q, args.cache->keys(args.cache_layer), args.cache->values(args.cache_layer),
-                  args);
+    const KVCacheView kv = extend_cache(*args.cache, args.cache_layer, p.k, p.v);
+    return attend(p.q, kv.keys, kv.values, args);
   }
   // project(x, offset) and attend(q, k, v, args), keeping each step's input.
   GroupedQueryAttentionRecord& r = *record;
@@ -279,11 +322,23 @@ Tensor GroupedQueryAttention::forward(const Tensor& x, const GroupedQueryAttenti
   return o_proj_.forward(detail::merge_heads(r.attention.output), &r.o_proj);
 }
 
+KVCacheView GroupedQueryAttention::extend_cache(KVCache& cache, int64_t layer, const Tensor& k,
+                                                const Tensor& v) const {
+  const int64_t window = cache.window(layer);
+  QKV_CHECK(window == 0 || window == options_.sliding_window, "GroupedQueryAttention: layer ",
+            layer, " of the KV cache keeps the last ", window,
+            " positions, but this attention's sliding_window is ", options_.sliding_window,
+            " (make the cache with DecoderModel::make_cache)");
+  return cache.extend(layer, k, v);
+}
+
 void GroupedQueryAttention::list_members(MemberList& m) {
   m.module("q_proj", q_proj_);
   m.module("k_proj", k_proj_);
   m.module("v_proj", v_proj_);
   m.module("o_proj", o_proj_);
+  if (q_norm_) m.module("q_norm", *q_norm_);
+  if (k_norm_) m.module("k_norm", *k_norm_);
 }
 
 }  // namespace qkv::nn

@@ -8,28 +8,38 @@
 //   // load_gguf_model(path, {.kv_cache = nn::KVCacheStorage::kQ8_0}): a q8_0 KV cache
 //   std::cout << m.tokenizer.decode(std::vector<int32_t>(out.begin(), out.end()));
 //
-// Architectures: "llama" (LLaMA 1-3, SmolLM, TinyLlama, ...): RMSNorm, RoPE,
-// GQA, SwiGLU, tied or untied output. Any other general.architecture is an
-// error naming it.
+// Architectures, each a configuration of nn::DecoderModel's one block (the
+// keys below are read under the architecture's prefix, "llama.", "qwen2.", ...):
+//   "llama"   LLaMA 1-3, SmolLM, TinyLlama, ...: RMSNorm, RoPE, GQA, SwiGLU,
+//             tied or untied output; Llama 3's rope_freqs.weight; q/k/v biases
+//             when the file has them
+//   "qwen2"   Qwen 2 / 2.5: llama with q/k/v biases (attn_q/k/v.bias)
+//   "qwen3"   Qwen 3: llama with per-head q/k RMSNorm (attn_q_norm, attn_k_norm)
+//             and a head dim of its own (attention.key_length)
+//   "gemma3"  Gemma 3: q/k norms, norms after attention and after the FFN too
+//             (post_attention_norm, post_ffw_norm), GELU-tanh gated FFN,
+//             embeddings × √width, head dim attention.key_length, queries
+//             scaled by 1/√head_dim (27B, 62 blocks: 1/√(width / heads), as
+//             llama.cpp), five local layers of attention.sliding_window
+//             positions (RoPE base rope.freq_base_swa, default 10000) before each
+//             global one (rope.freq_base), final_logit_softcapping when present.
+//             The converter stores Gemma's norm weights with the 1 of its
+//             x · (1 + w) folded in: they are used as plain RMSNorm weights.
+// Any other general.architecture is an error naming it. llama's q/k rows are
+// stored permuted for adjacent-pair RoPE (see below); the others' are not and
+// rotate half-split, as llama.cpp's NEOX mode and transformers do.
 //
-// Config from the metadata (llama.*): block_count, embedding_length,
-// feed_forward_length, attention.head_count, attention.head_count_kv (default:
-// head_count), rope.freq_base (default 10000), attention.layer_norm_rms_epsilon,
-// context_length (max_seq_len = min(context_length, options.max_seq_len)); the
-// vocabulary size from tokenizer.ggml.tokens; Llama 3's RoPE frequency factors
-// from the tensor rope_freqs.weight (F32 [head_dim / 2]; frequency i is divided
-// by factor i, as llama.cpp does). Every tensor is checked (present, shape,
-// type) before the model is built, and errors name the file and the missing key
-// or tensor, or what was found and expected.
+// A sliding-window layer's KV cache keeps only its window (nn::KVCache's ring).
 //
 // Nothing in the file is ignored that could change the outputs:
-//   - every other llama.* key is refused by name unless it holds a value that
-//     changes nothing (src/models/gguf_llama_keys.h lists them): RoPE scaling
-//     types other than none, partial rotary dims, logit softcapping, sliding
-//     windows, experts, a head dim of its own, ...;
+//   - every other <architecture>.* key is refused by name unless it holds a
+//     value that changes nothing (src/models/gguf_llama_keys.h lists them):
+//     RoPE scaling types other than none, partial rotary dims, attention logit
+//     softcapping, sliding windows (outside gemma3), experts, a head dim of its
+//     own (outside gemma3 and qwen3), ...;
 //   - every tensor of the file must be one the model uses: a tensor it would
-//     not read (a bias, a q/k norm, a block past block_count) is an error
-//     naming it.
+//     not read (a bias, a q/k norm the family has not, a block past
+//     block_count) is an error naming it.
 //
 // RoPE: GGUF files store the rows of attn_q and attn_k permuted for llama.cpp's
 // rotation of adjacent pairs (convert_hf_to_gguf.py's `permute`). The rows are

@@ -1,8 +1,13 @@
-// nn::DecoderBlock — one pre-norm block of a decoder-only model (LLaMA, GPT;
-// tutorial §8.1–8.3), the only place that block is written:
+// nn::DecoderBlock — one pre-norm block of a decoder-only model (LLaMA, GPT,
+// Qwen, Gemma; tutorial §8.1–8.3), the only place that block is written:
 //
 //   x = x + attention(attention_norm(x))    causal, GQA, RoPE on q and k
-//   x = x + feed_forward(ffn_norm(x))       SwiGLU or GELU
+//   x = x + feed_forward(ffn_norm(x))       SwiGLU, GeGLU or GELU
+//
+// With post_norms (Gemma 2/3) each sub-layer's output is normalised once
+// more before it is added: x = x + post_attention_norm(attention(...)), and
+// likewise post_ffn_norm. The families differ only in options: see
+// nn::DecoderModelConfig.
 //
 // One function, forward_into, runs it every way: over whole sequences
 // (training, with a record), over new tokens after the keys and values a KV
@@ -10,6 +15,7 @@
 // sequence (decoding, one cache per sequence or one for all).
 #pragma once
 
+#include <optional>
 #include <span>
 #include <variant>
 
@@ -26,8 +32,9 @@
 namespace qkv::nn {
 
 enum class NormKind { kRMSNorm, kLayerNorm };
-// SwiGLU: w2(silu(w1 x) ⊙ w3 x); GELU: linear2(gelu(linear1 x)).
-enum class FeedForwardKind { kSwiGLU, kGelu };
+// SwiGLU: w2(silu(w1 x) ⊙ w3 x); GELU: linear2(gelu(linear1 x));
+// GeGLU: w2(gelu_tanh(w1 x) ⊙ w3 x) (Gemma).
+enum class FeedForwardKind { kSwiGLU, kGelu, kGeGLU };
 
 struct DecoderBlockOptions {
   // The attention (heads, RoPE, head dim). Its embed_dim is the block's width
@@ -38,6 +45,9 @@ struct DecoderBlockOptions {
   NormKind norm = NormKind::kRMSNorm;
   double norm_eps = 1e-5;
   FeedForwardKind ffn = FeedForwardKind::kSwiGLU;
+  // A norm (of kind `norm`) on the output of attention and of the
+  // feed-forward network, before the residual add (Gemma 2/3).
+  bool post_norms = false;
 };
 
 // What DecoderBlock::forward saves for its backward. The variants hold the
@@ -60,7 +70,7 @@ struct DecoderBuffers {
   Tensor positions;            // [max_seq_len, D] added to the embeddings; undefined with RoPE
   Tensor h;                    // [R, D]: a norm's output, then a sub-layer's
   AttentionBuffers attention;  // q, k, v and the heads
-  Tensor hidden, gate;         // [R, ffn_hidden] (gate: SwiGLU only)
+  Tensor hidden, gate;         // [R, ffn_hidden] (gate: SwiGLU and GeGLU only)
 };
 
 class DecoderBlock : public ModuleBase<DecoderBlock, DecoderBlockOptions> {
@@ -98,13 +108,15 @@ class DecoderBlock : public ModuleBase<DecoderBlock, DecoderBlockOptions> {
   Tensor backward(const Tensor& grad_output, const DecoderBlockRecord& record);
 
  private:
-  // attention_norm.*, attention.{q,k,v,o}_proj.*, ffn_norm.*, feed_forward.*
+  // attention_norm.*, attention.{q,k,v,o}_proj.*, ffn_norm.*, feed_forward.*,
+  // and with post_norms post_attention_norm.*, post_ffn_norm.*
   void list_members(MemberList& m) override;
 
   std::variant<RMSNorm, LayerNorm> attention_norm_;
   GroupedQueryAttention attention_;
   std::variant<RMSNorm, LayerNorm> ffn_norm_;
   std::variant<SwiGLUFeedForward, FeedForward> feed_forward_;
+  std::optional<std::variant<RMSNorm, LayerNorm>> post_attention_norm_, post_ffn_norm_;
 };
 
 }  // namespace qkv::nn

@@ -1,11 +1,21 @@
-// nn::DecoderModel — a decoder-only language model (GPT, LLaMA; tutorial
-// §8.2–8.3): token embedding, positions, N pre-norm blocks, a final norm and
-// an output head that turns each position into logits over the vocabulary.
+// nn::DecoderModel — a decoder-only language model (GPT, LLaMA, Qwen, Gemma;
+// tutorial §8.2–8.3): token embedding, positions, N pre-norm blocks, a final
+// norm and an output head that turns each position into logits over the
+// vocabulary.
 //
-//   x = tok_embeddings(ids) (+ positions, unless RoPE)
+//   x = tok_embeddings(ids) · embedding_scale (+ positions, unless RoPE)
 //   for each block:  x = x + attention(norm(x))      causal, GQA, RoPE on q and k
-//                    x = x + feed_forward(norm(x))   SwiGLU or GELU (nn::DecoderBlock)
+//                    x = x + feed_forward(norm(x))   SwiGLU, GeGLU or GELU (nn::DecoderBlock)
 //   logits = output(norm(x))                         output tied to tok_embeddings or its own
+//   (final_logit_softcap c > 0: logits = c · tanh(logits / c))
+//
+// The families are configurations of the same block (the GGUF loader,
+// models::gguf_decoder_config, sets them from a file):
+//   llama   RMSNorm, SwiGLU, RoPE (Llama 3: rope_freq_factors), tied or own head
+//   qwen2   llama + qkv_bias
+//   qwen3   llama + qk_norm, head_dim of its own
+//   gemma3  qk_norm, post_norms, GeGLU, embedding_scale √D, head_dim of its own,
+//           sliding_windows on 5 of every 6 layers with sliding_rope_base
 //
 //   nn::DecoderModel model({.vocab_size = 256, .d_model = 384, .num_layers = 6, .num_heads = 6});
 //   Tensor logits = model.forward(ids, 1);            // ids: T tokens -> [1, T, 256]
@@ -32,6 +42,8 @@
 //   layers.<i>.ffn_norm.weight            [D]
 //   layers.<i>.feed_forward.w1/w2/w3.weight      SwiGLU (nn::SwiGLUFeedForward)
 //   layers.<i>.feed_forward.linear1/linear2.*    GELU (nn::FeedForward)
+//   layers.<i>.attention.q_norm/k_norm.weight    [head_dim]   qk_norm only
+//   layers.<i>.post_attention_norm/post_ffn_norm.weight [D]  post_norms only
 //   norm.weight                           [D]
 //   output.weight                         [vocab, D]   untied head only
 //
@@ -74,6 +86,7 @@ struct DecoderModelConfig {
   int64_t num_layers = 6;
   int64_t num_heads = 6;     // H
   int64_t num_kv_heads = 0;  // Hkv, divides H; 0 means H
+  int64_t head_dim = 0;      // E; 0 means d_model / num_heads
   // Hidden width of the feed-forward network; 0 picks 4·D for GELU and
   // 8/3·D rounded up to a multiple of 64 for SwiGLU (LLaMA's rule).
   int64_t ffn_hidden = 0;
@@ -91,14 +104,28 @@ struct DecoderModelConfig {
   bool tie_embeddings = true;  // output head = tok_embeddings.weight
   bool bias = false;           // in every linear layer (and LayerNorm)
   DType dtype = DType::kFloat32;
+
+  // Options of the newer families (defaults: off). Training supports
+  // qkv_bias, attention_scale and sliding_windows; the others refuse records.
+  bool qkv_bias = false;         // biases on q, k and v only (Qwen2)
+  bool qk_norm = false;          // per-head RMSNorm of q and k before RoPE (Qwen3, Gemma 3)
+  bool post_norms = false;       // norms after attention and the FFN too (Gemma 2/3)
+  double attention_scale = 0.0;  // the scores' scale; 0 means 1/√head_dim
+  double embedding_scale = 1.0;  // multiplies the token embeddings (Gemma: √D)
+  // Empty, or one per layer: 0 for attention over every earlier position, W > 0
+  // for a sliding window of W positions (the KV cache keeps W: nn::KVCache).
+  std::vector<int64_t> sliding_windows;
+  double sliding_rope_base = 0.0;    // RoPE base of the windowed layers; 0 means rope_base
+  double final_logit_softcap = 0.0;  // 0: none
 };
 
 // The config with defaults filled in (num_kv_heads, ffn_hidden) and checked;
 // an Error names the first bad field.
 DecoderModelConfig resolved_config(const DecoderModelConfig& config);
 
-// The options of the config's blocks.
-DecoderBlockOptions block_options(const DecoderModelConfig& config);
+// The options of block `layer` of the config (they differ by layer only in
+// the sliding window and its RoPE base); layer 0 sizes the shared buffers.
+DecoderBlockOptions block_options(const DecoderModelConfig& config, int64_t layer = 0);
 
 // Where the tokens of a DecoderModel::forward_into sit and where their keys
 // and values go.

@@ -3,7 +3,8 @@
 //   FeedForward        linear2(dropout(activation(linear1(x))))   — torch's
 //                      Transformer layers (parameter names linear1, linear2)
 //   SwiGLUFeedForward  w2(silu(w1 x) ⊙ w3 x)                      — LLaMA-style
-//                      decoder-only models (names w1, w2, w3; no bias)
+//                      decoder-only models (names w1, w2, w3; no bias);
+//                      with activation kGeluTanh it is GeGLU (Gemma)
 #pragma once
 
 #include <map>
@@ -82,14 +83,17 @@ struct SwiGLUFeedForwardOptions {
   bool bias = false;
   double dropout = 0.0;  // on the output, in training mode only
   DType dtype = DType::kFloat32;
+  // The gate's activation: kSilu (SwiGLU), or kGeluTanh (GeGLU: Gemma's
+  // gelu_pytorch_tanh); any Activation works.
+  Activation activation = Activation::kSilu;
 };
 
 // What SwiGLUFeedForward::forward saves for its backward.
 struct SwiGLUFeedForwardRecord {
   LinearRecord w1, w3;   // x
-  Tensor gate;           // w1(x), before silu
+  Tensor gate;           // w1(x), before the activation
   Tensor up;             // w3(x)
-  LinearRecord w2;       // silu(gate) ⊙ up
+  LinearRecord w2;       // activation(gate) ⊙ up
   Tensor keep_mask;      // dropout's keep mask on the output; undefined when none
   double dropout_p = 0;  // the probability in effect
 };

@@ -24,6 +24,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -34,6 +35,7 @@
 #include "qkv/nn/linear.h"
 #include "qkv/nn/module.h"
 #include "qkv/nn/positional_encoding.h"
+#include "qkv/nn/rms_norm.h"
 #include "qkv/tensor.h"
 
 namespace qkv::nn {
@@ -44,8 +46,18 @@ struct GroupedQueryAttentionOptions {
   int64_t num_kv_heads = 0;  // Hkv, divides H; 0 means H
   int64_t head_dim = 0;      // E; 0 means D / H
   bool bias = false;         // in q/k/v/o projections
-  double dropout = 0.0;      // on the attention weights, in training mode only
-  bool rope = true;          // rotate q and k (RoPE); false: no positions here
+  bool qkv_bias = false;     // in q/k/v only (Qwen2); bias implies it
+  // Per-head RMSNorm of q and k (weights [E], eps qk_norm_eps) after the
+  // projections, before RoPE (Qwen3, Gemma 3).
+  bool qk_norm = false;
+  double qk_norm_eps = 1e-6;
+  // The scores' scale; 0 means 1/√E (Gemma: query_pre_attn_scalar^-1/2).
+  double scale = 0.0;
+  // 0: every earlier position; W > 0: a query at position i sees the keys of
+  // positions i − W + 1 … i only (Mistral's and Gemma's sliding window).
+  int64_t sliding_window = 0;
+  double dropout = 0.0;  // on the attention weights, in training mode only
+  bool rope = true;      // rotate q and k (RoPE); false: no positions here
   double rope_base = 10000.0;
   RopeStyle rope_style = RopeStyle::kHalfSplit;
   std::vector<double> rope_freq_factors;  // RotaryEmbeddingOptions::freq_factors
@@ -90,6 +102,8 @@ struct AttentionBuffers {
   SdpaWorkspace workspace;
   // One per thread when sequences with caches of their own share the threads.
   std::vector<SdpaWorkspace> sequence_workspaces;
+  // The caches each sequence attends over, refilled at every pass.
+  std::vector<KVCacheView> sequence_views;
 };
 
 // Per-head projections of a batch-first input.
@@ -153,11 +167,15 @@ class GroupedQueryAttention
  private:
   // "q_proj.weight" [H·E, D], "k_proj.weight" [Hkv·E, D], "v_proj.weight"
   // [Hkv·E, D], "o_proj.weight" [D, H·E] (and ".bias" when bias): LLaMA's names.
+  // "q_norm.weight" and "k_norm.weight" [E] when qk_norm.
   void list_members(MemberList& m) override;
 
   // project(), also keeping the projections' inputs in `record` (when given).
   ProjectedQkv project(const Tensor& x, int64_t position_offset,
                        GroupedQueryAttentionRecord* record) const;
+
+  // cache.extend(layer, k, v) after checking that a ring layer's window is this attention's.
+  KVCacheView extend_cache(KVCache& cache, int64_t layer, const Tensor& k, const Tensor& v) const;
 
   // The SDPA options of L queries against S keys: GQA, dropout in training,
   // the causal mask folded into args.attn_mask when both are given.
@@ -167,6 +185,7 @@ class GroupedQueryAttention
   Linear k_proj_;
   Linear v_proj_;
   Linear o_proj_;
+  std::optional<RMSNorm> q_norm_, k_norm_;  // when qk_norm
   RotaryEmbedding rope_;
 };
 

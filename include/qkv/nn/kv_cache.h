@@ -15,7 +15,21 @@
 //                                             {.causal = CausalMask::kBottomRight}).output;
 //
 // Layers fill up one after another within a step, so each layer keeps its own
-// length; length() is the number of positions every layer holds.
+// length; length() is the number of positions every layer has seen.
+//
+// Sliding-window layers (KVCacheOptions::windows[layer] = W > 0) keep only the
+// last W positions, in a ring of W slots: position p sits in slot p mod W, so
+// a 32k-token context costs such a layer W positions. A query at position i
+// of such a layer attends to positions i − W + 1 … i only, which is why the
+// older ones may go. length(layer) still counts every position seen (RoPE
+// positions continue); held(layer) is what the slots hold. extend() appends
+// and returns what the new queries attend over:
+//   - a full layer: keys(layer), values(layer), in position order;
+//   - a ring layer, one new position: the W held slots in slot order (one
+//     query sees every one of them, so their order does not matter);
+//   - a ring layer, L > 1 new positions: copies, in position order, of the
+//     last min(held, W − 1) old positions followed by the L new ones (a
+//     scratch of the cache's), to be masked by the window by position.
 //
 // Storage (KVCacheOptions::storage):
 //   kFloat  the dtype's values (float32 or float64), as appended.
@@ -66,6 +80,15 @@ struct KVCacheOptions {
   int64_t value_dim = 0;     // Ev; 0 means head_dim
   DType dtype = DType::kFloat32;
   KVCacheStorage storage = KVCacheStorage::kFloat;  // kQ8_0 needs float32
+  // Empty, or one per layer: 0 keeps every position, W > 0 only the last W
+  // (a ring of min(W, max_len) slots; see above).
+  std::vector<int64_t> windows;
+};
+
+// The keys and values new queries attend over (KVCache::extend).
+struct KVCacheView {
+  Tensor keys;    // [B, Hkv, S, E]
+  Tensor values;  // [B, Hkv, S, Ev]
 };
 
 class KVCache {
@@ -74,36 +97,56 @@ class KVCache {
   explicit KVCache(const KVCacheOptions& options);
 
   // Copies (kQ8_0: quantizes) L new positions into the free slots after the
-  // filled ones. Errors, changing nothing, when they do not fit in max_len.
+  // filled ones (a ring layer: into their slots, the last W of them).
+  // Errors, changing nothing, when they do not fit in max_len.
   // k: [B, Hkv, L, E]  v: [B, Hkv, L, Ev]  (any strides)
   void append(int64_t layer, const Tensor& k, const Tensor& v);
 
+  // append(), returning the keys and values the L new queries attend over
+  // (see above): with CausalMask::kBottomRight and, in a ring layer, the
+  // window of W positions, they give every query exactly its keys. One new
+  // position allocates nothing (kFloat).
+  // k: [B, Hkv, L, E]  v: [B, Hkv, L, Ev]  ->  [B, Hkv, S, E] and [B, Hkv, S, Ev]
+  KVCacheView extend(int64_t layer, const Tensor& k, const Tensor& v);
+
   // The next L free slots, to be written in place (e.g. by a projection)
   // before commit(layer, L) counts them as filled. Views; nothing is copied.
+  // Full layers only.
   // -> [B, Hkv, L, E] and [B, Hkv, L, Ev]
   Tensor key_slots(int64_t layer, int64_t L);
   Tensor value_slots(int64_t layer, int64_t L);
   // Marks the next L slots of `layer` as filled.
   void commit(int64_t layer, int64_t L);
 
-  // The filled part. kFloat: views of the storage, nothing is copied; kQ8_0:
-  // dequantized into the shared scratch (see above).
-  // -> [B, Hkv, length(layer), E] and [B, Hkv, length(layer), Ev]
+  // The filled slots (a ring layer's in slot order). kFloat: views of the
+  // storage, nothing is copied; kQ8_0: dequantized into the shared scratch.
+  // -> [B, Hkv, held(layer), E] and [B, Hkv, held(layer), Ev]
   Tensor keys(int64_t layer) const;
   Tensor values(int64_t layer) const;
 
-  // Positions held by `layer`.
+  // Positions `layer` has seen.
   int64_t length(int64_t layer) const;
-  // Positions held by every layer (the smallest layer length).
+  // Positions every layer has seen (the smallest layer length).
   int64_t length() const;
+  // Positions `layer` holds: length(layer), or at most its window.
+  int64_t held(int64_t layer) const;
+  // The layer's window W (0: it keeps every position).
+  int64_t window(int64_t layer) const;
+  // Slots of storage of the layer: max_len, or min(W, max_len) for a ring.
+  int64_t capacity(int64_t layer) const;
   // Positions that still fit.
   int64_t remaining() const { return options_.max_len - length(); }
 
   // Forgets every position (the storage stays allocated).
   void reset();
   // Forgets positions after the first `length` in every layer (e.g. to
-  // rewind a rejected continuation); length must not exceed length().
+  // rewind a rejected continuation); length must be in
+  // [min_truncate_length(), length()], or 0.
   void truncate(int64_t length);
+  // The shortest length truncate() can go back to without a ring layer
+  // missing a position its next query needs (0 without ring layers or
+  // before any ring has wrapped; truncate(0) always works).
+  int64_t min_truncate_length() const;
 
   const KVCacheOptions& options() const { return options_; }
   int64_t num_layers() const { return options_.num_layers; }
@@ -113,7 +156,7 @@ class KVCache {
   int64_t storage_bytes() const;
 
   // The whole storage of a layer, filled or not (kFloat only).
-  // -> [B, Hkv, max_len, E] and [B, Hkv, max_len, Ev]
+  // -> [B, Hkv, capacity(layer), E] and [B, Hkv, capacity(layer), Ev]
   const Tensor& key_storage(int64_t layer) const;
   const Tensor& value_storage(int64_t layer) const;
 
@@ -121,22 +164,30 @@ class KVCache {
   void check_layer(int64_t layer, const char* fn) const;
   void check_room(int64_t layer, int64_t L, const char* fn) const;
   void check_float(const char* fn) const;
+  void check_full(int64_t layer, const char* fn) const;
   Tensor dequantized(int64_t layer, bool values) const;
+  // Writes positions first … first + L − 1 (rows 0 … L − 1 of k and v) to their slots.
+  void write_slots(int64_t layer, int64_t first, const Tensor& k, const Tensor& v, int64_t row0,
+                   int64_t L);
+  // Copies (kQ8_0: dequantizes) the held positions first … first + n − 1 of
+  // keys or values, in position order, into positions 0 … n − 1 of `out`.
+  void read_positions(int64_t layer, bool values, int64_t first, int64_t n, Tensor& out) const;
 
-  // Q8_0 rows of one tensor kind (keys or values) of one layer: per position,
-  // width / 32 scales and width int8, position-major within each (b, h).
+  // Q8_0 rows of one tensor kind (keys or values) of one layer: per slot,
+  // width / 32 scales and width int8, slot-major within each (b, h).
   struct Q8Rows {
-    std::unique_ptr<float[]> scales;   // [B, Hkv, max_len, width / 32]
-    std::unique_ptr<int8_t[]> quants;  // [B, Hkv, max_len, width]
+    std::unique_ptr<float[]> scales;   // [B, Hkv, capacity, width / 32]
+    std::unique_ptr<int8_t[]> quants;  // [B, Hkv, capacity, width]
     // (both default-initialized: untouched until appended to)
   };
 
   KVCacheOptions options_;
-  std::vector<Tensor> keys_;                    // kFloat: per layer [B, Hkv, max_len, E]
-  std::vector<Tensor> values_;                  // kFloat: per layer [B, Hkv, max_len, Ev]
+  std::vector<Tensor> keys_;                    // kFloat: per layer [B, Hkv, capacity, E]
+  std::vector<Tensor> values_;                  // kFloat: per layer [B, Hkv, capacity, Ev]
   std::vector<Q8Rows> q8_keys_, q8_values_;     // kQ8_0: per layer
   mutable Tensor key_scratch_, value_scratch_;  // kQ8_0: [B, Hkv, capacity, E / Ev]
   std::vector<int64_t> lengths_;
+  std::vector<int64_t> capacities_;  // per layer
 };
 
 }  // namespace qkv::nn
