@@ -129,6 +129,9 @@ int run_chat(const ChatOptions& o) {
     size_t keep =
         std::mismatch(cached.begin(), cached.end(), ids.begin(), ids.end()).first - cached.begin();
     keep = std::min(keep, ids.size() - 1);
+    // A sliding-window layer's ring may have overwritten the positions before
+    // `keep`; then the whole conversation is fed again.
+    if (static_cast<int64_t>(keep) < session.cache().min_truncate_length()) keep = 0;
     session.cache().truncate(static_cast<int64_t>(keep));
     cached.resize(keep);
     const std::span<const int64_t> fresh(ids.data() + keep, ids.size() - keep);
@@ -142,7 +145,13 @@ int run_chat(const ChatOptions& o) {
                            [] { return !interrupted.load(); });
     } catch (const Error& e) {
       if (e.kind() != ErrorKind::kInterrupted) throw;
-      session.cache().truncate(static_cast<int64_t>(keep));  // the prefill did not finish
+      // The prefill did not finish: back to `keep`, or to nothing when the
+      // ring has overwritten what came before.
+      if (static_cast<int64_t>(keep) < session.cache().min_truncate_length()) {
+        keep = 0;
+        cached.clear();
+      }
+      session.cache().truncate(static_cast<int64_t>(keep));
     }
     std::cout << "\n" << std::flush;
     const bool ended = !reply.empty() && end && reply.back() == *end;

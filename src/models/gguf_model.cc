@@ -269,7 +269,9 @@ text::ChatTemplate GgufModel::chat_template() const {
 }
 
 std::optional<int32_t> GgufModel::end_of_turn() const {
-  if (const auto id = tokenizer.id_of("<|im_end|>")) return id;
+  // ChatML (SmolLM2, Qwen), Gemma, Llama 3.
+  for (const char* token : {"<|im_end|>", "<end_of_turn>", "<|eot_id|>"})
+    if (const auto id = tokenizer.id_of(token)) return id;
   return tokenizer.eos();
 }
 

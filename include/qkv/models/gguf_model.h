@@ -93,8 +93,9 @@ struct GgufModel {
   // The file's chat format (text::ChatTemplate::from_jinja): an error when the
   // file has no template or one that is not ChatML.
   text::ChatTemplate chat_template() const;
-  // The token that ends an assistant turn: "<|im_end|>" when the vocabulary
-  // has it, else eos (nullopt when neither).
+  // The token that ends an assistant turn: the first of "<|im_end|>"
+  // (ChatML), "<end_of_turn>" (Gemma) and "<|eot_id|>" (Llama 3) that the
+  // vocabulary has, else eos (nullopt when none).
   std::optional<int32_t> end_of_turn() const;
 };
 
