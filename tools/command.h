@@ -38,6 +38,9 @@ Command add_chat_command(CLI::App& parent);
 Command add_embed_command(CLI::App& parent);
 Command add_similarity_command(CLI::App& parent);
 
+// `qkv explore`: a web page of a model's attention on a text (tools/explore.cc).
+Command add_explore_command(CLI::App& parent);
+
 // `qkv bench`: named workloads timed like llama-bench (tools/bench.cc).
 Command add_bench_command(CLI::App& parent);
 
