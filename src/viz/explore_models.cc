@@ -41,7 +41,7 @@ void check_size(const std::string& model, int64_t tokens, int64_t layers, int64_
             "; shorten the text or raise the limit");
 }
 
-// [CLS] text [SEP] (text_b [SEP]), token types 0 then 1, padded with [PAD] to pad_to.
+// [CLS] text [SEP] (text_b [SEP]), token types 0 then 1, padded with [PAD] (type 0) to pad_to.
 Tokens encoder_tokens(const Encoder& e, const std::string& text, const ExploreOptions& options) {
   Tokens t;
   const std::vector<int64_t> a = e.tokenizer.encode(text);
@@ -66,7 +66,7 @@ Tokens encoder_tokens(const Encoder& e, const std::string& text, const ExploreOp
     const int64_t pad_id = pad.empty() ? -1 : e.tokenizer.token_to_id(pad);
     QKV_CHECK(pad_id >= 0, "explore: pad_to needs a padding token; the tokenizer has none");
     t.ids.resize(static_cast<size_t>(length), pad_id);
-    t.segments.resize(static_cast<size_t>(length), t.segments.back());
+    t.segments.resize(static_cast<size_t>(length), 0);  // token type 0, as tokenizers pads
   }
   t.attention_mask.assign(static_cast<size_t>(length), 1);
   std::fill(t.attention_mask.begin() + real, t.attention_mask.end(), 0);
