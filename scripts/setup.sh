@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 
 DEBIAN_PACKAGES=(g++ cmake ninja-build pkg-config libgtest-dev libbenchmark-dev libcli11-dev
                  nlohmann-json3-dev libpng-dev libopenblas-openmp-dev libutf8proc-dev python3-venv
-                 fortunes ccache)
+                 fortunes ccache chromium chromium-driver)
 BUILD_DIR=${QKV_BUILD_DIR:-build}
 VENV=${QKV_VENV:-.venv}
 

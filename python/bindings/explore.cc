@@ -15,6 +15,7 @@ void bind_explore(py::module_& m) {
       .def_readonly("architecture", &viz::AttentionMaps::architecture)
       .def_readonly("text", &viz::AttentionMaps::text)
       .def_readonly("text_b", &viz::AttentionMaps::text_b)
+      .def_readonly("ids", &viz::AttentionMaps::ids)
       .def_readonly("tokens", &viz::AttentionMaps::tokens)
       .def_readonly("segments", &viz::AttentionMaps::segments)
       .def_readonly("scales", &viz::AttentionMaps::scales)

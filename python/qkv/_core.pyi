@@ -790,6 +790,9 @@ class AttentionMaps:
     def architecture(self) -> str:
         ...
     @property
+    def ids(self) -> list[int]:
+        ...
+    @property
     def model(self) -> str:
         ...
     @property

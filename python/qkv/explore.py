@@ -28,6 +28,7 @@ MAX_WEIGHTS = 1_000_000
 class Attention:
     """The attention of one text through a model, as arrays and as a page.
 
+    ids       list of the L token ids the model read
     tokens    list of L token strings; segments: 0 (text) or 1 (text_b) per token
     weights   float32 [layers, heads, L, L]: softmax weights, 0 where masked
     scores    float32 [layers, heads, L, L]: q·k before scaling and masks
@@ -42,6 +43,7 @@ class Attention:
         self.architecture = maps.architecture
         self.text = maps.text
         self.text_b = maps.text_b
+        self.ids = list(maps.ids)
         self.tokens = list(maps.tokens)
         self.segments = list(maps.segments)
         self.scales = list(maps.scales)

@@ -40,6 +40,7 @@ def test_minilm_weights_equal_transformers_eager_on_padded_pair(minilm):
     a = qkv.explore(minilm, TEXT, TEXT_B, pad_to=24)
     tok = transformers.AutoTokenizer.from_pretrained(str(MINILM))
     enc = tok(TEXT, TEXT_B, padding="max_length", max_length=24, return_tensors="pt")
+    assert a.ids == enc["input_ids"][0].tolist()
     assert a.tokens == tok.convert_ids_to_tokens(enc["input_ids"][0])
     assert a.segments == enc["token_type_ids"][0].tolist()
     model = transformers.AutoModel.from_pretrained(str(MINILM), attn_implementation="eager")
@@ -111,16 +112,13 @@ def test_too_large_inputs_are_refused_by_name(minilm):
 @needs_smollm2
 def test_smollm2_weights_equal_transformers_from_the_gguf_file():
     a = qkv.explore(SMOLLM2_GGUF, "The capital of France is", " Paris, a city of light.")
-    tok = transformers.AutoTokenizer.from_pretrained(str(SMOLLM2_GGUF.parent),
-                                                     gguf_file=SMOLLM2_GGUF.name)
+    # The ids are qkv's (test_bpe_parity.py checks its tokenizer against transformers').
     model = transformers.AutoModelForCausalLM.from_pretrained(
         str(SMOLLM2_GGUF.parent), gguf_file=SMOLLM2_GGUF.name, dtype=torch.float32,
         attn_implementation="eager")
     model.eval()
-    ids = tok("The capital of France is")["input_ids"] + tok(
-        " Paris, a city of light.", add_special_tokens=False)["input_ids"]
-    assert a.segments == [0] * (len(a.tokens) - sum(a.segments)) + [1] * sum(a.segments)
-    assert len(a.tokens) == len(ids)
+    ids = a.ids
+    assert a.segments == [0] * 5 + [1] * (len(ids) - 5)
     with torch.no_grad():
         out = model(torch.tensor([ids]), output_attentions=True)
     theirs = np.stack([w[0].numpy() for w in out.attentions])

@@ -32,12 +32,12 @@ struct Tokens {
 // Refuses maps of more than options.max_weights numbers, before the model runs.
 void check_size(const std::string& model, int64_t tokens, int64_t layers, int64_t heads,
                 const ExploreOptions& options) {
-  QKV_CHECK(options.max_weights > 0, "explore: max_weights must be positive, got ",
+  QKV_CHECK(options.max_weights > 0, "AttentionExplorer: max_weights must be positive, got ",
             options.max_weights);
   const int64_t weights = tokens * tokens * layers * heads;
-  QKV_CHECK(weights <= options.max_weights, "explore: ", tokens, " tokens x ", layers, " layers x ",
-            heads, " heads of ", model, " make ", tokens, "^2 x ", layers * heads, " = ", weights,
-            " attention weights, more than max_weights = ", options.max_weights,
+  QKV_CHECK(weights <= options.max_weights, "AttentionExplorer: ", tokens, " tokens x ", layers,
+            " layers x ", heads, " heads of ", model, " make ", tokens, "^2 x ", layers * heads,
+            " = ", weights, " attention weights, more than max_weights = ", options.max_weights,
             "; shorten the text or raise the limit");
 }
 
@@ -56,15 +56,17 @@ Tokens encoder_tokens(const Encoder& e, const std::string& text, const ExploreOp
   }
   const int64_t real = static_cast<int64_t>(t.ids.size());
   const int64_t max_len = e.model.config().max_position_embeddings;
-  QKV_CHECK(options.pad_to == 0 || options.pad_to >= real, "explore: pad_to = ", options.pad_to,
-            " is shorter than the input's ", real, " tokens");
+  QKV_CHECK(options.pad_to == 0 || options.pad_to >= real,
+            "AttentionExplorer: pad_to = ", options.pad_to, " is shorter than the input's ", real,
+            " tokens");
   const int64_t length = std::max(real, options.pad_to);
-  QKV_CHECK(length <= max_len, "explore: ", length, " tokens, more than the model's ",
+  QKV_CHECK(length <= max_len, "AttentionExplorer: ", length, " tokens, more than the model's ",
             "max_position_embeddings = ", max_len, "; shorten the text");
   if (length > real) {
     const std::string& pad = e.tokenizer.options().pad_token;
     const int64_t pad_id = pad.empty() ? -1 : e.tokenizer.token_to_id(pad);
-    QKV_CHECK(pad_id >= 0, "explore: pad_to needs a padding token; the tokenizer has none");
+    QKV_CHECK(pad_id >= 0,
+              "AttentionExplorer: pad_to needs a padding token; the tokenizer has none");
     t.ids.resize(static_cast<size_t>(length), pad_id);
     t.segments.resize(static_cast<size_t>(length), 0);  // token type 0, as tokenizers pads
   }
@@ -80,7 +82,7 @@ Tokens encoder_tokens(const Encoder& e, const std::string& text, const ExploreOp
 // text (BOS first when the file says so), then text_b without special tokens.
 Tokens decoder_tokens(const models::GgufModel& m, const std::string& text,
                       const ExploreOptions& options) {
-  QKV_CHECK(options.pad_to == 0, "explore: pad_to is for encoders; ",
+  QKV_CHECK(options.pad_to == 0, "AttentionExplorer: pad_to is for encoders; ",
             m.name.empty() ? "a decoder" : m.name,
             " reads its tokens causally and has no padding mask");
   Tokens t;
@@ -93,9 +95,9 @@ Tokens decoder_tokens(const models::GgufModel& m, const std::string& text,
       t.ids.push_back(id);
       t.segments.push_back(1);
     }
-  QKV_CHECK(!t.ids.empty(), "explore: the text has no tokens");
+  QKV_CHECK(!t.ids.empty(), "AttentionExplorer: the text has no tokens");
   const int64_t max_len = m.model.config().max_seq_len;
-  QKV_CHECK(static_cast<int64_t>(t.ids.size()) <= max_len, "explore: ", t.ids.size(),
+  QKV_CHECK(static_cast<int64_t>(t.ids.size()) <= max_len, "AttentionExplorer: ", t.ids.size(),
             " tokens, more than the model's context of ", max_len, "; shorten the text");
   for (int64_t id : t.ids) {
     const int32_t id32 = static_cast<int32_t>(id);
@@ -120,7 +122,7 @@ std::variant<Encoder, models::GgufModel> load_model(const std::filesystem::path&
     e.tokenizer.set_max_length(0);  // too long is an error here, never cut silently
     return e;
   }
-  QKV_CHECK(std::filesystem::is_regular_file(path), "explore: the model ", path.string(),
+  QKV_CHECK(std::filesystem::is_regular_file(path), "AttentionExplorer: the model ", path.string(),
             " is neither a model directory (config.json, model.safetensors, tokenizer.json) "
             "nor a GGUF file");
   // Exact: float32 weights, as transformers loads the file, and records allowed.
@@ -177,6 +179,7 @@ AttentionMaps AttentionExplorer::explore(const std::string& text, const ExploreO
   maps.architecture = architecture;
   maps.text = text;
   maps.text_b = options.text_b;
+  maps.ids = std::move(tokens.ids);
   maps.tokens = std::move(tokens.text);
   maps.segments = std::move(tokens.segments);
   return maps;

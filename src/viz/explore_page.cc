@@ -127,6 +127,7 @@ std::string explore_json(const AttentionMaps& maps) {
                 maps.allowed.shape() == maps.weights.shape() && maps.values.dim() == 4 &&
                 maps.values.size(2) == S && static_cast<int64_t>(maps.tokens.size()) == S &&
                 static_cast<int64_t>(maps.segments.size()) == S &&
+                (maps.ids.empty() || static_cast<int64_t>(maps.ids.size()) == S) &&
                 static_cast<int64_t>(maps.scales.size()) == maps.layers(),
             fn, ": the maps do not fit together: weights ", shape_str(maps.weights.shape()),
             ", scores ", shape_str(maps.scores.shape()), ", allowed ",
@@ -141,6 +142,7 @@ std::string explore_json(const AttentionMaps& maps) {
   j["architecture"] = maps.architecture;
   j["text"] = maps.text;
   j["text_b"] = maps.text_b;
+  j["ids"] = maps.ids;
   j["tokens"] = maps.tokens;
   j["segments"] = maps.segments;
   j["layers"] = maps.layers();

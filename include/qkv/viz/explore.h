@@ -44,6 +44,7 @@ struct AttentionMaps {
   std::string model;                // shown on the page (a file or directory name)
   std::string architecture;         // "bert", "llama", ...
   std::string text, text_b;         // the input (text_b: the second text, or "")
+  std::vector<int64_t> ids;         // [S] the token ids the model read
   std::vector<std::string> tokens;  // [S] as the tokenizer spells them
   std::vector<int> segments;        // [S] 0: a token of text, 1: of text_b
   std::vector<double> scales;       // [layers] the factor of q·k (1/√E by default)
