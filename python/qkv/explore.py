@@ -61,9 +61,13 @@ class Attention:
         """The page's data as JSON text (what a server's endpoint returns)."""
         return self._maps.json()
 
-    def html(self):
-        """The self-contained page (inline script and style, data as JSON)."""
-        return self._maps.html()
+    def html(self, live_endpoint=""):
+        """The self-contained page (inline script and style, data as JSON).
+
+        live_endpoint: a server's URL that answers POST {"text", "text_b"} with
+        json() of another text; the page then has a text box that asks it.
+        """
+        return self._maps.html(live_endpoint)
 
     def save(self, path):
         """Writes the page to `path` (opens from file://, no network)."""

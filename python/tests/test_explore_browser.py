@@ -6,7 +6,8 @@ Checked: no console error; the lines drawn for a layer and head are the
 weights in the file (read back from the DOM's data- attributes); switching
 layer and heads redraws them; hovering a token leaves only its lines; a model
 view thumbnail opens its head; the tutorial view's numbers are the weights;
-a screenshot of each view is saved and is not blank.
+a screenshot of each view is saved and is not blank. The live page (served
+with a text box, as `qkv serve` will) redraws from its endpoint's JSON.
 
 QKV_SCREENSHOT_DIR=docs/images keeps the screenshots (the README's pictures):
     QKV_SCREENSHOT_DIR=docs/images PYTHONPATH=python .venv/bin/python -m pytest -q \
@@ -14,8 +15,11 @@ QKV_SCREENSHOT_DIR=docs/images keeps the screenshots (the README's pictures):
 """
 
 import base64
+import http.server
+import json
 import os
 import shutil
+import threading
 
 import numpy as np
 import pytest
@@ -26,7 +30,7 @@ from model_files import MINILM, SMOLLM2_GGUF, needs_minilm, needs_smollm2
 webdriver = pytest.importorskip("selenium.webdriver")
 from selenium.webdriver.common.action_chains import ActionChains  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
-from selenium.webdriver.support.ui import Select  # noqa: E402
+from selenium.webdriver.support.ui import Select, WebDriverWait  # noqa: E402
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 CHROMEDRIVER = shutil.which("chromedriver")
@@ -137,6 +141,13 @@ def test_views_draw_the_weights_in_the_file(browser, tmp_path):
     shot(browser, "head", tmp_path)  # query "cat" of every head, padding masked
     ActionChains(browser).move_by_offset(0, 400).perform()
 
+    # The pair filter: text's queries reading the second text's keys only.
+    Select(browser.find_element(By.ID, "pair-filter")).select_by_value("0-1")
+    lines = drawn(browser)
+    assert lines and all(a.segments[i] == 0 and a.segments[j] == 1 for (_, _, i, j, *_) in lines)
+    Select(browser.find_element(By.ID, "pair-filter")).select_by_value("all")
+    check_lines(a, drawn(browser), 3, range(heads))
+
     # Heads: double-click shows one alone, a click adds another.
     box = lambda h: browser.find_element(By.CSS_SELECTOR, f'.head-box[data-head="{h}"]')
     ActionChains(browser).double_click(box(5)).perform()
@@ -209,3 +220,63 @@ def test_decoder_page_draws_the_causal_mask(browser, tmp_path):
     masked = browser.execute_script(
         "return [...document.querySelectorAll('#t-table tbody tr')].map(r => r.dataset.masked)")
     assert masked == ["0", "0", "0"] + ["1"] * (len(a.tokens) - 3)
+
+
+@needs_minilm
+def test_live_page_redraws_from_its_endpoint(browser):
+    """The page as a server would serve it (PageOptions::live_endpoint): what the
+    user types goes to the endpoint, whose JSON (explore_json) is drawn; an error
+    it returns is shown."""
+    explorer = qkv.AttentionExplorer(MINILM)
+    first = qkv.explore(explorer, TEXT)
+    results = {}
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def reply(self, status, body, kind):
+            data = body.encode()
+            self.send_response(status)
+            self.send_header("Content-Type", kind)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self):
+            self.reply(200, first.html(live_endpoint="/explore/attention"), "text/html; charset=utf-8")
+
+        def do_POST(self):
+            request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            try:
+                a = explorer(request["text"], request["text_b"], max_weights=20_000)
+            except ValueError as error:
+                return self.reply(400, json.dumps({"error": str(error)}), "application/json")
+            results["last"] = a
+            self.reply(200, a.json(), "application/json")
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        browser.get(f"http://127.0.0.1:{server.server_port}/")
+        assert browser.find_element(By.ID, "live").is_displayed()
+        text = browser.find_element(By.ID, "live-text")
+        text.clear()
+        text.send_keys("Dogs bark.")
+        browser.find_element(By.CSS_SELECTOR, "#live button[type=submit]").click()
+        WebDriverWait(browser, 10).until(lambda d: d.execute_script(
+            "return document.querySelectorAll('#head-svg text.query').length") == 5)
+        a = results["last"]
+        assert a.tokens == ["[CLS]", "dogs", "bark", ".", "[SEP]"]
+        check_lines(a, drawn(browser), 0, range(a.weights.shape[1]))
+        text.clear()
+        text.send_keys("word " * 30)
+        browser.find_element(By.CSS_SELECTOR, "#live button[type=submit]").click()
+        error = browser.find_element(By.ID, "error")
+        WebDriverWait(browser, 10).until(lambda d: error.text)
+        assert "max_weights = 20000" in error.text
+        severe = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+        # The 400 reply itself is logged as a failed resource; nothing else.
+        assert all("400" in e["message"] for e in severe), severe
+    finally:
+        server.shutdown()
