@@ -93,6 +93,9 @@ class AttentionExplorer:
     """A model loaded once, to explore many texts: explorer(text) -> Attention."""
 
     def __init__(self, model):
+        if not isinstance(model, (str, os.PathLike)):
+            raise TypeError("explore(): model must be a path (a model directory or a GGUF "
+                            f"file) or an AttentionExplorer, got {type(model).__name__}")
         self._core = _core.AttentionExplorer(os.fspath(model))
 
     @property

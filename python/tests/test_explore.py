@@ -109,6 +109,24 @@ def test_too_large_inputs_are_refused_by_name(minilm):
         qkv.explore(MINILM / "missing.gguf", TEXT)
 
 
+@needs_minilm
+def test_a_notebook_shows_the_page_inline(minilm, monkeypatch):
+    import sys
+    import types
+    shown = []
+    display = types.ModuleType("IPython.display")
+    display.HTML = lambda text: ("HTML", text)
+    display.display = shown.append
+    monkeypatch.setitem(sys.modules, "IPython", types.ModuleType("IPython"))
+    monkeypatch.setitem(sys.modules, "IPython.display", display)
+    a = qkv.explore(minilm, TEXT)
+    a.show()
+    assert shown == [("HTML", a._repr_html_())]
+    assert a._repr_html_().startswith('<iframe') and "&lt;!DOCTYPE html&gt;" in a._repr_html_()
+    with pytest.raises(TypeError, match="model must be a path .* got int"):
+        qkv.explore(3, TEXT)
+
+
 @needs_smollm2
 def test_smollm2_weights_equal_transformers_from_the_gguf_file():
     a = qkv.explore(SMOLLM2_GGUF, "The capital of France is", " Paris, a city of light.")
