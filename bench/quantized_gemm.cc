@@ -53,8 +53,9 @@ std::vector<uint8_t> random_blocks(QuantFormat f, int64_t n, int64_t k, std::mt1
   const int64_t bb = qkv::quant_block_bytes(f), blocks = n * k / qkv::quant_block_elements(f);
   std::vector<uint8_t> bytes(blocks * bb);
   for (uint8_t& b : bytes) b = static_cast<uint8_t>(gen());
-  const int offsets[2] = {f == QuantFormat::kQ6_K ? 208 : 0,
-                          (f == QuantFormat::kQ4_1 || f == QuantFormat::kQ4_K) ? 2 : -1};
+  const bool has_min = f == QuantFormat::kQ4_1 || f == QuantFormat::kQ5_1 ||
+                       f == QuantFormat::kQ4_K || f == QuantFormat::kQ5_K;
+  const int offsets[2] = {f == QuantFormat::kQ6_K ? 208 : 0, has_min ? 2 : -1};
   for (int64_t i = 0; i < blocks; ++i)
     for (int o : offsets)
       if (o >= 0) {
@@ -91,11 +92,15 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  // SmolLM2's Q4_1 layers, then Gemma 3 270M Q4_K_M's feed-forward (Q5_0) and the other
+  // types of Q4_K_M files.
   const Shape shapes[] = {
       {QuantFormat::kQ4_1, 576, 576, "q/o proj"},  {QuantFormat::kQ4_1, 192, 576, "k/v proj"},
       {QuantFormat::kQ4_1, 1536, 576, "ffn up"},   {QuantFormat::kQ4_1, 576, 1536, "ffn down"},
       {QuantFormat::kQ8_0, 49152, 576, "lm head"}, {QuantFormat::kQ4_0, 1536, 576, "ffn up"},
       {QuantFormat::kQ4_K, 1536, 768, "(Q4_K)"},   {QuantFormat::kQ6_K, 1536, 768, "(Q6_K)"},
+      {QuantFormat::kQ5_0, 2048, 640, "ffn up"},   {QuantFormat::kQ5_1, 1536, 576, "(Q5_1)"},
+      {QuantFormat::kQ5_K, 1536, 768, "(Q5_K)"},   {QuantFormat::kIQ4_NL, 1536, 576, "(IQ4_NL)"},
   };
   std::vector<const qkv::kernels::QuantKernels*> tables;
   for (const auto* t : qkv::kernels::supported_quant_kernels())

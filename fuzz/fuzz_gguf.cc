@@ -1,17 +1,39 @@
 // io::GgufFile::from_bytes on arbitrary bytes: every metadata value of a valid file is read
 // through each typed getter, every tensor is checked against the promises of the header
-// (aligned, inside the file, no overlaps, size = numel x block) and loaded.
+// (aligned, inside the file, no overlaps, size = numel x block) and loaded; a block-quantized
+// one the kernels take (Q4_0 .. IQ4_NL) is also dequantized by them, bit-equal to load().
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <utility>
 #include <vector>
 
 #include "fuzz_util.h"
 #include "qkv/error.h"
 #include "qkv/io/gguf.h"
+#include "qkv/quantized_linear.h"
 
 namespace {
+
+// The active kernel table's dequantization of t (rows of dims[0]) equals `loaded`, the
+// reference's, bit for bit. Other types, and blocks with a NaN or infinite fp16 scale (which
+// QuantizedWeight refuses), are left alone.
+void expect_kernels_match(const qkv::io::GgufTensorInfo& t, const qkv::Tensor& loaded) {
+  if (t.numel() == 0 || t.dims.empty()) return;
+  qkv::Tensor dequantized;
+  try {
+    const qkv::QuantFormat format = qkv::quant_format_from_ggml_type(static_cast<uint32_t>(t.type));
+    const qkv::QuantizedWeight w(format, t.numel() / t.dims[0], t.dims[0], t.data.data(),
+                                 static_cast<int64_t>(t.data.size()), nullptr);
+    dequantized = w.dequantize();
+  } catch (const qkv::Error&) {
+    return;
+  }
+  QKV_FUZZ_EXPECT(dequantized.numel() == loaded.numel());
+  QKV_FUZZ_EXPECT(std::memcmp(dequantized.raw_data(), loaded.raw_data(),
+                              static_cast<size_t>(loaded.numel()) * sizeof(float)) == 0);
+}
 
 // A getter may refuse a value of another type or range (qkv::Error); nothing else.
 template <class F>
@@ -61,8 +83,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         const qkv::Tensor loaded = file.load(t.name);
         QKV_FUZZ_EXPECT(loaded.numel() == t.numel());
         QKV_FUZZ_EXPECT(loaded.shape() == t.shape());
+        expect_kernels_match(t, loaded);
       } catch (const qkv::Error&) {
-        // Quantized types, and I64 values float64 cannot hold.
+        // Quantized types without a dequantizer, and I64 values float64 cannot hold.
       }
     }
     std::sort(spans.begin(), spans.end());

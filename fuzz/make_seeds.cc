@@ -259,6 +259,38 @@ void config_seeds() {
   write("decoder_config", "deep_nesting.json", nested(100000));
 }
 
+// One tensor of each block type the kernels take (ggml type ids 2, 3, 6, 7, 8, 12, 13, 14, 20;
+// 2 rows of 2 blocks, the fp16 scales set to 1.5, 0.25 or −0.75, the other bytes a
+// pattern) and one of a type they do not (Q2_K), so that the fuzzer starts from every id.
+void gguf_block_type_seeds() {
+  using qkv_test::le;
+  struct Type {
+    const char* name;
+    uint32_t id, block, bytes;
+    std::vector<int> scales;  // byte offsets of the fp16 scales
+  };
+  const Type types[] = {{"q4_0", 2, 32, 18, {0}},       {"q4_1", 3, 32, 20, {0, 2}},
+                        {"q5_0", 6, 32, 22, {0}},       {"q5_1", 7, 32, 24, {0, 2}},
+                        {"q8_0", 8, 32, 34, {0}},       {"q4_k", 12, 256, 144, {0, 2}},
+                        {"q5_k", 13, 256, 176, {0, 2}}, {"q6_k", 14, 256, 210, {208}},
+                        {"iq4_nl", 20, 32, 18, {0}},    {"q2_k", 10, 256, 84, {80, 82}}};
+  const uint16_t halves[3] = {0x3e00, 0x3400, 0xba00};  // 1.5, 0.25, -0.75
+  qkv_test::GgufWriter w;
+  w.str("general.architecture", "llama");
+  int n = 0;
+  for (const Type& t : types) {
+    std::string data;
+    for (int b = 0; b < 4; ++b) {
+      std::string block(t.bytes, '\0');
+      for (uint32_t i = 0; i < t.bytes; ++i) block[i] = static_cast<char>((i * 37 + b * 11) & 0xff);
+      for (int offset : t.scales) block.replace(offset, 2, le<uint16_t>(halves[n++ % 3]));
+      data += block;
+    }
+    w.tensor(t.name, {2 * uint64_t{t.block}, 2}, t.id, data);
+  }
+  write("gguf", "block_types.gguf", w.build());
+}
+
 // GGUF files shaped like a small llama model (metadata of every kind, tensors of the plain
 // types, Q4_1 and Q8_0), at versions 2 and 3 and other alignments, and hostile ones.
 void gguf_seeds() {
@@ -318,6 +350,7 @@ void gguf_seeds() {
   GgufWriter huge;
   huge.tensor("t", {uint64_t{1} << 40, uint64_t{1} << 30}, 0, "");
   write("gguf", "huge_dims.gguf", huge.build());
+  gguf_block_type_seeds();
 }
 
 }  // namespace

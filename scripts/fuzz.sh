@@ -57,7 +57,8 @@ export OMP_NUM_THREADS=1
 # One fuzzer, in two parts, each leaving its exit status in $OUT/<name>/:
 #  seeds: every seed of fuzz/corpus/<name>/ once, whole (the hostile ones are
 #         up to 300 KB: 100,000-deep nesting);
-#  fuzz:  QKV_FUZZ_SECONDS of fuzzing from the seeds, inputs up to 16 KB (larger
+#  fuzz:  QKV_FUZZ_SECONDS of fuzzing from the seeds (with fuzz/<name>.dict as
+#         libFuzzer's dictionary where there is one), inputs up to 16 KB (larger
 #         seeds are cut: inputs of hundreds of KB would make it 100x slower).
 #         New inputs go to $OUT/<name>/corpus (libFuzzer writes into the first
 #         corpus directory); the repository's seeds are only read.
@@ -67,7 +68,9 @@ run_one() {
   mkdir -p "$dir/corpus"
   "$BUILD_DIR/fuzz_$name" "${LIMITS[@]}" -artifact_prefix="$dir/seed-" fuzz/corpus/"$name"/* \
       >"$dir/seeds.log" 2>&1 && echo 0 >"$dir/seeds.status" || echo $? >"$dir/seeds.status"
-  "$BUILD_DIR/fuzz_$name" "${LIMITS[@]}" -max_total_time="$SECONDS_EACH" -max_len=16384 \
+  local dict=()
+  [[ -f fuzz/$name.dict ]] && dict=(-dict="fuzz/$name.dict")
+  "$BUILD_DIR/fuzz_$name" "${LIMITS[@]}" "${dict[@]}" -max_total_time="$SECONDS_EACH" -max_len=16384 \
       -print_final_stats=1 -artifact_prefix="$dir/" "$dir/corpus" "fuzz/corpus/$name" \
       >"$dir/fuzz.log" 2>&1 && echo 0 >"$dir/fuzz.status" || echo $? >"$dir/fuzz.status"
 }

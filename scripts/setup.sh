@@ -8,7 +8,9 @@ cd "$(dirname "$0")/.."
 
 DEBIAN_PACKAGES=(g++ cmake ninja-build pkg-config libgtest-dev libbenchmark-dev libcli11-dev
                  nlohmann-json3-dev libpng-dev libopenblas-openmp-dev libutf8proc-dev python3-venv
-                 fortunes ccache chromium chromium-driver)
+                 fortunes ccache
+                 libedit-dev  # qkv chat: line editing and history
+                 chromium chromium-driver)  # the attention explorer's browser test
 BUILD_DIR=${QKV_BUILD_DIR:-build}
 VENV=${QKV_VENV:-.venv}
 
@@ -55,3 +57,10 @@ fi
 step "building (cmake --build $BUILD_DIR)"
 # The command lines' paths relative to the clone, for ccache (as sanitize.sh).
 CCACHE_BASEDIR="$PWD" cmake --build "$BUILD_DIR" -j"$(nproc)"
+
+# --- `qkv` on PATH in the virtual environment ------------------------------------
+# After `. .venv/bin/activate`, `qkv ...` runs this build's binary (the README's
+# commands are written so); the wheel installs its own `qkv` the same way.
+if [[ -x "$BUILD_DIR/tools/qkv" ]]; then
+  ln -sfn "$PWD/$BUILD_DIR/tools/qkv" "$VENV/bin/qkv"
+fi

@@ -25,7 +25,8 @@ using qkv::QuantizedWeight;
 constexpr double kU = 0x1p-24;  // float32's unit roundoff
 constexpr float kSentinel = -12345.0f;
 constexpr QuantFormat kFormats[] = {QuantFormat::kQ8_0, QuantFormat::kQ4_0, QuantFormat::kQ4_1,
-                                    QuantFormat::kQ4_K, QuantFormat::kQ6_K};
+                                    QuantFormat::kQ5_0, QuantFormat::kQ5_1, QuantFormat::kQ4_K,
+                                    QuantFormat::kQ5_K, QuantFormat::kQ6_K, QuantFormat::kIQ4_NL};
 
 inline uint16_t half_bits(float f) {  // exact for the values used here
   const uint32_t b = std::bit_cast<uint32_t>(f);
@@ -47,6 +48,31 @@ inline std::vector<float> dequantize_ref(QuantFormat f, const std::vector<uint8_
   return out;
 }
 
+// A block's fp16 scales: byte offset, and whether it may be negative (d of
+// the symmetric formats, Q4_1's and Q5_1's min; K-quants' d and dmin are not).
+struct ScaleField {
+  int offset;
+  bool is_signed;
+};
+inline std::vector<ScaleField> scale_fields(QuantFormat format) {
+  switch (format) {
+    case QuantFormat::kQ8_0:
+    case QuantFormat::kQ4_0:
+    case QuantFormat::kQ5_0:
+    case QuantFormat::kIQ4_NL:
+      return {{0, true}};
+    case QuantFormat::kQ4_1:
+    case QuantFormat::kQ5_1:
+      return {{0, false}, {2, true}};
+    case QuantFormat::kQ4_K:
+    case QuantFormat::kQ5_K:
+      return {{0, false}, {2, false}};
+    case QuantFormat::kQ6_K:
+      return {{208, true}};
+  }
+  return {};
+}
+
 // n rows of k weights in `format`: random bytes, then fp16 scales set to
 // random normal halves of magnitude 2^-9 .. 2^-4 (mins of either sign).
 inline std::vector<uint8_t> random_weight(QuantFormat format, int64_t n, int64_t k,
@@ -56,28 +82,12 @@ inline std::vector<uint8_t> random_weight(QuantFormat format, int64_t n, int64_t
   std::vector<uint8_t> bytes(blocks * bb);
   std::uniform_int_distribution<int> byte(0, 255), exp(-9, -5), mant(0, 1023), sign(0, 1);
   for (uint8_t& v : bytes) v = static_cast<uint8_t>(byte(gen));
-  const auto scale = [&](uint8_t* p, bool signed_) {
-    const float f = std::ldexp(1.0f + mant(gen) / 1024.0f, exp(gen));
-    put_half(p, signed_ && sign(gen) ? -f : f);
-  };
-  for (int64_t i = 0; i < blocks; ++i) {
-    uint8_t* b = bytes.data() + i * bb;
-    switch (format) {
-      case QuantFormat::kQ8_0:
-      case QuantFormat::kQ4_0:
-        scale(b, true);
-        break;
-      case QuantFormat::kQ4_1:
-        scale(b, false), scale(b + 2, true);
-        break;
-      case QuantFormat::kQ4_K:
-        scale(b, false), scale(b + 2, false);
-        break;
-      case QuantFormat::kQ6_K:
-        scale(b + 208, true);
-        break;
+  const std::vector<ScaleField> fields = scale_fields(format);
+  for (int64_t i = 0; i < blocks; ++i)
+    for (const ScaleField& field : fields) {
+      const float f = std::ldexp(1.0f + mant(gen) / 1024.0f, exp(gen));
+      put_half(bytes.data() + i * bb + field.offset, field.is_signed && sign(gen) ? -f : f);
     }
-  }
   return bytes;
 }
 

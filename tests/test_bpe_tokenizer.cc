@@ -251,8 +251,8 @@ TEST(BpeTokenizer, HostileVocabulariesAreNamed) {
   expect_error(v, "BpeVocabulary.tokens is empty");
 
   v = make_vocabulary({});
-  v.pre_tokenizer = "llama-bpe";
-  expect_error(v, "pre_tokenizer \"llama-bpe\" is not supported");
+  v.pre_tokenizer = "deepseek-llm";
+  expect_error(v, "pre_tokenizer \"deepseek-llm\" is not supported");
 
   v = make_vocabulary({});
   v.token_types.pop_back();

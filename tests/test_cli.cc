@@ -150,6 +150,22 @@ TEST_F(Cli, EmbedWithoutTheModelSaysHowToFetchIt) {
   EXPECT_FALSE(fs::exists(dir_ / "e.csv"));
 }
 
+// The default model path works from any directory: the binary of a build
+// tree knows its checkout's models/, and QKV_MODELS names another folder.
+TEST_F(Cli, DefaultModelPathWorksFromAnyDirectory) {
+  const fs::path models = fs::path(source_dir()) / "models";
+  if (!fs::is_directory(models / "all-MiniLM-L6-v2"))
+    GTEST_SKIP() << "models/all-MiniLM-L6-v2 is missing: run scripts/fetch_model.sh";
+  const std::string elsewhere = "cd '" + dir_.string() + "' && ";
+  const CliRun run = run_qkv("similarity a b");  // from the test's working directory
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  const std::string qkv = std::string("'") + cli_path() + "'";
+  for (const std::string& env : {std::string(), "QKV_MODELS='" + models.string() + "' "}) {
+    const std::string command = elsewhere + env + qkv + " similarity a b >/dev/null 2>&1";
+    EXPECT_EQ(std::system(command.c_str()), 0) << command;
+  }
+}
+
 TEST_F(Cli, EmbedWritesJsonAndNpyWithTheSameRows) {
   QKV_SKIP_WITHOUT_MINILM();
   const std::string model = "--model '" + qkv_test::minilm_dir().string() + "'";

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <string>
@@ -103,6 +104,18 @@ TEST_F(Cli, BenchDecodesAGgufModelAndWritesCsv) {
   const nlohmann::json row = nlohmann::json::parse(lines_of(json.output).at(0));
   EXPECT_EQ(row.at("work").get<double>(), 5.0);  // tokens per run
   expect_consistent(row, 3);
+
+  // -o FILE: the extension names the format, the file holds what stdout would.
+  const fs::path out = dir_ / "decode.csv";
+  const CliRun to_file = run_qkv("bench -m '" + model.string() + "' -w decode/tg5 -n 5 -r 3 -o '" +
+                                 out.string() + "'");
+  ASSERT_EQ(to_file.exit_code, 0) << to_file.output;
+  std::ifstream in(out);
+  const std::string written((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSERT_EQ(lines_of(written).size(), 2u) << written;
+  EXPECT_TRUE(lines_of(written)[1].starts_with("decode/tg5,tok/s,")) << written;
+  expect_failure(run_qkv("bench -m '" + model.string() + "' -w decode/tg5 -o out.txt"),
+                 {"'out.txt' is neither a format (md, csv, jsonl) nor a file name ending in"});
 }
 
 TEST_F(Cli, BenchEmbedsWithASentenceModel) {

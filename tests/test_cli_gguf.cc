@@ -43,6 +43,24 @@ TEST_F(Cli, GenerateReadsGgufFiles) {
                  {"--precision int8 needs --exact"});
 }
 
+// llama.cpp's short flags mean what they mean there, and give the same text
+// as the long ones; the model may come positionally or after -m, not both.
+TEST_F(Cli, GenerateTakesLlamaCppsShortFlags) {
+  const fs::path model = write_tiny(dir_);
+  const CliRun long_flags =
+      run_qkv("generate '" + model.string() +
+              "' --prompt ab --max-new-tokens 6 --temperature 0.9 --seed 5 --threads 1");
+  const CliRun short_flags =
+      run_qkv("generate -m '" + model.string() + "' -p ab -n 6 --temp 0.9 -s 5 -t 1 --min-p 0.05");
+  EXPECT_EQ(long_flags.exit_code, 0) << long_flags.output;
+  EXPECT_EQ(short_flags.output, long_flags.output);
+  expect_failure(run_qkv("generate -p ab"), {"MODEL (or -m MODEL) is required"});
+  expect_failure(run_qkv("generate '" + model.string() + "' -m '" + model.string() + "' -p ab"),
+                 {"excludes"});
+  expect_failure(run_qkv("generate '" + model.string() + "' -p ab --min-p 2"),
+                 {"--min-p: 2 is not in [0, 1]"});
+}
+
 // A .gguf file too short for the magic is reported by the GGUF reader, not the safetensors one.
 TEST_F(Cli, GenerateNamesAShortGgufFileAsGguf) {
   for (const char* bytes : {"", "GGU"}) {
@@ -65,6 +83,26 @@ TEST_F(Cli, ChatReadsTurnsFromStdin) {
   const fs::path text = write_text(dir_ / "not.gguf", "hello");
   expect_failure(run_qkv("chat '" + text.string() + "' < '" + input.string() + "'"),
                  {"is not a GGUF file"});
+}
+
+// A message longer than the context is refused and the conversation goes on;
+// when the turns outgrow the context (the tiny model holds 64 positions) the
+// oldest leave; a reply stopped by --max-new-tokens is marked.
+TEST_F(Cli, ChatSurvivesMessagesLongerThanTheContext) {
+  const fs::path model = write_tiny(dir_);
+  std::string turns = "hi\n" + std::string(100000, 'a') + "\n";
+  for (int i = 0; i < 12; ++i) turns += "again\n";
+  const fs::path input = write_text(dir_ / "turns.txt", turns);
+  const CliRun run = run_qkv("chat '" + model.string() +
+                             "' --greedy --max-new-tokens 5000 --context 64 < '" + input.string() +
+                             "'");
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  expect_output_has(run, {"does not fit the context of 64 tokens",
+                          "oldest messages left the conversation to fit the context of 64"});
+  const CliRun capped = run_qkv("chat '" + model.string() + "' --greedy -n 1 < '" +
+                                write_text(dir_ / "one.txt", "hi\n").string() + "'");
+  EXPECT_EQ(capped.exit_code, 0) << capped.output;
+  expect_output_has(capped, {"[reply cut at --max-new-tokens 1]"});
 }
 
 TEST_F(Cli, SmolLM2GeneratesAndChats) {

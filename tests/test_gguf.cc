@@ -397,7 +397,7 @@ TEST(Gguf, LoadsPlainTypesExactly) {
           "h", {4}, kF16,
           le<uint16_t>(0x7c00) + le<uint16_t>(0xfc00) + le<uint16_t>(0x7e00) + le<uint16_t>(0x03ff))
       .tensor("q", {32}, kQ4_1, std::string(20, '\0'))
-      .tensor("q5", {32}, 6, std::string(22, '\0'))  // Q5_0: no dequantizer
+      .tensor("q2", {256}, 10, std::string(84, '\0'))  // Q2_K: no dequantizer
       .tensor("s", {}, kF32, floats({3.5f}));
   const GgufFile f = read(w);
   const Tensor f64 = f.load("f64");
@@ -420,8 +420,9 @@ TEST(Gguf, LoadsPlainTypesExactly) {
   EXPECT_EQ(f.load("s").shape(), Shape{});
   EXPECT_EQ(f.load("s").data<float>()[0], 3.5f);
   EXPECT_EQ(f.tensor("q").data.size(), 20u);
-  qkv_test::expect_error([&] { f.load("q5"); }, ErrorKind::kType,
-                         {"'t.gguf'", "tensor \"q5\" is Q5_0", "Q4_1, Q8_0, Q4_K and Q6_K only"});
+  qkv_test::expect_error([&] { f.load("q2"); }, ErrorKind::kType,
+                         {"'t.gguf'", "tensor \"q2\" is Q2_K",
+                          "Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K and IQ4_NL only"});
   qkv_test::expect_error([&] { f.tensor("nope"); }, {"'t.gguf' has no tensor \"nope\""});
   EXPECT_FALSE(f.has_tensor("nope"));
   EXPECT_TRUE(f.has_tensor("q"));

@@ -67,20 +67,23 @@ TEST(QuantBlocks, Q4_1HandBuilt) {
   }
 }
 
-// Q4_K: the 6-bit (scale, min) pairs packed as ggml does (sub-blocks 4..7
-// keep their top 2 bits in the top bits of bytes 0..7), nibble e of
-// sub-block s = (7e + s) mod 16.
-TEST(QuantBlocks, Q4_KHandBuilt) {
-  const int sc[8] = {1, 2, 3, 4, 37, 50, 63, 17}, mn[8] = {0, 5, 9, 63, 20, 33, 48, 1};
-  std::vector<uint8_t> b(144);
-  put_half(b.data(), 1.0f);
-  put_half(b.data() + 2, 0.5f);
-  uint8_t* s = b.data() + 4;
+// Q4_K's and Q5_K's 12 bytes of 6-bit (scale, min) pairs, packed as ggml
+// does: sub-blocks 4..7 keep their top 2 bits in the top bits of bytes 0..7.
+void pack_k_scales(const int sc[8], const int mn[8], uint8_t* s) {
   for (int j = 0; j < 4; ++j) {
     s[j] = static_cast<uint8_t>(sc[j] | ((sc[j + 4] >> 4) << 6));
     s[j + 4] = static_cast<uint8_t>(mn[j] | ((mn[j + 4] >> 4) << 6));
     s[j + 8] = static_cast<uint8_t>((sc[j + 4] & 15) | ((mn[j + 4] & 15) << 4));
   }
+}
+
+// Q4_K: nibble e of sub-block s = (7e + s) mod 16.
+TEST(QuantBlocks, Q4_KHandBuilt) {
+  const int sc[8] = {1, 2, 3, 4, 37, 50, 63, 17}, mn[8] = {0, 5, 9, 63, 20, 33, 48, 1};
+  std::vector<uint8_t> b(144);
+  put_half(b.data(), 1.0f);
+  put_half(b.data() + 2, 0.5f);
+  pack_k_scales(sc, mn, b.data() + 4);
   const auto q = [](int sub, int e) { return (7 * e + sub) % 16; };
   for (int pair = 0; pair < 4; ++pair)
     for (int i = 0; i < 32; ++i)
@@ -111,6 +114,66 @@ TEST(QuantBlocks, Q6_KHandBuilt) {
   const std::vector<float> w = dequantize_ref(QuantFormat::kQ6_K, b, 256);
   for (int i = 0; i < 256; ++i)
     ASSERT_EQ(w[i], static_cast<float>(0.125 * scales[i / 16] * (q(i) - 32))) << i;
+}
+
+// Q5_0 and Q5_1: weight i's low 4 bits as Q4_*'s, its bit 4 at bit i of the
+// little-endian u32 qh; q = (5i + 3) mod 32.
+TEST(QuantBlocks, Q5_0AndQ5_1HandBuilt) {
+  const auto q = [](int i) { return (5 * i + 3) % 32; };
+  for (bool has_min : {false, true}) {
+    std::vector<uint8_t> b(has_min ? 24 : 22);
+    put_half(b.data(), -0.5f);
+    if (has_min) put_half(b.data() + 2, 3.0f);
+    uint8_t* qh = b.data() + (has_min ? 4 : 2);
+    uint8_t* qs = qh + 4;
+    for (int i = 0; i < 32; ++i) {
+      qs[i % 16] |= static_cast<uint8_t>((q(i) & 15) << (i < 16 ? 0 : 4));
+      qh[i / 8] |= static_cast<uint8_t>((q(i) >> 4) << (i % 8));
+    }
+    const QuantFormat f = has_min ? QuantFormat::kQ5_1 : QuantFormat::kQ5_0;
+    const std::vector<float> w = dequantize_ref(f, b, 32);
+    for (int i = 0; i < 32; ++i) {
+      const float want = has_min ? -0.5f * q(i) + 3.0f : -0.5f * (q(i) - 16);
+      ASSERT_EQ(w[i], want) << qkv::quant_format_name(f) << " " << i;
+      // Q5_0's q = 16 with d < 0 is −0, as ggml's (q − 16) · d
+      if (!has_min && q(i) == 16) {
+        EXPECT_TRUE(std::signbit(w[i])) << i;
+      }
+    }
+  }
+}
+
+// Q5_K: Q4_K's scales and nibbles (after 32 bytes of qh) with bit 4 of weight
+// e of sub-block s at bit s of qh[e]; q(s, e) = (11e + 3s) mod 32.
+TEST(QuantBlocks, Q5_KHandBuilt) {
+  const int sc[8] = {1, 2, 3, 4, 37, 50, 63, 17}, mn[8] = {0, 5, 9, 63, 20, 33, 48, 1};
+  std::vector<uint8_t> b(176);
+  put_half(b.data(), 0.25f);
+  put_half(b.data() + 2, 2.0f);
+  pack_k_scales(sc, mn, b.data() + 4);
+  const auto q = [](int sub, int e) { return (11 * e + 3 * sub) % 32; };
+  for (int sub = 0; sub < 8; ++sub)
+    for (int e = 0; e < 32; ++e) {
+      b[48 + 32 * (sub / 2) + e] |= static_cast<uint8_t>((q(sub, e) & 15) << (4 * (sub % 2)));
+      b[16 + e] |= static_cast<uint8_t>((q(sub, e) >> 4) << sub);
+    }
+  const std::vector<float> w = dequantize_ref(QuantFormat::kQ5_K, b, 256);
+  for (int sub = 0; sub < 8; ++sub)
+    for (int e = 0; e < 32; ++e)
+      ASSERT_EQ(w[32 * sub + e], 0.25f * sc[sub] * q(sub, e) - 2.0f * mn[sub]) << sub << " " << e;
+}
+
+// IQ4_NL: nibbles as Q4_0's, each indexing ggml's 16 levels.
+TEST(QuantBlocks, IQ4_NLHandBuilt) {
+  const int levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+  std::vector<uint8_t> b(18);
+  put_half(b.data(), -0.125f);
+  for (int i = 0; i < 16; ++i) b[2 + i] = static_cast<uint8_t>(i | (((3 * i + 1) % 16) << 4));
+  const std::vector<float> w = dequantize_ref(QuantFormat::kIQ4_NL, b, 32);
+  for (int i = 0; i < 16; ++i) {
+    EXPECT_EQ(w[i], -0.125f * levels[i]) << i;
+    EXPECT_EQ(w[i + 16], -0.125f * levels[(3 * i + 1) % 16]) << i + 16;
+  }
 }
 
 // One random block each, dequantised by gguf 0.19's Python reader
@@ -195,6 +258,53 @@ const std::vector<Golden>& golden() {
        {0.275146484375f, 0.378326416015625f, 0.653472900390625f, 1.58209228515625f,
         -1.4617156982421875f, -1.8056488037109375f, -0.4127197265625f, 0.4643096923828125f,
         0.7394561767578125f, 0.103179931640625f, 1.99481201171875f}},
+      {qkv::QuantFormat::kQ5_0,
+       {0xcf, 0x28, 0x3a, 0xfa, 0xdf, 0x31, 0x70, 0x80, 0x2c, 0x94, 0x53,
+        0x3b, 0x9b, 0xe2, 0x11, 0x8a, 0xc8, 0xce, 0x9f, 0xc4, 0xd5, 0xa6},
+       {0, 3, 6, 9, 12, 15, 18, 21, 24, 27, 30},
+       {-0.60107421875f, 0.1502685546875f, -0.187835693359375f, 0.37567138671875f,
+        0.563507080078125f, 0.22540283203125f, 0.07513427734375f, -0.488372802734375f,
+        0.037567138671875f, -0.1502685546875f, -0.112701416015625f}},
+      {qkv::QuantFormat::kQ5_1,
+       {0x0e, 0x2e, 0x7a, 0xac, 0x39, 0xee, 0x43, 0x66, 0xde, 0xc2, 0x91, 0xca,
+        0xc4, 0x86, 0x77, 0xf8, 0xd6, 0xc8, 0xac, 0x26, 0xd8, 0xd6, 0xf3, 0xe5},
+       {0, 3, 6, 9, 12, 15, 18, 21, 24, 27, 30},
+       {2.7681884765625f, 2.3897705078125f, 0.59228515625f, 2.2005615234375f, 0.6868896484375f,
+        1.916748046875f, 0.781494140625f, 0.6868896484375f, 1.159912109375f, 0.1192626953125f,
+        2.86279296875f}},
+      {qkv::QuantFormat::kQ5_K,
+       {0x0a, 0x28, 0x51, 0x2d, 0x38, 0x0a, 0xbf, 0xc3, 0x1d, 0x8d, 0x13, 0x7d, 0x3b, 0xd0, 0xc7,
+        0xa8, 0xab, 0x21, 0x2b, 0x65, 0x92, 0xbd, 0x44, 0x36, 0x9e, 0xc1, 0xf0, 0xa2, 0xc2, 0xd2,
+        0x04, 0x3b, 0xe4, 0x50, 0x4c, 0x47, 0x61, 0x39, 0x68, 0x39, 0x0c, 0x7d, 0xc9, 0xf6, 0x34,
+        0xd0, 0x5c, 0x7b, 0x00, 0x6e, 0xa7, 0x2a, 0xcc, 0x54, 0x99, 0x90, 0x26, 0x96, 0x82, 0x58,
+        0xce, 0xcb, 0xe0, 0xf9, 0x9f, 0x8b, 0x22, 0x6a, 0xc8, 0x06, 0x40, 0xcb, 0x08, 0xe8, 0xde,
+        0x64, 0xde, 0xca, 0x49, 0x1e, 0xa7, 0x9b, 0x5d, 0x2f, 0xfa, 0x56, 0x6f, 0xda, 0xc7, 0xa3,
+        0x10, 0xcc, 0x11, 0x2d, 0x03, 0x47, 0x34, 0xfe, 0x57, 0x9d, 0xfe, 0x6b, 0x09, 0x41, 0x3d,
+        0x94, 0x1b, 0xa4, 0x0f, 0xae, 0x17, 0x6a, 0xd8, 0xe9, 0xe9, 0xbc, 0x55, 0xa6, 0xd9, 0xc6,
+        0xd8, 0xb9, 0x2d, 0x2a, 0x79, 0xb1, 0xf7, 0xcd, 0x19, 0xc3, 0xfc, 0xd7, 0x2e, 0x37, 0xa3,
+        0xc5, 0x78, 0xc4, 0xfb, 0x39, 0x12, 0xdf, 0xd5, 0x82, 0x28, 0xcf, 0x01, 0x55, 0xcc, 0x12,
+        0x5f, 0x2c, 0xae, 0x7f, 0x31, 0x7a, 0x08, 0x64, 0xf0, 0x61, 0x4c, 0x06, 0x30, 0x4a, 0x43,
+        0x43, 0x51, 0x9b, 0x80, 0xc2, 0xa1, 0x69, 0x00, 0x6c, 0x91, 0x5c},
+       {0,   7,   14,  21,  28,  35,  42,  49,  56,  63,  70,  77,  84,
+        91,  98,  105, 112, 119, 126, 133, 140, 147, 154, 161, 168, 175,
+        182, 189, 196, 203, 210, 217, 224, 231, 238, 245, 252},
+       {25.86444091796875f, -2.40899658203125f, -2.40899658203125f, 36.46697998046875f,
+        22.33026123046875f, -0.44879150390625f, 1.44451904296875f,  1.44451904296875f,
+        -1.07989501953125f, 4.28448486328125f,  60.0489501953125f,  24.265380859375f,
+        26.25335693359375f, 38.18121337890625f, -3.0792236328125f,  -4.12054443359375f,
+        -4.783203125f,      -3.17388916015625f, -3.4578857421875f,  7.38714599609375f,
+        2.874755859375f,    2.1805419921875f,   3.5689697265625f,   -3.73809814453125f,
+        -3.73809814453125f, -3.73809814453125f, -3.73809814453125f, -3.73809814453125f,
+        13.77099609375f,    11.3096923828125f,  18.693603515625f,   21.1549072265625f,
+        29.6478271484375f,  1.3743896484375f,   24.3465576171875f,  4.9085693359375f,
+        -2.1597900390625f}},
+      {qkv::QuantFormat::kIQ4_NL,
+       {0xa3, 0x2a, 0x82, 0xec, 0xee, 0xa5, 0x5a, 0x07, 0x73, 0x18, 0x05, 0x91, 0xf0, 0xeb, 0x93,
+        0x8e, 0x0d, 0xae},
+       {0, 3, 6, 9, 12, 15, 18, 21, 24, 27, 30},
+       {-4.303497314453125f, -1.814727783203125f, -3.370208740234375f, -5.392333984375f,
+        -3.370208740234375f, 4.614593505859375f, 4.614593505859375f, -6.584869384765625f,
+        -6.584869384765625f, 4.614593505859375f, -6.584869384765625f}},
   };
   return g;
 }
@@ -214,7 +324,13 @@ TEST(QuantBlocks, FormatsOfGgmlTypes) {
   EXPECT_EQ(qkv::quant_format_from_ggml_type(3), QuantFormat::kQ4_1);
   EXPECT_EQ(qkv::quant_format_from_ggml_type(8), QuantFormat::kQ8_0);
   EXPECT_STREQ(qkv::quant_format_name(QuantFormat::kQ6_K), "Q6_K");
-  for (uint32_t bad : {0u, 1u, 6u, 13u, 30u, 1000u}) {
+  EXPECT_EQ(qkv::quant_format_from_ggml_type(6), QuantFormat::kQ5_0);
+  EXPECT_EQ(qkv::quant_format_from_ggml_type(13), QuantFormat::kQ5_K);
+  EXPECT_EQ(qkv::quant_format_from_ggml_type(20), QuantFormat::kIQ4_NL);
+  EXPECT_STREQ(qkv::quant_format_name(QuantFormat::kIQ4_NL), "IQ4_NL");
+  EXPECT_EQ(qkv::quant_block_bytes(QuantFormat::kQ5_1), 24);
+  EXPECT_EQ(qkv::quant_block_bytes(QuantFormat::kQ5_K), 176);
+  for (uint32_t bad : {0u, 1u, 10u, 11u, 21u, 23u, 30u, 1000u}) {
     try {
       qkv::quant_format_from_ggml_type(bad);
       ADD_FAILURE() << bad;
@@ -568,7 +684,7 @@ TEST(QuantizedLinear, MalformedWeightsAreClearErrors) {
                {"multiple of its block of 32", "48"});
   expect_error(make(QuantFormat::kQ4_K, 1, 64, bytes.size()), {"Q4_K", "256", "64"});
   expect_error(make(QuantFormat::kQ4_1, 0, 64, 0), {"out_features and in_features > 0"});
-  expect_error(make(static_cast<QuantFormat>(7), 4, 64, bytes.size()), {"ggml type 7"});
+  expect_error(make(static_cast<QuantFormat>(11), 4, 64, bytes.size()), {"ggml type 11"});
   expect_error([&] { QuantizedWeight(QuantFormat::kQ4_1, 4, 64, nullptr, 160, nullptr); },
                {"null"});
   // a NaN scale in block 5 (row 2, column 32), an Inf min in block 0
@@ -580,6 +696,27 @@ TEST(QuantizedLinear, MalformedWeightsAreClearErrors) {
   inf[2] = 0x00, inf[3] = 0x7c;
   expect_error([&] { QuantizedWeight(QuantFormat::kQ4_1, 4, 64, std::as_bytes(std::span(inf))); },
                {"block 0"});
+}
+
+// Every fp16 scale of every format is checked: a NaN or an Inf in any of
+// them, in block 3, is refused naming that block.
+TEST(QuantizedLinear, NonFiniteScalesOfEveryFormatAreRefused) {
+  std::mt19937 gen(9);
+  for (QuantFormat f : kFormats) {
+    const int64_t k = qkv::quant_block_elements(f), bb = qkv::quant_block_bytes(f);
+    const std::vector<uint8_t> bytes = random_weight(f, 5, k, gen);
+    EXPECT_NO_THROW(QuantizedWeight(f, 5, k, std::as_bytes(std::span(bytes))));
+    for (const ScaleField& field : scale_fields(f))
+      for (uint16_t bad : {0x7e00, 0xfc00}) {
+        std::vector<uint8_t> broken = bytes;
+        broken[3 * bb + field.offset] = static_cast<uint8_t>(bad & 0xff);
+        broken[3 * bb + field.offset + 1] = static_cast<uint8_t>(bad >> 8);
+        SCOPED_TRACE(std::string(qkv::quant_format_name(f)) + " offset " +
+                     std::to_string(field.offset));
+        expect_error([&] { QuantizedWeight(f, 5, k, std::as_bytes(std::span(broken))); },
+                     {qkv::quant_format_name(f), "block 3", "NaN or infinite"});
+      }
+  }
 }
 
 TEST(QuantizedLinear, BadArgumentsAreClearErrors) {

@@ -1,7 +1,8 @@
-// Sampling: greedy, temperature, top-k, top-p; distributions, filters,
+// Sampling: greedy, temperature, top-k, top-p, min-p; distributions, filters,
 // determinism and errors.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <set>
@@ -141,6 +142,35 @@ TEST(Sampling, TopKThenTopP) {
   EXPECT_NEAR(q[1], 1.0, 1e-12);
 }
 
+// min-p keeps the tokens at least min_p times as likely as the most likely
+// one, after the temperature (Hugging Face's MinPLogitsWarper), renormalised.
+TEST(Sampling, MinPKeepsTokensNearTheMostLikely) {
+  for (const double temperature : {1.0, 0.5, 2.0})
+    for (const double min_p : {0.0, 0.05, 0.3, 0.6, 1.0}) {
+      Sampler sampler({.temperature = temperature, .min_p = min_p}, 8);
+      const std::vector<double> q = sampler.probabilities(kLogits);
+      const std::vector<double> full = softmax(kLogits, temperature);
+      const double top = *std::max_element(full.begin(), full.end());
+      double kept = 0.0;
+      for (double p : full) kept += p >= min_p * top ? p : 0.0;
+      for (size_t id = 0; id < full.size(); ++id)
+        EXPECT_NEAR(q[id], full[id] >= min_p * top ? full[id] / kept : 0.0, 1e-9)
+            << "T=" << temperature << " min_p=" << min_p << " id " << id;
+    }
+  // After top-k: of ids 1, 5, 3 (logits 3, 2.5, 2; weights 1, e^-0.5 ≈ 0.61,
+  // e^-1 ≈ 0.37 of the most likely), min_p 0.6 keeps 1 and 5.
+  Sampler both({.temperature = 1.0, .top_k = 3, .min_p = 0.6}, 8);
+  const std::vector<double> q = both.probabilities(kLogits);
+  EXPECT_GT(q[1], 0.0);
+  EXPECT_GT(q[5], 0.0);
+  EXPECT_EQ(q[3], 0.0);
+  Generator gen(3);
+  for (int i = 0; i < 2000; ++i) {
+    const int64_t id = both.sample(kLogits, gen);
+    EXPECT_TRUE(id == 1 || id == 5) << id;
+  }
+}
+
 TEST(Sampling, SameSeedSameTokensDifferentSeedDifferentTokens) {
   Sampler sampler({.temperature = 1.0, .top_k = 6, .top_p = 0.95}, 8);
   auto draw = [&](uint64_t seed) {
@@ -191,6 +221,9 @@ TEST(Sampling, BadOptionsAreClearErrors) {
   EXPECT_NE(message({.top_p = 0.0}).find("top_p"), std::string::npos);
   EXPECT_NE(message({.top_p = 1.5}).find("top_p"), std::string::npos);
   EXPECT_NE(message({.top_p = NAN}).find("top_p"), std::string::npos);
+  EXPECT_NE(message({.min_p = -0.1}).find("min_p"), std::string::npos);
+  EXPECT_NE(message({.min_p = 1.5}).find("min_p"), std::string::npos);
+  EXPECT_NE(message({.min_p = NAN}).find("min_p"), std::string::npos);
   EXPECT_THROW(Sampler({}, 0), Error);
 }
 

@@ -19,6 +19,8 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <numeric>
+#include <span>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -28,6 +30,7 @@
 #include "qkv/attention.h"
 #include "qkv/error.h"
 #include "qkv/generator.h"
+#include "qkv/io/atomic_file.h"
 #include "qkv/models/gguf_model.h"
 #include "qkv/models/sentence_encoder.h"
 #include "qkv/nn/decoder_session.h"
@@ -349,19 +352,43 @@ std::string pad(const std::string& text, size_t width, bool right) {
   return right ? fill + text : text + fill;
 }
 
+// Where -o sends the results: a format (md, csv, jsonl) to stdout, as
+// llama-bench's -o, or a file whose extension names the format.
+struct BenchOutput {
+  std::string format;
+  std::filesystem::path file;  // empty: stdout
+};
+
+// "" when `value` is a format or such a file name; else why not.
+std::string bench_output_error(const std::string& value) {
+  for (const char* format : {"md", "csv", "jsonl"})
+    if (value == format || std::filesystem::path(value).extension() == std::string(".") + format)
+      return "";
+  return "'" + value + "' is neither a format (md, csv, jsonl) nor a file name ending in .md, " +
+         ".csv or .jsonl";
+}
+
+BenchOutput parse_bench_output(const std::string& value) {
+  QKV_CHECK(bench_output_error(value).empty(), "-o: ", bench_output_error(value));
+  for (const char* format : {"md", "csv", "jsonl"})
+    if (value == format) return {format, {}};
+  return {std::filesystem::path(value).extension().string().substr(1), value};
+}
+
 class Printer {
  public:
-  Printer(std::string format, size_t name_width) : format_(std::move(format)), name_(name_width) {}
+  Printer(std::string format, size_t name_width, std::ostream& out)
+      : format_(std::move(format)), name_(name_width), out_(out) {}
 
   void header() {
     if (format_ == "md") {
       line({"workload", "threads", "reps", "ms/run", "mean ± sd", "median", "unit"});
-      std::cout << "|" << std::string(name_ + 2, '-') << "|--------:|-----:|---------:|"
-                << "--------------------:|----------:|---------|\n";
+      out_ << "|" << std::string(name_ + 2, '-') << "|--------:|-----:|---------:|"
+           << "--------------------:|----------:|---------|\n";
     } else if (format_ == "csv") {
-      std::cout << "workload,unit,threads,reps,mean,sd,median,mean_ms,isa,qkv\n";
+      out_ << "workload,unit,threads,reps,mean,sd,median,mean_ms,isa,qkv\n";
     }
-    std::cout << std::flush;
+    out_ << std::flush;
   }
 
   void row(const Row& r) {
@@ -370,41 +397,42 @@ class Printer {
       line({w.name, std::to_string(r.threads), std::to_string(r.seconds.size()),
             fixed(r.mean_ms, 2), rate(r.mean) + " ± " + rate(r.sd), rate(r.median), w.unit});
     } else if (format_ == "csv") {
-      std::cout << w.name << "," << w.unit << "," << r.threads << "," << r.seconds.size() << ","
-                << r.mean << "," << r.sd << "," << r.median << "," << r.mean_ms << ","
-                << kernel_isa() << "," << QKV_VERSION_STRING << "\n";
+      out_ << w.name << "," << w.unit << "," << r.threads << "," << r.seconds.size() << ","
+           << r.mean << "," << r.sd << "," << r.median << "," << r.mean_ms << "," << kernel_isa()
+           << "," << QKV_VERSION_STRING << "\n";
     } else {
       const nlohmann::json j = {
           {"workload", w.name},       {"unit", w.unit},       {"threads", r.threads},
           {"reps", r.seconds.size()}, {"mean", r.mean},       {"sd", r.sd},
           {"median", r.median},       {"mean_ms", r.mean_ms}, {"work", w.work},
           {"seconds", r.seconds},     {"isa", kernel_isa()},  {"qkv", QKV_VERSION_STRING}};
-      std::cout << j.dump() << "\n";
+      out_ << j.dump() << "\n";
     }
-    std::cout << std::flush;
+    out_ << std::flush;
   }
 
   void footer(const BenchOptions& o) {
     if (format_ != "md") return;
-    std::cout << "\nqkv " << QKV_VERSION_STRING << ", " << kernel_isa() << " kernels, BLAS "
-              << blas_core_name();
-    if (!o.model.empty()) std::cout << ", -m " << o.model;
-    if (!o.embed_model.empty()) std::cout << ", --embed-model " << o.embed_model;
-    std::cout << "\n" << std::flush;
+    out_ << "\nqkv " << QKV_VERSION_STRING << ", " << kernel_isa() << " kernels, BLAS "
+         << blas_core_name();
+    if (!o.model.empty()) out_ << ", -m " << o.model;
+    if (!o.embed_model.empty()) out_ << ", --embed-model " << o.embed_model;
+    out_ << "\n" << std::flush;
   }
 
  private:
   void line(const std::vector<std::string>& cells) {
     const size_t widths[] = {name_, 7, 4, 8, 19, 9, 7};
     const bool right[] = {false, true, true, true, true, true, false};
-    std::cout << "|";
+    out_ << "|";
     for (size_t i = 0; i < cells.size(); ++i)
-      std::cout << " " << pad(cells[i], widths[i], right[i]) << " |";
-    std::cout << "\n";
+      out_ << " " << pad(cells[i], widths[i], right[i]) << " |";
+    out_ << "\n";
   }
 
   std::string format_;
   size_t name_;
+  std::ostream& out_;
 };
 
 // "[3/12] sdpa/fwd/fp32/B8-H8-L512-E64  rep 2/5" redrawn on stderr, when that is a terminal.
@@ -450,7 +478,10 @@ int run_bench(const BenchOptions& given) {
 
   size_t name_width = 8;
   for (const Workload* w : chosen) name_width = std::max(name_width, w->name.size());
-  Printer printer(o.output, name_width);
+  // -o FILE: the table goes to the file, written whole at the end.
+  const BenchOutput output = parse_bench_output(o.output);
+  std::ostringstream buffer;
+  Printer printer(output.format, name_width, output.file.empty() ? std::cout : buffer);
   printer.header();
   Progress progress;
   const size_t total = chosen.size() * thread_counts.size();
@@ -474,6 +505,11 @@ int run_bench(const BenchOptions& given) {
     }
   }
   printer.footer(o);
+  if (!output.file.empty()) {
+    const std::string text = buffer.str();
+    io::write_file_atomically(output.file, std::as_bytes(std::span(text.data(), text.size())));
+    std::fprintf(stderr, "wrote %s\n", output.file.c_str());
+  }
   return 0;
 }
 
@@ -510,10 +546,12 @@ Command add_bench_command(CLI::App& parent) {
             ->delimiter(',')
             ->check(in_range(0, kMaxThreads))
             ->type_name("N");
-        app.add_option("-o,--output", options.output, "Output: md (a table), csv or jsonl")
+        app.add_option("-o,--output", options.output,
+                       "md (a table), csv or jsonl to stdout, or a file whose extension "
+                       "(.md, .csv, .jsonl) names the format")
             ->capture_default_str()
-            ->check(CLI::IsMember({"md", "csv", "jsonl"}))
-            ->type_name("FORMAT");
+            ->check(CLI::Validator(bench_output_error, "FORMAT|FILE"))
+            ->type_name("FORMAT|FILE");
         app.add_flag("-q,--quick", options.quick,
                      "Small workloads and 3 reps: a table in a few seconds");
         app.add_flag("-l,--list", options.list, "Name the workloads and exit");

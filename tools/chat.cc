@@ -16,6 +16,7 @@
 #include "cli_options.h"
 #include "command.h"
 #include "gguf_generation.h"
+#include "line_input.h"
 #include "qkv/error.h"
 #include "qkv/runtime.h"
 
@@ -27,7 +28,7 @@ struct ChatOptions {
   std::string model;
   std::string system;
   int64_t max_new_tokens = 512;
-  SamplingFlags sampling{.temperature = 0.7, .top_p = 0.9};
+  SamplingFlags sampling;
   int64_t context = 4096;
   bool exact = false;
   bool stats = false;
@@ -84,49 +85,75 @@ int run_chat(const ChatOptions& o) {
   std::vector<text::ChatMessage> messages;
   if (!o.system.empty()) messages.push_back({"system", o.system});
 
+  // The conversation as ids, through the template.
+  auto encode = [&] {
+    const std::vector<int32_t> ids32 = m.tokenizer.encode(chat.apply(messages, true));
+    return std::vector<int64_t>(ids32.begin(), ids32.end());
+  };
+  const int64_t context = session.max_len();
+  // A conversation must leave this much room for the reply.
+  const int64_t reply_room = std::max<int64_t>(1, std::min<int64_t>(g.max_new_tokens, context / 4));
+  const size_t first_turn = o.system.empty() ? 0 : 1;
+
   SigintAsFlag sigint;
+  LineInput input;
   std::fprintf(stderr, "%s (%s mode); Ctrl-C ends a reply, Ctrl-D exits.\n",
                m.name.empty() ? o.model.c_str() : m.name.c_str(), o.exact ? "exact" : "fast");
   std::string line;
-  while (true) {
-    std::cout << "> " << std::flush;
-    interrupted.store(false);
-    if (!std::getline(std::cin, line)) break;
+  while (input.read("> ", line)) {
+    interrupted.store(false);  // a Ctrl-C at the idle prompt does not cut the next reply
     if (line.empty()) continue;
     messages.push_back({"user", line});
-    const std::vector<int32_t> ids32 = m.tokenizer.encode(chat.apply(messages, true));
-    std::vector<int64_t> ids(ids32.begin(), ids32.end());
+    std::vector<int64_t> ids = encode();
+    // Too long with the reply's room: the oldest turns go first (the system
+    // prompt stays); a message too long on its own is refused, and the
+    // conversation goes on without it.
+    size_t dropped = 0;
+    while (static_cast<int64_t>(ids.size()) + reply_room > context &&
+           messages.size() > first_turn + 1) {
+      messages.erase(messages.begin() + static_cast<std::ptrdiff_t>(first_turn));
+      ++dropped;
+      ids = encode();
+    }
+    if (static_cast<int64_t>(ids.size()) + reply_room > context) {
+      std::cerr << "[this message makes a prompt of " << ids.size() << " tokens; with "
+                << reply_room << " for the reply it does not fit the context of " << context
+                << " tokens: shorten it, or start with a larger --context]\n";
+      messages.pop_back();
+      continue;
+    }
+    if (dropped > 0)
+      std::cerr << "[the " << dropped << " oldest messages left the conversation to fit the "
+                << "context of " << context << " tokens]\n";
     // Reuse the cached prefix; never the whole prompt (prefill needs a token).
     size_t keep =
         std::mismatch(cached.begin(), cached.end(), ids.begin(), ids.end()).first - cached.begin();
     keep = std::min(keep, ids.size() - 1);
-    const int64_t needed = static_cast<int64_t>(ids.size()) + g.max_new_tokens;
-    if (needed > session.max_len()) {
-      std::cerr << "[the conversation (" << ids.size() << " tokens, plus up to " << g.max_new_tokens
-                << " for the reply) exceeds the context of " << session.max_len()
-                << " tokens; starting over]\n";
-      const text::ChatMessage last = messages.back();
-      messages.clear();
-      if (!o.system.empty()) messages.push_back({"system", o.system});
-      messages.push_back(last);
-      const std::vector<int32_t> again = m.tokenizer.encode(chat.apply(messages, true));
-      ids.assign(again.begin(), again.end());
-      keep = 0;
-    }
     session.cache().truncate(static_cast<int64_t>(keep));
     cached.resize(keep);
     const std::span<const int64_t> fresh(ids.data() + keep, ids.size() - keep);
+    // The reply ends at --max-new-tokens or where the context is full.
+    nn::GenerationOptions turn = g;
+    turn.max_new_tokens = std::min<int64_t>(g.max_new_tokens, context - ids.size());
     std::vector<int64_t> reply;
     GenerationTimes times;
     try {
-      reply = stream_reply(session, m.tokenizer, fresh, g, std::cout, &times,
+      reply = stream_reply(session, m.tokenizer, fresh, turn, std::cout, &times,
                            [] { return !interrupted.load(); });
     } catch (const Error& e) {
       if (e.kind() != ErrorKind::kInterrupted) throw;
       session.cache().truncate(static_cast<int64_t>(keep));  // the prefill did not finish
     }
     std::cout << "\n" << std::flush;
-    if (interrupted.load()) std::cerr << "[interrupted]\n";
+    const bool ended = !reply.empty() && end && reply.back() == *end;
+    if (interrupted.load())
+      std::cerr << "[interrupted]\n";
+    else if (!ended && static_cast<int64_t>(reply.size()) >= turn.max_new_tokens)
+      std::cerr << (turn.max_new_tokens < g.max_new_tokens
+                        ? "[reply cut: the context of " + std::to_string(context) +
+                              " tokens is full]\n"
+                        : "[reply cut at --max-new-tokens " + std::to_string(g.max_new_tokens) +
+                              "]\n");
     if (o.stats && times.prompt_tokens > 0)
       std::fprintf(stderr, "%s\n", format_times(times).c_str());
     // The cache now holds the fed ids and every reply token but the last.
@@ -135,7 +162,7 @@ int run_chat(const ChatOptions& o) {
       cached.insert(cached.end(), reply.begin(), reply.end() - (reply.empty() ? 0 : 1));
     }
     cached.resize(std::min<size_t>(cached.size(), static_cast<size_t>(session.length())));
-    if (!reply.empty() && end && reply.back() == *end) reply.pop_back();
+    if (ended) reply.pop_back();
     const std::vector<int32_t> reply32(reply.begin(), reply.end());
     messages.push_back({"assistant", m.tokenizer.decode(reply32, /*skip_special=*/true)});
   }
@@ -155,9 +182,10 @@ Command add_chat_command(CLI::App& parent) {
             "(e.g. models/SmolLM2-135M-Instruct.Q4_1.gguf)");
         app.add_option("--system", options.system,
                        "System prompt (default: the template's own, if it has one)");
-        add_positive(app, "--max-new-tokens", options.max_new_tokens, "Longest reply, in tokens");
+        add_positive(app, "-n,--max-new-tokens", options.max_new_tokens,
+                     "Longest reply, in tokens");
         add_sampling_options(app, options.sampling);
-        add_positive(app, "--context", options.context,
+        add_positive(app, "-c,--context", options.context,
                      "Longest conversation in tokens (capped by the model's context length)");
         app.add_flag("--exact", options.exact, "Dequantize every weight to float32");
         app.add_flag("--stats", options.stats, "Print tokens per second after each reply");

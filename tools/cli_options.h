@@ -168,13 +168,20 @@ CLI::Option* add_non_negative(CLI::App& app, const std::string& name, T& value,
   return app.add_option(name, value, description)->capture_default_str()->check(at_least(T{0}));
 }
 
-// The required positional MODEL of the commands that read a model file.
-inline CLI::Option* add_model_file_argument(CLI::App& app, std::string& model,
-                                            const std::string& description) {
-  return app.add_option("model", model, description)
-      ->required()
-      ->check(CLI::ExistingFile)
-      ->type_name("FILE");
+// The MODEL of the commands that read a model file: positional, or after -m /
+// --model as llama.cpp's tools take it. Exactly one is required.
+inline void add_model_file_argument(CLI::App& app, std::string& model,
+                                    const std::string& description) {
+  CLI::Option* positional =
+      app.add_option("model", model, description)->check(CLI::ExistingFile)->type_name("FILE");
+  CLI::Option* flag = app.add_option("-m,--model", model, "The model file, as llama.cpp's -m")
+                          ->check(CLI::ExistingFile)
+                          ->type_name("FILE");
+  positional->excludes(flag);
+  app.parse_complete_callback([positional, flag] {
+    if (positional->count() == 0 && flag->count() == 0)
+      throw CLI::RequiredError("MODEL (or -m MODEL)");
+  });
 }
 
 // The most threads --threads accepts (far above any machine qkv runs on).
@@ -182,7 +189,7 @@ inline constexpr int kMaxThreads = 1024;
 
 // --threads of every command that computes; 0 leaves the count as it is.
 inline CLI::Option* add_threads_option(CLI::App& app, int& threads) {
-  return add_in_range(app, "--threads", threads, 0, kMaxThreads,
+  return add_in_range(app, "-t,--threads", threads, 0, kMaxThreads,
                       "Threads (0 = OMP_NUM_THREADS or all cores)");
 }
 
@@ -204,32 +211,41 @@ inline CLI::Option* add_kv_cache_option(CLI::App& app, std::string& kv_cache) {
       ->check(CLI::IsMember({"f32", "q8_0"}));
 }
 
-// The sampling flags of `qkv generate` and `qkv chat`; the values set before
-// add_sampling_options are the defaults --help shows.
+// The sampling flags of `qkv generate` and `qkv chat`, with llama.cpp's
+// defaults (temperature 0.8, top-k 40, top-p 0.95, min-p 0.05), so that the
+// same model samples alike in both commands and in llama.cpp. The Python API
+// stays greedy by default, as Hugging Face's generate().
 struct SamplingFlags {
-  double temperature = 1.0;
-  int64_t top_k = 0;
-  double top_p = 1.0;
+  double temperature = 0.8;
+  int64_t top_k = 40;
+  double top_p = 0.95;
+  double min_p = 0.05;
   bool greedy = false;
   uint64_t seed = 0;
 
   // --greedy is temperature 0.
   SamplingOptions options() const {
-    return {.temperature = greedy ? 0.0 : temperature, .top_k = top_k, .top_p = top_p};
+    return {
+        .temperature = greedy ? 0.0 : temperature, .top_k = top_k, .top_p = top_p, .min_p = min_p};
   }
 };
 
-// --temperature, --top-k, --top-p, --greedy and --seed.
+// --temperature (--temp), --top-k, --top-p, --min-p, --greedy and --seed (-s),
+// named as llama.cpp names them.
 inline void add_sampling_options(CLI::App& app, SamplingFlags& flags) {
-  add_non_negative(app, "--temperature", flags.temperature,
-                   "Divides the logits: < 1 sharper, > 1 flatter, 0 greedy");
+  app.add_option("--temperature,--temp", flags.temperature,
+                 "Divides the logits: < 1 sharper, > 1 flatter, 0 greedy")
+      ->capture_default_str()
+      ->check(at_least(0.0));
   add_non_negative(app, "--top-k", flags.top_k,
                    "Draw only among the k most likely tokens (0 = all)");
   app.add_option("--top-p", flags.top_p, "Draw only from the nucleus of probability p (1 = all)")
       ->capture_default_str()
       ->check(NumberIn<double>(Bound<double>{0.0, false}, Bound<double>{1.0}));
+  add_in_range(app, "--min-p", flags.min_p, 0.0, 1.0,
+               "Draw only tokens at least p times as likely as the most likely (0 = all)");
   app.add_flag("--greedy", flags.greedy, "Always take the most likely token (temperature 0)");
-  add_defaulted(app, "--seed", flags.seed, "Seed of the sampler: same seed, same text");
+  add_defaulted(app, "-s,--seed", flags.seed, "Seed of the sampler: same seed, same text");
 }
 
 }  // namespace qkv::cli

@@ -105,9 +105,9 @@ Command add_generate_command(CLI::App& parent) {
             "Model file written by qkv train lm (models::save_decoder_model), or a "
             "GGUF file of a llama-architecture model (e.g. "
             "models/SmolLM2-135M-Instruct.Q4_1.gguf)");
-        app.add_option("--prompt", options.prompt,
+        app.add_option("-p,--prompt", options.prompt,
                        "Text to continue, printed first (default: a newline)");
-        add_non_negative(app, "--max-new-tokens", options.max_new_tokens,
+        add_non_negative(app, "-n,--max-new-tokens", options.max_new_tokens,
                          "How many tokens to generate");
         add_sampling_options(app, options.sampling);
         add_precision_option(app, options.precision);

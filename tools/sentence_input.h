@@ -11,13 +11,15 @@
 #include <vector>
 
 #include "cli_options.h"
+#include "model_paths.h"
 #include "qkv/error.h"
 #include "qkv/models/sentence_encoder.h"
 #include "qkv/runtime.h"
 
 namespace qkv::cli {
 
-// all-MiniLM-L6-v2 where scripts/fetch_model.sh puts it, relative to the working directory.
+// all-MiniLM-L6-v2 where scripts/fetch_model.sh puts it (found from any
+// directory: model_paths.h).
 inline constexpr const char* kDefaultEmbeddingModel = "models/all-MiniLM-L6-v2";
 
 // The options of both commands.
@@ -76,10 +78,12 @@ inline std::vector<std::string> input_texts(const SentenceInput& o, const std::s
 // directory is missing.
 inline models::SentenceEncoder load_sentence_encoder(const std::string& model_dir,
                                                      const std::string& precision = "float32") {
-  QKV_CHECK(std::filesystem::is_directory(model_dir), "model directory '", model_dir,
-            "' not found; run scripts/fetch_model.sh (from the repository root) to fetch ",
-            "all-MiniLM-L6-v2 into ", kDefaultEmbeddingModel, ", or pass --model DIR");
-  return models::SentenceEncoder(model_dir, parse_precision(precision));
+  const std::string found = find_model(model_dir);
+  QKV_CHECK(std::filesystem::is_directory(found), "model directory '", model_dir,
+            "' not found; run scripts/fetch_model.sh (in the qkv checkout) to fetch ",
+            "all-MiniLM-L6-v2 into ", kDefaultEmbeddingModel,
+            ", set QKV_MODELS to the folder that holds it, or pass --model DIR");
+  return models::SentenceEncoder(found, parse_precision(precision));
 }
 
 // --threads applied, the encoder loaded, --pooling applied.

@@ -5,9 +5,11 @@
 //   top-k          only the k most likely tokens may be drawn
 //   top-p          only the nucleus may be drawn: the fewest most likely tokens
 //                  whose probabilities sum to at least p
+//   min-p          only tokens at least min_p times as likely as the most
+//                  likely one may be drawn
 //
 // The filters compose in that order (temperature, then top-k, then top-p on
-// the renormalised survivors), as in Hugging Face transformers. Each draw
+// the renormalised survivors, then min-p), as in Hugging Face transformers. Each draw
 // takes exactly one uniform number from a seeded qkv::Generator, so the same
 // seed and logits give the same tokens on every machine.
 //
@@ -33,10 +35,13 @@ struct SamplingOptions {
   // Keep the smallest set of most likely tokens whose probability reaches
   // top_p, in (0, 1]; 1 keeps all.
   double top_p = 1.0;
+  // Keep only tokens whose probability is at least min_p times the most
+  // likely token's, in [0, 1]; 0 keeps all.
+  double min_p = 0.0;
 };
 
 // Throws qkv::Error naming the option when temperature is negative or not
-// finite, top_k is negative, or top_p is not in (0, 1].
+// finite, top_k is negative, top_p is not in (0, 1] or min_p not in [0, 1].
 void check_sampling_options(const SamplingOptions& options);
 
 // Index of the largest logit (the first of equal ones); NaN logits are an error.

@@ -1,11 +1,14 @@
-// qkv.text: the WordPiece and byte-level BPE tokenizers, ChatML formatting. python/qkv/text.py
-// gives it its Python face (keyword arguments, None for absent tokens, BatchEncoding).
+// qkv.text: the WordPiece and BPE tokenizers (GGUF's "gpt2" and "llama"), ChatML formatting.
+// python/qkv/text.py gives it its Python face (keyword arguments, None for absent tokens,
+// BatchEncoding).
 #include <pybind11/numpy.h>
 
 #include <cstring>
 #include <optional>
 
 #include "bindings.h"
+#include "qkv/io/gguf.h"
+#include "qkv/models/gguf_model.h"
 #include "qkv/text/bpe_tokenizer.h"
 #include "qkv/text/chat_template.h"
 #include "qkv/text/wordpiece_tokenizer.h"
@@ -93,27 +96,41 @@ void bind_text(py::module_& m) {
   using text::ChatTemplate;
 
   py::class_<BpeTokenizer>(m, "BpeTokenizer")
-      .def(py::init([](std::vector<std::string> tokens, std::vector<std::string> merges,
+      .def(py::init([](std::string model, std::vector<std::string> tokens,
+                       std::vector<std::string> merges, std::vector<float> scores,
                        std::vector<int32_t> token_types, std::string pre_tokenizer,
-                       std::optional<int32_t> bos, std::optional<int32_t> eos,
-                       std::optional<int32_t> unk, std::optional<int32_t> pad, bool add_bos,
-                       bool add_eos) {
-             BpeVocabulary v{std::move(tokens),
-                             std::move(merges),
-                             std::move(token_types),
-                             std::move(pre_tokenizer),
-                             bos,
-                             eos,
-                             unk,
-                             pad,
-                             add_bos,
-                             add_eos};
+                       bool add_space_prefix, std::optional<int32_t> bos,
+                       std::optional<int32_t> eos, std::optional<int32_t> unk,
+                       std::optional<int32_t> pad, bool add_bos, bool add_eos) {
+             BpeVocabulary v;
+             v.model = std::move(model);
+             v.tokens = std::move(tokens);
+             v.merges = std::move(merges);
+             v.scores = std::move(scores);
+             v.token_types = std::move(token_types);
+             v.pre_tokenizer = std::move(pre_tokenizer);
+             v.add_space_prefix = add_space_prefix;
+             v.bos = bos;
+             v.eos = eos;
+             v.unk = unk;
+             v.pad = pad;
+             v.add_bos = add_bos;
+             v.add_eos = add_eos;
              py::gil_scoped_release release;
              return BpeTokenizer(std::move(v));
            }),
-           py::arg("tokens"), py::arg("merges"), py::arg("token_types"), py::arg("pre_tokenizer"),
+           py::arg("model"), py::arg("tokens"), py::arg("merges"), py::arg("scores"),
+           py::arg("token_types"), py::arg("pre_tokenizer"), py::arg("add_space_prefix"),
            py::arg("bos"), py::arg("eos"), py::arg("unk"), py::arg("pad"), py::arg("add_bos"),
            py::arg("add_eos"))
+      // The tokenizer of a GGUF file's tokenizer.ggml.* metadata (no weights read).
+      .def_static(
+          "from_gguf",
+          [](const std::string& path) {
+            py::gil_scoped_release release;
+            return models::gguf_bpe_tokenizer(io::GgufFile(path));
+          },
+          py::arg("path"))
       .def("encode", &BpeTokenizer::encode, py::arg("text"), py::arg("add_special"),
            py::arg("parse_special"), py::call_guard<py::gil_scoped_release>())
       .def(
@@ -140,6 +157,7 @@ void bind_text(py::module_& m) {
       .def("pad", &BpeTokenizer::pad)
       .def("pre_tokenizer",
            [](const BpeTokenizer& self) { return self.vocabulary().pre_tokenizer; })
+      .def("model", [](const BpeTokenizer& self) { return self.vocabulary().model; })
       .def_static(
           "bytes_to_unicode",
           [](const py::bytes& b) { return BpeTokenizer::bytes_to_unicode(std::string(b)); },

@@ -156,21 +156,40 @@ class WordPieceTokenizer:
 
 
 class BpeTokenizer:
-    """Byte-level BPE (qkv::text::BpeTokenizer), from the vocabulary as lists.
+    """BPE (qkv::text::BpeTokenizer), from the vocabulary as lists, or from a
+    GGUF file's metadata with BpeTokenizer.from_gguf(path).
 
-    tokens: id -> token text; merges: "a b" strings in rank order;
-    token_types: GGUF token types (1 normal, 3 control, 4 user-defined,
-    6 byte, ...), None for all normal; pre_tokenizer: "gpt2" or "smollm"
-    (see include/qkv/text/bpe_tokenizer.h); bos/eos/unk/pad: ids or None;
-    add_bos/add_eos: whether encode(add_special=True) adds them. A wrong
-    vocabulary raises ValueError naming the field and the index.
+    model: "gpt2" (byte-level BPE: merges in rank order) or "llama"
+    (SentencePiece-style: a score per token, "▁" for spaces, byte fallback);
+    tokens: id -> token text; merges: "a b" strings in rank order ("gpt2");
+    scores: one float per token ("llama"); token_types: GGUF token types (1
+    normal, 3 control, 4 user-defined, 6 byte, ...), None for all normal;
+    pre_tokenizer: "gpt2", "smollm", "qwen2" or "llama-bpe" for "gpt2",
+    "default" for "llama" (None: those defaults); add_space_prefix ("llama"):
+    "▁" before the text; bos/eos/unk/pad: ids or None; add_bos/add_eos:
+    whether encode(add_special=True) adds them (see
+    include/qkv/text/bpe_tokenizer.h). A wrong vocabulary raises ValueError
+    naming the field and the index.
     """
 
-    def __init__(self, tokens, merges, token_types=None, *, pre_tokenizer="gpt2", bos=None,
-                 eos=None, unk=None, pad=None, add_bos=False, add_eos=False):
+    def __init__(self, tokens, merges=(), token_types=None, *, model="gpt2", scores=None,
+                 pre_tokenizer=None, add_space_prefix=False, bos=None, eos=None, unk=None,
+                 pad=None, add_bos=False, add_eos=False):
         types = [] if token_types is None else [int(t) for t in token_types]
-        self._impl = _core.BpeTokenizer(list(tokens), list(merges), types, str(pre_tokenizer),
-                                        bos, eos, unk, pad, bool(add_bos), bool(add_eos))
+        scores = [] if scores is None else [float(s) for s in scores]
+        if pre_tokenizer is None:
+            pre_tokenizer = "default" if model == "llama" else "gpt2"
+        self._impl = _core.BpeTokenizer(str(model), list(tokens), list(merges), scores, types,
+                                        str(pre_tokenizer), bool(add_space_prefix), bos, eos,
+                                        unk, pad, bool(add_bos), bool(add_eos))
+
+    @classmethod
+    def from_gguf(cls, path):
+        """The tokenizer of a GGUF file (its tokenizer.ggml.* metadata, as
+        qkv.models.load_gguf builds it), without reading the weights."""
+        self = cls.__new__(cls)
+        self._impl = _core.BpeTokenizer.from_gguf(str(path))
+        return self
 
     def encode(self, text, add_special=True, parse_special=True):
         """Token ids of `text` (str, or bytes where invalid UTF-8 becomes
@@ -217,7 +236,7 @@ class BpeTokenizer:
         return BpeStreamDecoder(self, skip_special)
 
     def __repr__(self):
-        return (f"BpeTokenizer(vocab_size={self.vocab_size}, "
+        return (f"BpeTokenizer(model={self._impl.model()!r}, vocab_size={self.vocab_size}, "
                 f"pre_tokenizer={self._impl.pre_tokenizer()!r})")
 
 

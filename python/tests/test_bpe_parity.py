@@ -262,8 +262,8 @@ def test_hostile_vocabularies_raise_value_error(vocab):
     tokens = list(vocab["tokens"])
     with pytest.raises(ValueError, match=r"merges\[48\] = \"o m\": \"om\" is not a token"):
         qkv.text.BpeTokenizer(tokens[:300], vocab["merges"], vocab["token_types"][:300])
-    with pytest.raises(ValueError, match="pre_tokenizer \"llama-bpe\" is not supported"):
-        qkv.text.BpeTokenizer(tokens, [], pre_tokenizer="llama-bpe")
+    with pytest.raises(ValueError, match="pre_tokenizer \"deepseek-llm\" is not supported"):
+        qkv.text.BpeTokenizer(tokens, [], pre_tokenizer="deepseek-llm")
     tok = make_tok(vocab, "smollm")
     with pytest.raises(ValueError, match=r"ids\[1\] = 49152 is out of range"):
         tok.decode([0, 49152])

@@ -91,9 +91,13 @@ Tensor GgufFile::load(std::string_view name) const {
     }
     case GgmlType::kQ4_0:
     case GgmlType::kQ4_1:
+    case GgmlType::kQ5_0:
+    case GgmlType::kQ5_1:
     case GgmlType::kQ8_0:
     case GgmlType::kQ4_K:
-    case GgmlType::kQ6_K: {
+    case GgmlType::kQ5_K:
+    case GgmlType::kQ6_K:
+    case GgmlType::kIQ4_NL: {
       // The reader checked that dims[0] is a multiple of the block and the byte size, so the
       // blocks cover every element; rows of dims[0] elements are dequantized in one go.
       const QuantFormat format = quant_format_from_ggml_type(static_cast<uint32_t>(info.type));
@@ -113,7 +117,7 @@ Tensor GgufFile::load(std::string_view name) const {
               detail::concat("GGUF file '", source_, "': tensor ", quoted(name), " is ",
                              ggml_type_name(info.type),
                              "; GgufFile::load converts F32, F16, BF16, F64, I8..I64, Q4_0, "
-                             "Q4_1, Q8_0, Q4_K and Q6_K only"));
+                             "Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K and IQ4_NL only"));
 }
 
 }  // namespace qkv::io

@@ -15,17 +15,25 @@ BlockLayout block_layout(BlockFormat format) {
       return {32, 18};
     case BlockFormat::kQ4_1:
       return {32, 20};
+    case BlockFormat::kQ5_0:
+      return {32, 22};
+    case BlockFormat::kQ5_1:
+      return {32, 24};
     case BlockFormat::kQ8_0:
       return {32, 34};
     case BlockFormat::kQ4_K:
       return {256, 144};
+    case BlockFormat::kQ5_K:
+      return {256, 176};
     case BlockFormat::kQ6_K:
       return {256, 210};
+    case BlockFormat::kIQ4_NL:
+      return {32, 18};
   }
   throw Error(ErrorKind::kValue, "unknown block format (ggml type " +
                                      std::to_string(static_cast<uint32_t>(format)) +
-                                     "); supported: Q4_0 (2), Q4_1 (3), Q8_0 (8), Q4_K (12), "
-                                     "Q6_K (14)");
+                                     "); supported: Q4_0 (2), Q4_1 (3), Q5_0 (6), Q5_1 (7), "
+                                     "Q8_0 (8), Q4_K (12), Q5_K (13), Q6_K (14), IQ4_NL (20)");
 }
 
 const char* block_format_name(BlockFormat format) {
@@ -34,12 +42,20 @@ const char* block_format_name(BlockFormat format) {
       return "Q4_0";
     case BlockFormat::kQ4_1:
       return "Q4_1";
+    case BlockFormat::kQ5_0:
+      return "Q5_0";
+    case BlockFormat::kQ5_1:
+      return "Q5_1";
     case BlockFormat::kQ8_0:
       return "Q8_0";
     case BlockFormat::kQ4_K:
       return "Q4_K";
+    case BlockFormat::kQ5_K:
+      return "Q5_K";
     case BlockFormat::kQ6_K:
       return "Q6_K";
+    case BlockFormat::kIQ4_NL:
+      return "IQ4_NL";
   }
   return "unknown";
 }
@@ -71,17 +87,47 @@ void dequantize_block(BlockFormat format, const uint8_t* b, float* out) {
       }
       return;
     }
-    case BlockFormat::kQ4_K: {
+    case BlockFormat::kQ5_0:
+    case BlockFormat::kQ5_1: {
+      const bool has_min = format == BlockFormat::kQ5_1;
+      const double d = half_to_float(load_u16(b));
+      const double m = has_min ? half_to_float(load_u16(b + 2)) : 0.0;
+      const uint32_t qh = q5_high_bits(b + (has_min ? 4 : 2));
+      const uint8_t* qs = b + (has_min ? 8 : 6);
+      // Q5_0: d · (q − 16) with no add, which keeps its −0 (q = 16, d < 0), as ggml.
+      const auto weight = [&](int q) {
+        return static_cast<float>(has_min ? d * q + m : d * (q - 16));
+      };
+      for (int i = 0; i < 16; ++i) {
+        out[i] = weight((qs[i] & 0x0f) | ((qh >> i) & 1) << 4);
+        out[i + 16] = weight((qs[i] >> 4) | ((qh >> (i + 16)) & 1) << 4);
+      }
+      return;
+    }
+    case BlockFormat::kIQ4_NL: {
+      const double d = half_to_float(load_u16(b));
+      for (int i = 0; i < 16; ++i) {
+        out[i] = static_cast<float>(d * kIq4nlValues[b[2 + i] & 0x0f]);
+        out[i + 16] = static_cast<float>(d * kIq4nlValues[b[2 + i] >> 4]);
+      }
+      return;
+    }
+    case BlockFormat::kQ4_K:
+    case BlockFormat::kQ5_K: {
+      // Q5_K is Q4_K with 32 bytes of high bits before the nibbles.
+      const bool five = format == BlockFormat::kQ5_K;
       const double d = half_to_float(load_u16(b)), dmin = half_to_float(load_u16(b + 2));
       const uint8_t* scales = b + 4;
-      const uint8_t* qs = b + 16;
+      const uint8_t* qh = b + 16;
+      const uint8_t* qs = b + (five ? 48 : 16);
       for (int s = 0; s < 8; ++s) {
         int sc, mn;
         q4k_scale_min(scales, s, &sc, &mn);
         const uint8_t* q = qs + 32 * (s / 2);
         for (int i = 0; i < 32; ++i) {
           const int nibble = s % 2 == 0 ? (q[i] & 0x0f) : (q[i] >> 4);
-          out[32 * s + i] = static_cast<float>(d * sc * nibble - dmin * mn);
+          const int value = five ? nibble | ((qh[i] >> s) & 1) << 4 : nibble;
+          out[32 * s + i] = static_cast<float>(d * sc * value - dmin * mn);
         }
       }
       return;
@@ -125,7 +171,9 @@ int64_t first_nonfinite_block(BlockFormat format, const uint8_t* blocks, int64_t
   int first = 0, second = 0;
   switch (format) {
     case BlockFormat::kQ4_1:
+    case BlockFormat::kQ5_1:
     case BlockFormat::kQ4_K:
+    case BlockFormat::kQ5_K:
       second = 2;
       break;
     case BlockFormat::kQ6_K:

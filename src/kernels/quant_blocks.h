@@ -6,10 +6,18 @@
 //   Q4_0   32 weights, 18 bytes: d, 16 bytes of nibbles         w = d · (q − 8)
 //   Q4_1   32 weights, 20 bytes: d, m, 16 bytes of nibbles      w = d · q + m
 //          (Q4_*: byte i holds weight i in its low nibble, weight i + 16 in its high one)
+//   Q5_0   32 weights, 22 bytes: d, qh (u32), 16 bytes of nibbles  w = d · (q − 16)
+//   Q5_1   32 weights, 24 bytes: d, m, qh (u32), 16 bytes          w = d · q + m
+//          (Q5_*: the nibbles as Q4_*'s, bit i of qh is bit 4 of weight i)
+//   IQ4_NL 32 weights, 18 bytes: d, 16 bytes of nibbles as Q4_0's;
+//          w = d · kIq4nlValues[q] (a fixed non-linear table of int8 levels)
 //   Q4_K  256 weights, 144 bytes: d, dmin, 12 bytes of 6-bit scales and mins
 //          (sc, mn) for 8 sub-blocks of 32, 128 bytes of nibbles; sub-block s
 //          reads the low (s even) or high (s odd) nibbles of bytes 32·(s/2) ..
 //          +31;  w = (d · sc) · q − dmin · mn
+//   Q5_K  256 weights, 176 bytes: Q4_K's d, dmin and scales, then qh[32],
+//          then Q4_K's 128 bytes of nibbles; bit s of qh[i] is bit 4 of
+//          weight i of sub-block s;  w = (d · sc) · q − dmin · mn, q in [0, 32)
 //   Q6_K  256 weights, 210 bytes: ql[128] (low 4 bits), qh[64] (high 2 bits),
 //          int8 scales[16] (one per 16 weights), d at the end;
 //          w = (d · scale) · (q − 32), q in [0, 64)
@@ -26,7 +34,17 @@
 namespace qkv::kernels {
 
 // The values are ggml's type ids (GGML_TYPE_Q4_0 = 2, ...).
-enum class BlockFormat : uint32_t { kQ4_0 = 2, kQ4_1 = 3, kQ8_0 = 8, kQ4_K = 12, kQ6_K = 14 };
+enum class BlockFormat : uint32_t {
+  kQ4_0 = 2,
+  kQ4_1 = 3,
+  kQ5_0 = 6,
+  kQ5_1 = 7,
+  kQ8_0 = 8,
+  kQ4_K = 12,
+  kQ5_K = 13,
+  kQ6_K = 14,
+  kIQ4_NL = 20,
+};
 
 struct BlockLayout {
   int64_t elems;  // weights per block
@@ -68,7 +86,17 @@ inline uint16_t load_u16(const uint8_t* p) {
   return static_cast<uint16_t>(p[0] | (static_cast<uint16_t>(p[1]) << 8));
 }
 
-// Q4_K's 6-bit scale and min of sub-block s (0..7) from its 12 bytes.
+// IQ4_NL's 16 levels (ggml's kvalues_iq4nl), indexed by a nibble.
+alignas(16) constexpr int8_t kIq4nlValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                                 1,    13,   25,  38,  53,  69,  89,  113};
+
+// Q5_0's and Q5_1's qh: bit i is bit 4 of weight i.
+inline uint32_t q5_high_bits(const uint8_t* qh) {
+  return static_cast<uint32_t>(qh[0]) | static_cast<uint32_t>(qh[1]) << 8 |
+         static_cast<uint32_t>(qh[2]) << 16 | static_cast<uint32_t>(qh[3]) << 24;
+}
+
+// Q4_K's (and Q5_K's) 6-bit scale and min of sub-block s (0..7) from its 12 bytes.
 inline void q4k_scale_min(const uint8_t* scales, int s, int* sc, int* mn) {
   if (s < 4) {
     *sc = scales[s] & 63;

@@ -39,9 +39,13 @@ bool is_kept_quantized(io::GgmlType t) {
   switch (t) {
     case io::GgmlType::kQ4_0:
     case io::GgmlType::kQ4_1:
+    case io::GgmlType::kQ5_0:
+    case io::GgmlType::kQ5_1:
     case io::GgmlType::kQ8_0:
     case io::GgmlType::kQ4_K:
+    case io::GgmlType::kQ5_K:
     case io::GgmlType::kQ6_K:
+    case io::GgmlType::kIQ4_NL:
       return true;
     default:
       return false;
@@ -64,7 +68,8 @@ const io::GgufTensorInfo& checked_tensor(const io::GgufFile& f, const WeightPlan
       t.type == io::GgmlType::kF32 || t.type == io::GgmlType::kF16 || t.type == io::GgmlType::kBF16;
   QKV_CHECK_TYPE(plain || is_kept_quantized(t.type), "GGUF file '", f.source(), "': tensor \"",
                  p.gguf_name, "\" is ", io::ggml_type_name(t.type),
-                 "; supported: F32, F16, BF16, Q4_0, Q4_1, Q8_0, Q4_K, Q6_K");
+                 "; supported: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, "
+                 "Q6_K, IQ4_NL");
   return t;
 }
 

@@ -1,6 +1,10 @@
 // nn::GroupedQueryAttention: projections, RoPE, SDPA with enable_gqa, o_proj.
 #include "qkv/nn/grouped_query_attention.h"
 
+#include <omp.h>
+
+#include <algorithm>
+#include <exception>
 #include <utility>
 
 #include "nn/module_util.h"
@@ -132,6 +136,45 @@ AttentionBuffers::AttentionBuffers(const GroupedQueryAttentionOptions& options, 
   heads = Tensor::zeros({rows, o.num_heads * o.head_dim}, o.dtype);
 }
 
+namespace {
+
+// heads4[b] = attention of q4[b] over sequence b's cache, for every b. One
+// sequence's attention at a decoding step (one query) is too small for the
+// kernel to split among threads, so the sequences share them instead, each
+// thread with its own SDPA workspace.
+// q4, heads4: [B, H, T, E]
+void attend_each_sequence(Tensor& heads4, const Tensor& q4, const PassCaches& caches,
+                          const SdpaOptions& sdpa, AttentionBuffers& buffers) {
+  const int64_t B = q4.size(0);
+  const int threads =
+      omp_in_parallel() ? 1 : static_cast<int>(std::min<int64_t>(omp_get_max_threads(), B));
+  while (static_cast<int>(buffers.sequence_workspaces.size()) < threads)
+    buffers.sequence_workspaces.emplace_back();
+  auto attend = [&](int64_t b, SdpaWorkspace& workspace) {
+    const KVCache& cache = *caches.per_sequence[static_cast<size_t>(b)];
+    Tensor heads_b = heads4.slice(0, b, b + 1);
+    scaled_dot_product_attention_into(heads_b, q4.slice(0, b, b + 1), cache.keys(caches.layer),
+                                      cache.values(caches.layer), sdpa, workspace);
+  };
+  if (threads <= 1) {
+    for (int64_t b = 0; b < B; ++b) attend(b, buffers.workspace);
+    return;
+  }
+  std::exception_ptr error;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
+  for (int64_t b = 0; b < B; ++b) {
+    try {
+      attend(b, buffers.sequence_workspaces[static_cast<size_t>(omp_get_thread_num())]);
+    } catch (...) {
+#pragma omp critical(qkv_attend_each_sequence)
+      if (!error) error = std::current_exception();
+    }
+  }
+  if (error) std::rethrow_exception(error);
+}
+
+}  // namespace
+
 void GroupedQueryAttention::forward_into(Tensor& out, const Tensor& x,
                                          std::span<const int64_t> positions,
                                          const PassCaches& caches, AttentionBuffers& buffers,
@@ -199,13 +242,10 @@ void GroupedQueryAttention::forward_into(Tensor& out, const Tensor& x,
                                       cache.values(caches.layer), sdpa, buffers.workspace);
   } else {
     // Each sequence attends over its own cache, of its own length.
-    for (int64_t b = 0; b < B; ++b) {
-      KVCache& cache = *caches.per_sequence[static_cast<size_t>(b)];
-      cache.append(caches.layer, k4.slice(0, b, b + 1), v4.slice(0, b, b + 1));
-      Tensor heads_b = heads4.slice(0, b, b + 1);
-      scaled_dot_product_attention_into(heads_b, q4.slice(0, b, b + 1), cache.keys(caches.layer),
-                                        cache.values(caches.layer), sdpa, buffers.workspace);
-    }
+    for (int64_t b = 0; b < B; ++b)
+      caches.per_sequence[static_cast<size_t>(b)]->append(caches.layer, k4.slice(0, b, b + 1),
+                                                          v4.slice(0, b, b + 1));
+    attend_each_sequence(heads4, q4, caches, sdpa, buffers);
   }
   if (r) out = Tensor::zeros({B, T, o.embed_dim}, o.dtype);
   o_proj_.forward_into(out, heads, r ? &r->o_proj : nullptr);

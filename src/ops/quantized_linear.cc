@@ -25,17 +25,22 @@ QuantFormat quant_format_from_ggml_type(uint32_t ggml_type) {
   switch (ggml_type) {
     case 2:
     case 3:
+    case 6:
+    case 7:
     case 8:
     case 12:
+    case 13:
     case 14:
+    case 20:
       return static_cast<QuantFormat>(ggml_type);
     default:
       break;
   }
   throw Error(ErrorKind::kValue,
               detail::concat("quantized weight: ggml type ", ggml_type,
-                             " is not a supported block format (Q4_0 = 2, Q4_1 = 3, Q8_0 = 8, "
-                             "Q4_K = 12, Q6_K = 14)"));
+                             " is not a supported block format (Q4_0 = 2, Q4_1 = 3, Q5_0 = 6, "
+                             "Q5_1 = 7, Q8_0 = 8, Q4_K = 12, Q5_K = 13, Q6_K = 14, "
+                             "IQ4_NL = 20)"));
 }
 
 const char* quant_format_name(QuantFormat format) {

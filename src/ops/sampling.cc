@@ -14,6 +14,8 @@ void check_sampling_options(const SamplingOptions& o) {
   QKV_CHECK(o.top_k >= 0, "sampling: top_k must be >= 0 (0 = keep all tokens), got ", o.top_k);
   QKV_CHECK(o.top_p > 0.0 && o.top_p <= 1.0,
             "sampling: top_p must be in (0, 1] (1 = keep all tokens), got ", o.top_p);
+  QKV_CHECK(o.min_p >= 0.0 && o.min_p <= 1.0,
+            "sampling: min_p must be in [0, 1] (0 = keep all tokens), got ", o.min_p);
 }
 
 int64_t argmax(std::span<const float> logits) {
@@ -55,6 +57,7 @@ int64_t Sampler::filter(std::span<const float> logits, double& total) {
 
   const bool top_k = options_.top_k > 0 && options_.top_k < V;
   const bool top_p = options_.top_p < 1.0;
+  const bool min_p = options_.min_p > 0.0;
   int64_t kept = V;
   // Most likely first; equal weights by id, so the order never depends on the sort.
   auto more_likely = [this](int32_t a, int32_t b) {
@@ -63,7 +66,7 @@ int64_t Sampler::filter(std::span<const float> logits, double& total) {
   if (top_k) {
     kept = options_.top_k;
     std::partial_sort(order_.begin(), order_.begin() + kept, order_.end(), more_likely);
-  } else if (top_p) {
+  } else if (top_p || min_p) {
     std::sort(order_.begin(), order_.end(), more_likely);
   }
   if (top_p) {
@@ -77,6 +80,13 @@ int64_t Sampler::filter(std::span<const float> logits, double& total) {
       cumulative += weights_[order_[n++]];
       if (cumulative >= target) break;
     }
+    kept = n;
+  }
+  if (min_p) {
+    // The most likely token's weight is exp(0) = 1; it always stays.
+    const double floor = options_.min_p * weights_[order_[0]];
+    int64_t n = 1;
+    while (n < kept && weights_[order_[n]] >= floor) ++n;
     kept = n;
   }
   total = 0.0;

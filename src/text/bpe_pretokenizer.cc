@@ -1,5 +1,8 @@
-// GPT-2's pre-tokenizer regex, by hand on code points:
+// The pre-tokenizer regexes, by hand on code points. GPT-2's:
 //   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+// Qwen2's (Llama 3's has \p{N}{1,3} for \p{N}):
+//   (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|
+//   ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
 // The alternatives are tried in order at each position, as the regex engine
 // does; every character is a letter, a number, a space or "other", so each
 // position starts a match.
@@ -35,6 +38,79 @@ size_t contraction(std::u32string_view s, size_t i, size_t end) {
   const char32_t b = s[i + 2];
   if ((a == U'r' && b == U'e') || (a == U'v' && b == U'e') || (a == U'l' && b == U'l')) return 3;
   return 0;
+}
+
+// Length of a contraction in any case ((?i:'s|'t|'re|'ve|'m|'ll|'d)) at i.
+// Oniguruma folds case the Unicode way: U+017F (long s) matches 's' too.
+size_t contraction_any_case(std::u32string_view s, size_t i, size_t end) {
+  if (s[i] != U'\'' || i + 1 >= end) return 0;
+  const auto lower = [](char32_t c) -> char32_t {
+    if (c == 0x17F) return U's';
+    return c >= U'A' && c <= U'Z' ? c + 0x20 : c;
+  };
+  const char32_t a = lower(s[i + 1]);
+  if (a == U's' || a == U't' || a == U'm' || a == U'd') return 2;
+  if (i + 2 >= end) return 0;
+  const char32_t b = lower(s[i + 2]);
+  if ((a == U'r' && b == U'e') || (a == U'v' && b == U'e') || (a == U'l' && b == U'l')) return 3;
+  return 0;
+}
+
+bool is_newline(char32_t cp) { return cp == U'\r' || cp == U'\n'; }
+
+// Qwen2's regex (max_digits 1) or Llama 3's (max_digits 3).
+void qwen2_split(std::u32string_view s, size_t begin, size_t end, size_t max_digits,
+                 std::vector<std::pair<size_t, size_t>>& pieces) {
+  size_t i = begin;
+  const auto emit = [&](size_t k) {
+    pieces.emplace_back(i, k);
+    i = k;
+  };
+  while (i < end) {
+    if (const size_t n = contraction_any_case(s, i, end)) {
+      emit(i + n);
+      continue;
+    }
+    const Class c = classify(s[i]);
+    // "[^\r\n\p{L}\p{N}]?\p{L}+": letters, maybe after one character that is
+    // none of those (a space, a tab, punctuation, ...).
+    const bool lead = c != Class::kLetter && c != Class::kNumber && !is_newline(s[i]) &&
+                      i + 1 < end && classify(s[i + 1]) == Class::kLetter;
+    if (c == Class::kLetter || lead) {
+      size_t k = i + (lead ? 2 : 1);
+      while (k < end && classify(s[k]) == Class::kLetter) ++k;
+      emit(k);
+      continue;
+    }
+    if (c == Class::kNumber) {  // "\p{N}{1,max_digits}"
+      size_t k = i + 1;
+      while (k < end && k - i < max_digits && classify(s[k]) == Class::kNumber) ++k;
+      emit(k);
+      continue;
+    }
+    // " ?[^\s\p{L}\p{N}]+[\r\n]*"
+    const size_t first =
+        (s[i] == U' ' && i + 1 < end && classify(s[i + 1]) == Class::kOther) ? i + 1 : i;
+    if (classify(s[first]) == Class::kOther) {
+      size_t k = first + 1;
+      while (k < end && classify(s[k]) == Class::kOther) ++k;
+      while (k < end && is_newline(s[k])) ++k;
+      emit(k);
+      continue;
+    }
+    // A run of spaces: "\s*[\r\n]+" takes it up to its last line break;
+    // without one, "\s+(?!\S)" leaves the last space for the word after it,
+    // and "\s+" takes a single space followed by a word.
+    size_t k = i, last_newline = end;
+    for (; k < end && bpe_is_space(s[k]); ++k)
+      if (is_newline(s[k])) last_newline = k;
+    if (last_newline != end) {
+      emit(last_newline + 1);
+      continue;
+    }
+    if (k < end && k - i >= 2) --k;
+    emit(k);
+  }
 }
 
 void gpt2_split(std::u32string_view s, size_t begin, size_t end,
@@ -88,11 +164,28 @@ bool bpe_is_number(char32_t cp) {
 
 bool bpe_is_space(char32_t cp) { return is_whitespace(cp); }
 
-void bpe_pre_tokenize(std::u32string_view text, bool split_digits,
+std::optional<BpeSplit> bpe_split_named(std::string_view name) {
+  if (name == "gpt2") return BpeSplit::kGpt2;
+  if (name == "smollm") return BpeSplit::kSmollm;
+  if (name == "qwen2") return BpeSplit::kQwen2;
+  if (name == "llama-bpe") return BpeSplit::kLlama3;
+  return std::nullopt;
+}
+
+void bpe_pre_tokenize(std::u32string_view text, BpeSplit split,
                       std::vector<std::pair<size_t, size_t>>& pieces) {
-  if (!split_digits) {
-    gpt2_split(text, 0, text.size(), pieces);
-    return;
+  switch (split) {
+    case BpeSplit::kGpt2:
+      gpt2_split(text, 0, text.size(), pieces);
+      return;
+    case BpeSplit::kQwen2:
+      qwen2_split(text, 0, text.size(), 1, pieces);
+      return;
+    case BpeSplit::kLlama3:
+      qwen2_split(text, 0, text.size(), 3, pieces);
+      return;
+    case BpeSplit::kSmollm:
+      break;
   }
   size_t start = 0;
   for (size_t i = 0; i < text.size(); ++i) {

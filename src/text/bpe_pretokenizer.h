@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -16,11 +17,21 @@ bool bpe_is_letter(char32_t cp);
 bool bpe_is_number(char32_t cp);
 bool bpe_is_space(char32_t cp);
 
-// Appends to `pieces` the [begin, end) code-point ranges of GPT-2's regex
-// over `text`; with split_digits, every numeric character is a piece of its
-// own first (tokenizers' Digits(individual_digits=true), whose "numeric" is
-// Rust's char::is_numeric: \p{N} and a few Unicode 17 digits).
-void bpe_pre_tokenize(std::u32string_view text, bool split_digits,
+// The pre-tokenizers of include/qkv/text/bpe_tokenizer.h.
+enum class BpeSplit {
+  kGpt2,    // GPT-2's regex
+  kSmollm,  // every numeric character a piece of its own first (tokenizers'
+            // Digits(individual_digits=true), whose "numeric" is Rust's
+            // char::is_numeric: \p{N} and a few Unicode 17 digits), then GPT-2's
+  kQwen2,   // Qwen2's regex
+  kLlama3,  // Llama 3's regex
+};
+
+// The split named `name` (tokenizer.ggml.pre), or nullopt for another name.
+std::optional<BpeSplit> bpe_split_named(std::string_view name);
+
+// Appends to `pieces` the [begin, end) code-point ranges `split` cuts `text` into.
+void bpe_pre_tokenize(std::u32string_view text, BpeSplit split,
                       std::vector<std::pair<size_t, size_t>>& pieces);
 
 // GPT-2's bytes_to_unicode: printable bytes (! to ~, ¡ to ¬, ® to ÿ) stand

@@ -1,7 +1,9 @@
 // Streaming decode: complete UTF-8 characters go out, the bytes of one that
-// is still incomplete wait for the next token.
+// is still incomplete wait for the next token ("llama": a run of byte tokens
+// waits for its end, which decides whether it is valid as a whole).
 #include "qkv/text/bpe_tokenizer.h"
 #include "text/basic_tokenizer.h"
+#include "text/byte_fallback.h"
 #include "text/utf8_lead.h"
 
 namespace qkv::text {
@@ -47,6 +49,16 @@ std::string lossy(std::string_view bytes) {
 std::string BpeStreamDecoder::push(int32_t id) {
   const std::string& piece = tokenizer_->token_to_piece(id);  // checks the id
   if (skip_special_ && tokenizer_->token_type(id) == BpeTokenType::kControl) return {};
+  if (tokenizer_->is_sentencepiece()) {
+    if (tokenizer_->is_byte_token(id)) {
+      pending_ += piece;
+      return {};
+    }
+    std::string out;
+    detail::append_byte_run(pending_, out);
+    pending_.clear();
+    return strip_prefix_space(out + piece);
+  }
   pending_ += piece;
   const size_t keep = incomplete_suffix(pending_);
   std::string out = lossy(std::string_view(pending_).substr(0, pending_.size() - keep));
@@ -55,9 +67,24 @@ std::string BpeStreamDecoder::push(int32_t id) {
 }
 
 std::string BpeStreamDecoder::finish() {
-  std::string out = lossy(pending_);
+  std::string out;
+  if (tokenizer_->is_sentencepiece()) {
+    detail::append_byte_run(pending_, out);
+    out = strip_prefix_space(std::move(out));
+  } else {
+    out = lossy(pending_);
+  }
   pending_.clear();
+  started_ = false;
   return out;
+}
+
+// "llama" with add_space_prefix: decode drops the text's leading space.
+std::string BpeStreamDecoder::strip_prefix_space(std::string text) {
+  if (started_ || text.empty()) return text;
+  started_ = true;
+  if (tokenizer_->vocabulary().add_space_prefix && text[0] == ' ') text.erase(0, 1);
+  return text;
 }
 
 }  // namespace qkv::text

@@ -1,4 +1,6 @@
-// Byte-level BPE: vocabulary checks, special-token matching, merges by rank.
+// BPE tokenizers: vocabulary checks, special-token matching, byte-level
+// merges by rank ("gpt2"), decoding. The "llama" model's merges are in
+// sentencepiece_encode.cc.
 #include "qkv/text/bpe_tokenizer.h"
 
 #include <algorithm>
@@ -10,6 +12,8 @@
 #include "qkv/error.h"
 #include "text/basic_tokenizer.h"
 #include "text/bpe_pretokenizer.h"
+#include "text/bpe_symbols.h"
+#include "text/byte_fallback.h"
 
 namespace qkv::text {
 
@@ -119,6 +123,26 @@ void append_lossy_utf8(std::string_view bytes, std::string& out) {
   for (const char32_t cp : chars) detail::append_utf8(cp, out);
 }
 
+// A "llama" token's decoded bytes: "<0xNN>" is that byte (tokenizers'
+// ByteFallback goes by the text, whatever the type), "▁" a space.
+std::string sentencepiece_piece(std::string_view text) {
+  if (const int byte = parse_byte_token(text); byte >= 0)
+    return std::string(1, static_cast<char>(byte));
+  std::string valid;
+  append_lossy_utf8(text, valid);
+  std::string out;
+  out.reserve(valid.size());
+  for (size_t i = 0; i < valid.size();) {
+    if (valid.compare(i, 3, "\u2581") == 0) {
+      out += ' ';
+      i += 3;
+    } else {
+      out += valid[i++];
+    }
+  }
+  return out;
+}
+
 bool is_special_type(BpeTokenType type) {
   return type == BpeTokenType::kControl || type == BpeTokenType::kUserDefined;
 }
@@ -136,10 +160,20 @@ BpeTokenizer::BpeTokenizer(BpeVocabulary vocabulary)
   QKV_CHECK(types.size() == tokens.size(), "BpeVocabulary.token_types has ", types.size(),
             " entries, expected one per token (", tokens.size(), ")");
 
-  const std::string& pre = vocabulary_.pre_tokenizer;
-  QKV_CHECK(pre == "gpt2" || pre == "smollm", "BpeVocabulary.pre_tokenizer \"", pre,
-            "\" is not supported; expected \"gpt2\" or \"smollm\"");
-  split_digits_ = pre == "smollm";
+  const std::string& model = vocabulary_.model;
+  QKV_CHECK(model == "gpt2" || model == "llama", "BpeVocabulary.model \"", model,
+            "\" is not supported; expected \"gpt2\" (byte-level BPE) or \"llama\" "
+            "(SentencePiece-style BPE)");
+  sentencepiece_ = model == "llama";
+  if (!sentencepiece_) {
+    const std::string& pre = vocabulary_.pre_tokenizer;
+    const auto split = detail::bpe_split_named(pre);
+    QKV_CHECK(split.has_value(), "BpeVocabulary.pre_tokenizer \"", pre,
+              "\" is not supported; expected \"gpt2\", \"smollm\", \"qwen2\" or \"llama-bpe\"");
+    pre_tokenizer_ = static_cast<int>(*split);
+    QKV_CHECK(vocabulary_.scores.empty(), "BpeVocabulary.scores has ", vocabulary_.scores.size(),
+              " entries; the \"gpt2\" model merges by its merges and takes none");
+  }
 
   for (const auto* field : {"bos", "eos", "unk", "pad"}) {
     const std::string_view name(field);
@@ -168,7 +202,9 @@ BpeTokenizer::BpeTokenizer(BpeVocabulary vocabulary)
                 kind == BpeTokenType::kControl ? "control" : "user-defined",
                 " token needs text to be matched");
       special->add(text, id);
-      pieces_.push_back(text);
+      pieces_.push_back(sentencepiece_ ? sentencepiece_piece(text) : text);
+    } else if (sentencepiece_) {
+      pieces_.push_back(sentencepiece_piece(text));
     } else if (const int byte = parse_byte_token(text); kind == BpeTokenType::kByte && byte >= 0) {
       pieces_.emplace_back(1, static_cast<char>(byte));
     } else {
@@ -176,6 +212,10 @@ BpeTokenizer::BpeTokenizer(BpeVocabulary vocabulary)
     }
   }
   if (special->nodes.size() > 1) special_ = std::move(special);
+  if (sentencepiece_) {
+    init_sentencepiece();
+    return;
+  }
 
   std::string one;
   for (int b = 0; b < 256; ++b) {
@@ -224,6 +264,11 @@ const std::string& BpeTokenizer::token_to_piece(int32_t id) const {
   return pieces_[id];
 }
 
+bool BpeTokenizer::is_byte_token(int32_t id) const {
+  QKV_CHECK(id >= 0 && id < size(), "token id ", id, " is out of range [0, ", size(), ")");
+  return sentencepiece_ && parse_byte_token(vocabulary_.tokens[id]) >= 0;
+}
+
 BpeTokenType BpeTokenizer::token_type(int32_t id) const {
   QKV_CHECK(id >= 0 && id < size(), "token id ", id, " is out of range [0, ", size(), ")");
   return static_cast<BpeTokenType>(vocabulary_.token_types[id]);
@@ -255,24 +300,28 @@ std::vector<int32_t> BpeTokenizer::encode(std::string_view utf8, bool add_specia
         ++i;
         continue;
       }
-      encode_text(utf8.substr(start, i - start), ids);
+      encode_text(utf8.substr(start, i - start), start == 0, ids);
       ids.push_back(id);
       i += length;
       start = i;
     }
-    encode_text(utf8.substr(start), ids);
+    encode_text(utf8.substr(start), start == 0, ids);
   } else {
-    encode_text(utf8, ids);
+    encode_text(utf8, true, ids);
   }
   if (add_special && vocabulary_.add_eos && vocabulary_.eos) ids.push_back(*vocabulary_.eos);
   return ids;
 }
 
 std::vector<std::string> BpeTokenizer::pre_tokenize(std::string_view utf8) const {
+  if (sentencepiece_) {
+    if (utf8.empty()) return {};
+    return {sentencepiece_normalize(utf8, true)};
+  }
   std::u32string chars;
   detail::decode_utf8(utf8, chars);
   std::vector<std::pair<size_t, size_t>> ranges;
-  detail::bpe_pre_tokenize(chars, split_digits_, ranges);
+  detail::bpe_pre_tokenize(chars, static_cast<detail::BpeSplit>(pre_tokenizer_), ranges);
   std::vector<std::string> pieces(ranges.size());
   for (size_t p = 0; p < ranges.size(); ++p)
     for (size_t i = ranges[p].first; i < ranges[p].second; ++i)
@@ -280,12 +329,18 @@ std::vector<std::string> BpeTokenizer::pre_tokenize(std::string_view utf8) const
   return pieces;
 }
 
-void BpeTokenizer::encode_text(std::string_view utf8, std::vector<int32_t>& ids) const {
+// `at_start`: the text begins where the encoded text does (no special token before it).
+void BpeTokenizer::encode_text(std::string_view utf8, bool at_start,
+                               std::vector<int32_t>& ids) const {
   if (utf8.empty()) return;
+  if (sentencepiece_) {
+    encode_sentencepiece(sentencepiece_normalize(utf8, at_start), ids);
+    return;
+  }
   std::u32string chars;
   detail::decode_utf8(utf8, chars);
   std::vector<std::pair<size_t, size_t>> pieces;
-  detail::bpe_pre_tokenize(chars, split_digits_, pieces);
+  detail::bpe_pre_tokenize(chars, static_cast<detail::BpeSplit>(pre_tokenizer_), pieces);
   std::string bytes;
   for (const auto& [begin, end] : pieces) {
     bytes.clear();
@@ -308,19 +363,11 @@ void BpeTokenizer::encode_piece(std::string_view bytes, std::vector<int32_t>& id
     }
   }
 
-  struct Symbol {
-    int32_t id;
-    int32_t prev;  // -1 at the start
-    int32_t next;  // -1 at the end
-  };
-  std::vector<Symbol> symbols;
+  detail::BpeSymbols symbols;
   symbols.reserve(bytes.size());
   for (const char c : bytes) {
     const int32_t id = byte_ids_[static_cast<uint8_t>(c)];
-    if (id < 0) continue;  // a byte without a token is dropped, see the header
-    const auto index = static_cast<int32_t>(symbols.size());
-    symbols.push_back({id, index - 1, -1});
-    if (index > 0) symbols[index - 1].next = index;
+    if (id >= 0) symbols.push(id);  // a byte without a token is dropped, see the header
   }
 
   struct Candidate {
@@ -333,40 +380,34 @@ void BpeTokenizer::encode_piece(std::string_view bytes, std::vector<int32_t>& id
     }
   };
   std::priority_queue<Candidate, std::vector<Candidate>, std::greater<>> queue;
+  const auto pair_key = [&](int32_t left, int32_t right) {
+    return static_cast<uint64_t>(symbols.id(left)) << 32 | static_cast<uint32_t>(symbols.id(right));
+  };
   const auto consider = [&](int32_t left) {
     if (left < 0) return;
-    const int32_t right = symbols[left].next;
+    const int32_t right = symbols.next(left);
     if (right < 0) return;
-    const uint64_t key =
-        static_cast<uint64_t>(symbols[left].id) << 32 | static_cast<uint32_t>(symbols[right].id);
-    const auto it = merges_.find(key);
+    const auto it = merges_.find(pair_key(left, right));
     if (it == merges_.end()) return;
     queue.push({static_cast<uint32_t>(it->second >> 32), left, right,
                 static_cast<int32_t>(it->second & 0xFFFFFFFFu)});
   };
-  for (int32_t i = 0; i + 1 < static_cast<int32_t>(symbols.size()); ++i) consider(i);
+  for (int32_t i = 0; i + 1 < symbols.size(); ++i) consider(i);
 
-  std::vector<bool> removed(symbols.size(), false);
   while (!queue.empty()) {
     const Candidate c = queue.top();
     queue.pop();
     // Stale when either side has been merged away or changed since.
-    if (removed[c.left] || removed[c.right] || symbols[c.left].next != c.right) continue;
-    const uint64_t key = static_cast<uint64_t>(symbols[c.left].id) << 32 |
-                         static_cast<uint32_t>(symbols[c.right].id);
-    const auto it = merges_.find(key);
+    if (!symbols.adjacent(c.left, c.right)) continue;
+    const auto it = merges_.find(pair_key(c.left, c.right));
     if (it == merges_.end() || static_cast<int32_t>(it->second & 0xFFFFFFFFu) != c.merged) continue;
-    symbols[c.left].id = c.merged;
-    removed[c.right] = true;
-    symbols[c.left].next = symbols[c.right].next;
-    if (symbols[c.left].next >= 0) symbols[symbols[c.left].next].prev = c.left;
-    consider(symbols[c.left].prev);
+    symbols.merge(c.left, c.right, c.merged);
+    consider(symbols.prev(c.left));
     consider(c.left);
   }
 
   const size_t first = ids.size();
-  for (int32_t i = symbols.empty() ? -1 : 0; i >= 0; i = symbols[i].next)
-    ids.push_back(symbols[i].id);
+  symbols.append_ids(ids);
   if (cacheable) {
     std::lock_guard lock(cache_->mutex);
     if (cache_->entries.size() >= Cache::kMaxEntries) cache_->entries.clear();
@@ -376,6 +417,28 @@ void BpeTokenizer::encode_piece(std::string_view bytes, std::vector<int32_t>& id
 }
 
 std::string BpeTokenizer::decode(std::span<const int32_t> ids, bool skip_special) const {
+  if (sentencepiece_) {
+    std::string text, run;  // run: bytes of consecutive byte tokens
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const int32_t id = ids[i];
+      QKV_CHECK(id >= 0 && id < size(), "decode: ids[", i, "] = ", id, " is out of range [0, ",
+                size(), ")");
+      if (skip_special &&
+          vocabulary_.token_types[id] == static_cast<int32_t>(BpeTokenType::kControl))
+        continue;
+      if (is_byte_token(id)) {
+        run += pieces_[id];
+        continue;
+      }
+      detail::append_byte_run(run, text);
+      run.clear();
+      text += pieces_[id];
+    }
+    detail::append_byte_run(run, text);
+    // LlamaTokenizer's Strip decoder: the space the prefix put there.
+    if (vocabulary_.add_space_prefix && !text.empty() && text[0] == ' ') text.erase(0, 1);
+    return text;
+  }
   std::string bytes;
   for (size_t i = 0; i < ids.size(); ++i) {
     const int32_t id = ids[i];

@@ -208,9 +208,9 @@ class GgufFile {
   //   F32, F16, BF16      float32 (F16 and BF16 converted exactly)
   //   F64, I8, I16, I32   float64 (exactly)
   //   I64                 float64 if every value is exactly representable, else an error
-  //   Q4_0, Q4_1, Q8_0,   float32, dequantized by qkv::dequantize_row (each weight its exact
-  //   Q4_K, Q6_K          value rounded once to float32); the blocks stay in tensor(name).data
-  //                       for the quantized kernels (qkv::QuantizedWeight)
+  //   Q4_0, Q4_1, Q5_0,   float32, dequantized by qkv::dequantize_row (each weight its exact
+  //   Q5_1, Q8_0, Q4_K,   value rounded once to float32); the blocks stay in tensor(name).data
+  //   Q5_K, Q6_K, IQ4_NL  for the quantized kernels (qkv::QuantizedWeight)
   //   other quantized     ErrorKind::kType naming the type
   Tensor load(std::string_view name) const;
 

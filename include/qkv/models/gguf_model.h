@@ -39,7 +39,8 @@
 //
 // Two modes:
 //   fast (default)  linear weights, the token embedding and the output head stay
-//                   in their quantized blocks (Q4_0, Q4_1, Q8_0, Q4_K, Q6_K),
+//                   in their quantized blocks (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
+//                   Q4_K, Q5_K, Q6_K, IQ4_NL),
 //                   read in place from the file's mapping, which they keep
 //                   alive; no float32 copy is made (the model is built under
 //                   nn::SkipWeightInit), so memory stays near the file's size.
@@ -92,9 +93,11 @@ struct GgufModel {
 // tensors.
 nn::DecoderModelConfig gguf_decoder_config(const io::GgufFile& file, int64_t max_seq_len = 8192);
 
-// The byte-level BPE tokenizer of tokenizer.ggml.* (model "gpt2": tokens,
-// merges, token_type, pre, bos/eos/unknown/padding_token_id, add_bos_token,
-// add_eos_token). Another tokenizer.ggml.model is an error naming it.
+// The BPE tokenizer of tokenizer.ggml.* (model "gpt2": tokens, merges,
+// token_type, pre; model "llama": tokens, scores, token_type, add_space_prefix;
+// both: bos/eos/unknown/padding_token_id, add_bos_token, add_eos_token), as
+// transformers builds it from the file (include/qkv/text/bpe_tokenizer.h).
+// Another tokenizer.ggml.model, or a key it does not follow, is an error naming it.
 text::BpeTokenizer gguf_bpe_tokenizer(const io::GgufFile& file);
 
 // Model, tokenizer and chat template of a GGUF file.

@@ -88,6 +88,8 @@ struct AttentionBuffers {
   Tensor k, v;   // [R, Hkv·E]
   Tensor heads;  // [R, H·E]: the attention output, heads side by side
   SdpaWorkspace workspace;
+  // One per thread when sequences with caches of their own share the threads.
+  std::vector<SdpaWorkspace> sequence_workspaces;
 };
 
 // Per-head projections of a batch-first input.

@@ -30,7 +30,10 @@ namespace {
 // are refused when weights are loaded); u8 / s8: kLanes bytes as unsigned /
 // signed integers; lo4 / hi4: their low / high nibbles; q6: Q6_K's 6-bit
 // value from kLanes ql nibbles (the high ones when `high`) and 2 bits of
-// kLanes qh bytes at `shift`.
+// kLanes qh bytes at `shift`; q5: Q5_0's and Q5_1's 5-bit value from kLanes
+// nibbles and, as bit 4, bits first .. first + kLanes − 1 of the word qh;
+// q5k: Q5_K's, bit 4 the bit `shift` of kLanes qh bytes; iq4nl: IQ4_NL's
+// level (kIq4nlValues) of kLanes nibbles.
 template <class Isa>
 struct Bytes;
 
@@ -57,6 +60,22 @@ struct Bytes<simd::Portable> {
       return static_cast<float>(lo | (((qh[i] >> shift) & 3) << 4));
     });
   }
+  static V q5(const uint8_t* ql, bool high, uint32_t qh, int first) {
+    return map([&](int i) {
+      const int lo = high ? ql[i] >> 4 : ql[i] & 0x0f;
+      return static_cast<float>(lo | ((qh >> (first + i)) & 1) << 4);
+    });
+  }
+  static V q5k(const uint8_t* ql, bool high, const uint8_t* qh, int shift) {
+    return map([&](int i) {
+      const int lo = high ? ql[i] >> 4 : ql[i] & 0x0f;
+      return static_cast<float>(lo | ((qh[i] >> shift) & 1) << 4);
+    });
+  }
+  static V iq4nl(const uint8_t* q, bool high) {
+    return map(
+        [&](int i) { return static_cast<float>(kIq4nlValues[high ? q[i] >> 4 : q[i] & 0x0f]); });
+  }
 };
 
 #if defined(__AVX2__)
@@ -81,6 +100,30 @@ struct Bytes<simd::Avx2> {
     const __m256i h =
         _mm256_and_si256(_mm256_srl_epi32(u8i(qh), _mm_cvtsi32_si128(shift)), _mm256_set1_epi32(3));
     return _mm256_cvtepi32_ps(_mm256_or_si256(lo, _mm256_slli_epi32(h, 4)));
+  }
+  static __m256i nibbles(const uint8_t* p, bool high) {
+    const __m256i b = u8i(p);
+    return high ? _mm256_srli_epi32(b, 4) : _mm256_and_si256(b, _mm256_set1_epi32(0x0f));
+  }
+  // bit 4 of lane i = bit i of `bits`
+  static __m256i bit4(__m256i bits) {
+    return _mm256_slli_epi32(_mm256_and_si256(bits, _mm256_set1_epi32(1)), 4);
+  }
+  static V q5(const uint8_t* ql, bool high, uint32_t qh, int first) {
+    const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    const __m256i bits = _mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(qh >> first)), lanes);
+    return _mm256_cvtepi32_ps(_mm256_or_si256(nibbles(ql, high), bit4(bits)));
+  }
+  static V q5k(const uint8_t* ql, bool high, const uint8_t* qh, int shift) {
+    const __m256i bits = _mm256_srl_epi32(u8i(qh), _mm_cvtsi32_si128(shift));
+    return _mm256_cvtepi32_ps(_mm256_or_si256(nibbles(ql, high), bit4(bits)));
+  }
+  static V iq4nl(const uint8_t* q, bool high) {
+    const __m128i table = _mm_load_si128(reinterpret_cast<const __m128i*>(kIq4nlValues));
+    const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(q));
+    const __m128i index =
+        _mm_and_si128(high ? _mm_srli_epi16(b, 4) : b, _mm_set1_epi8(0x0f));  // 8 bytes
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_shuffle_epi8(table, index)));
   }
 };
 #endif
@@ -107,6 +150,29 @@ struct Bytes<simd::Avx512> {
     const __m512i h =
         _mm512_and_si512(_mm512_srl_epi32(u8i(qh), _mm_cvtsi32_si128(shift)), _mm512_set1_epi32(3));
     return _mm512_cvtepi32_ps(_mm512_or_si512(lo, _mm512_slli_epi32(h, 4)));
+  }
+  static __m512i nibbles(const uint8_t* p, bool high) {
+    const __m512i b = u8i(p);
+    return high ? _mm512_srli_epi32(b, 4) : _mm512_and_si512(b, _mm512_set1_epi32(0x0f));
+  }
+  // bit 4 of lane i = bit i of `bits`
+  static __m512i bit4(__m512i bits) {
+    return _mm512_slli_epi32(_mm512_and_si512(bits, _mm512_set1_epi32(1)), 4);
+  }
+  static V q5(const uint8_t* ql, bool high, uint32_t qh, int first) {
+    const __m512i lanes = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const __m512i bits = _mm512_srlv_epi32(_mm512_set1_epi32(static_cast<int>(qh >> first)), lanes);
+    return _mm512_cvtepi32_ps(_mm512_or_si512(nibbles(ql, high), bit4(bits)));
+  }
+  static V q5k(const uint8_t* ql, bool high, const uint8_t* qh, int shift) {
+    const __m512i bits = _mm512_srl_epi32(u8i(qh), _mm_cvtsi32_si128(shift));
+    return _mm512_cvtepi32_ps(_mm512_or_si512(nibbles(ql, high), bit4(bits)));
+  }
+  static V iq4nl(const uint8_t* q, bool high) {
+    const __m128i table = _mm_load_si128(reinterpret_cast<const __m128i*>(kIq4nlValues));
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q));
+    const __m128i index = _mm_and_si128(high ? _mm_srli_epi16(b, 4) : b, _mm_set1_epi8(0x0f));
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_shuffle_epi8(table, index)));
   }
 };
 #endif
@@ -155,6 +221,62 @@ struct Q4Legacy {
 };
 using Q4_0 = Q4Legacy<false>;
 using Q4_1 = Q4Legacy<true>;
+
+// Q5_0 and Q5_1: Q4_0's and Q4_1's nibbles with a fifth bit from the u32 qh
+// (bit i for weight i); Q5_0: (q − 16)·d, Q5_1: q·d + m, rounded as Q4_*.
+template <bool kHasMin>
+struct Q5Legacy {
+  static constexpr int kElems = 32, kBytes = kHasMin ? 24 : 22, kSubs = 1;
+  template <class Isa>
+  static void decode(const uint8_t* b, int, typename Isa::V* out) {
+    const auto d = Isa::set1(Bytes<Isa>::half(b));
+    const auto m = Isa::set1(kHasMin ? Bytes<Isa>::half(b + 2) : 16.0f);
+    const uint32_t qh = q5_high_bits(b + (kHasMin ? 4 : 2));
+    const uint8_t* qs = b + (kHasMin ? 8 : 6);
+    constexpr int L = Isa::kLanes, kHalf = kVecs<Isa> / 2;
+    for (int v = 0; v < kHalf; ++v) {
+      const auto lo = Bytes<Isa>::q5(qs + v * L, false, qh, v * L);
+      const auto hi = Bytes<Isa>::q5(qs + v * L, true, qh, 16 + v * L);
+      out[v] = Q4Legacy<kHasMin>::template weights<Isa>(lo, d, m);
+      out[v + kHalf] = Q4Legacy<kHasMin>::template weights<Isa>(hi, d, m);
+    }
+  }
+};
+using Q5_0 = Q5Legacy<false>;
+using Q5_1 = Q5Legacy<true>;
+
+// IQ4_NL: d · level(q), the level an int8 (exact product), nibbles as Q4_0's.
+struct IQ4_NL {
+  static constexpr int kElems = 32, kBytes = 18, kSubs = 1;
+  template <class Isa>
+  static void decode(const uint8_t* b, int, typename Isa::V* out) {
+    const auto d = Isa::set1(Bytes<Isa>::half(b));
+    constexpr int L = Isa::kLanes, kHalf = kVecs<Isa> / 2;
+    for (int v = 0; v < kHalf; ++v) {
+      out[v] = Isa::mul(Bytes<Isa>::iq4nl(b + 2 + v * L, false), d);
+      out[v + kHalf] = Isa::mul(Bytes<Isa>::iq4nl(b + 2 + v * L, true), d);
+    }
+  }
+};
+
+// Q5_K: Q4_K's sub-blocks with bit 4 of weight i of sub-block s at bit s of
+// qh[i]: (d·sc)·q − dmin·mn, d·sc·q exact (q < 32), one rounding.
+struct Q5_K {
+  static constexpr int kElems = 256, kBytes = 176, kSubs = 8;
+  template <class Isa>
+  static void decode(const uint8_t* b, int s, typename Isa::V* out) {
+    int sc, mn;
+    q4k_scale_min(b + 4, s, &sc, &mn);
+    const auto d = Isa::set1(Bytes<Isa>::half(b) * static_cast<float>(sc));
+    const auto m = Isa::set1(Bytes<Isa>::half(b + 2) * static_cast<float>(mn));
+    const uint8_t* qh = b + 16;
+    const uint8_t* qs = b + 48 + 32 * (s / 2);
+    for (int v = 0; v < kVecs<Isa>; ++v) {
+      const int l = v * Isa::kLanes;
+      out[v] = Isa::sub(Isa::mul(Bytes<Isa>::q5k(qs + l, s % 2 != 0, qh + l, s), d), m);
+    }
+  }
+};
 
 // Sub-block s: (d·sc)·q − dmin·mn over the low (even s) or high (odd s)
 // nibbles of bytes 32·(s/2) .. +31; d·sc and dmin·mn are exact in float32.
@@ -284,10 +406,18 @@ void with_format(BlockFormat format, Fn&& f) {
       return f.template operator()<Q4_0>();
     case BlockFormat::kQ4_1:
       return f.template operator()<Q4_1>();
+    case BlockFormat::kQ5_0:
+      return f.template operator()<Q5_0>();
+    case BlockFormat::kQ5_1:
+      return f.template operator()<Q5_1>();
     case BlockFormat::kQ4_K:
       return f.template operator()<Q4_K>();
+    case BlockFormat::kQ5_K:
+      return f.template operator()<Q5_K>();
     case BlockFormat::kQ6_K:
       return f.template operator()<Q6_K>();
+    case BlockFormat::kIQ4_NL:
+      return f.template operator()<IQ4_NL>();
   }
 }
 

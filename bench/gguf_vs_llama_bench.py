@@ -1,0 +1,166 @@
+"""qkv against llama.cpp's own llama-bench (and ik_llama.cpp's) on the same GGUF files.
+
+Issue 39's benchmark: for each model, prompt processing (-p, default 512 tokens) and
+generation (-n, default 128 tokens) at each thread count, by `qkv bench -w decode` and by
+each llama-bench binary, all in one run; peak resident memory of each engine's process; and
+the machine's own limit for generation: every weight is read once per token, so
+tokens/s <= stream bandwidth / bytes read per token. The bandwidth is measured in the same
+run (each thread sums its own 512 MiB array).
+
+    bench/build_llama_cpp.sh        # once: llama.cpp 0.3.36's llama-bench into a cache
+    .venv/bin/python bench/gguf_vs_llama_bench.py \\
+        --models models/SmolLM2-135M-Instruct.Q4_1.gguf,models/gemma-3-270m-q4_k_m.gguf \\
+        --llama-bench ~/.cache/qkv-peers/llama.cpp-0.3.36/bin/llama-bench \\
+        --ik-llama-bench ~/.cache/qkv-peers/ik_llama.cpp-8337e4c/bin/llama-bench \\
+        --threads 1,2 --reps 3
+
+Prints a markdown table (tokens/s, ratios, % of the bandwidth bound, peak RSS).
+"""
+import argparse
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def run_with_peak_rss(cmd):
+    """Runs cmd; returns (stdout, peak RSS in MiB) through os.wait4 on the child."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    chunks = {"out": [], "err": []}
+
+    def drain(stream, key):
+        for line in stream:
+            chunks[key].append(line)
+
+    readers = [threading.Thread(target=drain, args=(proc.stdout, "out")),
+               threading.Thread(target=drain, args=(proc.stderr, "err"))]
+    for r in readers:
+        r.start()
+    _, status, usage = os.wait4(proc.pid, 0)
+    for r in readers:
+        r.join()
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    out, err = "".join(chunks["out"]), "".join(chunks["err"])
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(map(str, cmd))} failed ({proc.returncode}):\n"
+                         f"{out[-2000:]}\n{err[-2000:]}")
+    return out, usage.ru_maxrss / 1024.0
+
+
+def qkv_rates(qkv, model, prompt, gen, threads, reps):
+    """{(test, threads): tokens/s (median)} from `qkv bench -w decode -o jsonl`."""
+    out, rss = run_with_peak_rss([qkv, "bench", "-m", model, "-w", "decode", "-p", str(prompt),
+                                  "-n", str(gen), "-t", ",".join(map(str, threads)),
+                                  "-r", str(reps), "-o", "jsonl"])
+    rates = {}
+    for line in out.splitlines():
+        row = json.loads(line)
+        test = "pp" if row["workload"].startswith("decode/pp") else "tg"
+        rates[(test, row["threads"])] = row["median"]
+    return rates, rss
+
+
+def llama_bench_rates(binary, model, prompt, gen, threads, reps):
+    """{(test, threads): tokens/s (mean, as llama-bench reports)} from `llama-bench -o json`."""
+    out, rss = run_with_peak_rss([binary, "-m", model, "-p", str(prompt), "-n", str(gen),
+                                  "-t", ",".join(map(str, threads)), "-r", str(reps), "-o", "json"])
+    rates = {}
+    for row in json.loads(out[out.index("["):]):
+        test = "pp" if row.get("n_prompt", 0) > 0 and row.get("n_gen", 0) == 0 else "tg"
+        rates[(test, row["n_threads"])] = row["avg_ts"]
+    return rates, rss
+
+
+def bytes_read_per_token(model):
+    """Bytes of the weights one generated token reads: every tensor but the input embedding,
+    which is read whole only when it doubles as the output layer (no output.weight)."""
+    from gguf import GGUFReader
+    tensors = {t.name: int(t.n_bytes) for t in GGUFReader(model).tensors}
+    total = sum(n for name, n in tensors.items() if name != "token_embd.weight")
+    if "output.weight" not in tensors:
+        total += tensors.get("token_embd.weight", 0)
+    return total
+
+
+def read_bandwidth(threads, mib=512, rounds=5):
+    """Bytes/s that `threads` threads read (each summing its own 512 MiB), best of `rounds`."""
+    n = mib * (1 << 20) // 4
+    arrays = [np.ones(n, dtype=np.float32) for _ in range(threads)]
+    best = 0.0
+    for _ in range(rounds):
+        workers = [threading.Thread(target=np.sum, args=(a,)) for a in arrays]
+        start = time.perf_counter()
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        best = max(best, 4 * n * threads / (time.perf_counter() - start))
+    return best
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--models", default="models/SmolLM2-135M-Instruct.Q4_1.gguf",
+                    help="GGUF files, comma-separated")
+    ap.add_argument("--qkv", default=str(ROOT / "build" / "tools" / "qkv"))
+    ap.add_argument("--llama-bench", required=True, help="llama.cpp's llama-bench binary")
+    ap.add_argument("--ik-llama-bench", help="ik_llama.cpp's llama-bench binary")
+    ap.add_argument("--threads", default="1,2")
+    ap.add_argument("-p", "--prompt", type=int, default=512)
+    ap.add_argument("-n", "--gen", type=int, default=128)
+    ap.add_argument("--reps", type=int, default=3)
+    args = ap.parse_args()
+    threads = [int(t) for t in args.threads.split(",")]
+    for path in [args.qkv, args.llama_bench] + ([args.ik_llama_bench] if args.ik_llama_bench else []):
+        if not os.access(path, os.X_OK):
+            raise SystemExit(f"{path} is not an executable; build it first (bench/build_llama_cpp.sh)")
+    bandwidth = {t: read_bandwidth(t) for t in threads}
+    print(f"read bandwidth: "
+          + ", ".join(f"{t} thread{'s' if t > 1 else ''} {bandwidth[t] / 1e9:.1f} GB/s"
+                      for t in threads))
+    engines = [("qkv", None), ("llama.cpp", args.llama_bench)]
+    if args.ik_llama_bench:
+        engines.append(("ik_llama.cpp", args.ik_llama_bench))
+    print()
+    print("| model | test | threads | " + " | ".join(f"{e} tok/s" for e, _ in engines) +
+          " | qkv / llama.cpp | " + ("qkv / ik_llama.cpp | " if args.ik_llama_bench else "") +
+          "% of bandwidth bound (tg): " + ", ".join(e for e, _ in engines) + " |")
+    print("|---|---|---:|" + "---:|" * (len(engines) + 1 + bool(args.ik_llama_bench)) + "---|")
+    for model in args.models.split(","):
+        per_token = bytes_read_per_token(model)
+        results, rss = {}, {}
+        for name, binary in engines:
+            if name == "qkv":
+                results[name], rss[name] = qkv_rates(args.qkv, model, args.prompt, args.gen,
+                                                     threads, args.reps)
+            else:
+                results[name], rss[name] = llama_bench_rates(binary, model, args.prompt, args.gen,
+                                                             threads, args.reps)
+        for test, tokens in (("pp", args.prompt), ("tg", args.gen)):
+            for t in threads:
+                rates = [results[e].get((test, t), float("nan")) for e, _ in engines]
+                cells = [f"{r:.1f}" for r in rates]
+                ratios = [f"**{rates[0] / rates[1]:.2f}**"]
+                if args.ik_llama_bench:
+                    ratios.append(f"**{rates[0] / rates[2]:.2f}**")
+                bound = ""
+                if test == "tg":
+                    limit = bandwidth[t] / per_token
+                    bound = ", ".join(f"{100 * r / limit:.0f}%" for r in rates)
+                print(f"| {pathlib.Path(model).name} | {test}{tokens} | {t} | " + " | ".join(cells) +
+                      " | " + " | ".join(ratios) + f" | {bound} |")
+        print(f"\n{pathlib.Path(model).name}: {per_token / 1e6:.1f} MB of weights read per generated "
+              "token; peak RSS " + ", ".join(f"{e} {rss[e]:.0f} MiB" for e, _ in engines))
+        print()
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
