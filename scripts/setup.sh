@@ -10,7 +10,8 @@ DEBIAN_PACKAGES=(g++ cmake ninja-build pkg-config libgtest-dev libbenchmark-dev 
                  nlohmann-json3-dev libpng-dev libopenblas-openmp-dev libutf8proc-dev python3-venv
                  fortunes ccache
                  libcpp-httplib-dev  # qkv serve
-                 libedit-dev)        # qkv chat: line editing and history
+                 libedit-dev         # qkv chat: line editing and history
+                 chromium chromium-driver)  # the attention explorer's browser test
 BUILD_DIR=${QKV_BUILD_DIR:-build}
 VENV=${QKV_VENV:-.venv}
 

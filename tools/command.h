@@ -40,6 +40,8 @@ Command add_similarity_command(CLI::App& parent);
 
 // `qkv serve`: an OpenAI-compatible HTTP server (tools/serve.cc, tools/serve/).
 Command add_serve_command(CLI::App& parent);
+// `qkv explore`: a web page of a model's attention on a text (tools/explore.cc).
+Command add_explore_command(CLI::App& parent);
 
 // `qkv bench`: named workloads timed like llama-bench (tools/bench.cc).
 Command add_bench_command(CLI::App& parent);

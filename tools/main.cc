@@ -55,6 +55,7 @@ int main(int argc, char** argv) {
       qkv::cli::add_chat_command(app),       qkv::cli::add_embed_command(app),
       qkv::cli::add_similarity_command(app), qkv::cli::add_train_command(app),
       qkv::cli::add_bench_command(app),      qkv::cli::add_serve_command(app),
+      qkv::cli::add_explore_command(app),
   };
 
   try {

@@ -23,6 +23,7 @@ void bind_optim(py::module_& m);                // optim.cc
 void bind_models(py::module_& m);               // models.cc
 void bind_text(py::module_& m);                 // text.cc
 void bind_gguf_blocks(py::module_& m);          // gguf_blocks.cc
+void bind_explore(py::module_& m);              // explore.cc
 void bind_module_backward(py::module_& m);      // module_backward.cc (after the modules)
 
 // Raises, as the current Python error, what Python's signal handlers raised

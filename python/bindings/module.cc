@@ -63,5 +63,6 @@ PYBIND11_MODULE(_core, m) {
   qkv::python::bind_models(m);
   qkv::python::bind_text(m);
   qkv::python::bind_gguf_blocks(m);
+  qkv::python::bind_explore(m);
   qkv::python::bind_module_backward(m);
 }

@@ -37,6 +37,7 @@ from .models import DecoderModel, DecoderModelConfig, DecoderSession
 from . import runtime
 from . import text
 from .sentence_encoder import SentenceEncoder
+from .explore import AttentionExplorer, explore
 
 __version__ = "0.1.0"
 
@@ -45,6 +46,7 @@ __all__ = [
     "ScoreFunction",
     "attention",
     "default_generator",
+    "explore",
     "manual_seed",
     "masks",
     "matmul",

@@ -3,6 +3,7 @@
 // the fused attention kernel.
 #include "qkv/models/bert.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <nlohmann/json.hpp>
@@ -426,7 +427,38 @@ BertModel BertModel::from_pretrained(const std::filesystem::path& model_dir) {
 
 Tensor BertModel::forward(std::span<const int64_t> ids, std::span<const int64_t> attention_mask,
                           int64_t batch_size, std::span<const int64_t> token_type_ids) const {
-  const char* fn = "BertModel::forward";
+  return run("BertModel::forward", ids, attention_mask, batch_size, token_type_ids, {});
+}
+
+Tensor BertModel::forward_recording_attention(
+    std::span<const int64_t> ids, std::span<const int64_t> attention_mask, int64_t batch_size,
+    std::span<const int64_t> token_type_ids,
+    std::vector<nn::MultiheadAttentionRecord>& attention_records) {
+  const char* fn = "BertModel::forward_recording_attention";
+  QKV_CHECK(precision_ == Precision::kFloat32, fn, ": needs float32 precision, the model has ",
+            precision_name(precision_));
+  attention_records.assign(layers_.size(), {});
+  // Each layer's self-attention once more, as its training path runs it,
+  // keeping the heads and the mask it computed with.
+  Tensor padding;  // key_padding_mask [B, S]: True = padding; undefined without padding
+  const BeforeLayer record = [&](size_t layer, const Tensor& x) {
+    const bool padded =
+        std::find(attention_mask.begin(), attention_mask.end(), 0) != attention_mask.end();
+    if (layer == 0 && padded) {  // run() has checked the mask against x's [B, L]
+      padding = Tensor::empty({x.size(0), x.size(1)}, DType::kBool);
+      bool* p = padding.data<bool>();
+      for (size_t i = 0; i < attention_mask.size(); ++i) p[i] = attention_mask[i] == 0;
+    }
+    layers_[layer].self_attn().forward(
+        x, x, x, {.key_padding_mask = padding, .need_weights = false}, &attention_records[layer]);
+  };
+  return run(fn, ids, attention_mask, batch_size, token_type_ids, record);
+}
+
+Tensor BertModel::run(const char* fn, std::span<const int64_t> ids,
+                      std::span<const int64_t> attention_mask, int64_t batch_size,
+                      std::span<const int64_t> token_type_ids,
+                      const BeforeLayer& before_layer) const {
   const BertConfig& c = config_;
   const int64_t n = static_cast<int64_t>(ids.size()), D = c.hidden_size;
   QKV_CHECK(batch_size > 0 && n > 0 && n % batch_size == 0, fn, ": ", n,
@@ -478,8 +510,9 @@ Tensor BertModel::forward(std::span<const int64_t> ids, std::span<const int64_t>
   nn::Workspace workspace;
   // A large batch takes seconds on a loaded machine: Ctrl-C is heard between layers.
   kernels::InterruptPoll poll;
-  for (const nn::TransformerEncoderLayer& layer : layers_) {
-    layer.forward_into(x, keep, /*causal=*/false, workspace);
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    if (before_layer) before_layer(i, x);
+    layers_[i].forward_into(x, keep, /*causal=*/false, workspace);
     if (poll.stop()) poll.throw_if_stopped(fn);
   }
   return x;

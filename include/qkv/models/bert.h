@@ -29,6 +29,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <span>
 #include <string>
@@ -102,6 +103,16 @@ class BertModel {
   Tensor forward(std::span<const int64_t> ids, std::span<const int64_t> attention_mask,
                  int64_t batch_size, std::span<const int64_t> token_type_ids = {}) const;
 
+  // forward(), also keeping what each layer's self-attention computed with:
+  // attention_records[i] holds layer i's heads q, k, v [B, H, L, E] and its
+  // SDPA options (the padding mask), from which scaled_dot_product_attention
+  // with need_weights gives the weights transformers' output_attentions=True
+  // returns (qkv/viz/explore.h). Runs each attention twice; float32 only.
+  Tensor forward_recording_attention(std::span<const int64_t> ids,
+                                     std::span<const int64_t> attention_mask, int64_t batch_size,
+                                     std::span<const int64_t> token_type_ids,
+                                     std::vector<nn::MultiheadAttentionRecord>& attention_records);
+
   // Parameters by transformers' names (no "bert." prefix) and in its order, as shared views.
   nn::StateDict state_dict() const;
   // Strict: exactly the names and shapes of state_dict(). A failed load changes nothing.
@@ -122,6 +133,12 @@ class BertModel {
 
  private:
   BertModel(const BertConfig& config, Generator* gen, bool random);
+
+  // forward(), calling before_layer(i, x) (when set) with the input of layer i.
+  using BeforeLayer = std::function<void(size_t layer, const Tensor& x)>;
+  Tensor run(const char* fn, std::span<const int64_t> ids, std::span<const int64_t> attention_mask,
+             int64_t batch_size, std::span<const int64_t> token_type_ids,
+             const BeforeLayer& before_layer) const;
 
   BertConfig config_;
   Precision precision_ = Precision::kFloat32;
