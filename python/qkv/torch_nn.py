@@ -6,6 +6,13 @@
     out, _ = attn(x, x, x, need_weights=False)
     out.sum().backward()                               # qkv's fused backward
 
+    qkv.torch.nn.use_qkv_attention(model)   # an existing torch model, in place
+
+MultiheadAttention, TransformerEncoderLayer, TransformerDecoderLayer,
+TransformerEncoder, TransformerDecoder and Transformer have torch.nn's names
+and constructors; given the same seed they draw the same initial parameters
+as torch's.
+
 These ARE torch.nn.Modules (subclasses of torch's, so parameters, buffers,
 state_dict, initialisation, .to(), hooks and optimizers all work as with
 torch's): only the attention itself is replaced, by the custom operator
@@ -19,7 +26,8 @@ import torch.nn.functional as F
 
 from . import torch as _qkv_torch
 
-__all__ = ["MultiheadAttention"]
+__all__ = ["MultiheadAttention", "Transformer", "TransformerDecoder", "TransformerDecoderLayer",
+           "TransformerEncoder", "TransformerEncoderLayer", "use_qkv_attention"]
 
 
 def _allowed_mask(attn_mask, key_padding_mask, batch, heads, L, S, dtype):
@@ -165,3 +173,86 @@ class MultiheadAttention(torch.nn.MultiheadAttention):
         if keep is not None:
             weights = weights * keep / (1.0 - dropout_p)
         return weights
+
+
+class TransformerEncoderLayer(torch.nn.TransformerEncoderLayer):
+    """torch.nn.TransformerEncoderLayer whose self_attn is qkv's
+    MultiheadAttention. forward never takes torch's inference fast path
+    (torch's own fused attention); its arguments and results are torch's."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        use_qkv_attention(self)
+
+    def forward(self, src, src_mask=None, src_key_padding_mask=None, is_causal=False):
+        x = src
+        if self.norm_first:
+            x = x + self._sa_block(self.norm1(x), src_mask, src_key_padding_mask,
+                                   is_causal=is_causal)
+            return x + self._ff_block(self.norm2(x))
+        x = self.norm1(x + self._sa_block(x, src_mask, src_key_padding_mask, is_causal=is_causal))
+        return self.norm2(x + self._ff_block(x))
+
+
+class TransformerDecoderLayer(torch.nn.TransformerDecoderLayer):
+    """torch.nn.TransformerDecoderLayer whose self_attn and multihead_attn are
+    qkv's MultiheadAttention."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        use_qkv_attention(self)
+
+
+class TransformerEncoder(torch.nn.TransformerEncoder):
+    """torch.nn.TransformerEncoder over copies of a layer, its attention qkv's.
+    enable_nested_tensor is accepted and off: torch's nested-tensor path is
+    its fast path, which bypasses the layers' attention."""
+
+    def __init__(self, encoder_layer, num_layers, norm=None, enable_nested_tensor=True,
+                 mask_check=True):
+        super().__init__(encoder_layer, num_layers, norm, enable_nested_tensor=False,
+                         mask_check=mask_check)
+        use_qkv_attention(self)
+
+
+class TransformerDecoder(torch.nn.TransformerDecoder):
+    """torch.nn.TransformerDecoder over copies of a layer, its attention qkv's."""
+
+    def __init__(self, decoder_layer, num_layers, norm=None):
+        super().__init__(decoder_layer, num_layers, norm)
+        use_qkv_attention(self)
+
+
+class Transformer(torch.nn.Transformer):
+    """torch.nn.Transformer (same arguments, initialisation and state_dict)
+    with every attention on qkv's kernels."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        use_qkv_attention(self)
+
+
+# torch's class -> qkv's subclass, which adds behaviour and no state.
+_QKV_CLASSES = {
+    torch.nn.MultiheadAttention: MultiheadAttention,
+    torch.nn.TransformerEncoderLayer: TransformerEncoderLayer,
+    torch.nn.TransformerDecoderLayer: TransformerDecoderLayer,
+    torch.nn.TransformerEncoder: TransformerEncoder,
+    torch.nn.TransformerDecoder: TransformerDecoder,
+    torch.nn.Transformer: Transformer,
+}
+
+
+def use_qkv_attention(module):
+    """Switches, in place, every torch.nn.MultiheadAttention and torch
+    Transformer module inside `module` (itself included) to qkv's subclass:
+    the same parameters and state_dict, the attention on qkv's kernels.
+    Subclasses of those torch classes (user-defined) are left alone.
+    -> module."""
+    for child in module.modules():
+        qkv_class = _QKV_CLASSES.get(type(child))
+        if qkv_class is not None:
+            child.__class__ = qkv_class
+        if isinstance(child, torch.nn.TransformerEncoder):
+            child.use_nested_tensor = child.enable_nested_tensor = False
+    return module

@@ -201,6 +201,72 @@ def test_bad_masks_are_refused_by_name():
         ours(x, x, x, is_causal=True)
 
 
+def transformer_inputs(seed=7, B=2, L=6, T=5, d=16):
+    g = gen(seed)
+    src, tgt = torch.randn(B, L, d, generator=g), torch.randn(B, T, d, generator=g)
+    padding = torch.zeros(B, L, dtype=torch.bool)
+    padding[1, L - 2:] = True
+    return src, tgt, padding
+
+
+@pytest.mark.parametrize("norm_first", [False, True], ids=["post_norm", "pre_norm"])
+def test_transformer_equals_torch_outputs_and_gradients(norm_first):
+    kwargs = dict(d_model=16, nhead=4, num_encoder_layers=2, num_decoder_layers=2,
+                  dim_feedforward=32, dropout=0.0, batch_first=True, norm_first=norm_first)
+    torch.manual_seed(0)
+    theirs = torch.nn.Transformer(**kwargs)
+    torch.manual_seed(0)
+    ours = qkv.torch.nn.Transformer(**kwargs)
+    # The same seed, the same initial parameters; the same state_dict names.
+    assert list(ours.state_dict()) == list(theirs.state_dict())
+    for (name, a), b in zip(ours.state_dict().items(), theirs.state_dict().values()):
+        assert torch.equal(a, b), name
+    attentions = [m for m in ours.modules() if isinstance(m, torch.nn.MultiheadAttention)]
+    assert len(attentions) == 6 and all(isinstance(m, MultiheadAttention) for m in attentions)
+    src, tgt, padding = transformer_inputs()
+    causal = torch.nn.Transformer.generate_square_subsequent_mask(tgt.shape[1])
+    for model in (theirs, ours):
+        model.eval()
+    results = []
+    # Not out.square().sum(): after the final LayerNorm that is a constant.
+    weights = torch.randn(2, 5, 16, generator=gen(11))
+    for model in (theirs, ours):
+        out = model(src, tgt, tgt_mask=causal, tgt_is_causal=True,
+                    src_key_padding_mask=padding, memory_key_padding_mask=padding)
+        grads = torch.autograd.grad((out * weights).sum(), list(model.parameters()))
+        results.append((out, grads))
+    (ref, ref_grads), (out, grads) = results
+    assert rel_err(out, ref) <= 1e-5
+    for (name, _), a, b in zip(ours.named_parameters(), grads, ref_grads):
+        assert rel_err(a, b) <= 1e-5, name
+    # Inference without grad: torch takes its fast path, qkv its kernels.
+    with torch.no_grad():
+        assert rel_err(ours.encoder(src, src_key_padding_mask=padding)[~padding],
+                       theirs.encoder(src, src_key_padding_mask=padding)[~padding]) <= 1e-5
+
+
+def test_use_qkv_attention_on_an_existing_torch_model():
+    torch.manual_seed(2)
+    layer = torch.nn.TransformerEncoderLayer(16, 4, 32, dropout=0.0, batch_first=True)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.TransformerEncoder(layer, 2))
+    model.eval()
+    src, _, padding = transformer_inputs(seed=8)
+    with torch.no_grad():
+        want = model[1](model[0](src), src_key_padding_mask=padding)
+    assert qkv.torch.nn.use_qkv_attention(model) is model
+    assert isinstance(model[1].layers[0].self_attn, MultiheadAttention)
+    assert isinstance(model[1], qkv.torch.nn.TransformerEncoder)
+    calls = []
+    hook = torch.nn.Module.register_forward_hook  # counts qkv's attention calls
+    handles = [hook(layer.self_attn, lambda *a: calls.append(1)) for layer in model[1].layers]
+    with torch.no_grad():
+        got = model[1](model[0](src), src_key_padding_mask=padding)
+    for h in handles:
+        h.remove()
+    assert len(calls) == 2
+    assert rel_err(got[~padding], want[~padding]) <= 1e-5
+
+
 def test_torch_free_module_is_still_there():
     assert qkv.nn.MultiheadAttention is not MultiheadAttention
     assert not isinstance(qkv.nn.MultiheadAttention(16, 4), torch.nn.Module)
