@@ -14,7 +14,7 @@
     global layers (window 5 < the 14 tokens): logits, parameter gradients and
     greedy tokens as "sdpa", the sliding layers run without a dense mask
     (qkv's fused window) when nothing is padded, and with sdpa's mask when
-    something is.
+    something is; a Mistral model (every layer windowed) likewise.
 """
 
 import copy
@@ -344,3 +344,24 @@ def test_gemma3_sliding_window_without_a_dense_mask(window_calls):
         got = ours(input_ids=ids, attention_mask=mask).logits
     assert window_calls == [(None, True)] * 4
     assert rel(got[mask.bool()], want[mask.bool()]) <= TOLERANCE
+
+
+def test_mistral_sliding_window_prefill_and_generation(window_calls):
+    """Mistral: every layer windowed by config.sliding_window."""
+    config = transformers.MistralConfig(
+        vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, sliding_window=4,
+        max_position_embeddings=64, initializer_range=0.2, pad_token_id=0, eos_token_id=None)
+    torch.manual_seed(0)
+    reference = transformers.MistralForCausalLM._from_config(copy.deepcopy(config),
+                                                             attn_implementation="sdpa").eval()
+    ours = transformers.MistralForCausalLM._from_config(copy.deepcopy(config),
+                                                        attn_implementation="qkv").eval()
+    ours.load_state_dict(reference.state_dict())
+    ids = torch.randint(3, 128, (2, 11), generator=torch.Generator().manual_seed(6))
+    with torch.no_grad():
+        err = rel(ours(input_ids=ids).logits, reference(input_ids=ids).logits)
+        assert window_calls == [(3, False)] * 2
+        assert err <= TOLERANCE
+        kwargs = dict(max_new_tokens=8, do_sample=False, pad_token_id=0)
+        assert torch.equal(ours.generate(ids, **kwargs), reference.generate(ids, **kwargs))
