@@ -13,11 +13,15 @@ does not import transformers):
   - AttentionMaskInterface: transformers builds the mask per implementation
     name, and a name without an entry gets NO mask (padded batches would
     attend to padding). qkv takes sdpa's masks: boolean [B, 1, L, S] (True =
-    attend), or None when the layer's causality (is_causal) says it all.
+    attend), or None when the layer's causality (is_causal) says it all;
+    and None also for sliding-window layers (Gemma 3, Mistral) without
+    padding, whose window qkv's fused kernel applies (no [L, S] mask).
 
 The function runs qkv.torch.scaled_dot_product_attention, a torch custom op
 with autograd, so models train through it. GQA (module.num_key_value_groups
-> 1) runs natively (enable_gqa), without repeating keys and values.
+> 1) runs natively (enable_gqa), without repeating keys and values;
+scaling, softcap, dropout, is_causal and sliding_window are mapped to qkv's
+arguments.
 """
 
 import importlib.abc
@@ -32,36 +36,83 @@ NAME = "qkv"
 
 
 def attention_forward(module, query, key, value, attention_mask, dropout=0.0, scaling=None,
-                      is_causal=None, **kwargs):
+                      is_causal=None, sliding_window=None, softcap=None, **kwargs):
     """transformers' attention-function signature -> (attn_output [B, L, H, E], None).
 
     attention_mask: sdpa's boolean [B, 1|H, L, S] (True = attend), a float
-    additive mask, or None. is_causal: None means module.is_causal (default
-    True, as sdpa); it only applies without a mask and for L > 1 (a mask
-    already holds the causal pattern; one query token sees every key).
-    dropout: the probability (transformers passes 0.0 in eval mode).
+    additive mask, or None. With None the rules are sdpa_attention_forward's:
+    for L > 1 and a causal layer (is_causal, default module.is_causal) the
+    mask is causal and top-left aligned (the mask functions leave it out only
+    when queries and keys start at the same position), and a query alone
+    (L = 1) sees every key. sliding_window: the layer's window W (query i sees
+    keys i-W < j <= i); it is applied here only when there is no mask (a mask
+    holds it), as qkv's fused window_left = W - 1. softcap: logit
+    soft-capping (Gemma 2). scaling: the score scale (default 1/sqrt(E)).
+    dropout: the probability (transformers passes 0.0 in eval mode). GQA
+    (module.num_key_value_groups > 1) runs natively, keys not repeated.
     """
     from . import torch as qkv_torch  # qkv.torch imports this module: import late
 
-    softcap = kwargs.get("softcap")  # Gemma-2's logit soft-capping: qkv has it
     if kwargs.get("position_bias") is not None:
         raise ValueError("qkv attention: position_bias (T5-style) is not supported; use "
                          "attn_implementation=\"sdpa\" or \"eager\" for this model")
     groups = getattr(module, "num_key_value_groups", 1) or 1
-    q_length, kv_length = query.shape[2], key.shape[2]
+    q_length = query.shape[2]
     if is_causal is None:
         is_causal = getattr(module, "is_causal", True)
-    causal = None
+    causal = window_left = None
     if attention_mask is None and is_causal and q_length > 1:
-        # Queries are the last q_length positions of the keys (a cache before them).
-        causal = "bottom_right" if kv_length > q_length else "top_left"
+        causal = "top_left"
+        if sliding_window is not None:
+            window_left = int(sliding_window) - 1
     if attention_mask is not None and attention_mask.dtype != torch.bool:
         attention_mask = attention_mask.to(query.dtype)
     out = qkv_torch.scaled_dot_product_attention(
         query, key, value, attn_mask=attention_mask, dropout_p=float(dropout), scale=scaling,
-        enable_gqa=groups > 1, causal=causal,
+        enable_gqa=groups > 1, causal=causal, window_left=window_left,
         softcap=None if softcap is None else float(softcap))
     return out.transpose(1, 2).contiguous(), None
+
+
+def _no_padding(padding_mask):
+    """True when a prepared padding mask lets every key through (reads its
+    values: not while torch.compile traces)."""
+    if padding_mask is None:
+        return True
+    return not torch.compiler.is_compiling() and bool(padding_mask.all())
+
+
+def _mask_function(masking_utils):
+    """The mask function registered for "qkv": transformers' sdpa_mask, except
+    that a sliding-window causal layer gets no [B, 1, L, S] mask where the
+    fused window covers it (attention_forward adds causal + window_left)."""
+    sdpa_mask = masking_utils.sdpa_mask
+
+    def qkv_mask(batch_size, q_length, kv_length, q_offset=0, kv_offset=0,
+                 mask_function=masking_utils.causal_mask_function, attention_mask=None,
+                 local_size=None, allow_is_causal_skip=True, **kwargs):
+        config = kwargs.get("config")
+        # Only create_sliding_window_causal_mask passes local_size = the
+        # config's sliding_window with allow_is_causal_skip (chunked
+        # attention passes its chunk size; and/or overlays turn the skip off).
+        windowed = (allow_is_causal_skip and local_size is not None and config is not None
+                    and getattr(config, "sliding_window", None) == local_size
+                    and getattr(config, "attention_chunk_size", None) != local_size)
+        if windowed and isinstance(q_offset, int) and isinstance(kv_offset, int):
+            padding = masking_utils.prepare_padding_mask(attention_mask, kv_length, kv_offset)
+            if _no_padding(padding):
+                if q_length > 1 and q_offset == kv_offset:
+                    return None  # top-left causal + window: attention_forward's rule
+                if q_length == 1 and kv_length <= local_size and \
+                        kv_offset + kv_length == q_offset + 1:
+                    return None  # one query, its keys all inside the window
+        return sdpa_mask(batch_size, q_length, kv_length, q_offset=q_offset,
+                         kv_offset=kv_offset, mask_function=mask_function,
+                         attention_mask=attention_mask, local_size=local_size,
+                         allow_is_causal_skip=allow_is_causal_skip, **kwargs)
+
+    qkv_mask.__doc__ = _mask_function.__doc__
+    return qkv_mask
 
 
 def _register_attention(modeling_utils):
@@ -69,7 +120,7 @@ def _register_attention(modeling_utils):
 
 
 def _register_mask(masking_utils):
-    masking_utils.AttentionMaskInterface.register(NAME, masking_utils.sdpa_mask)
+    masking_utils.AttentionMaskInterface.register(NAME, _mask_function(masking_utils))
 
 
 # transformers' module -> what registers "qkv" in it.

@@ -31,12 +31,17 @@ def needs_grad(torch, *args):
 def plain_tensors(torch, *args):
     """False when a torch tensor among `args` is a subclass other than a
     Parameter or Buffer (and not a torch CausalBias, which qkv maps to its
-    causal alignments): those the bindings refuse by name."""
+    causal alignments), or is not a dense CPU tensor (nested, sparse, another
+    device): those the bindings refuse by name."""
     nn = torch.nn
     plain = (torch.Tensor, nn.Parameter, getattr(nn, "Buffer", torch.Tensor))
     for a in args:
-        if isinstance(a, torch.Tensor) and type(a) not in plain and not (
-                type(a).__name__ == "CausalBias" and type(a).__module__.startswith("torch.")):
+        if not isinstance(a, torch.Tensor):
+            continue
+        if type(a).__name__ == "CausalBias" and type(a).__module__.startswith("torch."):
+            continue
+        if type(a) not in plain or a.is_nested or a.layout != torch.strided or \
+                a.device.type != "cpu":
             return False
     return True
 

@@ -22,15 +22,19 @@ draws that seed from the `generator` it is given (a torch.Generator or a
 qkv.Generator) or, by default, from torch's global RNG (torch.manual_seed
 makes it repeatable; under torch.compile the draw is part of the graph).
 
+qkv.torch.nn holds torch.nn.Modules on these ops (MultiheadAttention).
+
 Only torch is imported here; the rest of qkv stays usable without it.
 """
+
+import sys
 
 import torch
 
 from . import _core
 from .nn import functional as _functional
 
-__all__ = ["BACKWARD_SCHEMA", "FORWARD_SCHEMA", "scaled_dot_product_attention"]
+__all__ = ["BACKWARD_SCHEMA", "FORWARD_SCHEMA", "nn", "scaled_dot_product_attention"]
 
 # The arguments qkv's SDPA takes, shared by both ops. causal is "none",
 # "top_left" or "bottom_right"; alibi_slopes is one slope per query head;
@@ -299,3 +303,9 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
 from . import _hf_attention  # noqa: E402
 
 _hf_attention.register()
+
+# qkv.torch.nn: torch.nn.Modules on qkv's attention (python/qkv/torch_nn.py),
+# importable as qkv.torch.nn too.
+from . import torch_nn as nn  # noqa: E402
+
+sys.modules[__name__ + ".nn"] = nn

@@ -9,7 +9,12 @@
   - SentenceTransformer(path, model_kwargs={"attn_implementation": "qkv"})
     encodes as with "sdpa";
   - a LLaMA model from a small random LlamaConfig with GQA, 2 layers: the
-    same logits (left-padded batch) and the same greedy tokens.
+    same logits (left-padded batch) and the same greedy tokens;
+  - a Gemma 3 model from a small random Gemma3TextConfig with sliding and
+    global layers (window 5 < the 14 tokens): logits, parameter gradients and
+    greedy tokens as "sdpa", the sliding layers run without a dense mask
+    (qkv's fused window) when nothing is padded, and with sdpa's mask when
+    something is; a Mistral model (every layer windowed) likewise.
 """
 
 import copy
@@ -44,10 +49,10 @@ def rel(ours, theirs):
 
 def test_registered_under_qkv():
     from transformers import AttentionInterface
-    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+    from transformers.masking_utils import AttentionMaskInterface
     assert AttentionInterface._global_mapping["qkv"] is _hf_attention.attention_forward
     # Without a mask entry transformers builds no mask at all for "qkv".
-    assert AttentionMaskInterface._global_mapping["qkv"] is sdpa_mask
+    assert AttentionMaskInterface._global_mapping["qkv"].__name__ == "qkv_mask"
     _hf_attention.register()  # idempotent
     assert AttentionInterface._global_mapping["qkv"] is _hf_attention.attention_forward
 
@@ -212,8 +217,10 @@ def test_llama_gqa_logits_and_greedy_generation(qkv_calls):
 
 
 def test_attention_function_directly():
-    """The function transformers calls: causal with a cache (L < S) aligns
-    bottom-right, GQA, a float mask, dropout 0 in eval."""
+    """The function transformers calls equals transformers' sdpa_attention_forward:
+    no mask with L < S is causal top-left (an empty StaticCache's prefill, the
+    only case transformers passes it), GQA, a float mask, a sliding window,
+    softcap is mapped (against torch ops)."""
 
     class Attn(torch.nn.Module):
         num_key_value_groups = 2
@@ -224,11 +231,25 @@ def test_attention_function_directly():
     k = torch.randn(2, 2, 7, 8, dtype=torch.float64)
     v = torch.randn(2, 2, 7, 8, dtype=torch.float64)
     kr, vr = (x.repeat_interleave(2, dim=1) for x in (k, v))
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
     out, weights = _hf_attention.attention_forward(Attn(), q, k, v, None, scaling=0.3)
     assert weights is None and out.shape == (2, 3, 4, 8)
-    keep = torch.ones(3, 7, dtype=torch.bool).tril(diagonal=4)
-    want = torch.nn.functional.scaled_dot_product_attention(q, kr, vr, attn_mask=keep, scale=0.3)
-    assert rel(out, want.transpose(1, 2)) <= 1e-12
+    want, _ = sdpa_attention_forward(Attn(), q, k, v, None, scaling=0.3)
+    assert rel(out, want) <= 1e-12
+    keep = torch.ones(3, 3, dtype=torch.bool).tril()
+    ref = torch.nn.functional.scaled_dot_product_attention(q, kr[:, :, :3], vr[:, :, :3],
+                                                           attn_mask=keep, scale=0.3)
+    assert rel(out, ref.transpose(1, 2)) <= 1e-12
+    # A sliding window of 2 without a mask: query i sees keys i-1 and i.
+    q6 = torch.randn(2, 4, 6, 8, dtype=torch.float64)
+    k6, v6 = k[:, :, :6], v[:, :, :6]
+    out, _ = _hf_attention.attention_forward(Attn(), q6, k6, v6, None, sliding_window=2,
+                                             softcap=1.5)
+    band = torch.ones(6, 6, dtype=torch.bool).tril() & ~torch.ones(6, 6, dtype=torch.bool).tril(-2)
+    scores = q6 @ kr[:, :, :6].transpose(-1, -2) / 8**0.5
+    scores = (1.5 * torch.tanh(scores / 1.5)).masked_fill(~band, float("-inf"))
+    ref = torch.softmax(scores, dim=-1) @ vr[:, :, :6]
+    assert rel(out, ref.transpose(1, 2)) <= 1e-12
     bias = torch.randn(2, 1, 3, 7, dtype=torch.float64)
     out, _ = _hf_attention.attention_forward(Attn(), q, k, v, bias, is_causal=False)
     want = torch.nn.functional.scaled_dot_product_attention(q, kr, vr, attn_mask=bias)
@@ -255,3 +276,92 @@ def test_import_qkv_torch_does_not_import_transformers():
               "assert 'qkv' in m.AttentionMaskInterface._global_mapping\n"
               "assert 'qkv' in transformers.modeling_utils.AttentionInterface._global_mapping\n")
     subprocess.run([sys.executable, "-c", script], check=True, env=env, timeout=600)
+
+
+def gemma3_pair():
+    config = transformers.Gemma3TextConfig(
+        vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=4,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=16, sliding_window=5,
+        layer_types=["sliding_attention", "sliding_attention", "sliding_attention",
+                     "full_attention"],
+        max_position_embeddings=64, initializer_range=0.2, pad_token_id=0, bos_token_id=1,
+        eos_token_id=None, query_pre_attn_scalar=12, attention_dropout=0.0)
+    torch.manual_seed(0)
+    reference = transformers.Gemma3ForCausalLM._from_config(copy.deepcopy(config),
+                                                            attn_implementation="sdpa")
+    ours = transformers.Gemma3ForCausalLM._from_config(copy.deepcopy(config),
+                                                       attn_implementation="qkv")
+    ours.load_state_dict(reference.state_dict())
+    for model in (reference, ours):
+        model.eval()
+    return ours, reference
+
+
+@pytest.fixture
+def window_calls(monkeypatch):
+    """(window_left, has a mask) of each qkv attention call."""
+    calls = []
+    run = qkv_torch.scaled_dot_product_attention
+
+    def counted(*args, **kwargs):
+        calls.append((kwargs.get("window_left"), kwargs.get("attn_mask") is not None))
+        return run(*args, **kwargs)
+
+    monkeypatch.setattr(qkv_torch, "scaled_dot_product_attention", counted)
+    return calls
+
+
+def test_gemma3_sliding_window_without_a_dense_mask(window_calls):
+    ours, reference = gemma3_pair()
+    assert [layer.self_attn.sliding_window for layer in ours.model.layers] == [5, 5, 5, None]
+    torch.manual_seed(5)
+    ids = torch.randint(3, 128, (2, 14))
+    # No padding: the sliding layers run qkv's fused window, no [L, S] mask.
+    for model in (ours, reference):
+        model.zero_grad()
+        model(input_ids=ids, labels=ids).loss.backward()
+    assert window_calls == [(4, False)] * 3 + [(None, False)]
+    with torch.no_grad():
+        want = reference(input_ids=ids).logits
+        got = ours(input_ids=ids).logits
+    err = rel(got, want)
+    print(f"\nGemma 3 logits: {err:.2e}")
+    assert err <= TOLERANCE
+    for (n, p), (_, q) in zip(ours.named_parameters(), reference.named_parameters()):
+        assert rel(p.grad, q.grad) <= TOLERANCE, n
+    # Greedy generation past the window (the sliding cache runs L = 1 decode steps).
+    kwargs = dict(max_new_tokens=12, do_sample=False, pad_token_id=0)
+    with torch.no_grad():
+        want_tokens = reference.generate(ids, **kwargs)
+        got_tokens = ours.generate(ids, **kwargs)
+    assert torch.equal(got_tokens, want_tokens)
+    # Left padding: the mask is needed, and sdpa's is used.
+    window_calls.clear()
+    mask = torch.ones_like(ids)
+    mask[1, :3] = 0
+    with torch.no_grad():
+        want = reference(input_ids=ids, attention_mask=mask).logits
+        got = ours(input_ids=ids, attention_mask=mask).logits
+    assert window_calls == [(None, True)] * 4
+    assert rel(got[mask.bool()], want[mask.bool()]) <= TOLERANCE
+
+
+def test_mistral_sliding_window_prefill_and_generation(window_calls):
+    """Mistral: every layer windowed by config.sliding_window."""
+    config = transformers.MistralConfig(
+        vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, sliding_window=4,
+        max_position_embeddings=64, initializer_range=0.2, pad_token_id=0, eos_token_id=None)
+    torch.manual_seed(0)
+    reference = transformers.MistralForCausalLM._from_config(copy.deepcopy(config),
+                                                             attn_implementation="sdpa").eval()
+    ours = transformers.MistralForCausalLM._from_config(copy.deepcopy(config),
+                                                        attn_implementation="qkv").eval()
+    ours.load_state_dict(reference.state_dict())
+    ids = torch.randint(3, 128, (2, 11), generator=torch.Generator().manual_seed(6))
+    with torch.no_grad():
+        err = rel(ours(input_ids=ids).logits, reference(input_ids=ids).logits)
+        assert window_calls == [(3, False)] * 2
+        assert err <= TOLERANCE
+        kwargs = dict(max_new_tokens=8, do_sample=False, pad_token_id=0)
+        assert torch.equal(ours.generate(ids, **kwargs), reference.generate(ids, **kwargs))

@@ -305,7 +305,7 @@ def test_requires_grad_is_honoured_by_qkv_nn_functional():
     out, keep = QF.scaled_dot_product_attention(q, k, v, dropout_p=0.5, return_dropout_mask=True,
                                                 generator=qkv.Generator(1))
     assert out.requires_grad and keep.dtype == torch.bool
-    # Under no_grad nothing is routed and nothing requires grad.
+    # Under no_grad the operator still runs, and nothing requires grad.
     with torch.no_grad():
         assert not QF.scaled_dot_product_attention(q, k, v).requires_grad
     with pytest.raises(RuntimeError, match="with_weights.*no autograd"):

@@ -1,4 +1,8 @@
-"""qkv.nn: modules and functional ops with torch.nn's names."""
+"""qkv.nn: modules and functional ops with torch.nn's names, without torch.
+
+Torch users: qkv.torch.nn has the attention modules as torch.nn.Modules
+(torch Parameters, autograd, state_dict), e.g. qkv.torch.nn.MultiheadAttention.
+"""
 
 from . import functional
 from . import positional

@@ -33,12 +33,15 @@ array result is a torch tensor (sharing qkv's output memory, no copy; gradients
 from a grad_fn too); otherwise the results are numpy arrays. bfloat16 inputs
 are torch tensors, so their results are too.
 
-Autograd is never dropped silently: when an input requires grad and grad
-mode is on, scaled_dot_product_attention runs as the torch operator
-torch.ops.qkv.scaled_dot_product_attention (see qkv.torch), whose output
-autograd differentiates with qkv's fused backward; with dropout its seed is
-one draw from `generator` (or qkv's default generator), so the keep mask
-differs from the one the same generator gives without grad.
+One entry point for torch: given torch tensors, scaled_dot_product_attention
+runs as the torch operator torch.ops.qkv.scaled_dot_product_attention (see
+qkv.torch), with or without grad, so torch.compile(fullgraph=True) traces it
+and autograd differentiates it with qkv's fused backward; with dropout its
+seed is one draw from `generator` (or qkv's default generator), so the keep
+mask differs from the one the same generator gives numpy inputs. (Drawing
+from a qkv.Generator is a graph break under torch.compile; with dropout
+there, call qkv.torch.scaled_dot_product_attention, which draws from torch's
+RNG.)
 scaled_dot_product_attention_with_weights and linear have no autograd and
 raise RuntimeError there (call them under torch.no_grad()).
 scaled_dot_product_attention_with_grad returns a detached output by design:
@@ -74,8 +77,9 @@ def _sdpa_signature(core, need_weights=False, autograd=None):
     caller gets.
 
     Torch in, torch out: with a torch tensor among the tensor arguments, the
-    results are torch tensors. When one of them also requires grad (and grad
-    mode is on), `autograd(torch, *arguments)` gives the result instead.
+    results are torch tensors. For plain torch tensors, `autograd(torch,
+    *arguments)` is asked first: its result, unless None, is the call's (the
+    torch operator's, with or without grad, for scaled_dot_product_attention).
     """
 
     def decorate(finish):
@@ -90,10 +94,14 @@ def _sdpa_signature(core, need_weights=False, autograd=None):
                     alibi_slopes, softcap, backend, precision)
             torch = _torch_io.torch_if_any(query, key, value, attn_mask, dropout_mask,
                                            alibi_slopes)
-            if autograd is not None and torch is not None and _torch_io.needs_grad(
-                    torch, query, key, value, attn_mask) and _torch_io.plain_tensors(
-                        torch, query, key, value, attn_mask, dropout_mask, alibi_slopes):
-                return autograd(torch, *args)
+            # Torch tensors always take the torch operator, grad or not, so
+            # that torch.compile traces this function instead of breaking on
+            # the binding (one entry point for torch; see qkv.torch).
+            if autograd is not None and torch is not None and _torch_io.plain_tensors(
+                    torch, query, key, value, attn_mask, dropout_mask, alibi_slopes):
+                result = autograd(torch, *args)
+                if result is not None:
+                    return result
             output, weights, keep, kernel = core(args, need_weights, name)
             if torch is not None:
                 output, weights, keep = (_torch_io.as_torch(torch, x)
@@ -115,7 +123,7 @@ def _sdpa_autograd(torch, query, key, value, attn_mask, dropout_p, is_causal, sc
                    causal, dropout_mask, return_dropout_mask, generator, window_left,
                    window_right, alibi_slopes, softcap, backend, precision):
     """scaled_dot_product_attention through the torch operator qkv.torch
-    registers, so that autograd differentiates it (inputs that require grad)."""
+    registers: autograd differentiates it and torch.compile traces it."""
     from .. import torch as qkv_torch
 
     seed = None
@@ -134,7 +142,10 @@ def _sdpa_autograd(torch, query, key, value, attn_mask, dropout_p, is_causal, sc
     return output
 
 
-def _weights_autograd(torch, *args):
+def _weights_autograd(torch, query, key, value, attn_mask, *args):
+    """None (run _core) unless an input requires grad, which this has no autograd for."""
+    if not _torch_io.needs_grad(torch, query, key, value, attn_mask):
+        return None
     raise RuntimeError(
         "scaled_dot_product_attention_with_weights(): an input requires grad, but qkv has no "
         "autograd for the attention weights; call it under torch.no_grad() (inspection), or "

@@ -24,6 +24,10 @@ class MultiheadAttention(GradMixin, Module):
     are all masked gives output 0 and weights 0 (torch gives NaN when
     need_weights=True), and forward never takes a "fast path" with different
     numerics.
+
+    Not a torch.nn.Module: it runs without torch (torch tensors come back as
+    numpy arrays, without autograd). Torch users want
+    qkv.torch.nn.MultiheadAttention.
     """
 
     def __init__(self, embed_dim, num_heads, dropout=0.0, bias=True, add_bias_kv=False,
