@@ -245,7 +245,7 @@ Value dict_method(const Value& d, const std::string& name, Budget& budget) {
       Array out;
       for (const auto& [k, v] : d.object()) {
         if (name == "items")
-          out.emplace_back(Array{Value(k), v});
+          out.push_back(Value::tuple({Value(k), v}));
         else
           out.push_back(name == "keys" ? Value(k) : v);
       }
@@ -285,11 +285,9 @@ void fail_undefined(const Value& undefined) {
 }
 
 Value get_attribute(const Value& object, const std::string& name, Budget& budget) {
-  QKV_CHECK(name.empty() || name[0] != '_', "access to attribute '", name, "' of '",
-            type_name(object), "' object is unsafe");
-  if (is_mutating_method(object.kind(), name))
+  if ((!name.empty() && name[0] == '_') || is_mutating_method(object.kind(), name))
     return Value(Undefined{"access to attribute '" + name + "' of '" + type_name(object) +
-                           "' object is unsafe (templates cannot modify values)"});
+                           "' object is unsafe in a chat template"});
   switch (object.kind()) {
     case Kind::kUndefined:
       fail_undefined(object);
@@ -550,7 +548,7 @@ Value apply_filter(const std::string& name, const Value& input, CallArgs& call, 
     args.done();
     QKV_CHECK_TYPE(input.kind() == Kind::kObject, "items: expected a dict, got ", type_name(input));
     Array out;
-    for (const auto& [k, v] : input.object()) out.emplace_back(Array{Value(k), v});
+    for (const auto& [k, v] : input.object()) out.push_back(Value::tuple({Value(k), v}));
     return list_value(std::move(out), budget);
   }
   if (name == "list") return finish(list_value(iterate(input), budget));

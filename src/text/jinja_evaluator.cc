@@ -279,7 +279,8 @@ class Renderer {
       case ExprKind::kTuple: {
         Array items;
         for (const ExprPtr& item : e.items) items.push_back(eval(*item));
-        return checked_container(Value(std::move(items)));
+        return checked_container(e.kind == ExprKind::kTuple ? Value::tuple(std::move(items))
+                                                            : Value(std::move(items)));
       }
       case ExprKind::kDict: {
         Object entries;

@@ -119,7 +119,7 @@ bool equal(const Value& a, const Value& b) {
       return a.string() == b.string();
     case Kind::kArray: {
       const Array &x = a.array(), &y = b.array();
-      if (x.size() != y.size()) return false;
+      if (x.size() != y.size() || a.is_tuple() != b.is_tuple()) return false;
       for (size_t i = 0; i < x.size(); ++i)
         if (!equal(x[i], y[i])) return false;
       return true;
@@ -181,14 +181,15 @@ void append_repr(const Value& v, std::string& out) {
       out += py_repr(v.string());
       return;
     case Kind::kArray: {
-      out += "[";
+      out += v.is_tuple() ? "(" : "[";
       bool first = true;
       for (const Value& x : v.array()) {
         if (!first) out += ", ";
         first = false;
         append_repr(x, out);
       }
-      out += "]";
+      if (v.is_tuple() && v.array().size() == 1) out += ",";
+      out += v.is_tuple() ? ")" : "]";
       return;
     }
     case Kind::kObject: {

@@ -94,6 +94,13 @@ class Value {
   // How deeply lists and dicts nest in it: 0 for a scalar, 1 for [1], ...
   // (bounded by the evaluator, so that no walk over a value overflows the stack).
   int depth() const { return depth_; }
+  // A list made as a Python tuple ((a, b), dict.items()): printed (a, b), unequal to [a, b].
+  static Value tuple(Array items) {
+    Value v(std::move(items));
+    v.tuple_ = true;
+    return v;
+  }
+  bool is_tuple() const { return tuple_; }
 
   // A number as double (bool: 0 or 1).
   double as_double() const;
@@ -106,6 +113,7 @@ class Value {
                std::shared_ptr<const Callable>>
       data_;
   int depth_ = 0;
+  bool tuple_ = false;
 };
 
 // Whether a namespace is in v, or in a list or dict in it.
