@@ -53,9 +53,14 @@ Value from_json(const Json& j, int depth, int max_depth) {
 
 Value parse_json_value(std::string_view json, int max_depth) {
   Json j;
+  // Deeper input is refused while it is parsed (nlohmann's destructor recurses).
+  const Json::parser_callback_t limit_depth = [max_depth](int depth, Json::parse_event_t, Json&) {
+    QKV_CHECK(depth <= max_depth, "template variables nest deeper than ", max_depth, " levels");
+    return true;
+  };
   try {
-    j = Json::parse(json);
-  } catch (const Json::parse_error& e) {
+    j = Json::parse(json, limit_depth);
+  } catch (const Json::exception& e) {
     QKV_CHECK(false, "template variables are not valid JSON: ", e.what());
   }
   return from_json(j, 0, max_depth);

@@ -1,6 +1,7 @@
 // JSON text -> Jinja values: how variables reach a template from outside
 // (the Python binding passes transformers' messages, tools, ... as JSON).
-// Objects keep their key order, as Python's dicts do.
+// Objects keep their key order, as Python's dicts do (hence not
+// io::parse_json, whose objects sort their keys).
 #pragma once
 
 #include <string_view>

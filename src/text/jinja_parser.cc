@@ -112,7 +112,9 @@ class Parser {
       const Token& t = peek();
       if (t.kind == TokenKind::kEnd) {
         if (ends.size() == 0) return out;
-        fail("the template ends before {% " + std::string(*ends.begin()) + " %}");
+        const auto closing = std::find_if(ends.begin(), ends.end(),
+                                          [](std::string_view e) { return e.starts_with("end"); });
+        fail("the template ends before {% " + std::string(*closing) + " %}");
       }
       if (t.kind == TokenKind::kText) {
         Stmt s{StmtKind::kText, t.line};

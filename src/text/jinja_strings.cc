@@ -154,8 +154,7 @@ std::vector<std::string> py_split(std::string_view s, const std::optional<std::s
     while (i < cs.size() && is_space(cs[i].cp)) ++i;
     if (i == cs.size()) break;
     if (maxsplit >= 0 && static_cast<int64_t>(parts.size()) == maxsplit) {
-      // The rest, with its trailing whitespace stripped, as Python does.
-      parts.push_back(py_strip(s.substr(cs[i].begin), std::nullopt, false, true));
+      parts.emplace_back(s.substr(cs[i].begin));  // the rest, as it is
       break;
     }
     const size_t begin = i;
