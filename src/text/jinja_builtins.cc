@@ -835,13 +835,14 @@ Object global_functions(Budget& budget) {
                          "dict() argument must be a dict");
           out = call.positional[0].object();
         }
-        for (const auto& [k, v] : call.keyword) {
+        for (const auto& keyword : call.keyword) {
+          const std::string& key = keyword.first;
           auto it =
-              std::find_if(out.begin(), out.end(), [&](const auto& e) { return e.first == k; });
+              std::find_if(out.begin(), out.end(), [&](const auto& e) { return e.first == key; });
           if (it != out.end())
-            it->second = v;
+            it->second = keyword.second;
           else
-            out.emplace_back(k, v);
+            out.push_back(keyword);
         }
         b->charge(out.size());
         return Value(std::move(out));

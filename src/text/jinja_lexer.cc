@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "qkv/error.h"
+#include "text/basic_tokenizer.h"
 #include "text/jinja_strings.h"
 
 namespace qkv::text::jinja {
@@ -42,24 +43,6 @@ bool is_digit(char c) { return c >= '0' && c <= '9'; }
 bool is_name_start(char c) { return std::isalpha(static_cast<unsigned char>(c)) || c == '_'; }
 bool is_name_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }
 
-void append_utf8(uint32_t cp, std::string& out) {
-  if (cp < 0x80) {
-    out.push_back(static_cast<char>(cp));
-  } else if (cp < 0x800) {
-    out.push_back(static_cast<char>(0xC0 | (cp >> 6)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else if (cp < 0x10000) {
-    out.push_back(static_cast<char>(0xE0 | (cp >> 12)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else {
-    out.push_back(static_cast<char>(0xF0 | (cp >> 18)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  }
-}
-
 // A string literal's body with Python's escapes resolved (unknown ones kept).
 std::string unescape(std::string_view body, int line) {
   std::string out;
@@ -80,7 +63,7 @@ std::string unescape(std::string_view body, int line) {
       QKV_CHECK(cp <= 0x10FFFF && (cp < 0xD800 || cp > 0xDFFF), "chat template line ", line, ": \\",
                 e, " escape of an invalid character");
       i += digits;
-      append_utf8(cp, out);
+      detail::append_utf8(cp, out);
     };
     switch (e) {
       case 'n':
@@ -130,7 +113,7 @@ std::string unescape(std::string_view body, int line) {
           for (int k = 0; k < 2 && i + 1 < body.size() && body[i + 1] >= '0' && body[i + 1] <= '7';
                ++k)
             cp = cp * 8 + (body[++i] - '0');
-          append_utf8(cp, out);
+          detail::append_utf8(cp, out);
         } else {
           out.push_back('\\');
           out.push_back(e);

@@ -307,23 +307,22 @@ class Parser {
     return e;
   }
 
-  ExprPtr or_expr() {
-    ExprPtr e = and_expr();
-    while (at_name("or")) {
-      const int line = next().line;
-      e = binary("or", std::move(e), and_expr(), line);
+  // operand (op operand)*, left-associative; `words`: the operators are names (and, or).
+  ExprPtr left_associative(ExprPtr (Parser::*operand)(),
+                           std::initializer_list<std::string_view> ops, bool words = false) {
+    ExprPtr e = (this->*operand)();
+    while (true) {
+      const Token& t = peek();
+      const bool matches = t.kind == (words ? TokenKind::kName : TokenKind::kOperator) &&
+                           std::find(ops.begin(), ops.end(), t.text) != ops.end();
+      if (!matches) return e;
+      next();
+      e = binary(t.text, std::move(e), (this->*operand)(), t.line);
     }
-    return e;
   }
 
-  ExprPtr and_expr() {
-    ExprPtr e = not_expr();
-    while (at_name("and")) {
-      const int line = next().line;
-      e = binary("and", std::move(e), not_expr(), line);
-    }
-    return e;
-  }
+  ExprPtr or_expr() { return left_associative(&Parser::and_expr, {"or"}, true); }
+  ExprPtr and_expr() { return left_associative(&Parser::not_expr, {"and"}, true); }
 
   ExprPtr not_expr() {
     if (at_name("not")) {
@@ -367,41 +366,11 @@ class Parser {
     return e ? std::move(e) : std::move(first);
   }
 
-  ExprPtr math1() {
-    ExprPtr e = concat();
-    while (at_op("+") || at_op("-")) {
-      const Token& t = next();
-      e = binary(t.text, std::move(e), concat(), t.line);
-    }
-    return e;
-  }
-
-  ExprPtr concat() {
-    ExprPtr e = math2();
-    while (at_op("~")) {
-      const int line = next().line;
-      e = binary("~", std::move(e), math2(), line);
-    }
-    return e;
-  }
-
-  ExprPtr math2() {
-    ExprPtr e = power();
-    while (at_op("*") || at_op("/") || at_op("//") || at_op("%")) {
-      const Token& t = next();
-      e = binary(t.text, std::move(e), power(), t.line);
-    }
-    return e;
-  }
-
-  ExprPtr power() {
-    ExprPtr e = unary(true);
-    while (at_op("**")) {
-      const int line = next().line;
-      e = binary("**", std::move(e), unary(true), line);
-    }
-    return e;
-  }
+  ExprPtr math1() { return left_associative(&Parser::concat, {"+", "-"}); }
+  ExprPtr concat() { return left_associative(&Parser::math2, {"~"}); }
+  ExprPtr math2() { return left_associative(&Parser::power, {"*", "/", "//", "%"}); }
+  ExprPtr power() { return left_associative(&Parser::unary_with_filters, {"**"}); }
+  ExprPtr unary_with_filters() { return unary(true); }
 
   ExprPtr unary(bool with_filter) {
     Deeper guard(*this);

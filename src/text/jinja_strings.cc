@@ -4,6 +4,7 @@
 #include <utf8proc.h>
 
 #include "qkv/error.h"
+#include "text/basic_tokenizer.h"
 #include "text/utf8_lead.h"
 
 namespace qkv::text::jinja {
@@ -27,24 +28,6 @@ std::pair<char32_t, size_t> decode_at(std::string_view s, size_t i) {
     cp = (cp << 6) | (c & 0x3F);
   }
   return {cp, lead.length};
-}
-
-void encode(char32_t cp, std::string& out) {
-  if (cp < 0x80) {
-    out.push_back(static_cast<char>(cp));
-  } else if (cp < 0x800) {
-    out.push_back(static_cast<char>(0xC0 | (cp >> 6)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else if (cp < 0x10000) {
-    out.push_back(static_cast<char>(0xE0 | (cp >> 12)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else {
-    out.push_back(static_cast<char>(0xF0 | (cp >> 18)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  }
 }
 
 // str.isspace: the characters Python strips and splits on by default.
@@ -79,7 +62,7 @@ std::string map_chars(std::string_view s, F f) {
     if (c.cp == kInvalid)
       out.append(s.substr(c.begin, c.end - c.begin));
     else
-      encode(f(c.cp, index), out);
+      detail::append_utf8(f(c.cp, index), out);
     ++index;
   }
   return out;
@@ -215,7 +198,7 @@ std::string py_title(std::string_view s) {
       previous_cased = false;
       continue;
     }
-    encode(previous_cased ? lower(c.cp) : upper(c.cp), out);
+    detail::append_utf8(previous_cased ? lower(c.cp) : upper(c.cp), out);
     previous_cased = is_cased_letter(c.cp);
   }
   return out;
