@@ -139,6 +139,12 @@ TEST(JinjaEvaluator, ScopesAndStatements) {
       "1B23");
   EXPECT_EQ(render_text("{% set t %}<{{ s }}>{% endset %}{{ t }}{{ x[::-1] }}{{ s[1:3] }}"),
             "<hello>[3, 2, 1]el");
+  // jinja2's scopes: a name the top level assigns before reading it is
+  // undefined in loops run before the assignment, unless only an if assigns it.
+  EXPECT_EQ(render_text("{% for i in [1] %}[{{ s }}]{% endfor %}{% set s = 1 %}{{ s }}"), "[]1");
+  EXPECT_EQ(render_text("{% if false %}{% set s = 1 %}{% endif %}[{{ s }}]"), "[hello]");
+  EXPECT_EQ(render_text("[{{ s }}]{% for i in [1] %}[{{ s }}]{% endfor %}{% set s = 1 %}"),
+            "[hello][hello]");
   // Undefined: empty when printed, an error when used.
   EXPECT_EQ(render_text("[{{ nope }}{{ d.nope }}{{ x[9] }}]{{ nope is defined }}"), "[]False");
 }

@@ -275,3 +275,58 @@ VARIABLES = {
 @pytest.mark.parametrize("snippet", SNIPPETS)
 def test_snippets(snippet):
     assert_same(snippet, [], False, **VARIABLES)
+
+
+# Random templates: statements and expressions drawn from a small grammar of
+# the language chat templates use, rendered by both (seed fixed).
+FUZZ_ATOMS = ["x", "s", "d", "n", "f", "e", "z", "t", "u", "1", "0", "-3", "2.0", "'ab'", "''",
+              "none", "true", "false", "[1, 'a']", "{'k': 2}", "x[0]", "x[-1]", "s[1:4]", "d.a",
+              "d['b']", "d.zz", "x|length", "s|trim", "s|upper", "s|lower", "x|first", "x|last",
+              "x|join('-')", "d|tojson", "x|tojson", "s|tojson", "item", "s.strip()", "s.split()",
+              "s.startswith(' H')", "x|reverse|list", "x|min", "x|max", "x|sum", "(1, 2)",
+              "d.items()|list"]
+FUZZ_OPERATORS = ["+", "-", "*", "//", "~", "==", "!=", "<", ">=", "and", "or", "in", "not in"]
+FUZZ_TESTS = ["defined", "none", "string", "number", "mapping", "iterable", "sequence", "true",
+              "false", "odd", "even", "integer"]
+FUZZ_TEXT = [" text ", "\n", "  {%- if true %}a{% endif %}  ", "{# c #}\n",
+             "   {% if true %}\n  b\n  {% endif %}\n"]
+
+
+def fuzz_expression(rng, depth=0):
+    k = rng.random()
+    if depth > 2 or k < 0.4:
+        return rng.choice(FUZZ_ATOMS)
+    a, b = fuzz_expression(rng, depth + 1), fuzz_expression(rng, depth + 1)
+    if k < 0.75:
+        return f"({a} {rng.choice(FUZZ_OPERATORS)} {b})"
+    if k < 0.85:
+        return f"(not {a})"
+    if k < 0.95:
+        return f"({a} if {b} else {fuzz_expression(rng, depth + 1)})"
+    return f"({a} is {rng.choice(FUZZ_TESTS)})"
+
+
+def fuzz_statement(rng, depth=0):
+    k = rng.random()
+    if depth > 2 or k < 0.35:
+        return "{{ " + fuzz_expression(rng) + " }}" + rng.choice(["", " ", "\n", "  \n  "])
+    if k < 0.55:
+        otherwise = rng.choice(["", "{% else %}" + fuzz_statement(rng, depth + 1)])
+        return ("{% if " + fuzz_expression(rng) + " %}" + fuzz_statement(rng, depth + 1) +
+                otherwise + "{% endif %}" + rng.choice(["", "\n", "\n  "]))
+    if k < 0.75:
+        iterable = rng.choice(["x", "s", "d", "[]", "x[::-1]", "d.items()|list"])
+        return ("{%- for item in " + iterable + " %}" + fuzz_statement(rng, depth + 1) +
+                "{{ loop.index }}{% endfor -%}")
+    if k < 0.85:
+        return "{% set " + rng.choice(["x", "s", "q"]) + " = " + fuzz_expression(rng) + " %}"
+    return rng.choice(FUZZ_TEXT)
+
+
+def test_random_templates():
+    variables = {"x": [1, 2, 3], "s": " Hello World ", "d": {"a": 1, "b": "two"}, "n": -7,
+                 "f": 2.5, "e": "", "z": None, "t": True}
+    rng = random.Random(39)
+    for _ in range(300):
+        source = "".join(fuzz_statement(rng) for _ in range(rng.randint(1, 4)))
+        assert_same(source, [], False, **variables)

@@ -71,6 +71,8 @@ struct Stmt {
   std::vector<ExprPtr> conditions;   // kIf
   std::vector<Body> bodies;          // kIf: one per condition; kFor/kMacro/kSetBlock/kBlock: [0]
   Body else_body;                    // kIf, kFor
+  // kFor, kMacro: names undefined when their scope starts (jinja_scopes.h).
+  std::vector<std::string> starts_undefined;
 };
 
 }  // namespace qkv::text::jinja

@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 
+#include "text/jinja_operators.h"
 #include "text/jinja_strings.h"
 
 namespace qkv::text::jinja {
@@ -488,9 +489,8 @@ Value apply_filter(const std::string& name, const Value& input, CallArgs& call, 
     return input.is_undefined() || (boolean && !truthy(input)) ? fallback : input;
   }
   if (name == "safe") return finish(input);
-  if (input.is_undefined() && name != "length" && name != "count" && name != "string" &&
-      name != "trim" && name != "upper" && name != "lower" && name != "list")
-    fail_undefined(input);
+  // Undefined reads as "" and as an empty sequence, as jinja2's Undefined does.
+  if (input.is_undefined() && (name == "tojson" || name == "abs")) fail_undefined(input);
   if (name == "trim") {
     const std::optional<std::string> chars =
         optional_string(args.get_or(0, "chars", None{}), "chars");
@@ -675,6 +675,25 @@ Value apply_filter(const std::string& name, const Value& input, CallArgs& call, 
     });
     return list_value(std::move(items), budget);
   }
+  if (name == "sum") {
+    const Value attribute = args.get_or(0, "attribute", None{});
+    Value total = args.get_or(1, "start", Value(int64_t{0}));
+    args.done();
+    for (const Value& item : iterate(input))
+      total = binary_operator(
+          "+", total,
+          attribute.is_none() ? item : attribute_path(item, soft_str(attribute), budget), budget);
+    return total;
+  }
+  if (name == "min" || name == "max") {
+    args.done();
+    const std::vector<Value> items = iterate(input);
+    if (items.empty()) return Value(Undefined{"No " + name + " item, sequence was empty."});
+    Value best = items[0];
+    for (const Value& item : items)
+      if (name == "min" ? less_than(item, best) : less_than(best, item)) best = item;
+    return best;
+  }
   if (name == "wordcount") {
     args.done();
     return Value(static_cast<int64_t>(py_split(soft_str(input), std::nullopt, -1).size()));
@@ -712,15 +731,16 @@ bool apply_test(const std::string& name, const Value& v, CallArgs& call) {
     return name == "lower" ? py_lower(v.string()) == v.string()
                            : py_upper(v.string()) == v.string();
   }
-  if (name == "odd" || name == "even") {
-    const int64_t i = need_int(v, "the value tested");
-    return finish((i % 2 != 0) == (name == "odd"));
-  }
-  if (name == "divisibleby") {
-    const int64_t i = need_int(v, "the value tested");
-    const int64_t d = need_int(args.required(0, "num"), "divisibleby");
-    QKV_CHECK(d != 0, "divisibleby 0");
-    return finish(i % d == 0);
+  if (name == "odd" || name == "even" || name == "divisibleby") {
+    // Python's value % n, on integers or floats.
+    QKV_CHECK_TYPE(v.is_number(), "the value tested must be a number, got ", type_name(v));
+    const Value n = name == "divisibleby" ? args.required(0, "num") : Value(int64_t{2});
+    args.done();
+    QKV_CHECK_TYPE(n.is_number(), "divisibleby needs a number, got ", type_name(n));
+    QKV_CHECK(n.as_double() != 0.0, "divisibleby 0");
+    Budget unbounded(Limits{});
+    const Value rest = binary_operator("%", v, n, unbounded);
+    return equal(rest, Value(int64_t{name == "odd" ? 1 : 0}));
   }
   if (name == "sameas") {
     const Value other = args.required(0, "other");

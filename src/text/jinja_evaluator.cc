@@ -26,7 +26,9 @@ class Renderer {
     frames_.push_back({variables, false});
   }
 
-  std::string run(const Body& body) {
+  std::string run(const Program& program) {
+    const Body& body = program.body;
+    declare_undefined(frames_.back().variables, program.starts_undefined);
     std::string out;
     out_ = &out;
     try {
@@ -59,6 +61,12 @@ class Renderer {
     for (const auto& [n, v] : globals_)
       if (n == name) return v;
     return Value(Undefined{"'" + name + "' is undefined"});
+  }
+
+  // jinja2's scope variables that start undefined (jinja_scopes.h).
+  static void declare_undefined(Object& scope, const std::vector<std::string>& names) {
+    for (const std::string& name : names)
+      assign(scope, name, Value(Undefined{"'" + name + "' is undefined"}));
   }
 
   static void assign(Object& scope, const std::string& name, Value v) {
@@ -186,6 +194,7 @@ class Renderer {
       budget_.iteration();
       frames_.push_back({});
       Object& scope = frames_.back().variables;
+      declare_undefined(scope, s.starts_undefined);
       bind(scope, s.targets, items[i]);
       Object loop{{"index", Value(i + 1)},      {"index0", Value(i)},
                   {"revindex", Value(n - i)},   {"revindex0", Value(n - i - 1)},
@@ -228,6 +237,7 @@ class Renderer {
     QKV_CHECK(call.positional.size() <= m.targets.size(), "macro '", m.text, "' takes ",
               m.targets.size(), " arguments, got ", call.positional.size());
     Frame frame{{}, true};
+    declare_undefined(frame.variables, m.starts_undefined);
     for (size_t i = 0; i < m.targets.size(); ++i) {
       std::optional<Value> v;
       if (i < call.positional.size()) v = call.positional[i];
@@ -239,7 +249,7 @@ class Renderer {
       if (!v)
         v = m.defaults[i] ? eval(*m.defaults[i])
                           : Value(Undefined{"parameter '" + m.targets[i] + "' was not provided"});
-      frame.variables.emplace_back(m.targets[i], *v);
+      assign(frame.variables, m.targets[i], *v);
     }
     for (const auto& [name, value] : call.keyword)
       QKV_CHECK(std::find(m.targets.begin(), m.targets.end(), name) != m.targets.end(), "macro '",
@@ -373,7 +383,7 @@ class Renderer {
 }  // namespace
 
 std::string render(const Program& program, const Object& variables, const Limits& limits) {
-  return Renderer(variables, limits).run(program.body);
+  return Renderer(variables, limits).run(program);
 }
 
 }  // namespace qkv::text::jinja

@@ -73,7 +73,7 @@ Value repeat(const Value& sequence, int64_t times, Budget& budget) {
   budget.charge(a.size() * times);
   Array out;
   for (int64_t k = 0; k < times; ++k) out.insert(out.end(), a.begin(), a.end());
-  return Value(std::move(out));
+  return sequence.is_tuple() ? Value::tuple(std::move(out)) : Value(std::move(out));
 }
 
 int three_way(const Value& a, const Value& b, std::string_view op) {
@@ -86,7 +86,7 @@ int three_way(const Value& a, const Value& b, std::string_view op) {
     const int c = a.string().compare(b.string());
     return c < 0 ? -1 : c > 0;
   }
-  if (a.kind() == Kind::kArray && b.kind() == Kind::kArray) {
+  if (a.kind() == Kind::kArray && b.kind() == Kind::kArray && a.is_tuple() == b.is_tuple()) {
     const Array &x = a.array(), &y = b.array();
     for (size_t i = 0; i < x.size() && i < y.size(); ++i)
       if (!equal(x[i], y[i])) return three_way(x[i], y[i], op);
@@ -109,9 +109,11 @@ bool contains(const Value& container, const Value& item) {
         if (equal(x, item)) return true;
       return false;
     case Kind::kObject:
+      QKV_CHECK_TYPE(item.kind() != Kind::kArray && item.kind() != Kind::kObject,
+                     "unhashable type: '", type_name(item), "'");
       return item.is_string() && container.find(item.string()) != nullptr;
     case Kind::kUndefined:
-      fail_undefined(container);
+      return false;  // jinja2's Undefined iterates as empty
     default:
       QKV_CHECK_TYPE(false, "argument of type '", type_name(container), "' is not iterable");
   }
@@ -169,11 +171,12 @@ Value binary_operator(std::string_view op, const Value& a, const Value& b, Budge
     budget.charge(a.string().size() + b.string().size());
     return Value(a.string() + b.string());
   }
-  if (op == "+" && a.kind() == Kind::kArray && b.kind() == Kind::kArray) {
+  if (op == "+" && a.kind() == Kind::kArray && b.kind() == Kind::kArray &&
+      a.is_tuple() == b.is_tuple()) {
     Array out = a.array();
     out.insert(out.end(), b.array().begin(), b.array().end());
     budget.charge(out.size());
-    return Value(std::move(out));
+    return a.is_tuple() ? Value::tuple(std::move(out)) : Value(std::move(out));
   }
   if (op == "*") {
     if ((a.is_string() || a.kind() == Kind::kArray) && is_integral(b))

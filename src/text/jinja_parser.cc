@@ -8,6 +8,7 @@
 
 #include "qkv/error.h"
 #include "text/jinja_lexer.h"
+#include "text/jinja_scopes.h"
 
 namespace qkv::text::jinja {
 
@@ -435,28 +436,20 @@ class Parser {
           expect_op(")");
           return e;
         }
-        if (t.text == "[") {
-          next();
-          ExprPtr e = make(ExprKind::kList, t.line);
-          while (!at_op("]")) {
+        if (t.text == "[" || t.text == "{") {
+          // [a, b, ...] or {k: v, ...}, a trailing comma allowed.
+          const bool dict = next().text == "{";
+          const std::string_view close = dict ? "}" : "]";
+          ExprPtr e = make(dict ? ExprKind::kDict : ExprKind::kList, t.line);
+          while (!at_op(close)) {
             if (!e->items.empty()) expect_op(",");
-            if (at_op("]")) break;
+            if (at_op(close)) break;
             e->items.push_back(expression(true));
-          }
-          expect_op("]");
-          return e;
-        }
-        if (t.text == "{") {
-          next();
-          ExprPtr e = make(ExprKind::kDict, t.line);
-          while (!at_op("}")) {
-            if (!e->items.empty()) expect_op(",");
-            if (at_op("}")) break;
-            e->items.push_back(expression(true));
+            if (!dict) continue;
             expect_op(":");
             e->items.push_back(expression(true));
           }
-          expect_op("}");
+          expect_op(close);
           return e;
         }
         break;
@@ -590,7 +583,9 @@ class Parser {
 }  // namespace
 
 Program parse(std::string_view source, int max_depth) {
-  return Parser(tokenize(source), max_depth).run();
+  Program program = Parser(tokenize(source), max_depth).run();
+  find_names_that_start_undefined(program);
+  return program;
 }
 
 }  // namespace qkv::text::jinja

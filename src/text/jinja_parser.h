@@ -12,6 +12,7 @@ namespace qkv::text::jinja {
 
 struct Program {
   Body body;
+  std::vector<std::string> starts_undefined;  // of the top-level scope (jinja_scopes.h)
 };
 
 // Throws qkv::Error naming the line for a syntax error, an unknown or
