@@ -87,6 +87,7 @@ Value string_value(std::string s, Budget& budget) {
 }
 
 Value list_value(Array items, Budget& budget) {
+  budget.check_list(items.size());
   budget.charge(items.size());
   Value v(std::move(items));
   QKV_CHECK(v.depth() <= budget.limits().max_value_depth, "lists and dicts nest deeper than ",
@@ -165,8 +166,13 @@ Value string_method(const std::string& s, const std::string& name, Budget& budge
       const int64_t maxsplit = need_int(args.get_or(1, "maxsplit", Value(int64_t{-1})), "maxsplit");
       args.done();
       QKV_CHECK(name == "split" || maxsplit < 0, "str.rsplit() with maxsplit is not supported");
+      // Split no further than a list may hold: one more part is refused below.
+      const int64_t bound = b->limits().max_list_items;
+      const int64_t limit = maxsplit < 0 || maxsplit > bound ? bound : maxsplit;
+      std::vector<std::string> pieces = py_split(s, sep, limit);
+      b->check_list(pieces.size());
       Array parts;
-      for (std::string& p : py_split(s, sep, maxsplit)) parts.emplace_back(std::move(p));
+      for (std::string& p : pieces) parts.emplace_back(std::move(p));
       return list_value(std::move(parts), *b);
     });
   }
@@ -377,6 +383,9 @@ std::vector<Value> iterate(const Value& v) {
       return keys;
     }
     case Kind::kString: {
+      const int64_t limit = Limits{}.max_list_items;
+      QKV_CHECK(static_cast<int64_t>(char_count(v.string())) <= limit,
+                "the template iterates over a string of more than ", limit, " characters");
       std::vector<Value> chars;
       const std::vector<size_t> at = char_offsets(v.string());
       for (size_t i = 0; i + 1 < at.size(); ++i)

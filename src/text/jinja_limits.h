@@ -14,6 +14,7 @@ struct Limits {
   size_t max_output_bytes = size_t{64} << 20;  // the rendered text, and any string built
   int64_t max_loop_iterations = 1'000'000;     // over the whole render
   int64_t max_range = 100'000;                 // range(): jinja2's sandbox bound (MAX_RANGE)
+  int64_t max_list_items = 1'000'000;          // in any list built (split, +, *, ...)
   int max_call_depth = 64;                     // nested macro calls
   int max_value_depth = 64;                    // lists and dicts inside each other
   int max_parse_depth = 256;                   // nested statements and expressions
@@ -38,6 +39,12 @@ class Budget {
   void check_string(size_t size) const {
     QKV_CHECK(size <= limits_.max_output_bytes, "the template builds a string of ", size,
               " bytes, more than the limit of ", limits_.max_output_bytes);
+  }
+  // A list of `items` is about to be built.
+  void check_list(size_t items) const {
+    QKV_CHECK(static_cast<int64_t>(items) <= limits_.max_list_items,
+              "the template builds a list of ", items, " items, more than the limit of ",
+              limits_.max_list_items);
   }
   void iteration() {
     QKV_CHECK(++iterations_ <= limits_.max_loop_iterations, "the template runs more than ",

@@ -68,8 +68,8 @@ Value repeat(const Value& sequence, int64_t times, Budget& budget) {
   }
   const Array& a = sequence.array();
   QKV_CHECK(a.empty() || static_cast<uint64_t>(times) <=
-                             static_cast<uint64_t>(budget.limits().max_work) / a.size(),
-            "the template builds a list of more than ", budget.limits().max_work, " items");
+                             static_cast<uint64_t>(budget.limits().max_list_items) / a.size(),
+            "the template builds a list of more than ", budget.limits().max_list_items, " items");
   budget.charge(a.size() * times);
   Array out;
   for (int64_t k = 0; k < times; ++k) out.insert(out.end(), a.begin(), a.end());
@@ -173,6 +173,7 @@ Value binary_operator(std::string_view op, const Value& a, const Value& b, Budge
   }
   if (op == "+" && a.kind() == Kind::kArray && b.kind() == Kind::kArray &&
       a.is_tuple() == b.is_tuple()) {
+    budget.check_list(a.array().size() + b.array().size());
     Array out = a.array();
     out.insert(out.end(), b.array().begin(), b.array().end());
     budget.charge(out.size());
