@@ -1,6 +1,6 @@
 // `qkv chat MODEL.gguf`: an interactive conversation with a GGUF chat model.
 // Each line read from stdin is a user turn; the conversation is formatted with
-// the file's ChatML template and the reply streamed as it is generated. The KV
+// the file's chat template (or --chat-template's) and the reply streamed as it is generated. The KV
 // cache keeps the conversation: each turn feeds only the tokens after the
 // longest prefix the cache already holds. Ctrl-C ends the current reply (the
 // part generated stays in the conversation); EOF (Ctrl-D) exits.
@@ -167,12 +167,11 @@ int run_chat(const ChatOptions& o) {
 
 Command add_chat_command(CLI::App& parent) {
   return make_command(
-      parent, "chat", "Chat with a GGUF chat model (ChatML), replies streamed as generated",
-      run_chat, [](CLI::App& app, ChatOptions& options) {
-        add_model_file_argument(
-            app, options.model,
-            "GGUF file of a llama-architecture chat model with a ChatML template "
-            "(e.g. models/SmolLM2-135M-Instruct.Q4_1.gguf)");
+      parent, "chat", "Chat with a GGUF chat model, replies streamed as generated", run_chat,
+      [](CLI::App& app, ChatOptions& options) {
+        add_model_file_argument(app, options.model,
+                                "GGUF file of a llama-architecture chat model with a chat template "
+                                "(e.g. models/SmolLM2-135M-Instruct.Q4_1.gguf)");
         app.add_option("--system", options.system,
                        "System prompt (default: the template's own, if it has one)");
         add_positive(app, "--max-new-tokens", options.max_new_tokens, "Longest reply, in tokens");
