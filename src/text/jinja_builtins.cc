@@ -747,8 +747,8 @@ bool apply_test(const std::string& name, const Value& v, CallArgs& call) {
     args.done();
     QKV_CHECK_TYPE(n.is_number(), "divisibleby needs a number, got ", type_name(n));
     QKV_CHECK(n.as_double() != 0.0, "divisibleby 0");
-    Budget unbounded(Limits{});
-    const Value rest = binary_operator("%", v, n, unbounded);
+    Budget numbers{Limits{}};  // % on numbers builds nothing to bound
+    const Value rest = binary_operator("%", v, n, numbers);
     return equal(rest, Value(int64_t{name == "odd" ? 1 : 0}));
   }
   if (name == "sameas") {

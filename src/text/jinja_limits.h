@@ -52,7 +52,7 @@ class Budget {
   }
 
  private:
-  const Limits& limits_;
+  Limits limits_;  // a copy: a Budget outlives the Limits it was made from
   int64_t work_ = 0;
   int64_t iterations_ = 0;
 };
