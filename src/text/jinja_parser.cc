@@ -478,10 +478,7 @@ class Parser {
       } else if (skip_op("[")) {
         e = subscript(std::move(e), line);
       } else if (at_op("(")) {
-        ExprPtr c = make(ExprKind::kCall, line);
-        c->items.push_back(std::move(e));
-        call_arguments(*c);
-        e = std::move(c);
+        e = call(std::move(e), line);
       } else {
         return e;
       }
@@ -510,6 +507,13 @@ class Parser {
       s->items.push_back(nullptr);
     expect_op("]");
     return s;
+  }
+
+  ExprPtr call(ExprPtr callee, int line) {
+    ExprPtr c = make(ExprKind::kCall, line);
+    c->items.push_back(std::move(callee));
+    call_arguments(*c);
+    return c;
   }
 
   // (a, b, name=c) into e.items (after what is there) and e.keywords.
@@ -564,10 +568,7 @@ class Parser {
         }
         e = std::move(t);
       } else if (at_op("(")) {
-        ExprPtr c = make(ExprKind::kCall, line);
-        c->items.push_back(std::move(e));
-        call_arguments(*c);
-        e = std::move(c);
+        e = call(std::move(e), line);
       } else {
         return e;
       }
