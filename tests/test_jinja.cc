@@ -192,8 +192,9 @@ TEST(JinjaHostile, RunawayTemplatesEndInErrors) {
   expect_refused("{{ 'a' * 100000000000 }}", "a string of more than");
   expect_refused("{{ [1] * 100000000000 }}", "a list of more than");
   expect_refused("{{ range(1000000000) | length }}", "range() of 1000000000 items");
-  expect_refused("{{ ('a ' * 3000000).split() | length }}", "a list of 1000001 items");
-  expect_refused("{{ ([1] * 900000 + [2] * 900000) | length }}", "a list of 1800000 items");
+  small.max_list_items = 10'000;  // small bounds keep sanitizer builds quick
+  expect_refused("{{ ('a ' * 30000).split() | length }}", "a list of 10001 items", small);
+  expect_refused("{{ ([1] * 9000 + [2] * 9000) | length }}", "a list of 18000 items", small);
   expect_refused("{% for c in 'a' * 5000000 %}{% endfor %}", "a string of more than 1000000");
   // Values that grow without being printed: the work bound.
   expect_refused(
