@@ -73,10 +73,11 @@ inline std::vector<std::byte> tiny_llama(const TinySpec& s = {}) {
   if (key("tokenizer.ggml.merges")) w.strings("tokenizer.ggml.merges", {"a b"});
   w.numbers<int32_t>("tokenizer.ggml.token_type", qkv_test::kI32, {1, 1, 1, 1, 1, 1, 3, 3});
   w.u32("tokenizer.ggml.eos_token_id", 7);
-  w.str("tokenizer.chat_template",
-        "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + "
-        "message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}"
-        "{{ '<|im_start|>assistant\\n' }}{% endif %}");
+  if (key("tokenizer.chat_template"))
+    w.str("tokenizer.chat_template",
+          "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + "
+          "message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}"
+          "{{ '<|im_start|>assistant\\n' }}{% endif %}");
   if (s.more_keys) s.more_keys(w);
 
   std::mt19937 rng(7);

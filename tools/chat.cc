@@ -1,6 +1,6 @@
 // `qkv chat MODEL.gguf`: an interactive conversation with a GGUF chat model.
 // Each line read from stdin is a user turn; the conversation is formatted with
-// the file's ChatML template and the reply streamed as it is generated. The KV
+// the file's chat template (or --chat-template's) and the reply streamed as it is generated. The KV
 // cache keeps the conversation: each turn feeds only the tokens after the
 // longest prefix the cache already holds. Ctrl-C ends the current reply (the
 // part generated stays in the conversation); EOF (Ctrl-D) exits.
@@ -34,7 +34,16 @@ struct ChatOptions {
   bool stats = false;
   int threads = 0;
   std::string kv_cache = "f32";
+  std::string chat_template;  // a built-in template's name, instead of the file's
 };
+
+// "chatml, gemma, ..." for --chat-template's help and errors.
+std::string builtin_template_names() {
+  std::string names;
+  for (const std::string& name : text::ChatTemplate::builtin_names())
+    names += (names.empty() ? "" : ", ") + name;
+  return names;
+}
 
 std::atomic<bool> interrupted{false};
 
@@ -70,7 +79,18 @@ int run_chat(const ChatOptions& o) {
       o.model, {.exact = o.exact,
                 .max_seq_len = o.context,
                 .kv_cache = nn::parse_kv_cache_storage(o.kv_cache, "--kv-cache")});
-  const text::ChatTemplate chat = m.chat_template();
+  QKV_CHECK(!o.chat_template.empty() || m.chat_template_source, "'", o.model,
+            "' has no chat template (tokenizer.chat_template): pass --chat-template NAME, "
+            "NAME one of ",
+            builtin_template_names());
+  const auto token_text = [&](std::optional<int32_t> id) {
+    return id ? m.tokenizer.token(*id) : std::string();
+  };
+  const text::ChatTemplate chat =
+      o.chat_template.empty()
+          ? m.chat_template()
+          : text::ChatTemplate::builtin(
+                o.chat_template, {token_text(m.tokenizer.bos()), token_text(m.tokenizer.eos())});
   const std::optional<int32_t> end = m.end_of_turn();
 
   nn::GenerationOptions g;
@@ -183,12 +203,11 @@ int run_chat(const ChatOptions& o) {
 
 Command add_chat_command(CLI::App& parent) {
   return make_command(
-      parent, "chat", "Chat with a GGUF chat model (ChatML), replies streamed as generated",
-      run_chat, [](CLI::App& app, ChatOptions& options) {
-        add_model_file_argument(
-            app, options.model,
-            "GGUF file of a llama-architecture chat model with a ChatML template "
-            "(e.g. models/SmolLM2-135M-Instruct.Q4_1.gguf)");
+      parent, "chat", "Chat with a GGUF chat model, replies streamed as generated", run_chat,
+      [](CLI::App& app, ChatOptions& options) {
+        add_model_file_argument(app, options.model,
+                                "GGUF file of a llama-architecture chat model with a chat template "
+                                "(e.g. models/SmolLM2-135M-Instruct.Q4_1.gguf)");
         app.add_option("--system", options.system,
                        "System prompt (default: the template's own, if it has one)");
         add_positive(app, "-n,--max-new-tokens", options.max_new_tokens,
@@ -200,6 +219,9 @@ Command add_chat_command(CLI::App& parent) {
         app.add_flag("--stats", options.stats, "Print tokens per second after each reply");
         add_threads_option(app, options.threads);
         add_kv_cache_option(app, options.kv_cache);
+        app.add_option(
+            "--chat-template", options.chat_template,
+            "A built-in chat template instead of the file's: " + builtin_template_names());
         app.footer(
             "Reads one user message per line from stdin. Ctrl-C ends the current reply, "
             "Ctrl-D exits.");

@@ -1,6 +1,6 @@
-// qkv.text: the WordPiece and BPE tokenizers (GGUF's "gpt2" and "llama"), ChatML formatting.
-// python/qkv/text.py gives it its Python face (keyword arguments, None for absent tokens,
-// BatchEncoding).
+// qkv.text: the WordPiece and BPE tokenizers (GGUF's "gpt2" and "llama"), Jinja chat
+// templates. python/qkv/text.py gives it its Python face (keyword arguments, None for absent
+// tokens, BatchEncoding).
 #include <pybind11/numpy.h>
 
 #include <cstring>
@@ -170,9 +170,24 @@ void bind_text(py::module_& m) {
       .def("push", &BpeStreamDecoder::push, py::arg("id"))
       .def("finish", &BpeStreamDecoder::finish);
 
+  // Rendering runs without the GIL: a template's work is bounded (chat_template.h).
   py::class_<ChatTemplate>(m, "ChatTemplate")
-      .def(py::init<std::optional<std::string>>(), py::arg("default_system"))
-      .def_static("from_jinja", &ChatTemplate::from_jinja, py::arg("source"))
+      .def_static(
+          "from_jinja",
+          [](std::string_view source, std::string bos, std::string eos) {
+            return ChatTemplate::from_jinja(source, {std::move(bos), std::move(eos)});
+          },
+          py::arg("source"), py::arg("bos_token") = "", py::arg("eos_token") = "")
+      .def_static(
+          "builtin",
+          [](std::string_view name, std::string bos, std::string eos) {
+            return ChatTemplate::builtin(name, {std::move(bos), std::move(eos)});
+          },
+          py::arg("name"), py::arg("bos_token") = "", py::arg("eos_token") = "")
+      .def_static("builtin_names", &ChatTemplate::builtin_names)
+      .def("render_json", &ChatTemplate::render_json, py::arg("variables_json"),
+           py::call_guard<py::gil_scoped_release>())
+      .def("source", &ChatTemplate::source)
       .def(
           "apply",
           [](const ChatTemplate& self,
@@ -181,10 +196,10 @@ void bind_text(py::module_& m) {
             std::vector<ChatMessage> chat;
             chat.reserve(messages.size());
             for (const auto& [role, content] : messages) chat.push_back({role, content});
+            py::gil_scoped_release release;
             return self.apply(chat, add_generation_prompt);
           },
-          py::arg("messages"), py::arg("add_generation_prompt"))
-      .def("default_system", &ChatTemplate::default_system);
+          py::arg("messages"), py::arg("add_generation_prompt"));
 }
 
 }  // namespace qkv::python

@@ -1,5 +1,5 @@
 """Text to token ids: BERT's WordPiece tokenizer, byte-level BPE (GPT-2,
-SmolLM2) and ChatML chat formatting.
+SmolLM2) and Jinja chat templates.
 
     import qkv
     tok = qkv.text.WordPieceTokenizer.from_json("models/all-MiniLM-L6-v2/tokenizer.json")
@@ -23,11 +23,12 @@ str holding a lone surrogate cannot be encoded to UTF-8 and raises TypeError.
 """
 
 import collections as _collections
+import json as _json
 
 from . import _core
 
 __all__ = ["BatchEncoding", "BpeStreamDecoder", "BpeTokenizer", "ChatTemplate",
-           "WordPieceTokenizer"]
+           "WordPieceTokenizer", "render_chat_template"]
 
 BatchEncoding = _collections.namedtuple("BatchEncoding", ["ids", "attention_mask"])
 BatchEncoding.__doc__ = """ids and attention_mask: numpy int64 arrays [batch, length];
@@ -257,25 +258,55 @@ class BpeStreamDecoder:
 
 
 class ChatTemplate:
-    """ChatML formatting (qkv::text::ChatTemplate).
+    """A Jinja chat template (qkv::text::ChatTemplate), run by qkv's own Jinja
+    interpreter as transformers' apply_chat_template(..., tokenize=False) runs
+    it with jinja2.
 
-    ChatTemplate.from_jinja(source) recognises a GGUF/transformers chat
-    template (ValueError for anything but ChatML); apply(messages,
-    add_generation_prompt) equals transformers' apply_chat_template(...,
-    tokenize=False) for it. messages: dicts with "role" and "content".
+    ChatTemplate.from_jinja(source) parses a GGUF/transformers chat template
+    (ValueError naming the line of a syntax error); ChatTemplate.builtin(name)
+    is one of builtin_names() (chatml, gemma, llama3, qwen). apply(messages,
+    add_generation_prompt, **variables) renders messages (dicts: role, content,
+    and whatever else the template reads, e.g. tool_calls); variables such as
+    enable_thinking=False or tools reach the template as they are.
+    bos_token and eos_token are given at construction or as variables.
     """
 
-    def __init__(self, default_system=None, *, _impl=None):
-        self._impl = _impl or _core.ChatTemplate(default_system)
+    def __init__(self, *, _impl):
+        self._impl = _impl
 
     @classmethod
-    def from_jinja(cls, source):
-        return cls(_impl=_core.ChatTemplate.from_jinja(source))
+    def from_jinja(cls, source, bos_token="", eos_token=""):
+        return cls(_impl=_core.ChatTemplate.from_jinja(source, bos_token or "", eos_token or ""))
+
+    @classmethod
+    def builtin(cls, name, bos_token="", eos_token=""):
+        return cls(_impl=_core.ChatTemplate.builtin(name, bos_token or "", eos_token or ""))
+
+    @staticmethod
+    def builtin_names():
+        return _core.ChatTemplate.builtin_names()
 
     @property
-    def default_system(self):
-        return self._impl.default_system()
+    def source(self):
+        return self._impl.source()
 
-    def apply(self, messages, add_generation_prompt=False):
-        return self._impl.apply([(m["role"], m["content"]) for m in messages],
-                                bool(add_generation_prompt))
+    def apply(self, messages, add_generation_prompt=False, **variables):
+        context = dict(variables)
+        context["messages"] = list(messages)
+        context["add_generation_prompt"] = bool(add_generation_prompt)
+        try:
+            encoded = _json.dumps(context, ensure_ascii=False, allow_nan=True)
+        except (TypeError, ValueError) as e:
+            raise TypeError(f"chat template variables must be JSON data: {e}") from None
+        return self._impl.render_json(encoded)
+
+
+def render_chat_template(template, messages, add_generation_prompt=False, bos_token="",
+                         eos_token="", **variables):
+    """The prompt text of `messages` by the Jinja chat template `template`:
+    transformers' apply_chat_template(messages, chat_template=template,
+    tokenize=False, add_generation_prompt=..., bos_token=..., eos_token=...,
+    **variables), rendered by qkv (see ChatTemplate)."""
+    variables.setdefault("bos_token", bos_token)
+    variables.setdefault("eos_token", eos_token)
+    return ChatTemplate.from_jinja(template).apply(messages, add_generation_prompt, **variables)

@@ -265,7 +265,11 @@ nn::DecoderModelConfig gguf_decoder_config(const io::GgufFile& f, int64_t max_se
 text::ChatTemplate GgufModel::chat_template() const {
   QKV_CHECK(chat_template_source.has_value(), "GGUF model \"", name,
             "\": the file has no tokenizer.chat_template");
-  return text::ChatTemplate::from_jinja(*chat_template_source);
+  const auto text_of = [&](std::optional<int32_t> id) {
+    return id ? tokenizer.token(*id) : std::string();
+  };
+  return text::ChatTemplate::from_jinja(
+      *chat_template_source, {.bos = text_of(tokenizer.bos()), .eos = text_of(tokenizer.eos())});
 }
 
 std::optional<int32_t> GgufModel::end_of_turn() const {

@@ -90,8 +90,9 @@ struct GgufModel {
   // tokenizer.chat_template (jinja source), when the file has one.
   std::optional<std::string> chat_template_source;
 
-  // The file's chat format (text::ChatTemplate::from_jinja): an error when the
-  // file has no template or one that is not ChatML.
+  // The file's chat template (text::ChatTemplate::from_jinja, with the
+  // vocabulary's bos and eos tokens): an error when the file has none or its
+  // Jinja does not parse.
   text::ChatTemplate chat_template() const;
   // The token that ends an assistant turn: the first of "<|im_end|>"
   // (ChatML), "<end_of_turn>" (Gemma) and "<|eot_id|>" (Llama 3) that the
