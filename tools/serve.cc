@@ -9,6 +9,7 @@
 #include <exception>
 #include <filesystem>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
@@ -19,6 +20,7 @@
 #include "qkv/error.h"
 #include "qkv/models/sentence_encoder.h"
 #include "qkv/runtime.h"
+#include "qkv/viz/explore.h"
 #include "serve/embedding_batcher.h"
 #include "serve/generation_scheduler.h"
 #include "serve/http_server.h"
@@ -113,6 +115,25 @@ int run_serve(const ServeOptions& o) {
                             .timeout_seconds = o.timeout,
                             .threads = connections},
                            chat, embed, metrics);
+  // The live attention explorer at /explore: the embedding model's attention,
+  // else the language model's, loaded (float32) at the first visit.
+  const std::string explore_model = !o.embed_model.empty() ? o.embed_model : o.model;
+  std::mutex explore_mutex;
+  std::unique_ptr<viz::AttentionExplorer> explorer;
+  auto maps = [&](const std::string& text, const std::string& text_b) {
+    std::lock_guard<std::mutex> lock(explore_mutex);
+    if (!explorer) explorer = std::make_unique<viz::AttentionExplorer>(explore_model);
+    return explorer->explore(text, {.text_b = text_b});
+  };
+  server.set_explore({.page =
+                          [&] {
+                            return viz::explore_html(maps("The cat sat on the mat.", ""),
+                                                     {.live_endpoint = "/explore/attention"});
+                          },
+                      .attention =
+                          [&](const std::string& text, const std::string& text_b) {
+                            return viz::explore_json(maps(text, text_b));
+                          }});
   const int port = server.bind();
   std::fprintf(stderr, "qkv serve: listening on http://%s:%d", o.host.c_str(), port);
   if (scheduler)

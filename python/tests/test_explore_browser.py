@@ -6,8 +6,8 @@ Checked: no console error; the lines drawn for a layer and head are the
 weights in the file (read back from the DOM's data- attributes); switching
 layer and heads redraws them; hovering a token leaves only its lines; a model
 view thumbnail opens its head; the tutorial view's numbers are the weights;
-a screenshot of each view is saved and is not blank. The live page (served
-with a text box, as `qkv serve` will) redraws from its endpoint's JSON.
+a screenshot of each view is saved and is not blank. The live page that
+`qkv serve` serves at /explore redraws from its endpoint's JSON.
 
 QKV_SCREENSHOT_DIR=docs/images keeps the screenshots (the README's pictures):
     QKV_SCREENSHOT_DIR=docs/images PYTHONPATH=python .venv/bin/python -m pytest -q \
@@ -15,10 +15,11 @@ QKV_SCREENSHOT_DIR=docs/images keeps the screenshots (the README's pictures):
 """
 
 import base64
-import http.server
-import json
 import os
+import pathlib
+import re
 import shutil
+import subprocess
 import threading
 
 import numpy as np
@@ -223,60 +224,50 @@ def test_decoder_page_draws_the_causal_mask(browser, tmp_path):
 
 
 @needs_minilm
-def test_live_page_redraws_from_its_endpoint(browser):
-    """The page as a server would serve it (PageOptions::live_endpoint): what the
-    user types goes to the endpoint, whose JSON (explore_json) is drawn; an error
-    it returns is shown."""
-    explorer = qkv.AttentionExplorer(MINILM)
-    first = qkv.explore(explorer, TEXT)
-    results = {}
+def cli_path():
+    if os.environ.get("QKV_CLI"):
+        return pathlib.Path(os.environ["QKV_CLI"])
+    return (pathlib.Path(__file__).resolve().parents[2] / os.environ.get("QKV_BUILD_DIR", "build")
+            / "tools" / "qkv")
 
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def log_message(self, *args):
-            pass
 
-        def reply(self, status, body, kind):
-            data = body.encode()
-            self.send_response(status)
-            self.send_header("Content-Type", kind)
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def do_GET(self):
-            self.reply(200, first.html(live_endpoint="/explore/attention"), "text/html; charset=utf-8")
-
-        def do_POST(self):
-            request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            try:
-                a = explorer(request["text"], request["text_b"], max_weights=20_000)
-            except ValueError as error:
-                return self.reply(400, json.dumps({"error": str(error)}), "application/json")
-            results["last"] = a
-            self.reply(200, a.json(), "application/json")
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+@needs_minilm
+def test_live_page_of_qkv_serve_redraws_from_its_endpoint(browser):
+    """`qkv serve`'s /explore: what the user types goes to /explore/attention,
+    whose JSON is drawn; an error it returns is shown."""
+    if not cli_path().is_file():
+        pytest.skip(f"the qkv CLI is missing at {cli_path()}: build it or set QKV_CLI")
+    server = subprocess.Popen([str(cli_path()), "serve", "--embed-model", str(MINILM), "--port",
+                               "0", "--threads", "1"], stderr=subprocess.PIPE, text=True)
     try:
-        browser.get(f"http://127.0.0.1:{server.server_port}/")
+        url = None
+        for line in server.stderr:
+            found = re.search(r"listening on (http://[\d.]+:\d+)", line)
+            if found:
+                url = found.group(1)
+                break
+        assert url, "qkv serve did not start"
+        threading.Thread(target=lambda: server.stderr.read(), daemon=True).start()
+        browser.get(url + "/explore")
         assert browser.find_element(By.ID, "live").is_displayed()
         text = browser.find_element(By.ID, "live-text")
         text.clear()
         text.send_keys("Dogs bark.")
         browser.find_element(By.CSS_SELECTOR, "#live button[type=submit]").click()
-        WebDriverWait(browser, 10).until(lambda d: d.execute_script(
+        WebDriverWait(browser, 20).until(lambda d: d.execute_script(
             "return document.querySelectorAll('#head-svg text.query').length") == 5)
-        a = results["last"]
+        a = qkv.explore(str(MINILM), "Dogs bark.")
         assert a.tokens == ["[CLS]", "dogs", "bark", ".", "[SEP]"]
         check_lines(a, drawn(browser), 0, range(a.weights.shape[1]))
         text.clear()
-        text.send_keys("word " * 30)
+        text.send_keys("word " * 400)
         browser.find_element(By.CSS_SELECTOR, "#live button[type=submit]").click()
         error = browser.find_element(By.ID, "error")
-        WebDriverWait(browser, 10).until(lambda d: error.text)
-        assert "max_weights = 20000" in error.text
+        WebDriverWait(browser, 20).until(lambda d: error.text)
+        assert "max_weights = 1000000" in error.text
         severe = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
         # The 400 reply itself is logged as a failed resource; nothing else.
         assert all("400" in e["message"] for e in severe), severe
     finally:
-        server.shutdown()
+        server.terminate()
+        server.wait(timeout=30)

@@ -218,6 +218,29 @@ def cosines(a, b):
     return (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
 
 
+def test_the_live_attention_explorer(server):
+    """/explore serves qkv explore's page with a text box posting to
+    /explore/attention, whose maps equal qkv.explore's (the embedding model's)."""
+    qkv = pytest.importorskip("qkv")
+    auth = {"Authorization": f"Bearer {API_KEY}"}
+    page = httpx.get(server.url + "/explore", headers=auth, timeout=RUN_SECONDS)
+    assert page.status_code == 200, page.text
+    assert page.headers["content-type"].startswith("text/html")
+    assert '"/explore/attention"' in page.text and 'id="live-text"' in page.text
+    reply = server.post("/explore/attention", {"text": "Dogs bark.", "text_b": "Cats sleep."})
+    assert reply.status_code == 200, reply.text
+    maps = reply.json()
+    want = qkv.explore(str(MINILM), "Dogs bark.", text_b="Cats sleep.")
+    assert maps["tokens"] == want.tokens
+    np.testing.assert_array_equal(np.asarray(maps["weights"], dtype=np.float32), want.weights)
+    for body, field in (({"txt": "a"}, "text"), ({"text": 1}, "text"), ({"text": "a", "text_b": 2}, "text_b")):
+        refused = server.post("/explore/attention", body)
+        assert refused.status_code == 400 and refused.json()["error"]["param"] == field, refused.text
+    too_long = server.post("/explore/attention", {"text": "word " * 400})
+    assert too_long.status_code == 400 and "max_weights" in too_long.json()["error"]["message"]
+    assert httpx.get(server.url + "/explore", timeout=10).status_code == 401  # the key applies
+
+
 def test_embeddings_equal_qkv_embed(server):
     texts = ["A cat sits on the mat.", "Das ist ein Test.", "Paris is the capital of France, " * 8]
     expected, cli = cli_embeddings(texts)

@@ -331,6 +331,27 @@ void HttpServer::add_routes() {
   svr.Get("/v1/models", [routes](const httplib::Request&, httplib::Response& res) {
     answer(res, [&] { routes->models(res); });
   });
+  svr.Get("/explore", [this](const httplib::Request&, httplib::Response& res) {
+    answer(res, [&] {
+      if (!explore_.page) throw ApiError(404, "this server has no attention explorer");
+      res.set_content(explore_.page(), "text/html; charset=utf-8");
+    });
+  });
+  svr.Post("/explore/attention", [this](const httplib::Request& req, httplib::Response& res) {
+    InFlight counted(in_flight_);
+    answer(res, [&] {
+      if (!explore_.attention) throw ApiError(404, "this server has no attention explorer");
+      const json body = json::parse(req.body, nullptr, /*allow_exceptions=*/false);
+      if (!body.is_object()) throw ApiError(400, "the body must be a JSON object");
+      if (!body.contains("text") || !body["text"].is_string())
+        throw ApiError(400, "text: expected a string", "text");
+      if (body.contains("text_b") && !body["text_b"].is_string())
+        throw ApiError(400, "text_b: expected a string", "text_b");
+      res.set_content(
+          explore_.attention(body["text"].get<std::string>(), body.value("text_b", std::string())),
+          "application/json");
+    });
+  });
   svr.Get("/health", [](const httplib::Request&, httplib::Response& res) {
     res.set_content("{\"status\":\"ok\"}", "application/json");
   });

@@ -8,6 +8,8 @@
 //   GET  /v1/models             the served models
 //   GET  /health                {"status": "ok"} (no API key needed)
 //   GET  /metrics               Prometheus text (no API key needed)
+//   GET  /explore               the attention explorer's live page (set_explore)
+//   POST /explore/attention     {"text", "text_b"} -> the maps the page draws
 //
 // Every refusal is OpenAI's {"error": {"message", "type", "param", "code"}}
 // with the status it means: 400 a bad request (naming the field), 401 a
@@ -17,6 +19,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -58,11 +61,22 @@ struct EmbedSide {
   EmbeddingBatcher* batcher = nullptr;
 };
 
+// The live attention explorer (qkv explore's page with a text box).
+struct ExploreSide {
+  // The page, and the maps of a text (and text_b) as the page's JSON, which
+  // throw qkv::Error for an input too long. Empty: the routes answer 404.
+  std::function<std::string()> page;
+  std::function<std::string(const std::string& text, const std::string& text_b)> attention;
+};
+
 class HttpServer {
  public:
   // Either side may be absent (model null, batcher null): its routes answer 400.
   HttpServer(const HttpOptions& options, ChatSide chat, EmbedSide embed, Metrics& metrics);
   ~HttpServer();
+
+  // Serves GET /explore and POST /explore/attention; call before listen().
+  void set_explore(ExploreSide explore) { explore_ = std::move(explore); }
 
   // Binds the listening socket. -> the port (the chosen one for port 0)
   int bind();
@@ -82,6 +96,7 @@ class HttpServer {
   HttpOptions options_;
   ChatSide chat_;
   EmbedSide embed_;
+  ExploreSide explore_;
   Metrics& metrics_;
   std::unique_ptr<httplib::Server> server_;
   std::atomic<bool> draining_{false};
