@@ -213,11 +213,20 @@ TEST(SlidingWindowCache, ACacheWithAnotherWindowIsRefused) {
                {"layer 1 of the cache keeps the last 4 positions", "sliding window there is 0"});
 }
 
+// The forward with a record runs every option (qkv explore reads the records)
+// and equals the forward without; the backward of those options is refused.
 TEST(SlidingWindowCache, TrainingRefusesOptionsWithoutABackward) {
   Generator gen(9);
-  const DecoderModel model(windowed_config(), &gen);
+  DecoderModel model(windowed_config(), &gen);
   DecoderModelRecord record;
-  expect_error([&] { model.forward(ids(4), 1, &record); }, {"training with", "is not supported"});
+  const Tensor recorded = model.forward(ids(4), 1, &record);
+  const Tensor plain = model.forward(ids(4), 1);
+  ASSERT_EQ(recorded.shape(), plain.shape());
+  for (int64_t i = 0; i < plain.numel(); ++i)
+    EXPECT_FLOAT_EQ(recorded.contiguous().data<float>()[i], plain.contiguous().data<float>()[i])
+        << i;
+  expect_error([&] { model.backward(Tensor::ones(plain.shape()), record); },
+               {"training with", "is not supported"});
 }
 
 }  // namespace

@@ -73,9 +73,6 @@ void DecoderBlock::forward_into(Tensor& x, std::span<const int64_t> positions,
   auto rows = [&](const Tensor& buffer) {
     return buffer.slice(0, 0, B * T).view({B, T, buffer.size(1)});
   };
-  QKV_CHECK(r == nullptr || !options_.post_norms,
-            "DecoderBlock: training with post_norms is not supported (its backward is not "
-            "written)");
   Tensor h = rows(buffers.h);
   // x = x + attention(attention_norm(x))   (post_norms: + post_attention_norm(attention(...)))
   detail::norm_into(h, x, attention_norm_, r ? &r->attention_norm : nullptr);
@@ -102,6 +99,9 @@ Tensor DecoderBlock::forward(const Tensor& x, int64_t offset, KVCache* cache, in
 }
 
 Tensor DecoderBlock::backward(const Tensor& grad_output, const DecoderBlockRecord& r) {
+  QKV_CHECK(!options_.post_norms,
+            "DecoderBlock::backward: training with post_norms is not supported (its backward is "
+            "not written)");
   // h = x + attention(attention_norm(x)); out = h + feed_forward(ffn_norm(h))
   const Tensor grad_ffn_in = detail::run_backward(feed_forward_, grad_output, r.feed_forward);
   const Tensor grad_h = add(grad_output, detail::run_backward(ffn_norm_, grad_ffn_in, r.ffn_norm));

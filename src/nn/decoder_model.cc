@@ -351,9 +351,6 @@ void DecoderModel::forward_into(Tensor& logits, std::span<const int64_t> ids,
   }
   QKV_CHECK(r == nullptr || (pass.caches.empty() && !pass.last_only && P == 1), m,
             ": a record (training) needs whole sequences: no cache, every position's logits");
-  QKV_CHECK(r == nullptr || (c.embedding_scale == 1.0 && c.final_logit_softcap == 0.0), m,
-            ": training with embedding_scale != 1 or final_logit_softcap is not supported (their "
-            "backward is not written)");
   const int64_t rows = pass.last_only ? B : B * T;
   QKV_CHECK(logits.is_contiguous() && logits.numel() == rows * c.vocab_size, m,
             ": logits must be contiguous with ", rows, " × vocab_size = ", rows * c.vocab_size,
@@ -369,9 +366,9 @@ void DecoderModel::forward_into(Tensor& logits, std::span<const int64_t> ids,
   } else {
     x = b.x.slice(0, 0, B * T);
     tok_embeddings_.forward_into(x, ids);
-    if (c.embedding_scale != 1.0) scale_in_place(x, c.embedding_scale);
     x = x.view({B, T, D});
   }
+  if (c.embedding_scale != 1.0) scale_in_place(x, c.embedding_scale);
   if (b.positions.defined())
     for (int64_t s = 0; s < B; ++s)
       for (int64_t t = 0; t < T; ++t) {

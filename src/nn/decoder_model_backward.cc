@@ -18,6 +18,11 @@ void DecoderModel::backward(const Tensor& grad_logits, const DecoderModelRecord&
   const char* m = "DecoderModel::backward";
   QKV_CHECK(r.head_input.defined() && r.blocks.size() == blocks_.size(), m,
             ": the record is empty or from another model (pass it to forward)");
+  // The forward with a record runs every option (qkv explore reads its
+  // records); the backward of these is not written.
+  QKV_CHECK(c.embedding_scale == 1.0 && c.final_logit_softcap == 0.0, m,
+            ": training with embedding_scale != 1 or final_logit_softcap is not supported (their "
+            "backward is not written)");
   const Shape logits_shape{r.batch_size, r.length, c.vocab_size};
   QKV_CHECK(grad_logits.defined() && grad_logits.shape() == logits_shape, m,
             ": grad_logits must have the logits' shape ", shape_str(logits_shape), ", got ",

@@ -239,8 +239,6 @@ void GroupedQueryAttention::forward_into(Tensor& out, const Tensor& x,
   GroupedQueryAttentionRecord* r = record;
   if (r) *r = {};
   Tensor q = scratch(buffers.q), k = scratch(buffers.k), v = scratch(buffers.v);
-  QKV_CHECK(r == nullptr || !o.qk_norm, m,
-            ": training with qk_norm is not supported (its backward is not written)");
   q_proj_.forward_into(q, x, r ? &r->q_proj : nullptr);
   k_proj_.forward_into(k, x, r ? &r->k_proj : nullptr);
   v_proj_.forward_into(v, x, r ? &r->v_proj : nullptr);

@@ -17,6 +17,9 @@ Tensor GroupedQueryAttention::backward(const Tensor& grad_output,
   const char* m = "GroupedQueryAttention::backward";
   QKV_CHECK(r.q_proj.input.defined() && r.o_proj.input.defined(), m,
             ": the record is empty (pass it to forward)");
+  // A record of qk_norm's forward reads fine (qkv explore), but not backward.
+  QKV_CHECK(!o.qk_norm, m,
+            ": training with qk_norm is not supported (its backward is not written)");
   const Tensor& x = r.q_proj.input;
   QKV_CHECK(grad_output.defined() && grad_output.shape() == x.shape(), m,
             ": grad_output must have the output's shape ", shape_str(x.shape()), ", got ",
