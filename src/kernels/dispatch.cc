@@ -84,10 +84,14 @@ float* thread_scratch(int64_t floats) {
   };
   thread_local Buffer buffer;
   if (buffer.size < floats) {
+    // Half as much again: a thread whose problems grow by a key at a time (a
+    // worker decoding sequences) allocates a few times, not at every step.
+    const int64_t size = std::max(floats, buffer.size + buffer.size / 2);
     ::operator delete[](buffer.data, std::align_val_t(64));
-    buffer.data =
-        static_cast<float*>(::operator new[](floats * sizeof(float), std::align_val_t(64)));
-    buffer.size = floats;
+    buffer.data = nullptr;
+    buffer.size = 0;
+    buffer.data = static_cast<float*>(::operator new[](size * sizeof(float), std::align_val_t(64)));
+    buffer.size = size;
   }
   return buffer.data;
 }

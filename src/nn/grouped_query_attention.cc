@@ -179,8 +179,16 @@ namespace {
 void attend_each_sequence(Tensor& heads4, const Tensor& q4, std::span<const KVCacheView> kv,
                           const SdpaOptions& sdpa, AttentionBuffers& buffers) {
   const int64_t B = q4.size(0);
-  const int threads =
-      omp_in_parallel() ? 1 : static_cast<int>(std::min<int64_t>(omp_get_max_threads(), B));
+  // Multiply-adds of all the sequences' attention; below kParallelMinMacs a
+  // fork/join costs more than a second thread saves.
+  constexpr double kParallelMinMacs = 1e5;
+  double macs = 0.0;
+  for (const KVCacheView& view : kv)
+    macs += static_cast<double>(q4.size(1)) * q4.size(2) * view.keys.size(2) *
+            (q4.size(3) + view.values.size(3));
+  const int threads = omp_in_parallel() || macs < kParallelMinMacs
+                          ? 1
+                          : static_cast<int>(std::min<int64_t>(omp_get_max_threads(), B));
   while (static_cast<int>(buffers.sequence_workspaces.size()) < threads)
     buffers.sequence_workspaces.emplace_back();
   auto attend = [&](int64_t b, SdpaWorkspace& workspace) {
