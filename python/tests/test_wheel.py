@@ -134,3 +134,13 @@ def test_sentence_encoder_in_the_fresh_environment(venv):
         print("ok")
     """)
     assert "ok" in run([str(venv), "-c", script], cwd="/", env=CLEAN_ENV)
+
+
+def test_the_wheel_puts_the_qkv_command_on_path(venv):
+    # The console script runs the tool the wheel carries, with its bundled libraries.
+    qkv = venv.parent / "qkv"
+    assert qkv.is_file(), "the wheel installed no `qkv` script"
+    version = run([str(qkv), "--version"], env=CLEAN_ENV)
+    assert "0.1.0" in version, version
+    listed = run([str(qkv), "bench", "--list"], env=CLEAN_ENV)
+    assert "sdpa/fwd" in listed, listed
