@@ -30,28 +30,51 @@ import numpy as np
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
+def vm_hwm_kib(pid):
+    """The process's peak resident set (VmHWM) so far, in KiB; None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
 def run_with_peak_rss(cmd):
-    """Runs cmd; returns (stdout, peak RSS in MiB) through os.wait4 on the child."""
+    """Runs cmd; returns (stdout, peak RSS in MiB).
+
+    The peak is VmHWM of /proc/PID/status, read every 10 ms until the process ends: it
+    starts afresh at exec, where wait4's ru_maxrss also counts the forked copy of this
+    Python process (hundreds of MiB after the bandwidth test) before the exec."""
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     chunks = {"out": [], "err": []}
+    peak = [0]
 
     def drain(stream, key):
         for line in stream:
             chunks[key].append(line)
 
-    readers = [threading.Thread(target=drain, args=(proc.stdout, "out")),
-               threading.Thread(target=drain, args=(proc.stderr, "err"))]
-    for r in readers:
-        r.start()
-    _, status, usage = os.wait4(proc.pid, 0)
-    for r in readers:
-        r.join()
-    proc.returncode = os.waitstatus_to_exitcode(status)
+    def watch():
+        while proc.poll() is None:
+            kib = vm_hwm_kib(proc.pid)
+            if kib is not None:
+                peak[0] = max(peak[0], kib)
+            time.sleep(0.01)
+
+    threads = [threading.Thread(target=drain, args=(proc.stdout, "out")),
+               threading.Thread(target=drain, args=(proc.stderr, "err")),
+               threading.Thread(target=watch)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
     out, err = "".join(chunks["out"]), "".join(chunks["err"])
     if proc.returncode != 0:
         raise SystemExit(f"{' '.join(map(str, cmd))} failed ({proc.returncode}):\n"
                          f"{out[-2000:]}\n{err[-2000:]}")
-    return out, usage.ru_maxrss / 1024.0
+    return out, peak[0] / 1024.0
 
 
 def qkv_rates(qkv, model, prompt, gen, threads, reps):
