@@ -5,12 +5,13 @@ burst of 64 clients at once.
 
     .venv/bin/python bench/serve_vs_llama_server.py --llama-server /path/to/llama-server \\
         --out /tmp/serve.md
-    .venv/bin/python bench/serve_vs_llama_server.py --build-llama-server /tmp/llama-build
+    .venv/bin/python bench/serve_vs_llama_server.py --build-llama-server
     .venv/bin/python bench/serve_vs_llama_server.py     # qkv alone
 
---build-llama-server DIR builds llama-server from the llama.cpp sources vendored in the
-llama-cpp-python sdist (bench/requirements.txt's version, fetched with pip) with CMake,
-GGML_NATIVE=ON (this CPU's instructions) and Release; it takes minutes of both cores.
+--build-llama-server runs bench/build_llama_cpp.sh (llama.cpp from the llama-cpp-python
+sdist of bench/requirements.txt's version, GGML_NATIVE=ON, Release, into
+~/.cache/qkv-peers; about 15 minutes of both cores the first time) and compares with its
+llama-server.
 
 Each client sends --requests requests one after the other: a chat prompt of about
 --prompt-tokens tokens (distinct text per request, from tests/data/tokenizer_corpus.txt, so
@@ -27,7 +28,6 @@ import datetime
 import json
 import os
 import platform
-import re
 import shutil
 import socket
 import statistics
@@ -105,23 +105,11 @@ def start_llama_server(args):
         str(args.ctx_size * args.parallel), "--no-webui"], port)
 
 
-def build_llama_server(directory):
-    """llama-server built from llama-cpp-python's vendored llama.cpp, native flags."""
-    os.makedirs(directory, exist_ok=True)
-    pins = open(os.path.join(ROOT, "bench", "requirements.txt"), encoding="utf-8").read()
-    pin = re.search(r"^llama[-_]cpp[-_]python==(\S+)", pins, re.M)
-    spec = f"llama-cpp-python=={pin.group(1)}" if pin else "llama-cpp-python"
-    subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
-                    "-d", directory, spec], check=True)
-    sdist = next(f for f in os.listdir(directory) if f.endswith(".tar.gz"))
-    subprocess.run(["tar", "xzf", sdist], cwd=directory, check=True)
-    source = os.path.join(directory, sdist[:-len(".tar.gz")], "vendor", "llama.cpp")
-    build = os.path.join(directory, "build")
-    subprocess.run(["cmake", "-S", source, "-B", build, "-DCMAKE_BUILD_TYPE=Release",
-                    "-DGGML_NATIVE=ON", "-DLLAMA_BUILD_SERVER=ON", "-DLLAMA_CURL=OFF"], check=True)
-    subprocess.run(["cmake", "--build", build, "--target", "llama-server", "-j",
-                    str(os.cpu_count())], check=True)
-    return os.path.join(build, "bin", "llama-server")
+def build_llama_server():
+    """bench/build_llama_cpp.sh's llama-server (built once into a cache, native flags)."""
+    script = os.path.join(ROOT, "bench", "build_llama_cpp.sh")
+    out = subprocess.run([script], check=True, stdout=subprocess.PIPE, text=True).stdout
+    return os.path.join(out.strip().splitlines()[-1], "llama-server")
 
 
 def prompts(count, words):
@@ -224,8 +212,8 @@ def main():
     ap.add_argument("--model", default=DEFAULT_MODEL)
     ap.add_argument("--qkv", help="the qkv binary (default: build/tools/qkv)")
     ap.add_argument("--llama-server", help="a llama-server binary to compare against")
-    ap.add_argument("--build-llama-server", metavar="DIR",
-                    help="build llama-server (native flags) in DIR first, then compare")
+    ap.add_argument("--build-llama-server", action="store_true",
+                    help="build llama-server (bench/build_llama_cpp.sh, cached) and compare")
     ap.add_argument("--parallel", type=int, default=16, help="slots of both servers")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--ctx-size", type=int, default=512, help="positions per slot")
@@ -238,7 +226,7 @@ def main():
     ap.add_argument("--out", help="also write the markdown here")
     args = ap.parse_args()
     if args.build_llama_server:
-        args.llama_server = build_llama_server(args.build_llama_server)
+        args.llama_server = build_llama_server()
     if args.llama_server and not shutil.which(args.llama_server) and \
             not os.path.isfile(args.llama_server):
         ap.error(f"--llama-server {args.llama_server}: no such file")
