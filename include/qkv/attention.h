@@ -76,6 +76,22 @@ enum class SdpaBackend { kAuto, kReference, kFused };
 
 // CausalMask (kNone, kTopLeft, kBottomRight): see qkv/causal_mask.h.
 
+// Where SDPA's results lie in memory (SdpaOptions::layout).
+//   kContiguous  the output contiguous [..., H, L, Ev], the backward's
+//                gradients contiguous.
+//   kLikeInputs  the output's dims in the query's memory order, each gradient
+//                in its input's, as torch.empty_like lays them out: the
+//                input's own strides when it is dense, else its dims' stride
+//                order, packed. Hugging Face passes q = x.view(B, L, H, E)
+//                .transpose(1, 2): the output is then the heads of a
+//                [B, L, H, Ev] buffer (as torch's CPU flash kernel returns
+//                it), so that transposing it back costs no copy, and dQ, dK,
+//                dV are the heads of [B, L, H, E] buffers. The kernels write
+//                through the strides. A result falls back to contiguous where
+//                its input's last dim is not its innermost, or (the output)
+//                where the query's leading dims broadcast.
+enum class SdpaLayout { kContiguous, kLikeInputs };
+
 struct SdpaOptions {
   // Bool (True = take part) or floating (added, same dtype as the query),
   // broadcastable to [..., H, L, S]. Undefined = no mask.
@@ -123,13 +139,16 @@ struct SdpaOptions {
   // gradients) except with dropout, a float mask or at most four queries,
   // which keep float32 products.
   Precision precision = Precision::kFloat32;
+  // The output's layout, and the backward's gradients' (see SdpaLayout). The
+  // values are the same (bit for bit) in either layout.
+  SdpaLayout layout = SdpaLayout::kContiguous;
 };
 
 struct SdpaResult {
-  Tensor output;        // [..., H, L, Ev]
-  Tensor weights;       // [..., H, L, S] when need_weights
-  Tensor dropout_mask;  // [..., H, L, S] bool when return_dropout_mask and dropout_p > 0
-  Tensor logsumexp;     // [..., H, L] float64 log Σ_j exp(score_ij) (−inf: row fully masked)
+  Tensor output;              // [..., H, L, Ev], laid out as options.layout says
+  Tensor weights;             // [..., H, L, S] when need_weights
+  Tensor dropout_mask;        // [..., H, L, S] bool when return_dropout_mask and dropout_p > 0
+  Tensor logsumexp;           // [..., H, L] float64 log Σ_j exp(score_ij) (−inf: row fully masked)
   uint64_t dropout_seed = 0;  // the seed dropout drew (the backward replays it)
   // Which kernel ran: "reference", or "fused-" + ISA ("fused-avx512", "fused-avx2", …).
   std::string kernel;
@@ -169,6 +188,7 @@ void scaled_dot_product_attention_into(Tensor& output, const Tensor& q, const Te
                                        const Tensor& v, const SdpaOptions& options,
                                        SdpaWorkspace& workspace);
 
+// Laid out as options.layout says (kLikeInputs: each with its input's strides).
 struct SdpaGradients {
   Tensor query;      // like q
   Tensor key;        // like k (summed over the query heads of a GQA group and broadcast dims)

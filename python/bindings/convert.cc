@@ -1,5 +1,6 @@
 #include "convert.h"
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <string>
@@ -195,8 +196,28 @@ Tensor to_optional_tensor(py::handle obj, const char* function, const char* name
   return to_tensor(obj, function, name, accept);
 }
 
-py::array to_numpy(const Tensor& t) {
-  auto* holder = new Tensor(t.contiguous());
+namespace {
+
+// Whether numpy can take t's strides as they are: non-negative, and every
+// element its own memory (no expanded dims).
+bool strides_exportable(const Tensor& t) {
+  std::vector<std::pair<int64_t, int64_t>> dims;  // (stride, size) of dims of size > 1
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    if (t.size(d) <= 1) continue;
+    if (t.stride(d) < 0) return false;
+    dims.emplace_back(t.stride(d), t.size(d));
+  }
+  std::sort(dims.begin(), dims.end());
+  int64_t reach = 0;  // the largest offset the inner dims reach
+  for (const auto& [stride, size] : dims) {
+    if (stride <= reach) return false;
+    reach += stride * (size - 1);
+  }
+  return true;
+}
+
+// A numpy array over `holder`'s elements with its strides; the array owns it.
+py::array array_owning(Tensor* holder) {
   py::capsule base(holder, [](void* p) { delete static_cast<Tensor*>(p); });
   py::dtype dtype;
   switch (holder->dtype()) {
@@ -220,6 +241,18 @@ py::array to_numpy(const Tensor& t) {
   return py::array(dtype, shape, strides, holder->raw_data(), base);
 }
 
+// bfloat16 bit patterns as the torch.bfloat16 tensor they stand for (torch is
+// imported: bfloat16 inputs can only have come from it); other arrays as they are.
+py::object bits_as_python(py::array bits, DType dtype) {
+  if (dtype != DType::kBFloat16) return bits;
+  py::object torch = py::module_::import("sys").attr("modules")["torch"];
+  return torch.attr("from_numpy")(bits).attr("view")(torch.attr("bfloat16"));
+}
+
+}  // namespace
+
+py::array to_numpy(const Tensor& t) { return array_owning(new Tensor(t.contiguous())); }
+
 py::object to_numpy_or_none(const Tensor& t) {
   if (!t.defined()) return py::none();
   return to_numpy(t);
@@ -227,11 +260,13 @@ py::object to_numpy_or_none(const Tensor& t) {
 
 py::object to_python_or_none(const Tensor& t) {
   if (!t.defined()) return py::none();
-  py::array bits = to_numpy(t);
-  if (t.dtype() != DType::kBFloat16) return std::move(bits);
-  // torch is imported: bfloat16 inputs can only have come from it.
-  py::object torch = py::module_::import("sys").attr("modules")["torch"];
-  return torch.attr("from_numpy")(bits).attr("view")(torch.attr("bfloat16"));
+  return bits_as_python(to_numpy(t), t.dtype());
+}
+
+py::object to_python_keeping_strides(const Tensor& t) {
+  if (!t.defined()) return py::none();
+  if (!strides_exportable(t)) return to_python_or_none(t);
+  return bits_as_python(array_owning(new Tensor(t)), t.dtype());
 }
 
 namespace {

@@ -38,6 +38,11 @@ py::object to_numpy_or_none(const Tensor& t);
 // inputs) goes back as a torch.bfloat16 tensor over the same memory; None
 // for an undefined Tensor.
 py::object to_python_or_none(const Tensor& t);
+// to_python_or_none keeping the tensor's strides instead of copying it
+// contiguous: for results qkv laid out like the caller's inputs
+// (SdpaLayout::kLikeInputs), which torch.from_numpy then takes as they are.
+// (Strides must be non-negative with distinct elements, else it copies.)
+py::object to_python_keeping_strides(const Tensor& t);
 
 // Scalar arguments taken as handles, so that a wrong type names the argument
 // instead of pybind11 listing the whole signature (and printing the arrays).

@@ -230,23 +230,42 @@ py::tuple sdpa_entry(py::handle args, bool need_weights, py::str function) {
 // fresh Generator(seed) to both calls, and the backward replays the
 // forward's one draw from it (the kernel's dropout seed).
 
+// `layout`: "contiguous", or "like_inputs" for the output, and the backward's
+// gradients, laid out like the query (each like its input) and exported with
+// those strides (SdpaLayout::kLikeInputs).
+SdpaLayout parse_layout(const std::string& layout, const char* function) {
+  if (layout == "contiguous") return SdpaLayout::kContiguous;
+  if (layout == "like_inputs") return SdpaLayout::kLikeInputs;
+  throw py::value_error(std::string(function) +
+                        "(): argument 'layout' must be 'contiguous' or 'like_inputs', got '" +
+                        layout + "'");
+}
+
+// A result for Python in the layout it was computed in.
+py::object export_laid_out(const Tensor& t, SdpaLayout layout) {
+  return layout == SdpaLayout::kContiguous ? to_python_or_none(t) : to_python_keeping_strides(t);
+}
+
 // -> (output, logsumexp [..., H, L] float64, keep mask or None, kernel name)
-py::tuple sdpa_op_forward(py::handle args, py::str function) {
+py::tuple sdpa_op_forward(py::handle args, py::str function, const std::string& layout) {
   Options options(args, PyUnicode_AsUTF8(function.ptr()));
-  const SdpaCall call = parse_call(options, /*need_weights=*/false);
+  SdpaCall call = parse_call(options, /*need_weights=*/false);
+  call.options.layout = parse_layout(layout, options.function());
   const SdpaResult result = run_forward(call);
-  return py::make_tuple(to_python_or_none(result.output), to_numpy(result.logsumexp),
-                        exported_keep_mask(result, call.options), result.kernel);
+  return py::make_tuple(export_laid_out(result.output, call.options.layout),
+                        to_numpy(result.logsumexp), exported_keep_mask(result, call.options),
+                        result.kernel);
 }
 
 // grad_output, output and logsumexp as the forward gave them (output and
 // grad_output in the query's dtype, logsumexp float64 [..., H, L]).
 // -> (grad_query, grad_key, grad_value, grad_attn_mask or None)
 py::tuple sdpa_op_backward(py::handle grad_output, py::handle output, py::handle logsumexp,
-                           py::handle args, py::str function) {
+                           py::handle args, py::str function, const std::string& layout) {
   Options options(args, PyUnicode_AsUTF8(function.ptr()));
   const char* fn = options.function();
   SdpaCall call = parse_call(options, /*need_weights=*/false);
+  call.options.layout = parse_layout(layout, fn);
   const Tensor go = to_tensor(grad_output, fn, "grad_output", Accept::kFloat);
   SdpaResult forward;
   forward.output = to_tensor(output, fn, "output", Accept::kFloat);
@@ -277,8 +296,9 @@ py::tuple sdpa_op_backward(py::handle grad_output, py::handle output, py::handle
     py::gil_scoped_release release;
     grads = scaled_dot_product_attention_backward(go, call.q, call.k, call.v, forward, o);
   }
-  return py::make_tuple(to_python_or_none(grads.query), to_python_or_none(grads.key),
-                        to_python_or_none(grads.value), to_python_or_none(grads.attn_mask));
+  return py::make_tuple(export_laid_out(grads.query, o.layout),
+                        export_laid_out(grads.key, o.layout),
+                        export_laid_out(grads.value, o.layout), to_python_or_none(grads.attn_mask));
 }
 
 // Each kind by the name of its ScoreFunction constructor.
@@ -321,9 +341,11 @@ void bind_functional(py::module_& m) {
   m.def("scaled_dot_product_attention_with_grad", &sdpa_entry<true>, py::arg("args"),
         py::arg("need_weights"), py::arg("function"));
 
-  m.def("scaled_dot_product_attention_op", &sdpa_op_forward, py::arg("args"), py::arg("function"));
+  m.def("scaled_dot_product_attention_op", &sdpa_op_forward, py::arg("args"), py::arg("function"),
+        py::arg("layout") = "contiguous");
   m.def("scaled_dot_product_attention_op_backward", &sdpa_op_backward, py::arg("grad_output"),
-        py::arg("output"), py::arg("logsumexp"), py::arg("args"), py::arg("function"));
+        py::arg("output"), py::arg("logsumexp"), py::arg("args"), py::arg("function"),
+        py::arg("layout") = "contiguous");
 
   py::class_<SdpaBackward>(m, "SdpaBackward")
       .def("__call__", &SdpaBackward::operator(), py::arg("grad_output"))

@@ -71,6 +71,9 @@ def attention_forward(module, query, key, value, attention_mask, dropout=0.0, sc
         query, key, value, attn_mask=attention_mask, dropout_p=float(dropout), scale=scaling,
         enable_gqa=groups > 1, causal=causal, window_left=window_left,
         softcap=None if softcap is None else float(softcap))
+    # qkv lays the output out like the query: for transformers' query (the
+    # heads of a [B, L, H, E] projection, transposed) the transpose back is
+    # already contiguous, and contiguous() copies nothing.
     return out.transpose(1, 2).contiguous(), None
 
 

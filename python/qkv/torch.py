@@ -15,6 +15,13 @@ log-sum-exp: no L×S matrix is kept). Both ops have fake (meta) kernels, so
 torch.compile(fullgraph=True) traces them, forward and backward, without a
 graph break. CPU tensors of dtype float32, float64 or bfloat16.
 
+The output is laid out like the query and each gradient like its input (the
+layout torch's CPU flash kernel gives): for the heads of [B, L, H, E] buffers,
+q = x.view(B, L, H, E).transpose(1, 2) as Hugging Face passes them, the output
+is the heads of a [B, L, H, Ev] buffer and dQ, dK, dV those of [B, L, H, E]
+buffers, so that transposing back costs no copy (qkv's kernels write through
+the strides). Contiguous inputs give contiguous results.
+
 Dropout is deterministic given a seed: the op takes `dropout_seed`, a 0-d
 int64 tensor, and samples its keep mask from qkv.Generator(seed); the
 backward replays the same mask from the same seed. The public function
@@ -58,6 +65,8 @@ BACKWARD_SCHEMA = ("(Tensor grad_output, Tensor query, Tensor key, Tensor value,
                    "Tensor logsumexp, " + _OPTIONS + ") -> (Tensor, Tensor, Tensor, Tensor)")
 
 _NAME = "scaled_dot_product_attention"
+# Results laid out like the inputs (qkv's SdpaLayout::kLikeInputs).
+_LAYOUT = "like_inputs"
 
 
 def _core_args(query, key, value, attn_mask, dropout_p, causal, scale, enable_gqa, window_left,
@@ -88,7 +97,7 @@ def _forward(query, key, value, attn_mask=None, dropout_p=0.0, causal="none", sc
     args = _core_args(query, key, value, attn_mask, dropout_p, causal, scale, enable_gqa,
                       window_left, window_right, alibi_slopes, softcap, dropout_seed, dropout_mask,
                       return_dropout_mask, backend, precision)
-    output, lse, keep, kernel = _core.scaled_dot_product_attention_op(args, _NAME)
+    output, lse, keep, kernel = _core.scaled_dot_product_attention_op(args, _NAME, _LAYOUT)
     _functional._last_call.kernel = kernel  # for qkv.runtime.last_sdpa_kernel()
     return _as_torch(output, query.dtype), _as_torch(lse, torch.float64), _as_torch(
         keep, torch.bool)
@@ -104,7 +113,7 @@ def _backward(grad_output, query, key, value, output, logsumexp, attn_mask=None,
                       window_left, window_right, alibi_slopes, softcap, dropout_seed, dropout_mask,
                       False, backend, precision)
     grads = _core.scaled_dot_product_attention_op_backward(grad_output, output, logsumexp, args,
-                                                           _NAME + "_backward")
+                                                           _NAME + "_backward", _LAYOUT)
     return tuple(_as_torch(g, query.dtype) for g in grads)
 
 
@@ -117,6 +126,27 @@ def _output_lead(query, key, value, enable_gqa):
     return tuple(torch.broadcast_shapes(query.shape[:-2], key.shape[:-2], value.shape[:-2]))
 
 
+def _empty_laid_out(like, shape):
+    """An empty tensor of `shape` laid out as qkv lays out a result computed
+    for the input `like` (src/ops/sdpa_prepare.cc, empty_laid_out): as
+    torch.empty_like(like) when `shape` is like's, else like's dims in that
+    memory order, packed; contiguous where the leading dims differ or the last
+    dim would not be innermost."""
+    shape = tuple(shape)
+    n = len(shape)
+    if like.dim() != n or n < 2 or tuple(like.shape[:-1]) != shape[:-1]:
+        return like.new_empty(shape)
+    out = torch.empty_like(like)
+    if shape[-1] != like.shape[-1]:
+        strides = out.stride()
+        order = sorted(range(n), key=lambda d: -strides[d])  # stable: ties in dim order
+        inverse = sorted(range(n), key=lambda i: order[i])
+        out = like.new_empty([shape[d] for d in order]).permute(inverse)
+    if shape[-1] != 1 and out.stride(-1) != 1:
+        return like.new_empty(shape)
+    return out
+
+
 @_forward.register_fake
 def _forward_fake(query, key, value, attn_mask=None, dropout_p=0.0, causal="none", scale=None,
                   enable_gqa=False, window_left=None, window_right=None, alibi_slopes=None,
@@ -124,7 +154,7 @@ def _forward_fake(query, key, value, attn_mask=None, dropout_p=0.0, causal="none
                   backend="auto", precision="float32"):
     lead = _output_lead(query, key, value, enable_gqa)
     L, S, Ev = query.shape[-2], key.shape[-2], value.shape[-1]
-    output = query.new_empty((*lead, L, Ev))
+    output = _empty_laid_out(query, (*lead, L, Ev))
     lse = query.new_empty((*lead, L), dtype=torch.float64)
     keep_shape = (*lead, L, S) if return_dropout_mask and dropout_p > 0 else (0,)
     return output, lse, query.new_empty(keep_shape, dtype=torch.bool)
@@ -138,9 +168,9 @@ def _backward_fake(grad_output, query, key, value, output, logsumexp, attn_mask=
                    precision="float32"):
     float_mask = attn_mask is not None and attn_mask.dtype != torch.bool
     mask_shape = attn_mask.shape if float_mask else (0,)
-    # qkv returns contiguous gradients, whatever the inputs' strides.
-    return (query.new_empty(query.shape), query.new_empty(key.shape),
-            query.new_empty(value.shape), query.new_empty(mask_shape))
+    # Each gradient laid out like its input (a float mask's contiguous).
+    return (_empty_laid_out(query, query.shape), _empty_laid_out(key, key.shape),
+            _empty_laid_out(value, value.shape), query.new_empty(mask_shape))
 
 
 # The op's inputs in schema order (the backward op takes them after its own

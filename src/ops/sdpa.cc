@@ -175,8 +175,12 @@ SdpaResult scaled_dot_product_attention(const Tensor& q, const Tensor& k, const 
                                                                       p.dropout_seed, p.dropout_p);
     }
   }
-  result.output = Tensor::empty(prepared.out_shape, q.dtype());
+  result.output = empty_laid_out(prepared.out_shape, q.dtype(), q, options.layout);
   p.output = result.output.raw_data();
+  if (!result.output.is_contiguous()) {  // e.g. the heads of a [B, L, H, Ev] buffer
+    fill_offsets(p.output_offsets, result.output, prepared.out_lead, 1);
+    p.output_row_stride = result.output.stride(-2);
+  }
   if (options.need_weights) {
     result.weights = Tensor::empty(prepared.weights_shape, q.dtype());
     p.weights = result.weights.raw_data();

@@ -50,6 +50,9 @@ SdpaGradients run_backward(const PreparedSdpa& prepared, bool fused, const Tenso
   bp.forward = prepared.problem;
   kernels::SdpaProblem& p = bp.forward;
   p.dropout_seed = forward.dropout_seed;
+  // The fused backward's D = rowsum(dO ∘ O) reads O contiguous
+  // (kernels/dispatch.cc): an output laid out like the query
+  // (SdpaLayout::kLikeInputs) is copied here, once per backward.
   const Tensor output = forward.output.contiguous();
   const Tensor lse = forward.logsumexp.contiguous();
   p.output = const_cast<void*>(output.raw_data());
@@ -57,9 +60,19 @@ SdpaGradients run_backward(const PreparedSdpa& prepared, bool fused, const Tenso
   bp.grad_output = matrix_operand(grad_output, prepared.out_lead);
 
   SdpaGradients grads;
-  grads.query = Tensor::zeros(q.shape(), grad_dtype);
-  grads.key = Tensor::zeros(k.shape(), grad_dtype);
-  grads.value = Tensor::zeros(v.shape(), grad_dtype);
+  if (options.layout == SdpaLayout::kContiguous) {
+    grads.query = Tensor::zeros(q.shape(), grad_dtype);
+    grads.key = Tensor::zeros(k.shape(), grad_dtype);
+    grads.value = Tensor::zeros(v.shape(), grad_dtype);
+  } else {
+    // Each like its input. The fused kernel may sum dQ in per-thread buffers
+    // of max(offset) + L · row_stride elements and add them back over as many:
+    // a row stride wider than E (the heads of [B, L, H, E]) reaches past the
+    // last row, so a spare row of zeros follows dQ.
+    grads.query = zeros_laid_out(q.shape(), grad_dtype, q, options.layout, /*spare_row=*/true);
+    grads.key = zeros_laid_out(k.shape(), grad_dtype, k, options.layout);
+    grads.value = zeros_laid_out(v.shape(), grad_dtype, v, options.layout);
+  }
   bp.grad_q = grad_operand(grads.query, prepared.out_lead, 1);
   bp.grad_k = grad_operand(grads.key, prepared.out_lead, prepared.head_group);
   bp.grad_v = grad_operand(grads.value, prepared.out_lead, prepared.head_group);
@@ -121,7 +134,18 @@ std::optional<SdpaGradients> backward_reading_bfloat16(const Tensor& grad_output
     QKV_CHECK(false, fn, ": a gradient overflowed to NaN/inf although the inputs are finite; ",
               "scale the inputs down");
   }
-  for (Tensor* g : {&grads.query, &grads.key, &grads.value}) *g = g->to(DType::kBFloat16);
+  const Tensor* inputs[] = {&q, &k, &v};
+  Tensor* outputs[] = {&grads.query, &grads.key, &grads.value};
+  for (int i = 0; i < 3; ++i) {
+    Tensor& g = *outputs[i];
+    if (options.layout == SdpaLayout::kContiguous) {
+      g = g.to(DType::kBFloat16);
+    } else {  // rounded into its input's layout (the float32 one may carry a spare row)
+      Tensor rounded = empty_laid_out(g.shape(), DType::kBFloat16, *inputs[i], options.layout);
+      rounded.copy_from(g);
+      g = rounded;
+    }
+  }
   return grads;
 }
 

@@ -1,5 +1,6 @@
 #include "ops/sdpa_bfloat16.h"
 
+#include "ops/sdpa_prepare.h"
 #include "qkv/error.h"
 
 namespace qkv {
@@ -9,6 +10,16 @@ namespace {
 Tensor widen(const Tensor& t) { return t.defined() ? t.to(DType::kFloat32) : t; }
 
 Tensor narrow(const Tensor& t) { return t.defined() ? t.to(DType::kBFloat16) : t; }
+
+// `wide` rounded to bfloat16 into a tensor laid out like `like` (SdpaLayout):
+// the widened inputs are contiguous, so the float32 call's layout is not the
+// caller's.
+Tensor narrow_laid_out(const Tensor& wide, const Tensor& like, SdpaLayout layout) {
+  if (layout == SdpaLayout::kContiguous) return narrow(wide);
+  Tensor out = empty_laid_out(wide.shape(), DType::kBFloat16, like, layout);
+  out.copy_from(wide);
+  return out;
+}
 
 // All three bfloat16, and a float mask too (torch's rule: the query's dtype).
 void check_bfloat16_inputs(const Tensor& q, const Tensor& k, const Tensor& v,
@@ -49,9 +60,10 @@ bool bfloat16_runs_fused(const Tensor& q, const Tensor& k, const Tensor& v,
 SdpaResult scaled_dot_product_attention_bfloat16(const Tensor& q, const Tensor& k, const Tensor& v,
                                                  const SdpaOptions& options) {
   check_bfloat16_inputs(q, k, v, options, "scaled_dot_product_attention");
-  SdpaResult result =
-      scaled_dot_product_attention(widen(q), widen(k), widen(v), widened_options(options));
-  result.output = narrow(result.output);
+  SdpaOptions wide = widened_options(options);
+  wide.layout = SdpaLayout::kContiguous;
+  SdpaResult result = scaled_dot_product_attention(widen(q), widen(k), widen(v), wide);
+  result.output = narrow_laid_out(result.output, q, options.layout);
   result.weights = narrow(result.weights);
   return result;
 }
@@ -76,11 +88,12 @@ SdpaGradients scaled_dot_product_attention_backward_bfloat16(const Tensor& grad_
   if (options.backend != SdpaBackend::kReference && options.dropout_p == 0.0 &&
       (!mask.defined() || mask.dtype() == DType::kBool))
     wide_options.precision = Precision::kBFloat16;
+  wide_options.layout = SdpaLayout::kContiguous;
   SdpaGradients grads = scaled_dot_product_attention_backward(
       widen(grad_output), widen(q), widen(k), widen(v), wide_forward, wide_options);
-  grads.query = narrow(grads.query);
-  grads.key = narrow(grads.key);
-  grads.value = narrow(grads.value);
+  grads.query = narrow_laid_out(grads.query, q, options.layout);
+  grads.key = narrow_laid_out(grads.key, k, options.layout);
+  grads.value = narrow_laid_out(grads.value, v, options.layout);
   grads.attn_mask = narrow(grads.attn_mask);
   return grads;
 }

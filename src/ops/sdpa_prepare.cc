@@ -1,7 +1,11 @@
 // Argument checks and problem set-up shared by the SDPA forward and backward.
 #include "ops/sdpa_prepare.h"
 
+#include <algorithm>
 #include <cmath>
+#include <memory>
+#include <utility>
+#include <vector>
 
 #include "ops/checks.h"
 
@@ -11,7 +15,107 @@ namespace {
 
 Shape leading(const Tensor& t) { return Shape(t.shape().begin(), t.shape().end() - 2); }
 
+// torch's is_non_overlapping_and_dense: the dims of size > 1, from the
+// smallest stride up, each step over exactly the elements inside it.
+bool dense(const Tensor& t) {
+  std::vector<std::pair<int64_t, int64_t>> dims;  // (stride, size)
+  for (int64_t d = 0; d < t.dim(); ++d)
+    if (t.size(d) != 1) dims.emplace_back(t.stride(d), t.size(d));
+  std::sort(dims.begin(), dims.end());
+  int64_t expected = 1;
+  for (const auto& [stride, size] : dims) {
+    if (stride != expected) return false;
+    expected *= size;
+  }
+  return true;
+}
+
+// The strides torch.empty_like(t) gives (preserve_format): t's own when t is
+// dense, else torch's infer_dense_strides (TensorIterator's order: dims by
+// stride, stride-0 dims kept in place, ties broken by size).
+Strides empty_like_strides(const Tensor& t) {
+  if (dense(t)) return t.strides();
+  const int64_t n = t.dim();
+  std::vector<int64_t> perm(static_cast<size_t>(n));  // innermost first
+  for (int64_t i = 0; i < n; ++i) perm[i] = n - 1 - i;
+  // -1: dim0 goes inside dim1, 1: outside, 0: ambiguous.
+  auto should_swap = [&](int64_t dim0, int64_t dim1) {
+    const int64_t s0 = t.stride(dim0), s1 = t.stride(dim1);
+    if (s0 == 0 || s1 == 0) return 0;
+    if (s0 != s1) return s0 < s1 ? -1 : 1;
+    return t.size(dim0) > t.size(dim1) ? 1 : 0;
+  };
+  for (int64_t i = 1; i < n; ++i) {
+    int64_t dim1 = i;
+    for (int64_t dim0 = i - 1; dim0 >= 0; --dim0) {
+      const int comparison = should_swap(perm[dim0], perm[dim1]);
+      if (comparison > 0) {
+        std::swap(perm[dim0], perm[dim1]);
+        dim1 = dim0;
+      } else if (comparison < 0) {
+        break;
+      }
+    }
+  }
+  Strides strides(static_cast<size_t>(n));
+  int64_t next = 1;
+  for (int64_t d : perm) {
+    strides[d] = next;
+    next *= std::max<int64_t>(t.size(d), 1);
+  }
+  return strides;
+}
+
+// empty_laid_out / zeros_laid_out.
+Tensor laid_out(const Shape& shape, DType dtype, const Tensor& like, SdpaLayout layout, bool zeroed,
+                bool spare_row) {
+  const int64_t n = static_cast<int64_t>(shape.size());
+  bool follow = layout == SdpaLayout::kLikeInputs && like.dim() == n && n >= 2;
+  for (int64_t d = 0; follow && d < n - 1; ++d) follow = like.size(d) == shape[d];
+  Strides strides;
+  if (follow) {
+    strides = empty_like_strides(like);
+    if (like.size(-1) != shape.back()) {
+      // Another last dim (Ev != E): like's dims in that order (outermost
+      // first, ties in dim order), packed.
+      std::vector<int64_t> order(static_cast<size_t>(n));
+      for (int64_t d = 0; d < n; ++d) order[d] = d;
+      std::stable_sort(order.begin(), order.end(),
+                       [&](int64_t a, int64_t b) { return strides[a] > strides[b]; });
+      int64_t next = 1;
+      for (int64_t i = n; i-- > 0;) {
+        strides[order[i]] = next;
+        next *= std::max<int64_t>(shape[order[i]], 1);
+      }
+    }
+    // The kernels write rows of the last dim contiguous.
+    follow = shape.back() == 1 || strides.back() == 1;
+  }
+  if (!follow && !spare_row)
+    return zeroed ? Tensor::zeros(shape, dtype) : Tensor::empty(shape, dtype);
+  if (!follow) strides = contiguous_strides(shape);
+  int64_t span = 1;  // elements from the first to past the last
+  for (int64_t d = 0; d < n; ++d) {
+    if (shape[d] == 0) return Tensor::empty(shape, dtype);
+    span += (shape[d] - 1) * strides[d];
+  }
+  if (spare_row && n >= 2) span += strides[n - 2];
+  Tensor buffer = zeroed ? Tensor::zeros({span}, dtype) : Tensor::empty({span}, dtype);
+  void* data = buffer.raw_data();
+  return Tensor::from_blob(data, shape, strides, dtype,
+                           std::make_shared<Tensor>(std::move(buffer)));
+}
+
 }  // namespace
+
+Tensor empty_laid_out(const Shape& shape, DType dtype, const Tensor& like, SdpaLayout layout) {
+  return laid_out(shape, dtype, like, layout, /*zeroed=*/false, /*spare_row=*/false);
+}
+
+Tensor zeros_laid_out(const Shape& shape, DType dtype, const Tensor& like, SdpaLayout layout,
+                      bool spare_row) {
+  return laid_out(shape, dtype, like, layout, /*zeroed=*/true, spare_row);
+}
 
 void fill_offsets(std::vector<int64_t>& offsets, const Tensor& t, const Shape& out_lead,
                   int64_t head_group) {

@@ -46,6 +46,17 @@ kernels::MatrixOperand matrix_operand(const Tensor& t, const Shape& out_lead,
 void fill_matrix_operand(kernels::MatrixOperand& m, const Tensor& t, const Shape& out_lead,
                          int64_t head_group = 1);
 
+// An uninitialised tensor of `shape` and `dtype` for a result laid out as
+// `layout` says relative to the input `like` (SdpaLayout). kLikeInputs: the
+// strides torch.empty_like(like) would have when `shape` is like's shape,
+// else like's dims in that memory order, packed; contiguous where like's
+// leading dims differ from shape's or the last dim would not be innermost.
+Tensor empty_laid_out(const Shape& shape, DType dtype, const Tensor& like, SdpaLayout layout);
+// The same filled with zeros; with spare_row, one more row stride of zeros
+// follows the last element in the buffer.
+Tensor zeros_laid_out(const Shape& shape, DType dtype, const Tensor& like, SdpaLayout layout,
+                      bool spare_row = false);
+
 // Whether the call runs the fused kernel (else the reference).
 bool use_fused_kernel(const Tensor& q, const SdpaOptions& options, const char* fn);
 
