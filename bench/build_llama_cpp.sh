@@ -8,17 +8,23 @@
 # Takes about 15 minutes on two cores. The bench scripts take the binaries' paths
 # (--llama-bench, --llama-server); ik_llama.cpp is built the same way from its own source
 # (github.com/ikawrakow/ik_llama.cpp): bench/build_llama_cpp.sh --source DIR --name ik_llama.cpp
+# --cmake -DGGML_IQK_FA_ALL_QUANTS=OFF (its flash-attention kernels for f16/q8_0 caches only,
+# the caches both engines use here; all quants take hours of two cores). --cmake passes
+# any option on to llama.cpp's CMake.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 VERSION=0.3.36
 NAME=llama.cpp-$VERSION
 SOURCE=""
+EXTRA=()
 while (($#)); do
   case "$1" in
     --source) SOURCE=$2; shift 2 ;;
     --name) NAME=$2; shift 2 ;;
-    *) echo "build_llama_cpp.sh: unknown argument '$1' (expected --source DIR, --name NAME)" >&2
+    --cmake) EXTRA+=("$2"); shift 2 ;;
+    *) echo "build_llama_cpp.sh: unknown argument '$1' (expected --source DIR, --name NAME," \
+         "--cmake -DOPTION=VALUE)" >&2
        exit 2 ;;
   esac
 done
@@ -47,7 +53,7 @@ fi
 step "building llama-bench, llama-server and llama-cli from $SOURCE (native flags) into $DEST"
 cmake -S "$SOURCE" -B "$work/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
   -DBUILD_SHARED_LIBS=OFF -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=ON \
-  -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=ON >&2
+  -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=ON "${EXTRA[@]}" >&2
 cmake --build "$work/build" -j"$(nproc)" --target llama-bench llama-server llama-cli >&2
 rm -rf "$DEST.partial"
 mkdir -p "$DEST.partial/bin"

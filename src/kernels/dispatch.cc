@@ -202,7 +202,7 @@ std::vector<double> output_gradient_dots(const SdpaBackwardProblem& bp) {
   for (int64_t row = 0; row < rows; ++row) {
     const int64_t b = row / p.L, i = row % p.L;
     const T* go = go_base + bp.grad_output.offsets[b] + i * bp.grad_output.row_stride;
-    const T* o = out + row * p.Ev;
+    const T* o = out + output_row_offset(p, b, i);
     double part[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     int64_t e = 0;
     for (; e + 8 <= p.Ev; e += 8)
@@ -283,7 +283,7 @@ void sdpa_backward_fused(const SdpaBackwardProblem& bp, const KernelTable& table
   const int64_t items = whole_groups ? n_groups : n_groups * k_tiles;
   const int64_t grad_q_floats =
       (*std::max_element(bp.grad_q.offsets.begin(), bp.grad_q.offsets.end())) +
-      p.L * bp.grad_q.row_stride;
+      (p.L - 1) * bp.grad_q.row_stride + p.E;  // rows of E contiguous elements
   const auto backward_tile = bf16 ? table.flash_backward_bf16_tile : table.flash_backward_tile;
   const int64_t scratch_floats =
       bf16 ? table.backward_bf16_scratch_floats(p, t) : table.backward_scratch_floats(p, t);

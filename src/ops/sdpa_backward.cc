@@ -50,12 +50,17 @@ SdpaGradients run_backward(const PreparedSdpa& prepared, bool fused, const Tenso
   bp.forward = prepared.problem;
   kernels::SdpaProblem& p = bp.forward;
   p.dropout_seed = forward.dropout_seed;
-  // The fused backward's D = rowsum(dO ∘ O) reads O contiguous
-  // (kernels/dispatch.cc): an output laid out like the query
-  // (SdpaLayout::kLikeInputs) is copied here, once per backward.
-  const Tensor output = forward.output.contiguous();
+  // The fused backward's D = rowsum(dO ∘ O) reads O's rows where they lie (an
+  // output laid out like the query, SdpaLayout::kLikeInputs, is not copied);
+  // only rows that are not contiguous in memory are.
+  const Tensor output =
+      forward.output.stride(-1) == 1 ? forward.output : forward.output.contiguous();
   const Tensor lse = forward.logsumexp.contiguous();
   p.output = const_cast<void*>(output.raw_data());
+  if (!output.is_contiguous()) {  // e.g. the heads of a [B, L, H, Ev] buffer
+    fill_offsets(p.output_offsets, output, prepared.out_lead, 1);
+    p.output_row_stride = output.stride(-2);
+  }
   p.lse = const_cast<double*>(lse.data<double>());
   bp.grad_output = matrix_operand(grad_output, prepared.out_lead);
 
@@ -65,11 +70,7 @@ SdpaGradients run_backward(const PreparedSdpa& prepared, bool fused, const Tenso
     grads.key = Tensor::zeros(k.shape(), grad_dtype);
     grads.value = Tensor::zeros(v.shape(), grad_dtype);
   } else {
-    // Each like its input. The fused kernel may sum dQ in per-thread buffers
-    // of max(offset) + L · row_stride elements and add them back over as many:
-    // a row stride wider than E (the heads of [B, L, H, E]) reaches past the
-    // last row, so a spare row of zeros follows dQ.
-    grads.query = zeros_laid_out(q.shape(), grad_dtype, q, options.layout, /*spare_row=*/true);
+    grads.query = zeros_laid_out(q.shape(), grad_dtype, q, options.layout);
     grads.key = zeros_laid_out(k.shape(), grad_dtype, k, options.layout);
     grads.value = zeros_laid_out(v.shape(), grad_dtype, v, options.layout);
   }
@@ -140,7 +141,7 @@ std::optional<SdpaGradients> backward_reading_bfloat16(const Tensor& grad_output
     Tensor& g = *outputs[i];
     if (options.layout == SdpaLayout::kContiguous) {
       g = g.to(DType::kBFloat16);
-    } else {  // rounded into its input's layout (the float32 one may carry a spare row)
+    } else {  // rounded into its input's layout
       Tensor rounded = empty_laid_out(g.shape(), DType::kBFloat16, *inputs[i], options.layout);
       rounded.copy_from(g);
       g = rounded;

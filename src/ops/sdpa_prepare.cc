@@ -67,8 +67,8 @@ Strides empty_like_strides(const Tensor& t) {
 }
 
 // empty_laid_out / zeros_laid_out.
-Tensor laid_out(const Shape& shape, DType dtype, const Tensor& like, SdpaLayout layout, bool zeroed,
-                bool spare_row) {
+Tensor laid_out(const Shape& shape, DType dtype, const Tensor& like, SdpaLayout layout,
+                bool zeroed) {
   const int64_t n = static_cast<int64_t>(shape.size());
   bool follow = layout == SdpaLayout::kLikeInputs && like.dim() == n && n >= 2;
   for (int64_t d = 0; follow && d < n - 1; ++d) follow = like.size(d) == shape[d];
@@ -91,15 +91,12 @@ Tensor laid_out(const Shape& shape, DType dtype, const Tensor& like, SdpaLayout 
     // The kernels write rows of the last dim contiguous.
     follow = shape.back() == 1 || strides.back() == 1;
   }
-  if (!follow && !spare_row)
-    return zeroed ? Tensor::zeros(shape, dtype) : Tensor::empty(shape, dtype);
-  if (!follow) strides = contiguous_strides(shape);
+  if (!follow) return zeroed ? Tensor::zeros(shape, dtype) : Tensor::empty(shape, dtype);
   int64_t span = 1;  // elements from the first to past the last
   for (int64_t d = 0; d < n; ++d) {
     if (shape[d] == 0) return Tensor::empty(shape, dtype);
     span += (shape[d] - 1) * strides[d];
   }
-  if (spare_row && n >= 2) span += strides[n - 2];
   Tensor buffer = zeroed ? Tensor::zeros({span}, dtype) : Tensor::empty({span}, dtype);
   void* data = buffer.raw_data();
   return Tensor::from_blob(data, shape, strides, dtype,
@@ -109,12 +106,11 @@ Tensor laid_out(const Shape& shape, DType dtype, const Tensor& like, SdpaLayout 
 }  // namespace
 
 Tensor empty_laid_out(const Shape& shape, DType dtype, const Tensor& like, SdpaLayout layout) {
-  return laid_out(shape, dtype, like, layout, /*zeroed=*/false, /*spare_row=*/false);
+  return laid_out(shape, dtype, like, layout, /*zeroed=*/false);
 }
 
-Tensor zeros_laid_out(const Shape& shape, DType dtype, const Tensor& like, SdpaLayout layout,
-                      bool spare_row) {
-  return laid_out(shape, dtype, like, layout, /*zeroed=*/true, spare_row);
+Tensor zeros_laid_out(const Shape& shape, DType dtype, const Tensor& like, SdpaLayout layout) {
+  return laid_out(shape, dtype, like, layout, /*zeroed=*/true);
 }
 
 void fill_offsets(std::vector<int64_t>& offsets, const Tensor& t, const Shape& out_lead,

@@ -52,10 +52,8 @@ void fill_matrix_operand(kernels::MatrixOperand& m, const Tensor& t, const Shape
 // else like's dims in that memory order, packed; contiguous where like's
 // leading dims differ from shape's or the last dim would not be innermost.
 Tensor empty_laid_out(const Shape& shape, DType dtype, const Tensor& like, SdpaLayout layout);
-// The same filled with zeros; with spare_row, one more row stride of zeros
-// follows the last element in the buffer.
-Tensor zeros_laid_out(const Shape& shape, DType dtype, const Tensor& like, SdpaLayout layout,
-                      bool spare_row = false);
+// The same filled with zeros.
+Tensor zeros_laid_out(const Shape& shape, DType dtype, const Tensor& like, SdpaLayout layout);
 
 // Whether the call runs the fused kernel (else the reference).
 bool use_fused_kernel(const Tensor& q, const SdpaOptions& options, const char* fn);
