@@ -23,4 +23,8 @@ float* thread_scratch(int64_t floats) {
   return buffer.data;
 }
 
+void* thread_scratch_bytes(int64_t bytes) {
+  return thread_scratch((bytes + int64_t{sizeof(float)} - 1) / int64_t{sizeof(float)});
+}
+
 }  // namespace qkv::kernels

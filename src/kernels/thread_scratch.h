@@ -11,5 +11,7 @@ namespace qkv::kernels {
 // again at the least, so that a thread whose problems grow by a key at a time
 // (a worker decoding sequences) allocates a few times, not at every step.
 float* thread_scratch(int64_t floats);
+// The same memory, at least `bytes` bytes of it.
+void* thread_scratch_bytes(int64_t bytes);
 
 }  // namespace qkv::kernels
