@@ -32,7 +32,8 @@ set(allowed_umbrella tensor kernels ops nn optim models text io viz umbrella)
 set(layers tensor kernels ops nn optim models text io viz)
 
 # The top-level public headers: the base's, the ops API's, the umbrella.
-set(public_tensor tensor.h dims.h error.h generator.h runtime.h causal_mask.h precision.h)
+set(public_tensor tensor.h dims.h error.h generator.h runtime.h causal_mask.h precision.h
+                  quant_format.h)
 set(public_ops attention.h functional.h gradients.h linear.h loss.h masks.h
                quantized_linear.h sampling.h softmax.h)
 set(public_umbrella qkv.h)

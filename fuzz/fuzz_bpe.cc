@@ -58,9 +58,8 @@ qkv::text::BpeVocabulary sentencepiece_vocabulary() {
     v.token_types.push_back(1);
     v.scores.push_back(score--);
   }
-  static constexpr char kHex[] = "0123456789ABCDEF";
   for (int b = 0; b < 256; ++b) {
-    v.tokens.push_back(std::string("<0x") + kHex[b >> 4] + kHex[b & 15] + ">");
+    v.tokens.push_back(qkv::text::BpeTokenizer::byte_token(static_cast<uint8_t>(b)));
     v.token_types.push_back(6);
     v.scores.push_back(0);
   }

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kernels/fused_attention.h"
+#include "qkv/runtime.h"
 
 namespace qkv_test {
 
@@ -22,6 +23,20 @@ class ActiveKernelTableTest : public KernelTableTest {
  protected:
   void SetUp() override { qkv::kernels::override_kernel_table(GetParam()); }
   void TearDown() override { qkv::kernels::override_kernel_table(nullptr); }
+};
+
+// Parametrised by a table of any kernel family (quant_gemm, low-precision
+// gemm, ...) that `override_table` makes the family's active one while the
+// test runs; the thread count, which tests may change, is restored after.
+template <class Table, void (*override_table)(const Table*)>
+class ActiveFamilyTableTest : public ::testing::TestWithParam<const Table*> {
+ protected:
+  void SetUp() override { override_table(this->GetParam()); }
+  void TearDown() override {
+    override_table(nullptr);
+    qkv::set_num_threads(threads_);
+  }
+  const int threads_ = qkv::num_threads();
 };
 
 // out[i] = f(x[i]) by one of the table's vector functions (exp_into,

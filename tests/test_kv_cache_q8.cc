@@ -20,6 +20,7 @@
 #include "qkv/models/gguf_model.h"
 #include "qkv/nn/decoder_session.h"
 #include "qkv/nn/kv_cache.h"
+#include "relative_diff.h"
 #include "test_util.h"
 #include "tiny_llama_gguf.h"
 
@@ -28,6 +29,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using qkv_test::expect_error;
+using qkv_test::max_relative_diff;
 
 KVCacheOptions q8_options(int64_t max_len = 16) {
   return {.num_layers = 2,
@@ -212,17 +214,6 @@ DecoderModelConfig small_model() {
           .max_seq_len = 64};
 }
 
-// max |a - b| / max |b| over two [.., V] float32 tensors.
-double relative_diff(const Tensor& a, const Tensor& b) {
-  const Tensor ac = a.contiguous(), bc = b.contiguous();
-  double diff = 0.0, ref = 0.0;
-  for (int64_t i = 0; i < bc.numel(); ++i) {
-    diff = std::max(diff, std::abs(double(ac.data<float>()[i]) - bc.data<float>()[i]));
-    ref = std::max(ref, std::abs(double(bc.data<float>()[i])));
-  }
-  return diff / ref;
-}
-
 TEST(KVCacheQ8, CachedDecodingEqualsRecomputationWithQuantizedKeysAndValues) {
   Generator gen(6);
   DecoderModel model(small_model(), &gen);
@@ -249,8 +240,8 @@ TEST(KVCacheQ8, CachedDecodingEqualsRecomputationWithQuantizedKeysAndValues) {
   double worst_f32 = 0.0;
   for (size_t k = 0; k < cached.size(); ++k) {
     const int64_t pos = static_cast<int64_t>(prompt.size() + k) - 1;
-    EXPECT_LT(relative_diff(cached[k], full.select(1, pos)), 1e-5) << "position " << pos;
-    worst_f32 = std::max(worst_f32, relative_diff(cached[k], full_f32.select(1, pos)));
+    EXPECT_LT(max_relative_diff(cached[k], full.select(1, pos)), 1e-5) << "position " << pos;
+    worst_f32 = std::max(worst_f32, max_relative_diff(cached[k], full_f32.select(1, pos)));
   }
   EXPECT_GT(worst_f32, 1e-6);
   EXPECT_LT(worst_f32, 0.05);

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "kernel_tables.h"
 #include "kernels/low_precision_gemm.h"
 #include "kernels/row_kernels.h"
 #include "low_precision_reference.h"
@@ -35,15 +36,11 @@ std::vector<const LowPrecisionKernels*> all_tables() {
   return all;
 }
 
-class LowPrecisionGemm : public ::testing::TestWithParam<const LowPrecisionKernels*> {
+class LowPrecisionGemm
+    : public qkv_test::ActiveFamilyTableTest<LowPrecisionKernels,
+                                             qkv::kernels::override_low_precision_kernels> {
  protected:
-  void SetUp() override { qkv::kernels::override_low_precision_kernels(GetParam()); }
-  void TearDown() override {
-    qkv::kernels::override_low_precision_kernels(nullptr);
-    qkv::set_num_threads(threads_);
-  }
   Precision precision() const { return GetParam()->precision; }
-  const int threads_ = qkv::num_threads();
 };
 
 TEST_P(LowPrecisionGemm, IsTheActiveTable) {

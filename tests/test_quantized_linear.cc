@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "kernel_tables.h"
 #include "kernels/quant_gemm.h"
 #include "qkv/error.h"
 #include "qkv/linear.h"
@@ -347,15 +348,8 @@ std::string table_name(const ::testing::TestParamInfo<const QuantKernels*>& info
   return info.param->name;
 }
 
-class QuantKernelTable : public ::testing::TestWithParam<const QuantKernels*> {
- protected:
-  void SetUp() override { qkv::kernels::override_quant_kernels(GetParam()); }
-  void TearDown() override {
-    qkv::kernels::override_quant_kernels(nullptr);
-    qkv::set_num_threads(threads_);
-  }
-  const int threads_ = qkv::num_threads();
-};
+using QuantKernelTable =
+    qkv_test::ActiveFamilyTableTest<QuantKernels, qkv::kernels::override_quant_kernels>;
 
 TEST_P(QuantKernelTable, IsTheActiveTable) {
   EXPECT_EQ(&qkv::kernels::active_quant_kernels(), GetParam());

@@ -37,9 +37,8 @@ BpeVocabulary spm(const std::vector<std::pair<std::string, float>>& tokens, bool
     v.token_types.push_back(1);
   }
   if (with_bytes) {
-    static constexpr char kHex[] = "0123456789ABCDEF";
     for (int b = 0; b < 256; ++b) {
-      v.tokens.push_back(std::string("<0x") + kHex[b >> 4] + kHex[b & 15] + ">");
+      v.tokens.push_back(BpeTokenizer::byte_token(static_cast<uint8_t>(b)));
       v.scores.push_back(0);
       v.token_types.push_back(6);
     }
@@ -146,10 +145,7 @@ TEST(SentencePieceTokenizer, ByteFallbackThenUnk) {
 
 TEST(SentencePieceTokenizer, ByteRunsDecodeWholeOrAsReplacementCharacters) {
   const BpeTokenizer tok(spm({{"a", 0}}, /*with_bytes=*/true));
-  const auto byte = [&](int b) {
-    static constexpr char kHex[] = "0123456789ABCDEF";
-    return *tok.id_of(std::string("<0x") + kHex[b >> 4] + kHex[b & 15] + ">");
-  };
+  const auto byte = [&](int b) { return *tok.id_of(BpeTokenizer::byte_token(b)); };
   const int32_t a = *tok.id_of("a");
   // A valid run is its text; an invalid one one U+FFFD per byte (tokenizers'
   // ByteFallback), not per maximal subpart.

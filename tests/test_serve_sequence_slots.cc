@@ -17,6 +17,7 @@
 #include "qkv/nn/decoder_model.h"
 #include "qkv/nn/decoder_session.h"
 #include "qkv/sampling.h"
+#include "relative_diff.h"
 #include "serve/sequence_slots.h"
 #include "test_util.h"
 #include "tiny_llama_gguf.h"
@@ -29,6 +30,7 @@ using qkv::nn::DecoderModelConfig;
 using qkv::nn::DecoderSession;
 using qkv::nn::KVCacheStorage;
 using qkv::serve::SequenceSlots;
+using qkv_test::max_relative_diff;
 
 constexpr int64_t kSlots = 16, kMaxLen = 48, kNewTokens = 10, kChunk = 3;
 constexpr double kTolerance = 1e-5;
@@ -59,16 +61,6 @@ Alone decode_alone(DecoderModel& model, const std::vector<int64_t>& prompt) {
     session.step({&out.tokens.back(), 1});
   }
   return out;
-}
-
-// max |a - b| / max |b|, as tests/relative_diff.h for tensors.
-double relative_diff(std::span<const float> a, const std::vector<float>& b) {
-  double worst = 0, scale = 0;
-  for (size_t i = 0; i < b.size(); ++i) {
-    worst = std::max(worst, std::abs(double(a[i]) - b[i]));
-    scale = std::max(scale, std::abs(double(b[i])));
-  }
-  return worst / std::max(scale, 1e-30);
 }
 
 void expect_slots_equal_decoding_alone(DecoderModel& model) {
@@ -111,7 +103,7 @@ void expect_slots_equal_decoding_alone(DecoderModel& model) {
       if (!slots.prefill(r.slot, kChunk)) continue;
       r.prefilled = true;
       const std::span<const float> logits = slots.prompt_logits();
-      EXPECT_LE(relative_diff(logits, alone[r.seq].logits[0]), kTolerance)
+      EXPECT_LE(max_relative_diff(logits, alone[r.seq].logits[0]), kTolerance)
           << "prompt of sequence " << r.seq;
       r.tokens.push_back(qkv::argmax(logits));
     }
@@ -130,7 +122,7 @@ void expect_slots_equal_decoding_alone(DecoderModel& model) {
       const std::span<const float> logits = slots.logits_row(static_cast<int64_t>(row));
       const auto n = r.tokens.size();
       if (n < static_cast<size_t>(kNewTokens)) {
-        EXPECT_LE(relative_diff(logits, alone[r.seq].logits[n]), kTolerance)
+        EXPECT_LE(max_relative_diff(logits, alone[r.seq].logits[n]), kTolerance)
             << "sequence " << r.seq << " at its token " << n;
         r.tokens.push_back(qkv::argmax(logits));
       }

@@ -26,12 +26,11 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 gguf = pytest.importorskip("gguf")
 
-# The converter's Llama 3 rope_freqs and q/k permutation, as test_gguf_llama3.py writes them.
-from tiny_llama3_gguf import llama3_rope_factors, permute  # noqa: E402
+# The converter's Llama 3 rope_freqs and q/k permutation, as test_gguf_llama3.py writes them,
+# and the tiny vocabulary with its tokenizer keys.
+from tiny_llama3_gguf import VOCAB, add_tiny_tokenizer, llama3_rope_factors, permute  # noqa: E402
 
-VOCAB, D, FFN = 64, 64, 128
-TOKENS = [chr(ord("a") + i) for i in range(26)] + [chr(ord("A") + i) for i in range(26)]
-TOKENS += [str(i) for i in range(10)] + ["ab", "<|im_end|>"]
+D, FFN = 64, 128
 IDS = [int(i) for i in np.random.default_rng(11).integers(0, VOCAB, size=40)]
 WINDOW = 8  # gemma3's local layers see 8 positions of the 40
 
@@ -128,11 +127,7 @@ def write_gguf(path, family, model, keys=None):
         w.add_value_length(head_dim)
     if family == "llama":
         w.add_rope_dimension_count(head_dim)
-    w.add_tokenizer_model("gpt2")
-    w.add_token_list(TOKENS)
-    w.add_token_merges(["a b"])
-    w.add_token_types([1] * (VOCAB - 1) + [3])
-    w.add_eos_token_id(VOCAB - 1)
+    add_tiny_tokenizer(w)
     for name, value in (keys or {}).items():
         w.add_float32(f"{arch}.{name}", value)
 

@@ -165,21 +165,24 @@ def test_sentence_transformer_with_qkv_attention(qkv_calls):
     assert err <= TOLERANCE
 
 
+def causal_lm_pair(model_class, config):
+    """Two `model_class` models of `config` with the same random weights (seed 0),
+    in eval mode: ours on qkv's attention, the reference on torch's sdpa."""
+    torch.manual_seed(0)
+    reference = model_class._from_config(copy.deepcopy(config), attn_implementation="sdpa")
+    ours = model_class._from_config(copy.deepcopy(config), attn_implementation="qkv")
+    assert reference.config._attn_implementation == "sdpa"
+    assert ours.config._attn_implementation == "qkv"
+    ours.load_state_dict(reference.state_dict())
+    return ours.eval(), reference.eval()
+
+
 def llama_pair():
     config = transformers.LlamaConfig(
         vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
         initializer_range=0.2, pad_token_id=0, bos_token_id=1, eos_token_id=None)
-    torch.manual_seed(0)
-    reference = transformers.LlamaForCausalLM._from_config(copy.deepcopy(config),
-                                                           attn_implementation="sdpa")
-    ours = transformers.LlamaForCausalLM._from_config(copy.deepcopy(config),
-                                                      attn_implementation="qkv")
-    assert reference.config._attn_implementation == "sdpa"
-    assert ours.config._attn_implementation == "qkv"
-    ours.load_state_dict(reference.state_dict())
-    for model in (reference, ours):
-        model.eval()
+    ours, reference = causal_lm_pair(transformers.LlamaForCausalLM, config)
     assert ours.model.layers[0].self_attn.num_key_value_groups == 2
     return ours, reference
 
@@ -286,15 +289,7 @@ def gemma3_pair():
                      "full_attention"],
         max_position_embeddings=64, initializer_range=0.2, pad_token_id=0, bos_token_id=1,
         eos_token_id=None, query_pre_attn_scalar=12, attention_dropout=0.0)
-    torch.manual_seed(0)
-    reference = transformers.Gemma3ForCausalLM._from_config(copy.deepcopy(config),
-                                                            attn_implementation="sdpa")
-    ours = transformers.Gemma3ForCausalLM._from_config(copy.deepcopy(config),
-                                                       attn_implementation="qkv")
-    ours.load_state_dict(reference.state_dict())
-    for model in (reference, ours):
-        model.eval()
-    return ours, reference
+    return causal_lm_pair(transformers.Gemma3ForCausalLM, config)
 
 
 @pytest.fixture
@@ -352,12 +347,7 @@ def test_mistral_sliding_window_prefill_and_generation(window_calls):
         vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
         num_attention_heads=4, num_key_value_heads=2, sliding_window=4,
         max_position_embeddings=64, initializer_range=0.2, pad_token_id=0, eos_token_id=None)
-    torch.manual_seed(0)
-    reference = transformers.MistralForCausalLM._from_config(copy.deepcopy(config),
-                                                             attn_implementation="sdpa").eval()
-    ours = transformers.MistralForCausalLM._from_config(copy.deepcopy(config),
-                                                        attn_implementation="qkv").eval()
-    ours.load_state_dict(reference.state_dict())
+    ours, reference = causal_lm_pair(transformers.MistralForCausalLM, config)
     ids = torch.randint(3, 128, (2, 11), generator=torch.Generator().manual_seed(6))
     with torch.no_grad():
         err = rel(ours(input_ids=ids).logits, reference(input_ids=ids).logits)

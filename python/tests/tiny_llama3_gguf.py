@@ -23,6 +23,17 @@ TOKENS += [str(i) for i in range(10)] + ["ab", "<|im_end|>"]
 assert len(TOKENS) == VOCAB
 
 
+def add_tiny_tokenizer(w):
+    """The tokenizer keys of the tiny models' files (this one's and
+    test_gguf_families.py's): a byte-level BPE over TOKENS with one merge,
+    the last token "<|im_end|>" a control token and the end of text."""
+    w.add_tokenizer_model("gpt2")
+    w.add_token_list(TOKENS)
+    w.add_token_merges(["a b"])
+    w.add_token_types([1] * (VOCAB - 1) + [3])
+    w.add_eos_token_id(VOCAB - 1)
+
+
 def llama3_rope_factors(rope_scaling, base, dim):
     """convert_hf_to_gguf.py's LlamaModel.generate_extra_tensors for rope_type "llama3":
     the factor that divides each frequency. (The converter reads the original context
@@ -91,11 +102,7 @@ def write_gguf(path, hf_model, rope_freqs=True, extra=None, keys=None, block_cou
     w.add_layer_norm_rms_eps(1e-5)
     w.add_rope_dimension_count(HEAD_DIM)
     w.add_vocab_size(VOCAB)
-    w.add_tokenizer_model("gpt2")
-    w.add_token_list(TOKENS)
-    w.add_token_merges(["a b"])
-    w.add_token_types([1] * (VOCAB - 1) + [3])
-    w.add_eos_token_id(VOCAB - 1)
+    add_tiny_tokenizer(w)
     w.add_tensor("token_embd.weight", state["model.embed_tokens.weight"])
     for i in range(LAYERS):
         hf, blk = f"model.layers.{i}.", f"blk.{i}."

@@ -17,6 +17,7 @@
 #include "kernels/interrupt.h"
 #include "kernels/simd/tile_gemm.h"
 #include "kernels/thread_policy.h"
+#include "kernels/thread_scratch.h"
 #include "qkv/error.h"
 
 namespace qkv::kernels {
@@ -72,28 +73,6 @@ int64_t query_block(const SdpaProblem& p, const KernelTable& table) {
 
 FlashTiling choose_tiling(const SdpaProblem& p, int64_t block_q) {
   return {std::min<int64_t>(block_q, p.L), std::min<int64_t>(kBlockK, p.S)};
-}
-
-// This thread's work memory, kept from call to call (OpenMP threads live as
-// long as the process), so a warm kernel call allocates nothing.
-float* thread_scratch(int64_t floats) {
-  struct Buffer {
-    float* data = nullptr;
-    int64_t size = 0;
-    ~Buffer() { ::operator delete[](data, std::align_val_t(64)); }
-  };
-  thread_local Buffer buffer;
-  if (buffer.size < floats) {
-    // Half as much again: a thread whose problems grow by a key at a time (a
-    // worker decoding sequences) allocates a few times, not at every step.
-    const int64_t size = std::max(floats, buffer.size + buffer.size / 2);
-    ::operator delete[](buffer.data, std::align_val_t(64));
-    buffer.data = nullptr;
-    buffer.size = 0;
-    buffer.data = static_cast<float*>(::operator new[](size * sizeof(float), std::align_val_t(64)));
-    buffer.size = size;
-  }
-  return buffer.data;
 }
 
 struct ScratchBuffer {

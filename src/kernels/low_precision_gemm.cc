@@ -127,23 +127,6 @@ PackedWeights::View PackedWeights::view() const {
           input_scale_.empty() ? nullptr : input_scale_.data()};
 }
 
-void* lowp_scratch(int64_t bytes) {
-  struct Buffer {
-    void* data = nullptr;
-    int64_t size = 0;
-    ~Buffer() { ::operator delete(data, std::align_val_t(64)); }
-  };
-  thread_local Buffer buffer;
-  if (buffer.size < bytes) {
-    ::operator delete(buffer.data, std::align_val_t(64));
-    buffer.data = nullptr;  // (if the allocation throws)
-    buffer.size = 0;
-    buffer.data = ::operator new(bytes, std::align_val_t(64));
-    buffer.size = bytes;
-  }
-  return buffer.data;
-}
-
 namespace {
 
 // Fastest first, with the level each needs.

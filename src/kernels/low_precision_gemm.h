@@ -147,8 +147,4 @@ using RowMap = void (*)(const float* x, float* y, int64_t n);
 void low_precision_gemm(const float* x, int64_t ldx, int64_t m, const PackedWeights& w,
                         const float* bias, float* y, int64_t ldy, RowMap then = nullptr);
 
-// For the kernels: this thread's work memory of at least `bytes` bytes,
-// 64-byte aligned, kept from call to call (a warm call allocates nothing).
-void* lowp_scratch(int64_t bytes);
-
 }  // namespace qkv::kernels

@@ -62,8 +62,9 @@ void amx_gemm_block(const float* x, int64_t ldx, const PackedWeights& packed, co
   const int64_t steps = w.steps, panel_steps = w.panel_steps;
   const int64_t row_bytes = std::max<int64_t>(panel_steps, 1) * 4;
   const int64_t smooth_bytes = w.input_scale ? (w.k * 4 + 63) / 64 * 64 : 0;
-  char* scratch = static_cast<char*>(lowp_scratch(kBlockRows * row_bytes + kBlockRows * kPanel * 4 +
-                                                  smooth_bytes + kBlockRows * sizeof(RowQuant)));
+  char* scratch =
+      static_cast<char*>(thread_scratch_bytes(kBlockRows * row_bytes + kBlockRows * kPanel * 4 +
+                                              smooth_bytes + kBlockRows * sizeof(RowQuant)));
   char* a = scratch;
   void* c = scratch + kBlockRows * row_bytes;
   float* smoothed =

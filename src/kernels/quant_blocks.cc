@@ -9,55 +9,53 @@
 
 namespace qkv::kernels {
 
+namespace {
+
+struct FormatInfo {
+  BlockFormat format;
+  const char* name;
+  BlockLayout layout;
+};
+
+// Every block format: its name and its block of weights and bytes.
+constexpr FormatInfo kFormats[] = {
+    {BlockFormat::kQ4_0, "Q4_0", {32, 18}},     {BlockFormat::kQ4_1, "Q4_1", {32, 20}},
+    {BlockFormat::kQ5_0, "Q5_0", {32, 22}},     {BlockFormat::kQ5_1, "Q5_1", {32, 24}},
+    {BlockFormat::kQ8_0, "Q8_0", {32, 34}},     {BlockFormat::kQ4_K, "Q4_K", {256, 144}},
+    {BlockFormat::kQ5_K, "Q5_K", {256, 176}},   {BlockFormat::kQ6_K, "Q6_K", {256, 210}},
+    {BlockFormat::kIQ4_NL, "IQ4_NL", {32, 18}},
+};
+
+// The entry of ggml type id `id`, or nullptr.
+const FormatInfo* find_format(uint32_t id) {
+  for (const FormatInfo& f : kFormats)
+    if (static_cast<uint32_t>(f.format) == id) return &f;
+  return nullptr;
+}
+
+}  // namespace
+
 BlockLayout block_layout(BlockFormat format) {
-  switch (format) {
-    case BlockFormat::kQ4_0:
-      return {32, 18};
-    case BlockFormat::kQ4_1:
-      return {32, 20};
-    case BlockFormat::kQ5_0:
-      return {32, 22};
-    case BlockFormat::kQ5_1:
-      return {32, 24};
-    case BlockFormat::kQ8_0:
-      return {32, 34};
-    case BlockFormat::kQ4_K:
-      return {256, 144};
-    case BlockFormat::kQ5_K:
-      return {256, 176};
-    case BlockFormat::kQ6_K:
-      return {256, 210};
-    case BlockFormat::kIQ4_NL:
-      return {32, 18};
-  }
-  throw Error(ErrorKind::kValue, "unknown block format (ggml type " +
-                                     std::to_string(static_cast<uint32_t>(format)) +
-                                     "); supported: Q4_0 (2), Q4_1 (3), Q5_0 (6), Q5_1 (7), "
-                                     "Q8_0 (8), Q4_K (12), Q5_K (13), Q6_K (14), IQ4_NL (20)");
+  const uint32_t id = static_cast<uint32_t>(format);
+  if (const FormatInfo* f = find_format(id)) return f->layout;
+  throw Error(ErrorKind::kValue, "unknown block format (ggml type " + std::to_string(id) +
+                                     "); supported: " + supported_block_formats());
 }
 
 const char* block_format_name(BlockFormat format) {
-  switch (format) {
-    case BlockFormat::kQ4_0:
-      return "Q4_0";
-    case BlockFormat::kQ4_1:
-      return "Q4_1";
-    case BlockFormat::kQ5_0:
-      return "Q5_0";
-    case BlockFormat::kQ5_1:
-      return "Q5_1";
-    case BlockFormat::kQ8_0:
-      return "Q8_0";
-    case BlockFormat::kQ4_K:
-      return "Q4_K";
-    case BlockFormat::kQ5_K:
-      return "Q5_K";
-    case BlockFormat::kQ6_K:
-      return "Q6_K";
-    case BlockFormat::kIQ4_NL:
-      return "IQ4_NL";
+  const FormatInfo* f = find_format(static_cast<uint32_t>(format));
+  return f != nullptr ? f->name : "unknown";
+}
+
+bool is_block_format(uint32_t ggml_type) { return find_format(ggml_type) != nullptr; }
+
+std::string supported_block_formats() {
+  std::string out;
+  for (const FormatInfo& f : kFormats) {
+    if (!out.empty()) out += ", ";
+    out += std::string(f.name) + " = " + std::to_string(static_cast<uint32_t>(f.format));
   }
-  return "unknown";
+  return out;
 }
 
 namespace {

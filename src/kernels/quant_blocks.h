@@ -30,21 +30,15 @@
 
 #include <cstdint>
 #include <cstring>
+#include <string>
+
+#include "qkv/quant_format.h"
 
 namespace qkv::kernels {
 
-// The values are ggml's type ids (GGML_TYPE_Q4_0 = 2, ...).
-enum class BlockFormat : uint32_t {
-  kQ4_0 = 2,
-  kQ4_1 = 3,
-  kQ5_0 = 6,
-  kQ5_1 = 7,
-  kQ8_0 = 8,
-  kQ4_K = 12,
-  kQ5_K = 13,
-  kQ6_K = 14,
-  kIQ4_NL = 20,
-};
+// The formats, valued as ggml's type ids (GGML_TYPE_Q4_0 = 2, ...): the
+// public list (qkv/quant_format.h) under the kernels' name.
+using BlockFormat = QuantFormat;
 
 struct BlockLayout {
   int64_t elems;  // weights per block
@@ -52,7 +46,11 @@ struct BlockLayout {
 };
 // Throws qkv::Error for a value that is not a BlockFormat.
 BlockLayout block_layout(BlockFormat format);
-const char* block_format_name(BlockFormat format);
+const char* block_format_name(BlockFormat format);  // "Q4_1"; "unknown" for other values
+// Whether ggml type id `ggml_type` is one of the BlockFormats.
+bool is_block_format(uint32_t ggml_type);
+// "Q4_0 = 2, Q4_1 = 3, ...": the formats and their ids, for error messages.
+std::string supported_block_formats();
 
 // The inline helpers have internal linkage: the per-ISA translation units
 // compile them with their own flags (see kernels/simd/vec.h).

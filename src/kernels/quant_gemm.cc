@@ -19,6 +19,7 @@
 
 #include "kernels/cpu_features.h"
 #include "kernels/thread_policy.h"
+#include "kernels/thread_scratch.h"
 #include "qkv/error.h"
 
 namespace qkv::kernels {
@@ -73,22 +74,6 @@ constexpr int64_t kPanelFloats = int64_t{1} << 20;
 // Channels per dequantisation work item.
 constexpr int64_t kChannelGroup = 16;
 
-// This thread's buffer of at least `floats` floats, kept from call to call.
-float* panel_scratch(int64_t floats) {
-  struct Buffer {
-    std::unique_ptr<float[]> data;
-    int64_t size = 0;
-  };
-  thread_local Buffer buffer;
-  if (buffer.size < floats) {
-    buffer.data.reset();
-    buffer.size = 0;
-    buffer.data.reset(new float[floats]);
-    buffer.size = floats;
-  }
-  return buffer.data.get();
-}
-
 void gemv(const QuantKernels& table, const float* x, int64_t ldx, int64_t m, const QuantMatrix& w,
           const float* bias, float* y, int64_t ldy) {
   const int threads = omp_get_max_threads();
@@ -113,7 +98,7 @@ void gemm(const QuantKernels& table, const float* x, int64_t ldx, int64_t m, con
   const int64_t n = w.n, k = w.k;
   const int64_t panel =
       std::min(n, std::max(kChannelGroup, kPanelFloats / k / kChannelGroup * kChannelGroup));
-  float* buffer = panel_scratch(panel * k);
+  float* buffer = thread_scratch(panel * k);
   const bool parallel = !omp_in_parallel();
   if (bias != nullptr) {
 #pragma omp parallel for schedule(static) if (parallel && m * n >= (1 << 16))

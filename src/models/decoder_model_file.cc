@@ -44,54 +44,45 @@ constexpr Names<RopeStyle> kRopeStyles[] = {{RopeStyle::kHalfSplit, "half_split"
                                             {RopeStyle::kInterleaved, "interleaved"}};
 constexpr Names<DType> kDtypes[] = {{DType::kFloat32, "float32"}, {DType::kFloat64, "float64"}};
 
+// Throws unless `ok`: field "`field`" must be `what`, got (an excerpt of) j.
+void expect(bool ok, const Json& j, const char* field, const std::string& what) {
+  QKV_CHECK(ok, "DecoderModel config: \"", field, "\" must be ", what, ", got ", json_excerpt(j));
+}
+
+// One field from its JSON value, checked as its type wants.
+void read_field(const Json& j, const char* key, int64_t& out) {
+  expect(j.is_number_integer() && (j.is_number_unsigned() ? j.get<uint64_t>() <= kMaxSize
+                                                          : j.get<int64_t>() <= kMaxSize),
+         j, key, "an integer <= " + std::to_string(kMaxSize));
+  out = j.get<int64_t>();
+}
+void read_field(const Json& j, const char* key, double& out) {
+  expect(j.is_number(), j, key, "a number");
+  out = j.get<double>();
+}
+void read_field(const Json& j, const char* key, bool& out) {
+  expect(j.is_boolean(), j, key, "true or false");
+  out = j.get<bool>();
+}
+template <class T>
+void read_field(const Json& j, const char* key, std::vector<T>& out) {
+  expect(j.is_array() && j.size() <= static_cast<size_t>(kMaxSize), j, key,
+         std::is_same_v<T, double> ? "an array of numbers" : "an array of integers");
+  out.assign(j.size(), T{});
+  for (size_t i = 0; i < j.size(); ++i) read_field(j[i], key, out[i]);
+}
 template <class Enum, size_t N>
-Enum value_of(const Names<Enum> (&table)[N], const Json& j, const char* field) {
-  QKV_CHECK(j.is_string(), "DecoderModel config: \"", field, "\" must be a string, got ",
-            json_excerpt(j));
+void read_field(const Json& j, const char* key, Enum& out, const Names<Enum> (&names)[N]) {
+  expect(j.is_string(), j, key, "a string");
   std::string choices;
-  for (const auto& entry : table) {
-    if (j.get<std::string>() == entry.name) return entry.value;
+  for (const auto& entry : names) {
+    if (j.get<std::string>() == entry.name) {
+      out = entry.value;
+      return;
+    }
     choices += std::string(choices.empty() ? "" : ", ") + "\"" + entry.name + "\"";
   }
-  QKV_CHECK(false, "DecoderModel config: \"", field, "\" must be one of ", choices, ", got ",
-            json_excerpt(j));
-  return table[0].value;
-}
-
-int64_t integer(const Json& j, const char* field) {
-  QKV_CHECK(j.is_number_integer() && (j.is_number_unsigned() ? j.get<uint64_t>() <= kMaxSize
-                                                             : j.get<int64_t>() <= kMaxSize),
-            "DecoderModel config: \"", field, "\" must be an integer <= ", kMaxSize, ", got ",
-            json_excerpt(j));
-  return j.get<int64_t>();
-}
-
-double number(const Json& j, const char* field) {
-  QKV_CHECK(j.is_number(), "DecoderModel config: \"", field, "\" must be a number, got ",
-            json_excerpt(j));
-  return j.get<double>();
-}
-
-std::vector<double> numbers(const Json& j, const char* field) {
-  QKV_CHECK(j.is_array() && j.size() <= static_cast<size_t>(kMaxSize), "DecoderModel config: \"",
-            field, "\" must be an array of numbers, got ", json_excerpt(j));
-  std::vector<double> out;
-  for (const Json& v : j) out.push_back(number(v, field));
-  return out;
-}
-
-std::vector<int64_t> integers(const Json& j, const char* field) {
-  QKV_CHECK(j.is_array() && j.size() <= static_cast<size_t>(kMaxSize), "DecoderModel config: \"",
-            field, "\" must be an array of integers, got ", json_excerpt(j));
-  std::vector<int64_t> out;
-  for (const Json& v : j) out.push_back(integer(v, field));
-  return out;
-}
-
-bool boolean(const Json& j, const char* field) {
-  QKV_CHECK(j.is_boolean(), "DecoderModel config: \"", field, "\" must be true or false, got ",
-            json_excerpt(j));
-  return j.get<bool>();
+  expect(false, j, key, "one of " + choices);
 }
 
 // The config's sizes against the file's tensors, before a model of that size
@@ -171,19 +162,6 @@ const std::set<std::string> kWrittenWhenSet = {
     "rope_freq_factors", "head_dim",           "qkv_bias",        "qk_norm",
     "post_norms",        "attention_scale",    "embedding_scale", "sliding_windows",
     "sliding_rope_base", "final_logit_softcap"};
-
-// One field from its JSON value, checked as its type wants.
-void read_field(const Json& j, const char* key, int64_t& out) { out = integer(j, key); }
-void read_field(const Json& j, const char* key, double& out) { out = number(j, key); }
-void read_field(const Json& j, const char* key, std::vector<double>& out) { out = numbers(j, key); }
-void read_field(const Json& j, const char* key, std::vector<int64_t>& out) {
-  out = integers(j, key);
-}
-void read_field(const Json& j, const char* key, bool& out) { out = boolean(j, key); }
-template <class Enum, size_t N>
-void read_field(const Json& j, const char* key, Enum& out, const Names<Enum> (&names)[N]) {
-  out = value_of(names, j, key);
-}
 
 }  // namespace
 

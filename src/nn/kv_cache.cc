@@ -307,20 +307,20 @@ KVCacheView KVCache::extend(int64_t layer, const Tensor& k, const Tensor& v) {
   return {keys, vals};
 }
 
+Tensor KVCache::free_slots(std::vector<Tensor>& storage, int64_t layer, int64_t L, const char* fn) {
+  check_layer(layer, fn);
+  check_full(layer, fn);
+  check_float(fn);
+  check_room(layer, L, fn);
+  return storage[layer].slice(2, lengths_[layer], lengths_[layer] + L);
+}
+
 Tensor KVCache::key_slots(int64_t layer, int64_t L) {
-  check_layer(layer, "key_slots");
-  check_full(layer, "key_slots");
-  check_float("key_slots");
-  check_room(layer, L, "key_slots");
-  return keys_[layer].slice(2, lengths_[layer], lengths_[layer] + L);
+  return free_slots(keys_, layer, L, "key_slots");
 }
 
 Tensor KVCache::value_slots(int64_t layer, int64_t L) {
-  check_layer(layer, "value_slots");
-  check_full(layer, "value_slots");
-  check_float("value_slots");
-  check_room(layer, L, "value_slots");
-  return values_[layer].slice(2, lengths_[layer], lengths_[layer] + L);
+  return free_slots(values_, layer, L, "value_slots");
 }
 
 void KVCache::commit(int64_t layer, int64_t L) {

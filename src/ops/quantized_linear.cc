@@ -13,49 +13,19 @@
 
 namespace qkv {
 
-namespace {
-
-kernels::BlockFormat block_format(QuantFormat format) {
-  return static_cast<kernels::BlockFormat>(format);
-}
-
-}  // namespace
-
 QuantFormat quant_format_from_ggml_type(uint32_t ggml_type) {
-  switch (ggml_type) {
-    case 2:
-    case 3:
-    case 6:
-    case 7:
-    case 8:
-    case 12:
-    case 13:
-    case 14:
-    case 20:
-      return static_cast<QuantFormat>(ggml_type);
-    default:
-      break;
-  }
-  throw Error(ErrorKind::kValue,
-              detail::concat("quantized weight: ggml type ", ggml_type,
-                             " is not a supported block format (Q4_0 = 2, Q4_1 = 3, Q5_0 = 6, "
-                             "Q5_1 = 7, Q8_0 = 8, Q4_K = 12, Q5_K = 13, Q6_K = 14, "
-                             "IQ4_NL = 20)"));
+  if (kernels::is_block_format(ggml_type)) return static_cast<QuantFormat>(ggml_type);
+  throw Error(ErrorKind::kValue, detail::concat("quantized weight: ggml type ", ggml_type,
+                                                " is not a supported block format (",
+                                                kernels::supported_block_formats(), ")"));
 }
 
-const char* quant_format_name(QuantFormat format) {
-  return kernels::block_format_name(block_format(format));
-}
-int64_t quant_block_elements(QuantFormat format) {
-  return kernels::block_layout(block_format(format)).elems;
-}
-int64_t quant_block_bytes(QuantFormat format) {
-  return kernels::block_layout(block_format(format)).bytes;
-}
+const char* quant_format_name(QuantFormat format) { return kernels::block_format_name(format); }
+int64_t quant_block_elements(QuantFormat format) { return kernels::block_layout(format).elems; }
+int64_t quant_block_bytes(QuantFormat format) { return kernels::block_layout(format).bytes; }
 
 void dequantize_row(QuantFormat format, const void* blocks, float* out, int64_t n) {
-  kernels::dequantize_row_reference(block_format(format), static_cast<const uint8_t*>(blocks), out,
-                                    n);
+  kernels::dequantize_row_reference(format, static_cast<const uint8_t*>(blocks), out, n);
 }
 
 struct QuantizedWeight::State {
@@ -84,11 +54,10 @@ kernels::QuantMatrix checked_matrix(QuantFormat format, int64_t out, int64_t in,
             " bytes, got ", size_bytes);
   QKV_CHECK(data != nullptr, fn, ": data is null");
   const auto* bytes = static_cast<const uint8_t*>(data);
-  const int64_t bad =
-      kernels::first_nonfinite_block(block_format(format), bytes, size_bytes / block_bytes);
+  const int64_t bad = kernels::first_nonfinite_block(format, bytes, size_bytes / block_bytes);
   QKV_CHECK(bad < 0, fn, ": ", name, " block ", bad, " (row ", bad / (in / block), ", column ",
             bad % (in / block) * block, ") has a NaN or infinite fp16 scale");
-  return {block_format(format), out, in, bytes, row_bytes};
+  return {format, out, in, bytes, row_bytes};
 }
 
 }  // namespace
@@ -120,7 +89,7 @@ QuantizedWeight::QuantizedWeight(QuantFormat format, int64_t out_features, int64
 
 QuantFormat QuantizedWeight::format() const {
   QKV_CHECK(state_ != nullptr, "QuantizedWeight: empty");
-  return static_cast<QuantFormat>(state_->matrix.format);
+  return state_->matrix.format;
 }
 int64_t QuantizedWeight::in_features() const { return state_ ? state_->matrix.k : 0; }
 int64_t QuantizedWeight::out_features() const { return state_ ? state_->matrix.n : 0; }

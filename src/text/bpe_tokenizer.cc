@@ -280,6 +280,11 @@ std::optional<int32_t> BpeTokenizer::id_of(std::string_view token) const {
   return it->second;
 }
 
+std::string BpeTokenizer::byte_token(uint8_t byte) {
+  static constexpr char kHex[] = "0123456789ABCDEF";
+  return std::string("<0x") + kHex[byte >> 4] + kHex[byte & 15] + ">";
+}
+
 std::string BpeTokenizer::bytes_to_unicode(std::string_view bytes) {
   std::string out;
   out.reserve(bytes.size() * 2);

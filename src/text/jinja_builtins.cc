@@ -86,6 +86,22 @@ Value string_value(std::string s, Budget& budget) {
   return Value(std::move(s));
 }
 
+// The items of `items`, each as text_of(item), with `separator` between them
+// (str.join and the join filter).
+template <class TextOf>
+Value join_values(const Value& items, const std::string& separator, Budget& budget,
+                  TextOf&& text_of) {
+  std::string out;
+  bool first = true;
+  for (const Value& item : iterate(items)) {
+    if (!first) out += separator;
+    first = false;
+    out += text_of(item);
+    budget.check_string(out.size());
+  }
+  return string_value(std::move(out), budget);
+}
+
 Value list_value(Array items, Budget& budget) {
   budget.check_list(items.size());
   budget.charge(items.size());
@@ -218,15 +234,8 @@ Value string_method(const std::string& s, const std::string& name, Budget& budge
       Args args("str.join", call);
       const Value items = args.required(0, "iterable");
       args.done();
-      std::string out;
-      bool first = true;
-      for (const Value& item : iterate(items)) {
-        if (!first) out += s;
-        first = false;
-        out += need_string(item, "str.join() item");
-        b->check_string(out.size());
-      }
-      return string_value(std::move(out), *b);
+      return join_values(items, s, *b,
+                         [](const Value& item) { return need_string(item, "str.join() item"); });
     });
   }
   const auto predicate = [s, name](bool (*f)(unsigned char)) {
@@ -527,16 +536,10 @@ Value apply_filter(const std::string& name, const Value& input, CallArgs& call, 
     const std::string separator = soft_str(args.get_or(0, "d", Value("")));
     const Value attribute = args.get_or(1, "attribute", None{});
     args.done();
-    std::string out;
-    bool first = true;
-    for (const Value& item : iterate(input)) {
-      if (!first) out += separator;
-      first = false;
-      out +=
-          soft_str(attribute.is_none() ? item : attribute_path(item, soft_str(attribute), budget));
-      budget.check_string(out.size());
-    }
-    return string_value(std::move(out), budget);
+    return join_values(input, separator, budget, [&](const Value& item) {
+      return soft_str(attribute.is_none() ? item
+                                          : attribute_path(item, soft_str(attribute), budget));
+    });
   }
   if (name == "first" || name == "last") {
     args.done();

@@ -65,37 +65,13 @@ std::string unescape(std::string_view body, int line) {
       i += digits;
       detail::append_utf8(cp, out);
     };
+    // The one-character escapes: \n \t \r \\ \' \" \a \b \f \v.
+    static constexpr std::string_view kEscaped = "ntr\\'\"abfv", kMeaning = "\n\t\r\\'\"\a\b\f\v";
+    if (const size_t k = kEscaped.find(e); k != std::string_view::npos) {
+      out.push_back(kMeaning[k]);
+      continue;
+    }
     switch (e) {
-      case 'n':
-        out.push_back('\n');
-        break;
-      case 't':
-        out.push_back('\t');
-        break;
-      case 'r':
-        out.push_back('\r');
-        break;
-      case '\\':
-        out.push_back('\\');
-        break;
-      case '\'':
-        out.push_back('\'');
-        break;
-      case '"':
-        out.push_back('"');
-        break;
-      case 'a':
-        out.push_back('\a');
-        break;
-      case 'b':
-        out.push_back('\b');
-        break;
-      case 'f':
-        out.push_back('\f');
-        break;
-      case 'v':
-        out.push_back('\v');
-        break;
       case '\n':
         break;  // a line continuation
       case 'x':

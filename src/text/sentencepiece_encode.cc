@@ -52,12 +52,8 @@ void BpeTokenizer::init_sentencepiece() {
     char_lengths_[id] = count_chars(tokens[id]);
   }
   // Byte fallback looks tokens up as tokenizers spells them: "<0xE4>".
-  static constexpr char kHex[] = "0123456789ABCDEF";
-  std::string name = "<0x00>";
   for (int b = 0; b < 256; ++b) {
-    name[3] = kHex[b >> 4];
-    name[4] = kHex[b & 15];
-    const auto it = ids_.find(name);
+    const auto it = ids_.find(byte_token(static_cast<uint8_t>(b)));
     byte_ids_[b] = it != ids_.end() ? it->second : -1;
   }
 }

@@ -165,6 +165,8 @@ class KVCache {
   void check_room(int64_t layer, int64_t L, const char* fn) const;
   void check_float(const char* fn) const;
   void check_full(int64_t layer, const char* fn) const;
+  // key_slots / value_slots: the next L slots of `storage` (keys_ or values_), checked for `fn`.
+  Tensor free_slots(std::vector<Tensor>& storage, int64_t layer, int64_t L, const char* fn);
   Tensor dequantized(int64_t layer, bool values) const;
   // Writes positions first … first + L − 1 (rows 0 … L − 1 of k and v) to their slots.
   void write_slots(int64_t layer, int64_t first, const Tensor& k, const Tensor& v, int64_t row0,

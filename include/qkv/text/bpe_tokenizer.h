@@ -139,6 +139,8 @@ class BpeTokenizer {
 
   // Bytes <-> GPT-2's printable characters (bytes_to_unicode).
   static std::string bytes_to_unicode(std::string_view bytes);
+  // "<0xE4>": the byte-fallback token of `byte`, spelled as tokenizers does.
+  static std::string byte_token(uint8_t byte);
 
  private:
   struct Hash {

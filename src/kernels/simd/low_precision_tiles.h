@@ -28,6 +28,7 @@
 #include <limits>
 
 #include "kernels/low_precision_gemm.h"
+#include "kernels/thread_scratch.h"
 
 #if defined(__AVX2__) || defined(__AVX512F__)
 #include <immintrin.h>
@@ -256,7 +257,7 @@ void gemm_block(const float* x, int64_t ldx, const PackedWeights& packed, const 
   // Smoothed int8 weights: kRows rows of x · input_scale at a time.
   const int64_t smooth_bytes = w.input_scale ? (F::kRows * w.k * 4 + 63) / 64 * 64 : 0;
   char* scratch = static_cast<char*>(
-      lowp_scratch(buffer_bytes + temp_bytes + smooth_bytes + block * sizeof(RowQuant)));
+      thread_scratch_bytes(buffer_bytes + temp_bytes + smooth_bytes + block * sizeof(RowQuant)));
   XElem* buffer = reinterpret_cast<XElem*>(scratch);
   uint32_t* temp = reinterpret_cast<uint32_t*>(scratch + buffer_bytes);
   float* smoothed = reinterpret_cast<float*>(scratch + buffer_bytes + temp_bytes);
