@@ -205,9 +205,10 @@ Command add_chat_command(CLI::App& parent) {
   return make_command(
       parent, "chat", "Chat with a GGUF chat model, replies streamed as generated", run_chat,
       [](CLI::App& app, ChatOptions& options) {
-        add_model_file_argument(app, options.model,
-                                "GGUF file of a llama-architecture chat model with a chat template "
-                                "(e.g. models/SmolLM2-135M-Instruct.Q4_1.gguf)");
+        add_model_file_argument(
+            app, options.model,
+            "GGUF chat model (llama, qwen2, qwen3 or gemma3) with a chat template "
+            "(e.g. models/SmolLM2-135M-Instruct.Q4_1.gguf)");
         app.add_option("--system", options.system,
                        "System prompt (default: the template's own, if it has one)");
         add_positive(app, "-n,--max-new-tokens", options.max_new_tokens,

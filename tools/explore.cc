@@ -48,7 +48,7 @@ Command add_explore_command(CLI::App& parent) {
       [](CLI::App& app, ExploreCommandOptions& options) {
         app.add_option("model", options.model,
                        "A BERT / sentence-transformers directory (models/all-MiniLM-L6-v2) or a "
-                       "GGUF file of a llama-architecture model")
+                       "GGUF model (llama, qwen2, qwen3 or gemma3)")
             ->required()
             ->check(CLI::ExistingPath)
             ->type_name("PATH");

@@ -103,7 +103,7 @@ Command add_generate_command(CLI::App& parent) {
         add_model_file_argument(
             app, options.model,
             "Model file written by qkv train lm (models::save_decoder_model), or a "
-            "GGUF file of a llama-architecture model (e.g. "
+            "GGUF model: llama, qwen2, qwen3 or gemma3 (e.g. "
             "models/SmolLM2-135M-Instruct.Q4_1.gguf)");
         app.add_option("-p,--prompt", options.prompt,
                        "Text to continue, printed first (default: a newline)");
