@@ -113,7 +113,8 @@ def build_llama_server():
 
 
 def prompts(count, words):
-    """`count` distinct user messages of about `words` words (~1.3 tokens each)."""
+    """`count` distinct user messages of about `words` words (~1.75 SmolLM2 tokens each on
+    the corpus; each reply's usage gives the true count, which the table reports)."""
     text = open(CORPUS, encoding="utf-8").read().split()
     out = []
     for i in range(count):
@@ -128,7 +129,7 @@ def stream_chat(url, model, content, max_tokens):
             "max_tokens": max_tokens, "temperature": 0, "stream": True,
             "stream_options": {"include_usage": True}}
     start = time.perf_counter()
-    result = {"status": None, "ttft": None, "gaps": [], "tokens": 0}
+    result = {"status": None, "ttft": None, "gaps": [], "tokens": 0, "prompt_tokens": None}
     last = None
     try:
         with httpx.stream("POST", url + "/v1/chat/completions", json=body,
@@ -144,6 +145,7 @@ def stream_chat(url, model, content, max_tokens):
                 event = json.loads(line[len("data: "):])
                 if event.get("usage"):
                     result["tokens"] = event["usage"]["completion_tokens"]
+                    result["prompt_tokens"] = event["usage"].get("prompt_tokens")
                 for choice in event.get("choices", []):
                     if (choice.get("delta") or {}).get("content"):
                         now = time.perf_counter()
@@ -189,7 +191,9 @@ def run_clients(server, clients, requests_per_client, texts, max_tokens):
     return {"clients": clients, "requests": len(results), "ok": len(ok), "tokens": tokens,
             "wall": wall, "tokens_per_s": tokens / wall, "ttft_p50": percentile(ttft, 50),
             "ttft_p99": percentile(ttft, 99), "itl_p50": percentile(gaps, 50),
-            "itl_p99": percentile(gaps, 99)}
+            "itl_p99": percentile(gaps, 99),
+            "prompt_tokens": [r["prompt_tokens"] for r in ok if r["prompt_tokens"]],
+            "statuses": sorted({str(r["status"]) for r in results if r["status"] != 200})}
 
 
 def burst(server, count, texts):
@@ -216,7 +220,9 @@ def main():
                     help="build llama-server (bench/build_llama_cpp.sh, cached) and compare")
     ap.add_argument("--parallel", type=int, default=16, help="slots of both servers")
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--ctx-size", type=int, default=512, help="positions per slot")
+    ap.add_argument("--ctx-size", type=int, default=1024,
+                    help="positions per slot (room for every prompt and reply: a request "
+                         "refused by one server and not the other would skew the rates)")
     ap.add_argument("--max-queue", type=int, default=64, help="qkv serve's --max-queue")
     ap.add_argument("--concurrency", default="1,4,16")
     ap.add_argument("--requests", type=int, default=2, help="requests per client")
@@ -232,7 +238,7 @@ def main():
         ap.error(f"--llama-server {args.llama_server}: no such file")
 
     levels = [int(c) for c in args.concurrency.split(",")]
-    texts = prompts(max(levels) * args.requests + args.burst, int(args.prompt_tokens / 1.3))
+    texts = prompts(max(levels) * args.requests + args.burst, int(args.prompt_tokens / 1.75))
     engines = [("qkv serve", start_qkv)]
     if args.llama_server:
         engines.append(("llama-server", start_llama_server))
@@ -256,11 +262,16 @@ def main():
              f"{os.path.basename(args.model)}, --parallel {args.parallel}, {args.threads} threads, "
              f"~{args.prompt_tokens}-token prompts, {args.max_tokens} new tokens, "
              f"{args.requests} requests per client, streamed", "",
-             "| server | clients | requests ok | generated tokens | tokens/s | TTFT p50 (s) | "
-             "TTFT p99 (s) | inter-token p50 (ms) | inter-token p99 (ms) |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "| server | clients | requests ok | prompt tokens mean (max) | generated tokens | "
+             "tokens/s | TTFT p50 (s) | TTFT p99 (s) | inter-token p50 (ms) | "
+             "inter-token p99 (ms) |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for name, r in rows:
-        lines.append(f"| {name} | {r['clients']} | {r['ok']}/{r['requests']} | {r['tokens']} | "
+        pt = r["prompt_tokens"]
+        prompt = f"{statistics.mean(pt):.0f} ({max(pt)})" if pt else "-"
+        failed = f" (other: {', '.join(r['statuses'])})" if r["statuses"] else ""
+        lines.append(f"| {name} | {r['clients']} | {r['ok']}/{r['requests']}{failed} | {prompt} | "
+                     f"{r['tokens']} | "
                      f"{r['tokens_per_s']:.1f} | {r['ttft_p50']:.2f} | {r['ttft_p99']:.2f} | "
                      f"{1e3 * r['itl_p50']:.1f} | {1e3 * r['itl_p99']:.1f} |")
     if len(engines) == 2:
