@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "ops/checks.h"
 #include "tensor/enum_names.h"
 
 namespace qkv::python {
@@ -201,19 +202,9 @@ namespace {
 // Whether numpy can take t's strides as they are: non-negative, and every
 // element its own memory (no expanded dims).
 bool strides_exportable(const Tensor& t) {
-  std::vector<std::pair<int64_t, int64_t>> dims;  // (stride, size) of dims of size > 1
-  for (int64_t d = 0; d < t.dim(); ++d) {
-    if (t.size(d) <= 1) continue;
-    if (t.stride(d) < 0) return false;
-    dims.emplace_back(t.stride(d), t.size(d));
-  }
-  std::sort(dims.begin(), dims.end());
-  int64_t reach = 0;  // the largest offset the inner dims reach
-  for (const auto& [stride, size] : dims) {
-    if (stride <= reach) return false;
-    reach += stride * (size - 1);
-  }
-  return true;
+  for (int64_t d = 0; d < t.dim(); ++d)
+    if (t.size(d) > 1 && t.stride(d) < 0) return false;
+  return elements_distinct(t);
 }
 
 // A numpy array over `holder`'s elements with its strides; the array owns it.
