@@ -379,8 +379,7 @@ TEST_P(QuantKernelTable, AgainstFloat64OfDequantized) {
       for (int64_t k : {block, 3 * block}) {
         for (int64_t m : {1, 2, 7, 64, 513}) {
           // the integer paths round x: IntegerGemvAgainstRoundedX
-          if (GetParam()->x_bits < 32 && m <= qkv::kernels::quant_gemv_max_rows() &&
-              (f == QuantFormat::kQ4_1 || f == QuantFormat::kQ8_0))
+          if (m <= qkv::kernels::quant_gemv_max_rows() && qkv::kernels::rounds_x(*GetParam(), f))
             continue;
           const int64_t n = m == 513 ? 37 : 53;  // not multiples of 16
           check_quant_gemm(f, m, n, k, m % 2 == 1, gen, "threads=" + std::to_string(threads));
@@ -439,15 +438,15 @@ TEST_P(QuantKernelTable, EmbeddingRowsAreDequantizedRows) {
 
 // ---- The 16- and 8-bit decoding paths (tables with x_bits < 32) -----------------------
 
-// |d·q| + |m| of weight p of row j (Q4_1 / Q8_0), from its block's bytes: the
-// magnitudes the integer kernels sum before cancellation.
-double term_magnitude(QuantFormat f, const std::vector<uint8_t>& bytes, int64_t k, int64_t j,
-                      int64_t p) {
-  const int64_t bb = qkv::quant_block_bytes(f);
-  const uint8_t* b = bytes.data() + (j * k + p) / 32 * bb;
+// |d·q| + |m| of weight p of row j (Q4_1; |w| for the formats without a min,
+// whose weights d·q are exact), from its block's bytes: the magnitudes the
+// integer kernels sum before cancellation.
+double term_magnitude(QuantFormat f, const std::vector<uint8_t>& bytes,
+                      const std::vector<float>& wf, int64_t k, int64_t j, int64_t p) {
+  if (f != QuantFormat::kQ4_1) return std::fabs(wf[j * k + p]);
+  const uint8_t* b = bytes.data() + (j * k + p) / 32 * qkv::quant_block_bytes(f);
   const int e = static_cast<int>(p % 32);
   const double d = qkv::kernels::half_to_float(qkv::kernels::load_u16(b));
-  if (f == QuantFormat::kQ8_0) return std::fabs(d * static_cast<int8_t>(b[2 + e]));
   const int q = e < 16 ? b[4 + e] & 15 : b[4 + e - 16] >> 4;
   return std::fabs(d * q) + std::fabs(qkv::kernels::half_to_float(qkv::kernels::load_u16(b + 2)));
 }
@@ -480,7 +479,7 @@ void round_x_reference(int bits, const float* x, int64_t k, std::vector<double>&
   }
 }
 
-// The few-rows route of an integer table on Q4_1 and Q8_0: (1) against
+// The few-rows route of an integer table on its rounded_formats: (1) against
 // float64 on the dequantised weights and x̂ = dx·q (the reference rounding of
 // the table's x_bits, which the kernel must reproduce): the int32 sums are
 // exact, so only the float32 scaling and summation of the nb = k / 32 block
@@ -494,7 +493,8 @@ TEST_P(QuantKernelTable, IntegerGemvAgainstRoundedX) {
   std::mt19937 gen(9);
   for (int threads : {1, 2}) {
     qkv::set_num_threads(threads);
-    for (QuantFormat f : {QuantFormat::kQ4_1, QuantFormat::kQ8_0}) {
+    for (QuantFormat f : kFormats) {
+      if (!qkv::kernels::rounds_x(*GetParam(), f)) continue;
       for (int64_t k : {32, 96, 128, 224, 576}) {  // blocks: tail only, 4 + 0, 4 + 3, 16 + 2
         for (int64_t m = 1; m <= qkv::kernels::quant_gemv_max_rows(); ++m) {
           const int64_t n = 37, ldx = k + 5, ldy = n + 3;
@@ -524,7 +524,7 @@ TEST_P(QuantKernelTable, IntegerGemvAgainstRoundedX) {
                 ASSERT_LE(std::fabs(xv - xh[p]), err[p]) << p;
                 rounded += wv * xh[p];
                 exact += wv * xv;
-                mag += term_magnitude(f, bytes, k, j, p) * std::fabs(xh[p]);
+                mag += term_magnitude(f, bytes, wf, k, j, p) * std::fabs(xh[p]);
                 abs_exact += std::fabs(wv * xv);
                 rounding += std::fabs(wv) * err[p];
               }
@@ -556,7 +556,8 @@ TEST_P(QuantKernelTable, IntegerGemvAgainstRoundedX) {
 TEST_P(QuantKernelTable, Int16GemvIsCloseToFloatX) {
   if (GetParam()->x_bits != 16) GTEST_SKIP() << GetParam()->name << " does not round x to 16 bits";
   std::mt19937 gen(10);
-  for (QuantFormat f : {QuantFormat::kQ4_1, QuantFormat::kQ8_0}) {
+  for (QuantFormat f : kFormats) {
+    if (!qkv::kernels::rounds_x(*GetParam(), f)) continue;
     const int64_t n = 64, k = 576;
     const std::vector<uint8_t> bytes = random_weight(f, n, k, gen);
     const QuantizedWeight w(f, n, k, std::as_bytes(std::span(bytes)));
@@ -574,6 +575,26 @@ TEST_P(QuantKernelTable, Int16GemvIsCloseToFloatX) {
       worst = std::max(worst, std::fabs(y[j] - exact) / abs_sum);
     }
     EXPECT_LT(worst, 1e-4) << qkv::quant_format_name(f);
+  }
+}
+
+// Batched decoding rests on this: each row of a few-rows call gets, bit for
+// bit, the y it gets alone, whatever the number of rows beside it.
+TEST_P(QuantKernelTable, EachRowEqualsTheRowAlone) {
+  std::mt19937 gen(11);
+  qkv::set_num_threads(1);
+  for (QuantFormat f : kFormats) {
+    const int64_t n = 21, k = 3 * qkv::quant_block_elements(f), m = 11;
+    const std::vector<uint8_t> bytes = random_weight(f, n, k, gen);
+    const QuantizedWeight w(f, n, k, std::as_bytes(std::span(bytes)));
+    const std::vector<float> x = random_floats(m * k, gen);
+    std::vector<float> together(m * n), alone(n);
+    qkv::kernels::quant_gemm(x.data(), k, m, w.matrix(), nullptr, together.data(), n);
+    for (int64_t i = 0; i < m; ++i) {
+      qkv::kernels::quant_gemm(x.data() + i * k, k, 1, w.matrix(), nullptr, alone.data(), n);
+      EXPECT_EQ(std::memcmp(alone.data(), together.data() + i * n, n * 4), 0)
+          << qkv::quant_format_name(f) << " row " << i;
+    }
   }
 }
 

@@ -180,7 +180,8 @@ struct Int8Rows {
 
 }  // namespace
 
-extern const QuantKernels kQuantAvx512Vnni = {"avx512_vnni", &quant::integer_gemv_block<Int8Rows>,
-                                              &quant::dequantize_rows<simd::Avx512>, 8};
+extern const QuantKernels kQuantAvx512Vnni = {
+    "avx512_vnni", &quant::integer_gemv_block<Int8Rows>, &quant::dequantize_rows<simd::Avx512>, 8,
+    rounded_formats({BlockFormat::kQ4_1, BlockFormat::kQ8_0})};
 
 }  // namespace qkv::kernels

@@ -159,8 +159,8 @@ struct Int16Rows {
 
 }  // namespace
 
-extern const QuantKernels kQuantAvx512Vnni16 = {"avx512_vnni16",
-                                                &quant::integer_gemv_block<Int16Rows>,
-                                                &quant::dequantize_rows<simd::Avx512>, 16};
+extern const QuantKernels kQuantAvx512Vnni16 = {
+    "avx512_vnni16", &quant::integer_gemv_block<Int16Rows>, &quant::dequantize_rows<simd::Avx512>,
+    16, rounded_formats({BlockFormat::kQ4_1, BlockFormat::kQ8_0})};
 
 }  // namespace qkv::kernels

@@ -27,14 +27,16 @@ namespace qkv::kernels {
 extern const QuantKernels kQuantAvx512Vnni;
 extern const QuantKernels kQuantAvx512Vnni16;
 extern const QuantKernels kQuantAvx512;
+extern const QuantKernels kQuantAvx2Int16;
 extern const QuantKernels kQuantAvx2;
 extern const QuantKernels kQuantPortable;
 
 namespace {
 // Fastest first, with the level each needs.
-constexpr std::array<IsaTable<QuantKernels>, 5> kTables = {{{Isa::kAvx512Vnni, &kQuantAvx512Vnni},
+constexpr std::array<IsaTable<QuantKernels>, 6> kTables = {{{Isa::kAvx512Vnni, &kQuantAvx512Vnni},
                                                             {Isa::kAvx512Vnni, &kQuantAvx512Vnni16},
                                                             {Isa::kAvx512, &kQuantAvx512},
+                                                            {Isa::kAvx2, &kQuantAvx2Int16},
                                                             {Isa::kAvx2, &kQuantAvx2},
                                                             {Isa::kPortable, &kQuantPortable}}};
 

@@ -11,9 +11,11 @@
 //     multiply-added into up to 8 rows at a time (each row's sum in the same
 //     order whatever the number of rows); W streams in once per 8 rows,
 //     threads split the channels.
-//     Exception: on a table with x_bits < 32, Q4_1 and Q8_0 weights meet x
-//     rounded per block of 32 in exact int32 dot products, then scaled:
-//     x_bits = 16 (avx512_vnni16, the default where the CPU has it):
+//     Exception: on a table with x_bits < 32, the weights of its
+//     rounded_formats (Q4_1 and Q8_0; avx2_int16: Q4_0, Q4_1, Q5_0, Q8_0)
+//     meet x rounded per block of 32 in exact int32 dot products, then scaled:
+//     x_bits = 16 (avx512_vnni16 and avx2_int16, the default where the CPU
+//       has AVX512_VNNI or AVX2):
 //       quantize_x_q16_reference, |x − x̂| ≤ 0.51·dx with dx = max|x| / 32767
 //       (half a step, plus 4·32767·u of one for the float32 rounding of
 //       x·(32767 / max|x|): 1.6e-5 of the block's largest |x|, ~128× below
@@ -32,6 +34,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <vector>
 
 #include "kernels/quant_blocks.h"
@@ -56,11 +59,25 @@ struct QuantKernels {
   // out[(j − j0) · ldo + p] = W[j, p] for rows j in [j0, j1), bit-equal to
   // dequantize_row_reference.
   void (*dequantize_rows)(const QuantMatrix& w, int64_t j0, int64_t j1, float* out, int64_t ldo);
-  // 32: gemv_block keeps x as it is; 16 / 8: for Q4_1 and Q8_0 it rounds x
-  // per block of 32 (quantize_x_q16_reference / quantize_x_q8_reference) and
-  // sums integer products.
+  // 32: gemv_block keeps x as it is; 16 / 8: for the formats of
+  // rounded_formats it rounds x per block of 32 (quantize_x_q16_reference /
+  // quantize_x_q8_reference) and sums integer products.
   int x_bits = 32;
+  // Bit f (a BlockFormat's value) set: gemv_block rounds x for format f
+  // (rounds_x); none where x_bits = 32.
+  uint32_t rounded_formats = 0;
 };
+
+constexpr uint32_t rounded_formats(std::initializer_list<BlockFormat> formats) {
+  uint32_t bits = 0;
+  for (BlockFormat f : formats) bits |= uint32_t{1} << static_cast<uint32_t>(f);
+  return bits;
+}
+
+// Whether table t's few-rows product rounds x for weights of format f.
+inline bool rounds_x(const QuantKernels& t, BlockFormat f) {
+  return (t.rounded_formats >> static_cast<uint32_t>(f)) & 1u;
+}
 
 // The rounding of x of the int8 few-rows kernels, in scalar code: per block b
 // of 32 (k a multiple of 32), amax = max|x|, dx[b] = amax / 127 and q =

@@ -11,29 +11,13 @@
 
 #include <bit>
 #include <cstdint>
-#include <cstring>
 #include <limits>
-#include <vector>
 
 #include "kernels/simd/quant_rows.h"
+#include "kernels/simd/rounded_x.h"
 
 namespace qkv::kernels::quant {
 namespace {
-
-inline int load_u32(const uint8_t* p) {
-  int v;
-  std::memcpy(&v, p, 4);
-  return v;
-}
-
-// x rounded for one call: row r's k values at q + r·k (in the table's order),
-// its blocks' {dx, sx} (sx = dx·Σ q_x for Q4_1, 0 for Q8_0) at s + r·2·nb.
-template <class Int>
-struct RoundedX {
-  const Int* q;
-  const float* s;
-  int64_t k, nb;
-};
 
 // One block of 32 floats at p rounded as quantize_x_reference with Int's
 // range (quant_gemm.h: dx = max|x| / max, q = round(x / dx), blocks below
@@ -56,33 +40,18 @@ inline void round_block(const float* p, float tiny, __m512i* qa, __m512i* qb, fl
   *sum = _mm512_reduce_add_epi32(_mm512_add_epi32(*qa, *qb));
 }
 
-// Rounds m rows of x (stride ldx) into this thread's scratch (kept from call
-// to call): store(q + r·k, b, qa, qb) writes block b's rounded values (int32
-// lanes from round_block) in the table's layout.
+// Rounds m rows of x (stride ldx) into this thread's scratch (rounded_x.h):
+// store(q + r·k, b, qa, qb) writes block b's rounded values (int32 lanes from
+// round_block) in the table's layout.
 template <class Int, class Store>
 RoundedX<Int> round_x(const float* x, int64_t ldx, int64_t m, int64_t k, float tiny, bool q4,
                       Store store) {
-  struct Scratch {
-    std::vector<Int> q;
-    std::vector<float> s;
-  };
-  thread_local Scratch scratch;
-  const int64_t nb = k / 32;
-  scratch.q.resize(static_cast<size_t>(m * k));
-  scratch.s.resize(static_cast<size_t>(m * 2 * nb));
-  for (int64_t r = 0; r < m; ++r) {
-    float* s = scratch.s.data() + r * 2 * nb;
-    for (int64_t b = 0; b < nb; ++b) {
-      __m512i qa, qb;
-      float dx;
-      int32_t sum;
-      round_block<Int>(x + r * ldx + 32 * b, tiny, &qa, &qb, &dx, &sum);
-      store(scratch.q.data() + r * k, b, qa, qb);
-      s[2 * b] = dx;
-      s[2 * b + 1] = q4 ? dx * static_cast<float>(sum) : 0.0f;
-    }
-  }
-  return {scratch.q.data(), scratch.s.data(), k, nb};
+  return round_rows<Int>(x, ldx, m, k, q4,
+                         [&](const float* p, Int* q, int64_t b, float* dx, int32_t* sum) {
+                           __m512i qa, qb;
+                           round_block<Int>(p, tiny, &qa, &qb, dx, sum);
+                           store(q, b, qa, qb);
+                         });
 }
 
 // Q4_1 four blocks at a time (80 bytes at b): their 16 nibble bytes each,
