@@ -12,6 +12,7 @@
 #include <map>
 #include <vector>
 
+#include "float_quant_kernels.h"
 #include "qkv/io/gguf.h"
 #include "qkv/models/gguf_model.h"
 #include "qkv/nn/decoder_model.h"
@@ -63,7 +64,7 @@ Alone decode_alone(DecoderModel& model, const std::vector<int64_t>& prompt) {
   return out;
 }
 
-void expect_slots_equal_decoding_alone(DecoderModel& model) {
+void expect_slots_equal_decoding_alone(DecoderModel& model, double tolerance = kTolerance) {
   const int64_t V = model.config().vocab_size;
   SequenceSlots slots(model, kSlots, kMaxLen);
 
@@ -103,7 +104,7 @@ void expect_slots_equal_decoding_alone(DecoderModel& model) {
       if (!slots.prefill(r.slot, kChunk)) continue;
       r.prefilled = true;
       const std::span<const float> logits = slots.prompt_logits();
-      EXPECT_LE(max_relative_diff(logits, alone[r.seq].logits[0]), kTolerance)
+      EXPECT_LE(max_relative_diff(logits, alone[r.seq].logits[0]), tolerance)
           << "prompt of sequence " << r.seq;
       r.tokens.push_back(qkv::argmax(logits));
     }
@@ -122,7 +123,7 @@ void expect_slots_equal_decoding_alone(DecoderModel& model) {
       const std::span<const float> logits = slots.logits_row(static_cast<int64_t>(row));
       const auto n = r.tokens.size();
       if (n < static_cast<size_t>(kNewTokens)) {
-        EXPECT_LE(max_relative_diff(logits, alone[r.seq].logits[n]), kTolerance)
+        EXPECT_LE(max_relative_diff(logits, alone[r.seq].logits[n]), tolerance)
             << "sequence " << r.seq << " at its token " << n;
         r.tokens.push_back(qkv::argmax(logits));
       }
@@ -170,8 +171,14 @@ TEST(SequenceSlots, Q8CacheEqualsDecodingAlone) {
 }
 
 TEST(SequenceSlots, GgufBlockWeightsEqualDecodingAlone) {
+  // Prompt chunks of kChunk rows take the few-rows route and whole prompts the
+  // other, which differ by x's 16-bit rounding where the active table rounds x
+  // (kernels/quant_gemm.h: |x − x̂| ≤ 1.6e-5 of a block's largest |x|): equal
+  // to float32 summation order with x kept, within that rounding without.
   qkv::models::GgufModel m = qkv::models::load_gguf_model(
       qkv::io::GgufFile::from_bytes(qkv_test::tiny_llama(), "tiny.gguf"), {.max_seq_len = kMaxLen});
+  expect_slots_equal_decoding_alone(m.model, 1e-3);
+  const qkv_test::FloatQuantKernels float_kernels;
   expect_slots_equal_decoding_alone(m.model);
 }
 

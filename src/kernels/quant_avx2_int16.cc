@@ -134,18 +134,19 @@ void rows(const RoundedX& xq, int64_t r0, const QuantMatrix& w, const float* bia
       const uint8_t* b = row + F::kBytes * bi;
       __m256i wv[2];
       F::words(b, wv);
-      const __m256 d = _mm256_set1_ps(half(b));
+      // d·dx of the R rows, lane r
+      const __m256 scale = _mm256_mul_ps(_mm256_set1_ps(half(b)),
+                                         _mm256_loadu_ps(xq.dx_by_block + bi * xq.ld_sx + r0));
       if constexpr (F::kHasMin)
         acc_min = _mm256_fmadd_ps(_mm256_set1_ps(half(b + 2)),
                                   _mm256_loadu_ps(xq.sx_by_block + bi * xq.ld_sx + r0), acc_min);
 #pragma GCC unroll 8
       for (int r = 0; r < R; ++r) {
         const int16_t* xr = xq.q + (r0 + r) * xq.k + 32 * bi;
-        const float* dx = xq.s + (r0 + r) * 2 * nb + 2 * bi;
         const __m256i s = _mm256_add_epi32(_mm256_madd_epi16(wv[0], load256(xr)),
                                            _mm256_madd_epi16(wv[1], load256(xr + 16)));
-        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(d, _mm256_broadcast_ss(dx)),
-                                 acc[r]);
+        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s),
+                                 _mm256_permutevar8x32_ps(scale, _mm256_set1_epi32(r)), acc[r]);
       }
     }
     alignas(32) float mins[8];

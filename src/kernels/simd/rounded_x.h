@@ -19,13 +19,15 @@ inline int load_u32(const uint8_t* p) {
 
 // x rounded for one call: row r's k values at q + r·k (in the table's order),
 // its blocks' {dx, sx} (sx = dx·Σ q_x where a format needs it, else 0) at
-// s + r·2·nb, and the sx of block b of every row at sx_by_block + b·ld_sx
-// (ld_sx: the rows rounded up to 8, the padding 0).
+// s + r·2·nb, and the dx and sx of block b of every row at dx_by_block +
+// b·ld_sx and sx_by_block + b·ld_sx (ld_sx: the rows rounded up to 8, the
+// padding 0).
 template <class Int>
 struct RoundedX {
   const Int* q;
   const float* s;
   int64_t k, nb;
+  const float* dx_by_block;
   const float* sx_by_block;
   int64_t ld_sx;
 };
@@ -39,13 +41,14 @@ RoundedX<Int> round_rows(const float* x, int64_t ldx, int64_t m, int64_t k, bool
                          RoundBlock round_block) {
   struct Scratch {
     std::vector<Int> q;
-    std::vector<float> s, sx_by_block;
+    std::vector<float> s, dx_by_block, sx_by_block;
   };
   thread_local Scratch scratch;
   const int64_t nb = k / 32, ld_sx = (m + 7) / 8 * 8;
   scratch.q.resize(static_cast<size_t>(m * k));
   scratch.s.resize(static_cast<size_t>(m * 2 * nb));
-  scratch.sx_by_block.assign(with_sums ? static_cast<size_t>(nb * ld_sx) : 0, 0.0f);
+  scratch.dx_by_block.assign(static_cast<size_t>(nb * ld_sx), 0.0f);
+  scratch.sx_by_block.assign(static_cast<size_t>(nb * ld_sx), 0.0f);
   for (int64_t r = 0; r < m; ++r) {
     float* s = scratch.s.data() + r * 2 * nb;
     for (int64_t b = 0; b < nb; ++b) {
@@ -54,10 +57,12 @@ RoundedX<Int> round_rows(const float* x, int64_t ldx, int64_t m, int64_t k, bool
       round_block(x + r * ldx + 32 * b, scratch.q.data() + r * k, b, &dx, &sum);
       s[2 * b] = dx;
       s[2 * b + 1] = with_sums ? dx * static_cast<float>(sum) : 0.0f;
-      if (with_sums) scratch.sx_by_block[b * ld_sx + r] = s[2 * b + 1];
+      scratch.dx_by_block[b * ld_sx + r] = dx;
+      scratch.sx_by_block[b * ld_sx + r] = s[2 * b + 1];
     }
   }
-  return {scratch.q.data(), scratch.s.data(), k, nb, scratch.sx_by_block.data(), ld_sx};
+  return {scratch.q.data(),           scratch.s.data(),           k,    nb,
+          scratch.dx_by_block.data(), scratch.sx_by_block.data(), ld_sx};
 }
 
 }  // namespace
