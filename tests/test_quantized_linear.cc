@@ -438,17 +438,29 @@ TEST_P(QuantKernelTable, EmbeddingRowsAreDequantizedRows) {
 
 // ---- The 16- and 8-bit decoding paths (tables with x_bits < 32) -----------------------
 
-// |d·q| + |m| of weight p of row j (Q4_1; |w| for the formats without a min,
-// whose weights d·q are exact), from its block's bytes: the magnitudes the
-// integer kernels sum before cancellation.
+// |d·q| + |m| of weight p of row j (Q4_1, Q4_K; |w| for the formats without
+// a min), from its block's bytes: the magnitudes the integer kernels sum
+// before cancellation.
 double term_magnitude(QuantFormat f, const std::vector<uint8_t>& bytes,
                       const std::vector<float>& wf, int64_t k, int64_t j, int64_t p) {
-  if (f != QuantFormat::kQ4_1) return std::fabs(wf[j * k + p]);
-  const uint8_t* b = bytes.data() + (j * k + p) / 32 * qkv::quant_block_bytes(f);
+  using qkv::kernels::half_to_float, qkv::kernels::load_u16;
+  const int64_t elems = qkv::quant_block_elements(f);
+  const uint8_t* b = bytes.data() + (j * k + p) / elems * qkv::quant_block_bytes(f);
   const int e = static_cast<int>(p % 32);
-  const double d = qkv::kernels::half_to_float(qkv::kernels::load_u16(b));
-  const int q = e < 16 ? b[4 + e] & 15 : b[4 + e - 16] >> 4;
-  return std::fabs(d * q) + std::fabs(qkv::kernels::half_to_float(qkv::kernels::load_u16(b + 2)));
+  if (f == QuantFormat::kQ4_1) {
+    const int q = e < 16 ? b[4 + e] & 15 : b[4 + e - 16] >> 4;
+    return std::fabs(half_to_float(load_u16(b)) * q) + std::fabs(half_to_float(load_u16(b + 2)));
+  }
+  if (f == QuantFormat::kQ4_K) {
+    const int s = static_cast<int>(p % 256 / 32);
+    const uint8_t byte = b[16 + 32 * (s / 2) + e];
+    const int q = s % 2 == 0 ? byte & 15 : byte >> 4;
+    int sc, mn;
+    qkv::kernels::q4k_scale_min(b + 4, s, &sc, &mn);
+    return std::fabs(static_cast<double>(half_to_float(load_u16(b))) * sc * q) +
+           std::fabs(static_cast<double>(half_to_float(load_u16(b + 2))) * mn);
+  }
+  return std::fabs(wf[j * k + p]);
 }
 
 // x̂ = dx·q of one row by the reference rounding of `bits` (16 or 8), and the
@@ -495,7 +507,10 @@ TEST_P(QuantKernelTable, IntegerGemvAgainstRoundedX) {
     qkv::set_num_threads(threads);
     for (QuantFormat f : kFormats) {
       if (!qkv::kernels::rounds_x(*GetParam(), f)) continue;
-      for (int64_t k : {32, 96, 128, 224, 576}) {  // blocks: tail only, 4 + 0, 4 + 3, 16 + 2
+      // blocks of 32: tail only, 4 + 0, 4 + 3, 16 + 2; of 256: one, three
+      const bool small = qkv::quant_block_elements(f) == 32;
+      for (int64_t k :
+           small ? std::vector<int64_t>{32, 96, 128, 224, 576} : std::vector<int64_t>{256, 768}) {
         for (int64_t m = 1; m <= qkv::kernels::quant_gemv_max_rows(); ++m) {
           const int64_t n = 37, ldx = k + 5, ldy = n + 3;
           const std::vector<uint8_t> bytes = random_weight(f, n, k, gen);
@@ -558,7 +573,7 @@ TEST_P(QuantKernelTable, Int16GemvIsCloseToFloatX) {
   std::mt19937 gen(10);
   for (QuantFormat f : kFormats) {
     if (!qkv::kernels::rounds_x(*GetParam(), f)) continue;
-    const int64_t n = 64, k = 576;
+    const int64_t n = 64, k = qkv::quant_block_elements(f) == 32 ? 576 : 768;
     const std::vector<uint8_t> bytes = random_weight(f, n, k, gen);
     const QuantizedWeight w(f, n, k, std::as_bytes(std::span(bytes)));
     const std::vector<float> wf = dequantize_ref(f, bytes, n * k);

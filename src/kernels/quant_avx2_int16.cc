@@ -1,24 +1,22 @@
 // The avx2_int16 table of quant_gemm.h, the default on AVX2 CPUs: the
-// few-rows product of Q4_0, Q4_1, Q5_0 and Q8_0 weights on 16-bit integer
-// dot products (vpmaddwd: s16 × s16, two products summed per int32 lane),
-// every other format (and dequantize_rows) on the avx2 float code. It
+// few-rows product of Q4_0, Q4_1, Q5_0, Q8_0, Q4_K and Q6_K weights on 16-bit
+// integer dot products (vpmaddwd: s16 × s16, two products summed per int32
+// lane), every other format (and dequantize_rows) on the avx2 float code. It
 // computes what avx512_vnni16 computes, with 256-bit registers and without
-// VNNI.
+// VNNI, for more formats.
 //
 // Each call first rounds every row of x to 16 bits per block of 32, bit for
 // bit as quantize_x_q16_reference (dx = max|x| / 32767, q = round(x / dx)),
 // once per thread, into thread-local scratch (rounded_x.h) in x's own order.
-// A block's weights widen to two registers of 16 words, weights 0..15 and
-// 16..31 (the low and the high nibbles of Q4_*'s 16 bytes, Q8_0's bytes as
-// they are), as signed integers: q − 8 (Q4_0), q (Q4_1), q − 16 (Q5_0, its
-// fifth bit from qh), q (Q8_0). Per block and row of x the int32
-// Σ q_w·q_x is exact, then
-//   Q4_0, Q5_0, Q8_0 (w = d·q_w):  Σ w·x̂ = (d·dx)·Σ q_w·q_x
-//   Q4_1 (w = d·q + m):            Σ w·x̂ = (d·dx)·Σ q_w·q_x + m·(dx·Σ q_x)
-// each lane of the sum holds 4 products, |q_w·q_x| ≤ 128·32767 (Q8_0), so
-// at most 16,776,704 < 2^24: its conversion to float32 is exact. A row's
-// block terms are summed in block order whatever the number of rows, so a
-// row gets the same y alone as among others.
+// Each 32-weight (sub-)block of W widens to two registers of 16 signed words,
+// weights 0..15 and 16..31, q_w with w = d·q_w (+ m): q − 8 (Q4_0), q (Q4_1,
+// Q4_K), q − 16 (Q5_0, its fifth bit from qh), q (Q8_0), sc·(q − 32) (Q6_K).
+// Per block and row of x the int32 Σ q_w·q_x is exact, then
+//   Σ w·x̂ = (d·dx)·Σ q_w·q_x (+ m·(dx·Σ q_x) for Q4_1 and Q4_K).
+// Each int32 lane holds 4 products, at most 128·32767 each except Q6_K's, so
+// below 2^24 and exact in float32; Q6_K's (≤ 4096·32767) round once there.
+// A row's block terms are summed in block order whatever the number of rows,
+// so a row gets the same y alone as among others.
 #include <immintrin.h>
 
 #include <bit>
@@ -69,54 +67,115 @@ void round_block(const float* p, int16_t* q, int64_t b, float* dx, int32_t* sum)
         _mm256_permute4x64_epi64(_mm256_packs_epi32(qi[2 * h], qi[2 * h + 1]), 0xd8));
 }
 
-// The weights of one block as two registers of 16 signed words (weights 0..15
-// and 16..31) and its scale d; kHasMin: its min m as well.
-struct Q8_0 {
-  static constexpr int kBytes = 34;
-  static constexpr bool kHasMin = false;
-  static void words(const uint8_t* b, __m256i* w) {
+// A format F: kBytes per block of 32·kSubs weights; words(b, s, w): the
+// weights of its 32-weight sub-block s as two registers of 16 signed words
+// (weights 0..15 and 16..31); scales(b, d, m): d[s] with w = d[s]·q_w
+// (+ m[s] where kHasMin) for every sub-block, exact in float32.
+inline __m256i bytes16(const uint8_t* p) { return _mm256_cvtepu8_epi16(load128(p)); }
+
+// Nibble words: 16 bytes at p, their low nibbles (or high ones when `high`).
+inline __m256i nibbles(const uint8_t* p, bool high) {
+  const __m256i v = bytes16(p);
+  return high ? _mm256_srli_epi16(v, 4) : _mm256_and_si256(v, _mm256_set1_epi16(0x0f));
+}
+
+// Q4_0, Q4_1, Q5_0, Q8_0: blocks of 32, d the fp16 at the start.
+template <int kBlockBytes, bool kMin>
+struct Legacy {
+  static constexpr int kBytes = kBlockBytes, kSubs = 1;
+  static constexpr bool kHasMin = kMin;
+  static void scales(const uint8_t* b, float* d, float* m) {
+    d[0] = half(b);
+    if constexpr (kMin) m[0] = half(b + 2);
+  }
+};
+
+struct Q8_0 : Legacy<34, false> {
+  static void words(const uint8_t* b, int, __m256i* w) {
     w[0] = _mm256_cvtepi8_epi16(load128(b + 2));
     w[1] = _mm256_cvtepi8_epi16(load128(b + 18));
   }
 };
 
-// 16 nibble bytes at p: low nibbles (weights 0..15) and high (16..31).
-inline void nibble_words(const uint8_t* p, __m256i* w) {
-  const __m256i v = _mm256_cvtepu8_epi16(load128(p));
-  w[0] = _mm256_and_si256(v, _mm256_set1_epi16(0x0f));
-  w[1] = _mm256_srli_epi16(v, 4);
-}
-
-struct Q4_0 {
-  static constexpr int kBytes = 18;
-  static constexpr bool kHasMin = false;
-  static void words(const uint8_t* b, __m256i* w) {
-    nibble_words(b + 2, w);
-    for (int h = 0; h < 2; ++h) w[h] = _mm256_sub_epi16(w[h], _mm256_set1_epi16(8));
+struct Q4_0 : Legacy<18, false> {
+  static void words(const uint8_t* b, int, __m256i* w) {
+    for (int h = 0; h < 2; ++h)
+      w[h] = _mm256_sub_epi16(nibbles(b + 2, h == 1), _mm256_set1_epi16(8));
   }
 };
 
-struct Q4_1 {
-  static constexpr int kBytes = 20;
-  static constexpr bool kHasMin = true;
-  static void words(const uint8_t* b, __m256i* w) { nibble_words(b + 4, w); }
+struct Q4_1 : Legacy<20, true> {
+  static void words(const uint8_t* b, int, __m256i* w) {
+    for (int h = 0; h < 2; ++h) w[h] = nibbles(b + 4, h == 1);
+  }
 };
 
 // Q5_0: the nibbles, minus 16 where the fifth bit (bit i of qh for weight i)
 // is clear.
-struct Q5_0 {
-  static constexpr int kBytes = 22;
-  static constexpr bool kHasMin = false;
-  static void words(const uint8_t* b, __m256i* w) {
+struct Q5_0 : Legacy<22, false> {
+  static void words(const uint8_t* b, int, __m256i* w) {
     const uint32_t qh = static_cast<uint32_t>(quant::load_u32(b + 2));
-    nibble_words(b + 6, w);
     const __m256i bit = _mm256_setr_epi16(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096,
                                           8192, 16384, -32768);
     for (int h = 0; h < 2; ++h) {
       const __m256i hb = _mm256_set1_epi16(static_cast<int16_t>(qh >> (16 * h)));
       const __m256i set = _mm256_cmpeq_epi16(_mm256_and_si256(hb, bit), bit);
-      w[h] = _mm256_add_epi16(w[h], _mm256_andnot_si256(set, _mm256_set1_epi16(-16)));
+      w[h] = _mm256_add_epi16(nibbles(b + 6, h == 1),
+                              _mm256_andnot_si256(set, _mm256_set1_epi16(-16)));
     }
+  }
+};
+
+// Q4_K: sub-block s is (d·sc)·q − dmin·mn over the low (even s) or high (odd
+// s) nibbles of bytes 32·(s/2) .. +31; both products exact.
+struct Q4_K {
+  static constexpr int kBytes = 144, kSubs = 8;
+  static constexpr bool kHasMin = true;
+  static void words(const uint8_t* b, int s, __m256i* w) {
+    const uint8_t* qs = b + 16 + 32 * (s / 2);
+    for (int h = 0; h < 2; ++h) w[h] = nibbles(qs + 16 * h, s % 2 != 0);
+  }
+  // The 6-bit sc and mn of the 8 sub-blocks (as q4k_scale_min unpacks them)
+  // as bytes, four to a word: bytes 0..3 hold sc 0..3 and the top bits of sc
+  // 4..7, bytes 4..7 the same for mn, bytes 8..11 the low nibbles of sc / mn 4..7.
+  static void scales(const uint8_t* b, float* d, float* m) {
+    const uint32_t a = static_cast<uint32_t>(quant::load_u32(b + 4));
+    const uint32_t c = static_cast<uint32_t>(quant::load_u32(b + 8));
+    const uint32_t e = static_cast<uint32_t>(quant::load_u32(b + 12));
+    const uint32_t sc_hi = (e & 0x0f0f0f0fu) | (((a >> 6) & 0x03030303u) << 4);
+    const uint32_t mn_hi = ((e >> 4) & 0x0f0f0f0fu) | (((c >> 6) & 0x03030303u) << 4);
+    const auto floats = [](uint32_t lo, uint32_t hi) {
+      return _mm256_cvtepi32_ps(
+          _mm256_cvtepu8_epi32(_mm_setr_epi32(static_cast<int>(lo), static_cast<int>(hi), 0, 0)));
+    };
+    _mm256_storeu_ps(d, _mm256_mul_ps(_mm256_set1_ps(half(b)), floats(a & 0x3f3f3f3fu, sc_hi)));
+    _mm256_storeu_ps(m,
+                     _mm256_mul_ps(_mm256_set1_ps(-half(b + 2)), floats(c & 0x3f3f3f3fu, mn_hi)));
+  }
+};
+
+// Q6_K: sub-block s = 4·half + t is d·sc·(q − 32), q six bits (ql's nibble,
+// qh's 2 bits at 2t) and sc an int8 per 16 weights: the words are sc·(q −
+// 32) (|·| ≤ 4096), d the scale. Each lane then sums 4 products up to
+// 4096·32767: exact in int32, rounded once when converted to float32.
+struct Q6_K {
+  static constexpr int kBytes = 210, kSubs = 8;
+  static constexpr bool kHasMin = false;
+  static void words(const uint8_t* b, int s, __m256i* w) {
+    const int half_ = s / 4, t = s % 4;
+    const uint8_t* ql = b + 64 * half_ + 32 * (t & 1);
+    const uint8_t* qh = b + 128 + 32 * half_;
+    const int8_t* sc = reinterpret_cast<const int8_t*>(b + 192) + 8 * half_ + 2 * t;
+    for (int h = 0; h < 2; ++h) {
+      const __m256i high = _mm256_and_si256(
+          _mm256_srl_epi16(bytes16(qh + 16 * h), _mm_cvtsi32_si128(2 * t)), _mm256_set1_epi16(3));
+      const __m256i q = _mm256_or_si256(nibbles(ql + 16 * h, t >= 2), _mm256_slli_epi16(high, 4));
+      w[h] =
+          _mm256_mullo_epi16(_mm256_sub_epi16(q, _mm256_set1_epi16(32)), _mm256_set1_epi16(sc[h]));
+    }
+  }
+  static void scales(const uint8_t* b, float* d, float*) {
+    for (int s = 0; s < kSubs; ++s) d[s] = half(b + 208);
   }
 };
 
@@ -130,23 +189,29 @@ void rows(const RoundedX& xq, int64_t r0, const QuantMatrix& w, const float* bia
     __m256 acc[R];
     for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
     __m256 acc_min = _mm256_setzero_ps();  // lane r: row r0 + r's Σ m·sx
-    for (int64_t bi = 0; bi < nb; ++bi) {
+    for (int64_t bi = 0; bi < nb / F::kSubs; ++bi) {
       const uint8_t* b = row + F::kBytes * bi;
-      __m256i wv[2];
-      F::words(b, wv);
-      // d·dx of the R rows, lane r
-      const __m256 scale = _mm256_mul_ps(_mm256_set1_ps(half(b)),
-                                         _mm256_loadu_ps(xq.dx_by_block + bi * xq.ld_sx + r0));
-      if constexpr (F::kHasMin)
-        acc_min = _mm256_fmadd_ps(_mm256_set1_ps(half(b + 2)),
-                                  _mm256_loadu_ps(xq.sx_by_block + bi * xq.ld_sx + r0), acc_min);
+      float d[F::kSubs], m[F::kSubs];
+      F::scales(b, d, m);
 #pragma GCC unroll 8
-      for (int r = 0; r < R; ++r) {
-        const int16_t* xr = xq.q + (r0 + r) * xq.k + 32 * bi;
-        const __m256i s = _mm256_add_epi32(_mm256_madd_epi16(wv[0], load256(xr)),
-                                           _mm256_madd_epi16(wv[1], load256(xr + 16)));
-        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s),
-                                 _mm256_permutevar8x32_ps(scale, _mm256_set1_epi32(r)), acc[r]);
+      for (int s = 0; s < F::kSubs; ++s) {
+        const int64_t xb = bi * F::kSubs + s;  // x's block
+        __m256i wv[2];
+        F::words(b, s, wv);
+        // d·dx of the R rows, lane r
+        const __m256 scale = _mm256_mul_ps(_mm256_set1_ps(d[s]),
+                                           _mm256_loadu_ps(xq.dx_by_block + xb * xq.ld_sx + r0));
+        if constexpr (F::kHasMin)
+          acc_min = _mm256_fmadd_ps(_mm256_set1_ps(m[s]),
+                                    _mm256_loadu_ps(xq.sx_by_block + xb * xq.ld_sx + r0), acc_min);
+#pragma GCC unroll 8
+        for (int r = 0; r < R; ++r) {
+          const int16_t* xr = xq.q + (r0 + r) * xq.k + 32 * xb;
+          const __m256i sum = _mm256_add_epi32(_mm256_madd_epi16(wv[0], load256(xr)),
+                                               _mm256_madd_epi16(wv[1], load256(xr + 16)));
+          acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum),
+                                   _mm256_permutevar8x32_ps(scale, _mm256_set1_epi32(r)), acc[r]);
+        }
       }
     }
     alignas(32) float mins[8];
@@ -179,6 +244,10 @@ void gemv_block(const float* x, int64_t ldx, int64_t m, const QuantMatrix& w, co
       return gemv_format<Q5_0>(x, ldx, m, w, bias, y, ldy, c0, c1);
     case BlockFormat::kQ8_0:
       return gemv_format<Q8_0>(x, ldx, m, w, bias, y, ldy, c0, c1);
+    case BlockFormat::kQ4_K:
+      return gemv_format<Q4_K>(x, ldx, m, w, bias, y, ldy, c0, c1);
+    case BlockFormat::kQ6_K:
+      return gemv_format<Q6_K>(x, ldx, m, w, bias, y, ldy, c0, c1);
     default:
       return quant::gemv_block<simd::Avx2>(x, ldx, m, w, bias, y, ldy, c0, c1);
   }
@@ -188,7 +257,7 @@ void gemv_block(const float* x, int64_t ldx, int64_t m, const QuantMatrix& w, co
 
 extern const QuantKernels kQuantAvx2Int16 = {
     "avx2_int16", &gemv_block, &quant::dequantize_rows<simd::Avx2>, 16,
-    rounded_formats(
-        {BlockFormat::kQ4_0, BlockFormat::kQ4_1, BlockFormat::kQ5_0, BlockFormat::kQ8_0})};
+    rounded_formats({BlockFormat::kQ4_0, BlockFormat::kQ4_1, BlockFormat::kQ5_0, BlockFormat::kQ8_0,
+                     BlockFormat::kQ4_K, BlockFormat::kQ6_K})};
 
 }  // namespace qkv::kernels
