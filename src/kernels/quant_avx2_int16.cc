@@ -80,8 +80,9 @@ inline __m256i nibbles(const uint8_t* p, bool high) {
 }
 
 // Q4_0, Q4_1, Q5_0, Q8_0: blocks of 32, d the fp16 at the start.
-template <int kBlockBytes, bool kMin>
+template <BlockFormat kF, int kBlockBytes, bool kMin>
 struct Legacy {
+  static constexpr BlockFormat kFormat = kF;
   static constexpr int kBytes = kBlockBytes, kSubs = 1;
   static constexpr bool kHasMin = kMin;
   static void scales(const uint8_t* b, float* d, float* m) {
@@ -90,21 +91,21 @@ struct Legacy {
   }
 };
 
-struct Q8_0 : Legacy<34, false> {
+struct Q8_0 : Legacy<BlockFormat::kQ8_0, 34, false> {
   static void words(const uint8_t* b, int, __m256i* w) {
     w[0] = _mm256_cvtepi8_epi16(load128(b + 2));
     w[1] = _mm256_cvtepi8_epi16(load128(b + 18));
   }
 };
 
-struct Q4_0 : Legacy<18, false> {
+struct Q4_0 : Legacy<BlockFormat::kQ4_0, 18, false> {
   static void words(const uint8_t* b, int, __m256i* w) {
     for (int h = 0; h < 2; ++h)
       w[h] = _mm256_sub_epi16(nibbles(b + 2, h == 1), _mm256_set1_epi16(8));
   }
 };
 
-struct Q4_1 : Legacy<20, true> {
+struct Q4_1 : Legacy<BlockFormat::kQ4_1, 20, true> {
   static void words(const uint8_t* b, int, __m256i* w) {
     for (int h = 0; h < 2; ++h) w[h] = nibbles(b + 4, h == 1);
   }
@@ -112,7 +113,7 @@ struct Q4_1 : Legacy<20, true> {
 
 // Q5_0: the nibbles, minus 16 where the fifth bit (bit i of qh for weight i)
 // is clear.
-struct Q5_0 : Legacy<22, false> {
+struct Q5_0 : Legacy<BlockFormat::kQ5_0, 22, false> {
   static void words(const uint8_t* b, int, __m256i* w) {
     const uint32_t qh = static_cast<uint32_t>(quant::load_u32(b + 2));
     const __m256i bit = _mm256_setr_epi16(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096,
@@ -129,6 +130,7 @@ struct Q5_0 : Legacy<22, false> {
 // Q4_K: sub-block s is (d·sc)·q − dmin·mn over the low (even s) or high (odd
 // s) nibbles of bytes 32·(s/2) .. +31; both products exact.
 struct Q4_K {
+  static constexpr BlockFormat kFormat = BlockFormat::kQ4_K;
   static constexpr int kBytes = 144, kSubs = 8;
   static constexpr bool kHasMin = true;
   static void words(const uint8_t* b, int s, __m256i* w) {
@@ -159,6 +161,7 @@ struct Q4_K {
 // 32) (|·| ≤ 4096), d the scale. Each lane then sums 4 products up to
 // 4096·32767: exact in int32, rounded once when converted to float32.
 struct Q6_K {
+  static constexpr BlockFormat kFormat = BlockFormat::kQ6_K;
   static constexpr int kBytes = 210, kSubs = 8;
   static constexpr bool kHasMin = false;
   static void words(const uint8_t* b, int s, __m256i* w) {
@@ -233,31 +236,28 @@ void gemv_format(const float* x, int64_t ldx, int64_t m, const QuantMatrix& w, c
                                                  });
 }
 
+// The formats this table rounds x for.
+template <class... F>
+struct Formats {
+  static constexpr uint32_t kMask = rounded_formats({F::kFormat...});
+  // run.template operator()<F>() for the F of `format`; false if none.
+  template <class Run>
+  static bool dispatch(BlockFormat format, Run&& run) {
+    return ((format == F::kFormat && (run.template operator()<F>(), true)) || ...);
+  }
+};
+using Int16Formats = Formats<Q4_0, Q4_1, Q5_0, Q8_0, Q4_K, Q6_K>;
+
 void gemv_block(const float* x, int64_t ldx, int64_t m, const QuantMatrix& w, const float* bias,
                 float* y, int64_t ldy, int64_t c0, int64_t c1) {
-  switch (w.format) {
-    case BlockFormat::kQ4_0:
-      return gemv_format<Q4_0>(x, ldx, m, w, bias, y, ldy, c0, c1);
-    case BlockFormat::kQ4_1:
-      return gemv_format<Q4_1>(x, ldx, m, w, bias, y, ldy, c0, c1);
-    case BlockFormat::kQ5_0:
-      return gemv_format<Q5_0>(x, ldx, m, w, bias, y, ldy, c0, c1);
-    case BlockFormat::kQ8_0:
-      return gemv_format<Q8_0>(x, ldx, m, w, bias, y, ldy, c0, c1);
-    case BlockFormat::kQ4_K:
-      return gemv_format<Q4_K>(x, ldx, m, w, bias, y, ldy, c0, c1);
-    case BlockFormat::kQ6_K:
-      return gemv_format<Q6_K>(x, ldx, m, w, bias, y, ldy, c0, c1);
-    default:
-      return quant::gemv_block<simd::Avx2>(x, ldx, m, w, bias, y, ldy, c0, c1);
-  }
+  const bool integer = Int16Formats::dispatch(
+      w.format, [&]<class F>() { gemv_format<F>(x, ldx, m, w, bias, y, ldy, c0, c1); });
+  if (!integer) quant::gemv_block<simd::Avx2>(x, ldx, m, w, bias, y, ldy, c0, c1);
 }
 
 }  // namespace
 
 extern const QuantKernels kQuantAvx2Int16 = {
-    "avx2_int16", &gemv_block, &quant::dequantize_rows<simd::Avx2>, 16,
-    rounded_formats({BlockFormat::kQ4_0, BlockFormat::kQ4_1, BlockFormat::kQ5_0, BlockFormat::kQ8_0,
-                     BlockFormat::kQ4_K, BlockFormat::kQ6_K})};
+    "avx2_int16", &gemv_block, &quant::dequantize_rows<simd::Avx2>, 16, Int16Formats::kMask};
 
 }  // namespace qkv::kernels
