@@ -14,7 +14,9 @@ run (each thread sums its own 512 MiB array).
         --ik-llama-bench ~/.cache/qkv-peers/ik_llama.cpp-8337e4c/bin/llama-bench \\
         --threads 1,2 --reps 3
 
-Prints a markdown table (tokens/s, ratios, % of the bandwidth bound, peak RSS).
+Prints a markdown table (tokens/s, ratios, % of the bandwidth bound, peak RSS). Each
+engine keeps its default KV cache (qkv float32, llama.cpp f16) unless --qkv-kv-cache q8_0
+gives qkv 8-bit blocks (a quarter of float32's memory).
 """
 import argparse
 import json
@@ -77,11 +79,11 @@ def run_with_peak_rss(cmd):
     return out, peak[0] / 1024.0
 
 
-def qkv_rates(qkv, model, prompt, gen, threads, reps):
+def qkv_rates(qkv, model, prompt, gen, threads, reps, kv_cache):
     """{(test, threads): tokens/s (median)} from `qkv bench -w decode -o jsonl`."""
     out, rss = run_with_peak_rss([qkv, "bench", "-m", model, "-w", "decode", "-p", str(prompt),
                                   "-n", str(gen), "-t", ",".join(map(str, threads)),
-                                  "-r", str(reps), "-o", "jsonl"])
+                                  "-r", str(reps), "--kv-cache", kv_cache, "-o", "jsonl"])
     rates = {}
     for line in out.splitlines():
         row = json.loads(line)
@@ -139,6 +141,8 @@ def main():
     ap.add_argument("-p", "--prompt", type=int, default=512)
     ap.add_argument("-n", "--gen", type=int, default=128)
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--qkv-kv-cache", default="f32", choices=["f32", "q8_0"],
+                    help="qkv's KV cache (llama-bench keeps its default, f16)")
     args = ap.parse_args()
     threads = [int(t) for t in args.threads.split(",")]
     for path in [args.qkv, args.llama_bench] + ([args.ik_llama_bench] if args.ik_llama_bench else []):
@@ -162,7 +166,7 @@ def main():
         for name, binary in engines:
             if name == "qkv":
                 results[name], rss[name] = qkv_rates(args.qkv, model, args.prompt, args.gen,
-                                                     threads, args.reps)
+                                                     threads, args.reps, args.qkv_kv_cache)
             else:
                 results[name], rss[name] = llama_bench_rates(binary, model, args.prompt, args.gen,
                                                              threads, args.reps)

@@ -49,6 +49,7 @@ namespace {
 struct BenchOptions {
   std::vector<std::string> workloads;  // names or groups; empty: the default set
   std::string model;                   // -m: GGUF file for decode/*
+  std::string kv_cache = "f32";        // --kv-cache of decode/*
   std::string embed_model;             // -e: sentence-transformers directory for embed/*
   int64_t prompt_tokens = 0;           // -p (0: 512, --quick 64)
   int64_t gen_tokens = 0;              // -n (0: 128, --quick 16)
@@ -143,14 +144,15 @@ struct DecodeRun {
 };
 
 void add_decode(std::vector<Workload>& out, const std::string& model, int64_t prompt_tokens,
-                int64_t gen_tokens) {
+                int64_t gen_tokens, const std::string& kv_cache) {
   // Loaded by the first decode workload that runs; shared by both.
   auto loaded = std::make_shared<std::shared_ptr<models::GgufModel>>();
-  const auto load = [loaded, model, n = prompt_tokens + gen_tokens + 1] {
+  const auto load = [loaded, model, kv_cache, n = prompt_tokens + gen_tokens + 1] {
     if (!*loaded) {
       QKV_CHECK(is_gguf_file(model), "-m '", model, "' is not a GGUF file");
-      *loaded = std::make_shared<models::GgufModel>(
-          models::load_gguf_model(model, {.max_seq_len = std::max<int64_t>(n, 16)}));
+      *loaded = std::make_shared<models::GgufModel>(models::load_gguf_model(
+          model, {.max_seq_len = std::max<int64_t>(n, 16),
+                  .kv_cache = nn::parse_kv_cache_storage(kv_cache, "--kv-cache")}));
     }
     return *loaded;
   };
@@ -265,7 +267,7 @@ void add_embed(std::vector<Workload>& out, const std::string& model_dir) {
 std::vector<Workload> all_workloads(const BenchOptions& o) {
   std::vector<Workload> all;
   add_attention(all);
-  add_decode(all, o.model, o.prompt_tokens, o.gen_tokens);
+  add_decode(all, o.model, o.prompt_tokens, o.gen_tokens, o.kv_cache);
   add_embed(all, o.embed_model);
   return all;
 }
@@ -532,6 +534,7 @@ Command add_bench_command(CLI::App& parent) {
                        "Sentence-transformers directory for the embed/* workloads (e.g. "
                        "models/all-MiniLM-L6-v2)")
             ->check(CLI::ExistingDirectory);
+        add_kv_cache_option(app, options.kv_cache);
         app.add_option("-p,--prompt-tokens", options.prompt_tokens,
                        "Tokens of decode/pp (default 512, --quick 64)")
             ->check(in_range(int64_t{1}, int64_t{32768}));
