@@ -98,7 +98,8 @@ void quantize_x_q16_reference(const float* x, int64_t k, int16_t* q, float* dx);
 std::vector<const QuantKernels*> supported_quant_kernels();
 // The fastest of them at or below isa_ceiling() (kernels/cpu_features.h)
 // that does not round x to 8 bits (avx512_vnni16 where the CPU has
-// AVX512_VNNI and the cap allows it, else a float-x table) — unless the environment has
+// AVX512_VNNI and the cap allows it, avx512 (float x) at the avx512 level,
+// avx2_int16 at the avx2 level, portable below) — unless the environment has
 // QKV_INT8_DECODE=1, which lets an x_bits = 8 table (as llama.cpp; faster
 // still, with greedy choices that part from the float path's now and then)
 // be chosen — or override_quant_kernels chose another.
