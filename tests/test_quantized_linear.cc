@@ -438,27 +438,35 @@ TEST_P(QuantKernelTable, EmbeddingRowsAreDequantizedRows) {
 
 // ---- The 16- and 8-bit decoding paths (tables with x_bits < 32) -----------------------
 
-// |d·q| + |m| of weight p of row j (Q4_1, Q4_K; |w| for the formats without
-// a min), from its block's bytes: the magnitudes the integer kernels sum
-// before cancellation.
+// |d·q| + |m| of weight p of row j for the formats with a min (Q4_1, Q5_1,
+// Q4_K, Q5_K; |w| for the others), from its block's bytes: the magnitudes the
+// integer kernels sum before cancellation.
 double term_magnitude(QuantFormat f, const std::vector<uint8_t>& bytes,
                       const std::vector<float>& wf, int64_t k, int64_t j, int64_t p) {
   using qkv::kernels::half_to_float, qkv::kernels::load_u16;
   const int64_t elems = qkv::quant_block_elements(f);
   const uint8_t* b = bytes.data() + (j * k + p) / elems * qkv::quant_block_bytes(f);
   const int e = static_cast<int>(p % 32);
-  if (f == QuantFormat::kQ4_1) {
-    const int q = e < 16 ? b[4 + e] & 15 : b[4 + e - 16] >> 4;
-    return std::fabs(half_to_float(load_u16(b)) * q) + std::fabs(half_to_float(load_u16(b + 2)));
+  const double d = half_to_float(load_u16(b)), m = half_to_float(load_u16(b + 2));
+  const auto nibble = [&](const uint8_t* qs, bool high) {
+    return high ? qs[e % 16] >> 4 : qs[e % 16] & 15;
+  };
+  if (f == QuantFormat::kQ4_1) return std::fabs(d * nibble(b + 4, e >= 16)) + std::fabs(m);
+  if (f == QuantFormat::kQ5_1) {
+    uint32_t qh;
+    std::memcpy(&qh, b + 4, 4);
+    const int q = nibble(b + 8, e >= 16) | static_cast<int>((qh >> e) & 1) << 4;
+    return std::fabs(d * q) + std::fabs(m);
   }
-  if (f == QuantFormat::kQ4_K) {
+  if (f == QuantFormat::kQ4_K || f == QuantFormat::kQ5_K) {
     const int s = static_cast<int>(p % 256 / 32);
-    const uint8_t byte = b[16 + 32 * (s / 2) + e];
-    const int q = s % 2 == 0 ? byte & 15 : byte >> 4;
+    const bool five = f == QuantFormat::kQ5_K;
+    const uint8_t byte = b[(five ? 48 : 16) + 32 * (s / 2) + e];
+    int q = s % 2 == 0 ? byte & 15 : byte >> 4;
+    if (five) q |= ((b[16 + e] >> s) & 1) << 4;
     int sc, mn;
     qkv::kernels::q4k_scale_min(b + 4, s, &sc, &mn);
-    return std::fabs(static_cast<double>(half_to_float(load_u16(b))) * sc * q) +
-           std::fabs(static_cast<double>(half_to_float(load_u16(b + 2))) * mn);
+    return std::fabs(d * sc * q) + std::fabs(m * mn);
   }
   return std::fabs(wf[j * k + p]);
 }

@@ -1,18 +1,18 @@
 // The avx2_int16 table of quant_gemm.h, the default on AVX2 CPUs: the
-// few-rows product of Q4_0, Q4_1, Q5_0, Q8_0, Q4_K and Q6_K weights on 16-bit
-// integer dot products (vpmaddwd: s16 × s16, two products summed per int32
-// lane), every other format (and dequantize_rows) on the avx2 float code. It
-// computes what avx512_vnni16 computes, with 256-bit registers and without
-// VNNI, for more formats.
+// few-rows product of every block format on 16-bit integer dot products
+// (vpmaddwd: s16 × s16, two products summed per int32 lane); dequantize_rows
+// is the avx2 float code's. It computes what avx512_vnni16 computes for Q4_1
+// and Q8_0, with 256-bit registers and without VNNI.
 //
 // Each call first rounds every row of x to 16 bits per block of 32, bit for
 // bit as quantize_x_q16_reference (dx = max|x| / 32767, q = round(x / dx)),
 // once per thread, into thread-local scratch (rounded_x.h) in x's own order.
 // Each 32-weight (sub-)block of W widens to two registers of 16 signed words,
 // weights 0..15 and 16..31, q_w with w = d·q_w (+ m): q − 8 (Q4_0), q (Q4_1,
-// Q4_K), q − 16 (Q5_0, its fifth bit from qh), q (Q8_0), sc·(q − 32) (Q6_K).
-// Per block and row of x the int32 Σ q_w·q_x is exact, then
-//   Σ w·x̂ = (d·dx)·Σ q_w·q_x (+ m·(dx·Σ q_x) for Q4_1 and Q4_K).
+// Q4_K), q − 16 (Q5_0), q (Q5_1, Q5_K; fifth bits from qh), q (Q8_0), the
+// level (IQ4_NL), sc·(q − 32) (Q6_K). Per block and row of x the int32
+// Σ q_w·q_x is exact, then
+//   Σ w·x̂ = (d·dx)·Σ q_w·q_x (+ m·(dx·Σ q_x) for Q4_1, Q5_1, Q4_K, Q5_K).
 // Each int32 lane holds 4 products, at most 128·32767 each except Q6_K's, so
 // below 2^24 and exact in float32; Q6_K's (≤ 4096·32767) round once there.
 // A row's block terms are summed in block order whatever the number of rows,
@@ -111,31 +111,54 @@ struct Q4_1 : Legacy<BlockFormat::kQ4_1, 20, true> {
   }
 };
 
-// Q5_0: the nibbles, minus 16 where the fifth bit (bit i of qh for weight i)
-// is clear.
+// The fifth bits of a 32-weight block, bit i of qh for weight i: all-ones
+// words where set, for weights 0..15 (h = 0) or 16..31 (h = 1).
+inline __m256i fifth_bits(uint32_t qh, int h) {
+  const __m256i bit = _mm256_setr_epi16(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096,
+                                        8192, 16384, -32768);
+  const __m256i hb = _mm256_set1_epi16(static_cast<int16_t>(qh >> (16 * h)));
+  return _mm256_cmpeq_epi16(_mm256_and_si256(hb, bit), bit);
+}
+
+// Q5_0: the nibbles, minus 16 where the fifth bit is clear.
 struct Q5_0 : Legacy<BlockFormat::kQ5_0, 22, false> {
   static void words(const uint8_t* b, int, __m256i* w) {
     const uint32_t qh = static_cast<uint32_t>(quant::load_u32(b + 2));
-    const __m256i bit = _mm256_setr_epi16(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096,
-                                          8192, 16384, -32768);
-    for (int h = 0; h < 2; ++h) {
-      const __m256i hb = _mm256_set1_epi16(static_cast<int16_t>(qh >> (16 * h)));
-      const __m256i set = _mm256_cmpeq_epi16(_mm256_and_si256(hb, bit), bit);
+    for (int h = 0; h < 2; ++h)
       w[h] = _mm256_add_epi16(nibbles(b + 6, h == 1),
-                              _mm256_andnot_si256(set, _mm256_set1_epi16(-16)));
-    }
+                              _mm256_andnot_si256(fifth_bits(qh, h), _mm256_set1_epi16(-16)));
+  }
+};
+
+// Q5_1: the nibbles, plus 16 where the fifth bit is set; w = d·q + m.
+struct Q5_1 : Legacy<BlockFormat::kQ5_1, 24, true> {
+  static void words(const uint8_t* b, int, __m256i* w) {
+    const uint32_t qh = static_cast<uint32_t>(quant::load_u32(b + 4));
+    for (int h = 0; h < 2; ++h)
+      w[h] = _mm256_add_epi16(nibbles(b + 8, h == 1),
+                              _mm256_and_si256(fifth_bits(qh, h), _mm256_set1_epi16(16)));
+  }
+};
+
+// IQ4_NL: the int8 level (kIq4nlValues) of each nibble.
+struct IQ4_NL : Legacy<BlockFormat::kIQ4_NL, 18, false> {
+  static void words(const uint8_t* b, int, __m256i* w) {
+    const __m128i table = _mm_load_si128(reinterpret_cast<const __m128i*>(kIq4nlValues));
+    const __m128i v = load128(b + 2), low = _mm_set1_epi8(0x0f);
+    w[0] = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(table, _mm_and_si128(v, low)));
+    w[1] = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(table, _mm_and_si128(_mm_srli_epi16(v, 4), low)));
   }
 };
 
 // Q4_K: sub-block s is (d·sc)·q − dmin·mn over the low (even s) or high (odd
-// s) nibbles of bytes 32·(s/2) .. +31; both products exact.
-struct Q4_K {
-  static constexpr BlockFormat kFormat = BlockFormat::kQ4_K;
-  static constexpr int kBytes = 144, kSubs = 8;
+// s) nibbles of bytes 32·(s/2) .. +31 from byte kQs; both products exact.
+template <BlockFormat kF, int kBlockBytes, int kQs>
+struct KQuant {
+  static constexpr BlockFormat kFormat = kF;
+  static constexpr int kBytes = kBlockBytes, kSubs = 8;
   static constexpr bool kHasMin = true;
-  static void words(const uint8_t* b, int s, __m256i* w) {
-    const uint8_t* qs = b + 16 + 32 * (s / 2);
-    for (int h = 0; h < 2; ++h) w[h] = nibbles(qs + 16 * h, s % 2 != 0);
+  static __m256i nibble_words(const uint8_t* b, int s, int h) {
+    return nibbles(b + kQs + 32 * (s / 2) + 16 * h, s % 2 != 0);
   }
   // The 6-bit sc and mn of the 8 sub-blocks (as q4k_scale_min unpacks them)
   // as bytes, four to a word: bytes 0..3 hold sc 0..3 and the top bits of sc
@@ -153,6 +176,24 @@ struct Q4_K {
     _mm256_storeu_ps(d, _mm256_mul_ps(_mm256_set1_ps(half(b)), floats(a & 0x3f3f3f3fu, sc_hi)));
     _mm256_storeu_ps(m,
                      _mm256_mul_ps(_mm256_set1_ps(-half(b + 2)), floats(c & 0x3f3f3f3fu, mn_hi)));
+  }
+};
+
+struct Q4_K : KQuant<BlockFormat::kQ4_K, 144, 16> {
+  static void words(const uint8_t* b, int s, __m256i* w) {
+    for (int h = 0; h < 2; ++h) w[h] = nibble_words(b, s, h);
+  }
+};
+
+// Q5_K: Q4_K's sub-blocks (from byte 48) with bit s of qh[i] (byte 16 + i) as
+// bit 4 of weight i.
+struct Q5_K : KQuant<BlockFormat::kQ5_K, 176, 48> {
+  static void words(const uint8_t* b, int s, __m256i* w) {
+    for (int h = 0; h < 2; ++h) {
+      const __m256i high = _mm256_and_si256(
+          _mm256_srl_epi16(bytes16(b + 16 + 16 * h), _mm_cvtsi32_si128(s)), _mm256_set1_epi16(1));
+      w[h] = _mm256_or_si256(nibble_words(b, s, h), _mm256_slli_epi16(high, 4));
+    }
   }
 };
 
@@ -246,7 +287,7 @@ struct Formats {
     return ((format == F::kFormat && (run.template operator()<F>(), true)) || ...);
   }
 };
-using Int16Formats = Formats<Q4_0, Q4_1, Q5_0, Q8_0, Q4_K, Q6_K>;
+using Int16Formats = Formats<Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, Q4_K, Q5_K, Q6_K>;
 
 void gemv_block(const float* x, int64_t ldx, int64_t m, const QuantMatrix& w, const float* bias,
                 float* y, int64_t ldy, int64_t c0, int64_t c1) {

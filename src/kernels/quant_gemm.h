@@ -12,7 +12,7 @@
 //     order whatever the number of rows); W streams in once per 8 rows,
 //     threads split the channels.
 //     Exception: on a table with x_bits < 32, the weights of its
-//     rounded_formats (Q4_1 and Q8_0; avx2_int16: also Q4_0, Q5_0, Q4_K, Q6_K)
+//     rounded_formats (Q4_1 and Q8_0; avx2_int16: every format)
 //     meet x rounded per block of 32 in exact int32 dot products, then scaled:
 //     x_bits = 16 (avx512_vnni16 and avx2_int16, the default where the CPU
 //       has AVX512_VNNI or AVX2):
