@@ -288,6 +288,7 @@ struct Formats {
   }
 };
 using Int16Formats = Formats<Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, Q4_K, Q5_K, Q6_K>;
+static_assert(Int16Formats::kMask == kEveryFormat, "a block format without 16-bit x kernels");
 
 void gemv_block(const float* x, int64_t ldx, int64_t m, const QuantMatrix& w, const float* bias,
                 float* y, int64_t ldy, int64_t c0, int64_t c1) {

@@ -176,6 +176,7 @@ struct Int8Rows {
   static constexpr auto round_x = &kernels::round_x;
   template <int R, bool kQ4>
   static constexpr auto rows = kQ4 ? &q4_1_rows<R> : &q8_0_rows<R>;
+  static constexpr auto other_formats = &quant::gemv_block<simd::Avx512>;  // float x
 };
 
 }  // namespace

@@ -1,7 +1,7 @@
 // The avx512_vnni16 table of quant_gemm.h: the few-rows product of Q4_1 and
 // Q8_0 weights on 16-bit integer dot products (vpdpwssd, s16 × s16 → int32,
-// two products per int32 lane), everything else (other formats,
-// dequantize_rows) on the avx512 float code.
+// two products per int32 lane), the other formats on avx2_int16's (the same
+// rounding of x, vpmaddwd), dequantize_rows on the avx512 float code.
 //
 // Each call first rounds every row of x to 16 bits per block of 32
 // (quantize_x_q16_reference: dx = max|x| / 32767, q = round(x / dx)), once
@@ -30,6 +30,9 @@
 #include "kernels/simd/quant_int_rows.h"
 
 namespace qkv::kernels {
+
+extern const QuantKernels kQuantAvx2Int16;
+
 namespace {
 
 constexpr float kTiny = 0x1p-100f;  // see quantize_x_q16_reference
@@ -155,6 +158,11 @@ struct Int16Rows {
   static constexpr auto round_x = &kernels::round_x;
   template <int R, bool kQ4>
   static constexpr auto rows = kQ4 ? &q4_1_rows<R> : &q8_0_rows<R>;
+  // The other formats on avx2_int16's kernels: x rounded the same way.
+  static void other_formats(const float* x, int64_t ldx, int64_t m, const QuantMatrix& w,
+                            const float* bias, float* y, int64_t ldy, int64_t c0, int64_t c1) {
+    kQuantAvx2Int16.gemv_block(x, ldx, m, w, bias, y, ldy, c0, c1);
+  }
 };
 
 }  // namespace

@@ -12,7 +12,8 @@
 //     order whatever the number of rows); W streams in once per 8 rows,
 //     threads split the channels.
 //     Exception: on a table with x_bits < 32, the weights of its
-//     rounded_formats (Q4_1 and Q8_0; avx2_int16: every format)
+//     rounded_formats (avx512_vnni: Q4_1 and Q8_0; avx512_vnni16 and
+//     avx2_int16: every format)
 //     meet x rounded per block of 32 in exact int32 dot products, then scaled:
 //     x_bits = 16 (avx512_vnni16 and avx2_int16, the default where the CPU
 //       has AVX512_VNNI or AVX2):
@@ -73,6 +74,11 @@ constexpr uint32_t rounded_formats(std::initializer_list<BlockFormat> formats) {
   for (BlockFormat f : formats) bits |= uint32_t{1} << static_cast<uint32_t>(f);
   return bits;
 }
+
+constexpr uint32_t kEveryFormat =
+    rounded_formats({BlockFormat::kQ4_0, BlockFormat::kQ4_1, BlockFormat::kQ5_0, BlockFormat::kQ5_1,
+                     BlockFormat::kQ8_0, BlockFormat::kIQ4_NL, BlockFormat::kQ4_K,
+                     BlockFormat::kQ5_K, BlockFormat::kQ6_K});
 
 // Whether table t's few-rows product rounds x for weights of format f.
 inline bool rounds_x(const QuantKernels& t, BlockFormat f) {

@@ -2,7 +2,7 @@
 // x rounded to int8; quant_avx512_vnni16.cc: to int16) share: the rounding
 // of x per block of 32 into thread-local scratch, and the driver that sends
 // Q4_1 and Q8_0 weights to their kernels and every other format to the
-// avx512 float code. Each file keeps its own layout of the rounded x and its
+// table's choice. Each file keeps its own layout of the rounded x and its
 // own dot products. AVX-512 (and F16C) code: include only from files
 // compiled for it.
 #pragma once
@@ -88,12 +88,12 @@ inline void q4_1_accumulate4(__m512i sums, __m256 dm, const float* xs, __m512* a
 // The few-rows product of an integer table T: Q4_1 and Q8_0 weights meet x
 // rounded by T::round_x in T::rows<R, Q4_1?> (R rows from r0, channels [j0,
 // j1)), in groups of 16 channels meeting the rows 4 at a time; other formats
-// run the avx512 float code.
+// run T::other_formats.
 template <class T>
 void integer_gemv_block(const float* x, int64_t ldx, int64_t m, const QuantMatrix& w,
                         const float* bias, float* y, int64_t ldy, int64_t c0, int64_t c1) {
   if (w.format != BlockFormat::kQ4_1 && w.format != BlockFormat::kQ8_0)
-    return gemv_block<simd::Avx512>(x, ldx, m, w, bias, y, ldy, c0, c1);
+    return T::other_formats(x, ldx, m, w, bias, y, ldy, c0, c1);
   const auto xq = T::round_x(x, ldx, m, w.k, w.format == BlockFormat::kQ4_1);
   for_each_row_block<4>(m, c0, c1, [&]<int R>(int64_t r0, int64_t j0, int64_t j1) {
     if (w.format == BlockFormat::kQ4_1)
