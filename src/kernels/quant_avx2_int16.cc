@@ -277,14 +277,14 @@ void gemv_format(const float* x, int64_t ldx, int64_t m, const QuantMatrix& w, c
                                                  });
 }
 
-// The formats this table rounds x for.
+// The formats this table rounds x for: every one (the static_assert).
 template <class... F>
 struct Formats {
   static constexpr uint32_t kMask = rounded_formats({F::kFormat...});
-  // run.template operator()<F>() for the F of `format`; false if none.
+  // run.template operator()<F>() for the F of `format`.
   template <class Run>
-  static bool dispatch(BlockFormat format, Run&& run) {
-    return ((format == F::kFormat && (run.template operator()<F>(), true)) || ...);
+  static void dispatch(BlockFormat format, Run&& run) {
+    ((format == F::kFormat ? run.template operator()<F>() : void()), ...);
   }
 };
 using Int16Formats = Formats<Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, Q4_K, Q5_K, Q6_K>;
@@ -292,9 +292,8 @@ static_assert(Int16Formats::kMask == kEveryFormat, "a block format without 16-bi
 
 void gemv_block(const float* x, int64_t ldx, int64_t m, const QuantMatrix& w, const float* bias,
                 float* y, int64_t ldy, int64_t c0, int64_t c1) {
-  const bool integer = Int16Formats::dispatch(
-      w.format, [&]<class F>() { gemv_format<F>(x, ldx, m, w, bias, y, ldy, c0, c1); });
-  if (!integer) quant::gemv_block<simd::Avx2>(x, ldx, m, w, bias, y, ldy, c0, c1);
+  Int16Formats::dispatch(w.format,
+                         [&]<class F>() { gemv_format<F>(x, ldx, m, w, bias, y, ldy, c0, c1); });
 }
 
 }  // namespace
