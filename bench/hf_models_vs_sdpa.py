@@ -20,9 +20,11 @@ Rows (issue 42's grid):
 
 One model per row, switched between "qkv" and "sdpa" with
 set_attn_implementation; the two alternate, the median of --reps runs each
-after a warm-up run; speedup = sdpa time / qkv time. The aten::copy_ column
-counts the copies in one run of each (torch profiler): issue 42 wants qkv to
-add none per layer. --quick runs every row at toy sizes (< 1 min) to check
+after a warm-up run; speedup = sdpa time / qkv time. One more run of each
+under the torch profiler counts its aten::copy_ calls (issue 42 wants qkv to
+add none per layer) and the time inside attention ops (forward and backward);
+ceiling = the speedup if qkv's attention took no time at all, sdpa time /
+(sdpa time - sdpa's attention time): Amdahl's bound for this row. --quick runs every row at toy sizes (< 1 min) to check
 the script, not to measure (1-2 layer models).
 """
 
@@ -106,10 +108,9 @@ def minilm_rows(model, shapes):
 
 def causal_lm_rows(name, model, prefills, generation):
     rows = []
-    vocab = model.config.vocab_size
+    high = min(model.config.vocab_size, 30000)  # token ids drawn from [high / 2, high)
     for tokens in prefills:
-        ids = torch.randint(vocab // 2, min(vocab, 30000), (1, tokens),
-                            generator=torch.Generator().manual_seed(1))
+        ids = torch.randint(high // 2, high, (1, tokens), generator=torch.Generator().manual_seed(1))
 
         def prefill(ids=ids):
             with torch.no_grad():
@@ -118,8 +119,7 @@ def causal_lm_rows(name, model, prefills, generation):
         rows.append((f"{name} prefill {tokens}", model, prefill, "eval"))
     if generation:
         prompt, new = generation
-        ids = torch.randint(vocab // 2, min(vocab, 30000), (1, prompt),
-                            generator=torch.Generator().manual_seed(2))
+        ids = torch.randint(high // 2, high, (1, prompt), generator=torch.Generator().manual_seed(2))
 
         def generate(ids=ids):
             with torch.no_grad():
@@ -135,12 +135,29 @@ def use(model, implementation, mode):
     model.train(mode == "train")
 
 
-def copies(model, fn, implementation, mode):
-    """aten::copy_ calls in one run."""
+def _is_attention(event):
+    return "scaled_dot_product" in event.name
+
+
+def profile_row(model, fn, implementation, mode):
+    """(aten::copy_ calls, milliseconds inside attention ops) in one run under
+    the torch profiler: the outermost events whose name holds
+    "scaled_dot_product", forward and backward, kernels and their checks."""
     use(model, implementation, mode)
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
         fn()
-    return sum(e.count for e in prof.key_averages() if e.key == "aten::copy_")
+    events = prof.events()
+    n_copies = sum(1 for e in events if e.name == "aten::copy_")
+    attention_us = 0.0
+    for e in events:
+        if not _is_attention(e):
+            continue
+        parent = e.cpu_parent
+        while parent is not None and not _is_attention(parent):
+            parent = parent.cpu_parent
+        if parent is None:
+            attention_us += e.cpu_time_total
+    return n_copies, attention_us / 1e3
 
 
 def time_row(model, fn, mode, reps):
@@ -185,18 +202,24 @@ def main():
     ]
     print(f"transformers {transformers.__version__}, torch {torch.__version__}, "
           f"{a.threads} threads, median of {reps}{' (--quick: toy sizes)' if a.quick else ''}")
-    print(f"{'row':<36} {'sdpa ms':>10} {'qkv ms':>10} {'speedup':>8} {'copy_ sdpa/qkv':>15}")
+    print(f"{'row':<36} {'sdpa ms':>10} {'qkv ms':>10} {'speedup':>8} {'copy_ sdpa/qkv':>15} "
+          f"{'attention ms sdpa/qkv':>22} {'ceiling':>8}")
     for family, build in builders:
         if a.only and not (family.startswith(a.only) or a.only.startswith(family)):
             continue
         for name, model, fn, mode in build():
             if a.only and not name.startswith(a.only):
                 continue
-            n_copies = {impl: copies(model, fn, impl, mode) for impl in IMPLEMENTATIONS}
+            profiled = {impl: profile_row(model, fn, impl, mode) for impl in IMPLEMENTATIONS}
             t = time_row(model, fn, mode, reps)
+            (copies_sdpa, attention_sdpa), (copies_qkv, attention_qkv) = (
+                profiled["sdpa"], profiled["qkv"])
+            # The speedup if qkv's attention took no time at all: the rest of
+            # the model (sdpa's time less its attention) bounds any gain.
+            ceiling = t["sdpa"] / max(t["sdpa"] - attention_sdpa / 1e3, 1e-9)
             print(f"{name:<36} {t['sdpa'] * 1e3:>10.1f} {t['qkv'] * 1e3:>10.1f} "
-                  f"{t['sdpa'] / t['qkv']:>7.2f}x {n_copies['sdpa']:>7}/{n_copies['qkv']:<7}",
-                  flush=True)
+                  f"{t['sdpa'] / t['qkv']:>7.2f}x {copies_sdpa:>7}/{copies_qkv:<7} "
+                  f"{attention_sdpa:>11.1f}/{attention_qkv:<10.1f} {ceiling:>7.2f}x", flush=True)
 
 
 if __name__ == "__main__":

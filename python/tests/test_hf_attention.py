@@ -9,7 +9,9 @@
   - SentenceTransformer(path, model_kwargs={"attn_implementation": "qkv"})
     encodes as with "sdpa";
   - a LLaMA model from a small random LlamaConfig with GQA, 2 layers: the
-    same logits (left-padded batch) and the same greedy tokens;
+    same logits (left-padded batch) and the same greedy tokens, also through
+    transformers' DynamicCache and StaticCache (decode steps: one query, no
+    dense mask where the cache holds exactly the keys to see);
   - a Gemma 3 model from a small random Gemma3TextConfig with sliding and
     global layers (window 5 < the 14 tokens): logits, parameter gradients and
     greedy tokens as "sdpa", the sliding layers run without a dense mask
@@ -217,6 +219,50 @@ def test_llama_gqa_logits_and_greedy_generation(qkv_calls):
         model(input_ids=ids, attention_mask=mask, labels=labels).loss.backward()
     for (n, p), (_, q) in zip(ours.named_parameters(), reference.named_parameters()):
         assert rel(p.grad, q.grad) <= 1e-4, n
+
+
+@pytest.fixture
+def call_shapes(monkeypatch):
+    """(query length, key length, has a mask, causal) of each qkv attention call."""
+    calls = []
+    run = qkv_torch.scaled_dot_product_attention
+
+    def recorded(query, key, *args, **kwargs):
+        calls.append((query.shape[-2], key.shape[-2], kwargs.get("attn_mask") is not None,
+                      kwargs.get("causal")))
+        return run(query, key, *args, **kwargs)
+
+    monkeypatch.setattr(qkv_torch, "scaled_dot_product_attention", recorded)
+    return calls
+
+
+@pytest.mark.parametrize("cache", ["dynamic", "static"])
+def test_llama_generation_through_hugging_face_caches(cache, call_shapes):
+    """Greedy generation through transformers' cache classes equals "sdpa"'s,
+    and each step after the prompt is one query over the cached keys: qkv's
+    few-query (decoding) kernel. DynamicCache: no mask, no causal rule (one
+    query sees every cached key), keys growing by one a step. StaticCache:
+    the cache's empty slots need sdpa's mask."""
+    ours, reference = llama_pair()
+    ids = torch.randint(3, 128, (2, 7), generator=torch.Generator().manual_seed(8))
+    kwargs = dict(max_new_tokens=10, do_sample=False, pad_token_id=0)
+    if cache == "static":
+        kwargs["cache_implementation"] = "static"
+    with torch.no_grad():
+        want = reference.generate(ids, **kwargs)
+        call_shapes.clear()
+        got = ours.generate(ids, **kwargs)
+    assert torch.equal(got, want)
+    layers = ours.config.num_hidden_layers
+    steps = call_shapes[layers:]  # after the prompt's calls
+    assert len(steps) == layers * (kwargs["max_new_tokens"] - 1)
+    assert all(q_len == 1 for q_len, _, _, _ in steps)
+    if cache == "dynamic":
+        assert call_shapes[:layers] == [(7, 7, False, "top_left")] * layers
+        assert [k_len for _, k_len, _, _ in steps[::layers]] == list(range(8, 8 + 9))
+        assert all(not masked and causal is None for _, _, masked, causal in steps)
+    else:
+        assert all(masked for _, _, masked, _ in steps)
 
 
 def test_attention_function_directly():
