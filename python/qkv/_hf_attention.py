@@ -15,7 +15,9 @@ does not import transformers):
     attend to padding). qkv takes sdpa's masks: boolean [B, 1, L, S] (True =
     attend), or None when the layer's causality (is_causal) says it all;
     and None also for sliding-window layers (Gemma 3, Mistral) without
-    padding, whose window qkv's fused kernel applies (no [L, S] mask).
+    padding, whose window qkv's fused kernel applies (no [L, S] mask); a
+    padded bidirectional batch (BERT) gets [B, 1, 1, S], one row of keys per
+    sequence, whose padded ends the kernels skip.
 
 The function runs qkv.torch.scaled_dot_product_attention, a torch custom op
 with autograd, so models train through it. GQA (module.num_key_value_groups
@@ -39,8 +41,9 @@ def attention_forward(module, query, key, value, attention_mask, dropout=0.0, sc
                       is_causal=None, sliding_window=None, softcap=None, **kwargs):
     """transformers' attention-function signature -> (attn_output [B, L, H, E], None).
 
-    attention_mask: sdpa's boolean [B, 1|H, L, S] (True = attend), a float
-    additive mask, or None. With None the rules are sdpa_attention_forward's:
+    attention_mask: sdpa's boolean [B, 1|H, L, S] (True = attend), a key
+    padding mask [B, 1, 1, S] from the mask function below, a float additive
+    mask, or None. With None the rules are sdpa_attention_forward's:
     for L > 1 and a causal layer (is_causal, default module.is_causal) the
     mask is causal and top-left aligned (the mask functions leave it out only
     when queries and keys start at the same position), and a query alone
@@ -88,7 +91,9 @@ def _no_padding(padding_mask):
 def _mask_function(masking_utils):
     """The mask function registered for "qkv": transformers' sdpa_mask, except
     that a sliding-window causal layer gets no [B, 1, L, S] mask where the
-    fused window covers it (attention_forward adds causal + window_left)."""
+    fused window covers it (attention_forward adds causal + window_left), and
+    a padded bidirectional batch gets its key-padding mask as [B, 1, 1, S]
+    (padding as lengths: the kernels trim the padded keys)."""
     sdpa_mask = masking_utils.sdpa_mask
 
     def qkv_mask(batch_size, q_length, kv_length, q_offset=0, kv_offset=0,
@@ -98,6 +103,17 @@ def _mask_function(masking_utils):
         # Only create_sliding_window_causal_mask passes local_size = the
         # config's sliding_window with allow_is_causal_skip (chunked
         # attention passes its chunk size; and/or overlays turn the skip off).
+        if mask_function is masking_utils.bidirectional_mask_function and local_size is None \
+                and attention_mask is not None and attention_mask.dim() == 2 \
+                and isinstance(kv_offset, int):
+            # Padding alone (BERT): one row of keys per sequence, broadcast
+            # over the queries. qkv's kernels skip the padded ends of such a
+            # mask (key tiles outside are not computed) and read no [L, S].
+            padding = masking_utils.prepare_padding_mask(attention_mask, kv_length, kv_offset)
+            if kwargs.get("allow_is_bidirectional_skip") and _no_padding(padding):
+                return None
+            keys = padding[:, kv_offset:kv_offset + kv_length].to(torch.bool)
+            return keys[:, None, None, :]
         windowed = (allow_is_causal_skip and local_size is not None and config is not None
                     and getattr(config, "sliding_window", None) == local_size
                     and getattr(config, "attention_chunk_size", None) != local_size)

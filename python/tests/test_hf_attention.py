@@ -3,7 +3,7 @@
 
   - BertModel (models/all-MiniLM-L6-v2) on a PADDED batch: last hidden state
     and every parameter gradient within 1e-5 (relative to the largest |sdpa|
-    value of that tensor);
+    value of that tensor), the padding passed as a [B, 1, 1, S] key mask;
   - 20 AdamW fine-tuning steps (fixed seed, dropout off) give the same losses
     to 1e-4;
   - SentenceTransformer(path, model_kwargs={"attn_implementation": "qkv"})
@@ -61,12 +61,14 @@ def test_registered_under_qkv():
 
 @pytest.fixture
 def qkv_calls(monkeypatch):
-    """Counts the calls of qkv's attention (so a parity is not sdpa against itself)."""
+    """The calls of qkv's attention (so a parity is not sdpa against itself):
+    the shape of each call's mask, None without one."""
     calls = []
     run = qkv_torch.scaled_dot_product_attention
 
     def counted(*args, **kwargs):
-        calls.append(kwargs.get("attn_mask") is not None)
+        mask = kwargs.get("attn_mask")
+        calls.append(None if mask is None else tuple(mask.shape))
         return run(*args, **kwargs)
 
     monkeypatch.setattr(qkv_torch, "scaled_dot_product_attention", counted)
@@ -104,7 +106,10 @@ def test_bert_outputs_and_gradients_on_padded_batch(batch, qkv_calls):
         (out * weights * real[..., None]).sum().backward()
         hidden[name] = out
         grads[name] = {n: p.grad for n, p in model.named_parameters()}
-    assert qkv_calls == [True] * 6  # one masked call per layer, from the qkv model only
+    # One masked call per layer, from the qkv model only; padding as one row
+    # of keys per sequence (the kernels skip the padded keys), not [B, 1, L, S].
+    batch_size, length = batch["input_ids"].shape
+    assert qkv_calls == [(batch_size, 1, 1, length)] * 6
     err = rel(hidden["qkv"][real], hidden["sdpa"][real])
     print(f"\nhidden states (real tokens): {err:.2e}")
     assert err <= TOLERANCE

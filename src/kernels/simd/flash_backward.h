@@ -220,8 +220,11 @@ void flash_backward_tile(const SdpaBackwardProblem& bp, const FlashTiling& t,
     int64_t kept_begin = 0, kept_end = p.S;
     trim_to_kept_keys(p, b, &kept_begin, &kept_end);
     if (kept_end <= j0 || kept_begin >= j0 + cols) continue;  // all padding for problem b
+    // Keys past the last one problem b keeps (right padding) are skipped: P is
+    // 0 there, so they add nothing to dQ, dK or dV.
+    const int64_t kept_cols = std::min(cols, kept_end - j0);
     int64_t q_first, q_last;
-    queries_seeing(p, j0, cols, &q_first, &q_last);
+    queries_seeing(p, j0, kept_cols, &q_first, &q_last);
     for (int64_t i0 = q_first; i0 < q_last; i0 += t.block_q) {
       const int64_t rows = std::min<int64_t>(t.block_q, q_last - i0);
       const float* q_tile = q + i0 * ldq;
@@ -229,10 +232,11 @@ void flash_backward_tile(const SdpaBackwardProblem& bp, const FlashTiling& t,
       // On the diagonal a query sees none of the keys past its own range, so
       // each panel of queries computes S and dP only up to the last key its
       // last query sees (the rest of a row is 0 in P and dS).
-      const bool diagonal = !tile_fully_visible(p, i0, rows, j0, cols);
+      const bool diagonal = !tile_fully_visible(p, i0, rows, j0, kept_cols);
       for (int64_t r0 = 0; r0 < rows; r0 += Scores::kKeyRows) {
         const int64_t n = std::min<int64_t>(Scores::kKeyRows, rows - r0);
-        const int64_t extent = diagonal ? keys_seen_by(p, i0 + r0 + n - 1, j0, cols) : cols;
+        const int64_t extent =
+            diagonal ? keys_seen_by(p, i0 + r0 + n - 1, j0, kept_cols) : kept_cols;
         // S = Qᵢ (scale·Kⱼ)ᵀ, Q rows read in place
         gemm_tiles<Isa, Scores::kKeyRows, Scores::kKeyVecs>(
             n, extent, p.E, AView{q_tile + r0 * ldq, ldq, p.q.col_stride}, Scores::kKeyRows * ldq,
@@ -243,11 +247,12 @@ void flash_backward_tile(const SdpaBackwardProblem& bp, const FlashTiling& t,
             Scores::kKeyRows * ldo, BView{w.v_t, score_panel}, p.Ev * score_panel,
             w.dprob + r0 * lds, lds, false);
       }
-      adjust_scores(p, b, i0, rows, j0, cols, w.scores, lds, 1, w.cap_slope);
+      adjust_scores(p, b, i0, rows, j0, kept_cols, w.scores, lds, 1, w.cap_slope);
       for (int64_t r = 0; r < rows; ++r) {
         float* s = w.scores + r * lds;
         float* dp = w.dprob + r * lds;
-        const int64_t seen = row_probabilities<Isa>(p, b, i0 + r, j0, cols, diagonal, s, dp, cols);
+        const int64_t seen =
+            row_probabilities<Isa>(p, b, i0 + r, j0, kept_cols, diagonal, s, dp, cols);
         if (seen < 0) continue;
         const float d = static_cast<float>(row_dot[b * p.L + i0 + r]);
         if (p.dropout_p > 0.0) {
@@ -278,13 +283,13 @@ void flash_backward_tile(const SdpaBackwardProblem& bp, const FlashTiling& t,
                                      int64_t width, float* out) {
         using Wide = WideShape<Isa>;
         if (Wide::kUsable && rows_hold_panels<Wide::kNr>(cs, width)) {
-          keys_times_rows<Isa, Wide::kRows, Wide::kVecs>(p, i0, rows, j0, cols, diagonal, a, lds,
-                                                         BView{m, ld}, Wide::kNr, width, out);
+          keys_times_rows<Isa, Wide::kRows, Wide::kVecs>(p, i0, rows, j0, kept_cols, diagonal, a,
+                                                         lds, BView{m, ld}, Wide::kNr, width, out);
         } else {
           int64_t panel_stride;
           const BView b = rows_as_b<Isa>(m, ld, cs, rows, width, w.b_rows, &panel_stride);
-          keys_times_rows<Isa, kMr, 2>(p, i0, rows, j0, cols, diagonal, a, lds, b, panel_stride,
-                                       width, out);
+          keys_times_rows<Isa, kMr, 2>(p, i0, rows, j0, kept_cols, diagonal, a, lds, b,
+                                       panel_stride, width, out);
         }
       };
       add_keys_times_rows(w.scores, go_tile, ldo, bp.grad_output.col_stride, p.Ev, w.grad_v);
@@ -294,7 +299,8 @@ void flash_backward_tile(const SdpaBackwardProblem& bp, const FlashTiling& t,
       const int64_t ldgq = bp.grad_q.row_stride;
       for (int64_t r0 = 0; r0 < rows; r0 += Scores::kKeyRows) {
         const int64_t n = std::min<int64_t>(Scores::kKeyRows, rows - r0);
-        const int64_t depth = diagonal ? keys_seen_by(p, i0 + r0 + n - 1, j0, cols) : cols;
+        const int64_t depth =
+            diagonal ? keys_seen_by(p, i0 + r0 + n - 1, j0, kept_cols) : kept_cols;
         gemm_tiles<Isa, Scores::kKeyRows, 2>(n, p.E, depth, AView{w.dprob + r0 * lds, lds, 1},
                                              Scores::kKeyRows * lds, k_rows, k_panel_stride,
                                              grad_q + (i0 + r0) * ldgq, ldgq, true);
