@@ -17,7 +17,9 @@ does not import transformers):
     and None also for sliding-window layers (Gemma 3, Mistral) without
     padding, whose window qkv's fused kernel applies (no [L, S] mask); a
     padded bidirectional batch (BERT) gets [B, 1, 1, S], one row of keys per
-    sequence, whose padded ends the kernels skip.
+    sequence, whose padded ends the kernels skip. A padded causal prefill
+    gets sdpa's dense mask, which attention_forward recognises (by identity)
+    and runs as causal (+ window) over the [B, 1, 1, S] key mask instead.
 
 The function runs qkv.torch.scaled_dot_product_attention, a torch custom op
 with autograd, so models train through it. GQA (module.num_key_value_groups
@@ -29,12 +31,26 @@ arguments.
 import importlib.abc
 import importlib.machinery
 import sys
+import weakref
 
 import torch
 
 __all__ = ["NAME", "attention_forward", "register"]
 
 NAME = "qkv"
+
+# The dense masks the mask function built for causal (or sliding-window)
+# layers over a padded batch, by id, with what each means in qkv's fused
+# terms: (key-padding mask [B, 1, 1, S], window_left or None), causal top-left.
+# attention_forward runs that form for exactly these tensors; any other mask,
+# a slice or a copy of one included, is taken as it is.
+_FUSED_FORM = {}
+
+
+def _remember_fused_form(dense, keys, window_left):
+    key = id(dense)
+    _FUSED_FORM[key] = (keys, window_left)
+    weakref.finalize(dense, _FUSED_FORM.pop, key, None)
 
 
 def attention_forward(module, query, key, value, attention_mask, dropout=0.0, scaling=None,
@@ -63,16 +79,24 @@ def attention_forward(module, query, key, value, attention_mask, dropout=0.0, sc
     q_length = query.shape[2]
     if is_causal is None:
         is_causal = getattr(module, "is_causal", True)
-    causal = window_left = None
+    causal = window_left = window_right = None
     if attention_mask is None and is_causal and q_length > 1:
         causal = "top_left"
         if sliding_window is not None:
             window_left = int(sliding_window) - 1
+    fused = None
+    if attention_mask is not None and not torch.compiler.is_compiling():
+        fused = _FUSED_FORM.get(id(attention_mask))
+    if fused is not None and is_causal and q_length > 1:
+        # Causal top-left as the window's right edge (qkv takes a window with
+        # a mask, not causal with one); the key mask's padded ends are skipped.
+        attention_mask, window_left = fused
+        window_right = 0
     if attention_mask is not None and attention_mask.dtype != torch.bool:
         attention_mask = attention_mask.to(query.dtype)
     out = qkv_torch.scaled_dot_product_attention(
         query, key, value, attn_mask=attention_mask, dropout_p=float(dropout), scale=scaling,
-        enable_gqa=groups > 1, causal=causal, window_left=window_left,
+        enable_gqa=groups > 1, causal=causal, window_left=window_left, window_right=window_right,
         softcap=None if softcap is None else float(softcap))
     # qkv lays the output out like the query: for transformers' query (the
     # heads of a [B, L, H, E] projection, transposed) the transpose back is
@@ -117,7 +141,11 @@ def _mask_function(masking_utils):
         windowed = (allow_is_causal_skip and local_size is not None and config is not None
                     and getattr(config, "sliding_window", None) == local_size
                     and getattr(config, "attention_chunk_size", None) != local_size)
-        if windowed and isinstance(q_offset, int) and isinstance(kv_offset, int):
+        causal = (allow_is_causal_skip and local_size is None
+                  and mask_function is masking_utils.causal_mask_function)
+        offsets_known = isinstance(q_offset, int) and isinstance(kv_offset, int)
+        padding = None
+        if windowed and offsets_known:
             padding = masking_utils.prepare_padding_mask(attention_mask, kv_length, kv_offset)
             if _no_padding(padding):
                 if q_length > 1 and q_offset == kv_offset:
@@ -125,10 +153,19 @@ def _mask_function(masking_utils):
                 if q_length == 1 and kv_length <= local_size and \
                         kv_offset + kv_length == q_offset + 1:
                     return None  # one query, its keys all inside the window
-        return sdpa_mask(batch_size, q_length, kv_length, q_offset=q_offset,
-                         kv_offset=kv_offset, mask_function=mask_function,
-                         attention_mask=attention_mask, local_size=local_size,
-                         allow_is_causal_skip=allow_is_causal_skip, **kwargs)
+        dense = sdpa_mask(batch_size, q_length, kv_length, q_offset=q_offset,
+                          kv_offset=kv_offset, mask_function=mask_function,
+                          attention_mask=attention_mask, local_size=local_size,
+                          allow_is_causal_skip=allow_is_causal_skip, **kwargs)
+        if (causal or windowed) and offsets_known and dense is not None and q_length > 1 \
+                and q_offset == kv_offset and attention_mask is not None \
+                and attention_mask.dim() == 2 and not torch.compiler.is_compiling():
+            # A padded prefill: causal (+ window) over the kept keys.
+            if padding is None:
+                padding = masking_utils.prepare_padding_mask(attention_mask, kv_length, kv_offset)
+            keys = padding[:, kv_offset:kv_offset + kv_length].to(torch.bool)[:, None, None, :]
+            _remember_fused_form(dense, keys, local_size - 1 if windowed else None)
+        return dense
 
     qkv_mask.__doc__ = _mask_function.__doc__
     return qkv_mask

@@ -15,8 +15,8 @@
   - a Gemma 3 model from a small random Gemma3TextConfig with sliding and
     global layers (window 5 < the 14 tokens): logits, parameter gradients and
     greedy tokens as "sdpa", the sliding layers run without a dense mask
-    (qkv's fused window) when nothing is padded, and with sdpa's mask when
-    something is; a Mistral model (every layer windowed) likewise.
+    (qkv's fused window) when nothing is padded, and over a key-padding mask
+    when something is; a Mistral model (every layer windowed) likewise.
 """
 
 import copy
@@ -205,7 +205,8 @@ def test_llama_gqa_logits_and_greedy_generation(qkv_calls):
     with torch.no_grad():
         logits = {m: model(input_ids=ids, attention_mask=mask).logits
                   for m, model in (("qkv", ours), ("sdpa", reference))}
-    assert len(qkv_calls) == 2
+    # The padded prefill runs causal over a [B, 1, 1, S] key mask, not sdpa's dense one.
+    assert qkv_calls == [(3, 1, 1, 9)] * 2
     real = mask.bool()
     err = rel(logits["qkv"][real], logits["sdpa"][real])
     print(f"\nLLaMA logits (real tokens): {err:.2e}")
@@ -310,6 +311,41 @@ def test_attention_function_directly():
     assert rel(out, want.transpose(1, 2)) <= 1e-12
 
 
+def test_padded_causal_mask_runs_fused_for_that_tensor_only():
+    """The dense mask built for a padded causal prefill runs as causal over a
+    key mask; a copy of it runs as the dense mask it is; both equal sdpa on
+    the rows that see a key. The record goes with the tensor."""
+    import gc
+    from transformers import masking_utils
+
+    class Attn(torch.nn.Module):
+        num_key_value_groups = 2
+        is_causal = True
+
+    padding = torch.ones(3, 9, dtype=torch.long)
+    padding[1, :4] = 0
+    padding[2, :2] = 0
+    mask_function = masking_utils.AttentionMaskInterface._global_mapping[_hf_attention.NAME]
+    dense = mask_function(3, 9, 9, attention_mask=padding.bool(),
+                          mask_function=masking_utils.causal_mask_function,
+                          allow_is_causal_skip=True)
+    assert dense.shape == (3, 1, 9, 9) and id(dense) in _hf_attention._FUSED_FORM
+    g = torch.Generator().manual_seed(9)
+    q = torch.randn(3, 4, 9, 8, dtype=torch.float64, generator=g)
+    k, v = (torch.randn(3, 2, 9, 8, dtype=torch.float64, generator=g) for _ in range(2))
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+    want, _ = sdpa_attention_forward(Attn(), q, k, v, dense)
+    fused, _ = _hf_attention.attention_forward(Attn(), q, k, v, dense)
+    copied, _ = _hf_attention.attention_forward(Attn(), q, k, v, dense.clone())
+    sees_a_key = padding.bool()  # left padding: a padded query sees no key
+    assert rel(fused[sees_a_key], want[sees_a_key]) <= 1e-12
+    assert rel(copied[sees_a_key], want[sees_a_key]) <= 1e-12
+    records = len(_hf_attention._FUSED_FORM)
+    del dense
+    gc.collect()
+    assert len(_hf_attention._FUSED_FORM) == records - 1
+
+
 def test_import_qkv_torch_does_not_import_transformers():
     """Registration waits for transformers to load its interfaces (a hook),
     and also works when transformers came first."""
@@ -381,14 +417,15 @@ def test_gemma3_sliding_window_without_a_dense_mask(window_calls):
         want_tokens = reference.generate(ids, **kwargs)
         got_tokens = ours.generate(ids, **kwargs)
     assert torch.equal(got_tokens, want_tokens)
-    # Left padding: the mask is needed, and sdpa's is used.
+    # Left padding: the sliding layers run the fused window over a key mask,
+    # the global one causal over it (no [L, S] mask reaches the kernel).
     window_calls.clear()
     mask = torch.ones_like(ids)
     mask[1, :3] = 0
     with torch.no_grad():
         want = reference(input_ids=ids, attention_mask=mask).logits
         got = ours(input_ids=ids, attention_mask=mask).logits
-    assert window_calls == [(None, True)] * 4
+    assert window_calls == [(4, True)] * 3 + [(None, True)]
     assert rel(got[mask.bool()], want[mask.bool()]) <= TOLERANCE
 
 
