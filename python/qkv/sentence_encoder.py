@@ -109,7 +109,8 @@ class SentenceEncoder:
     Weights are converted once, here; embeddings are float32 in every case.
 
     prompts, default_prompt_name, similarity_fn_name, truncate_dim: as
-    sentence-transformers' constructor (given values replace the config's).
+    sentence-transformers 6.2's constructor (given values win over the
+    config's; prompts also holds "query" and "document", "" unless set).
     """
 
     def __init__(self, model_name_or_path, precision="float32", *, revision=None, device=None,
@@ -126,7 +127,13 @@ class SentenceEncoder:
                 config = json.load(f)
             if not isinstance(config, dict):
                 raise ValueError(f"SentenceEncoder: {config_file} must be a JSON object")
-        self.prompts = dict(config.get("prompts") or {}) if prompts is None else dict(prompts)
+        # sentence-transformers 6.2's merge: "query" and "document" always
+        # exist (empty unless set), given prompts win, saved ones fill the rest.
+        merged = {"query": None, "document": None, **dict(prompts or {})}
+        for name, text in dict(config.get("prompts") or {}).items():
+            if merged.get(name) is None:
+                merged[name] = text
+        self.prompts = {name: "" if text is None else text for name, text in merged.items()}
         self.default_prompt_name = (config.get("default_prompt_name")
                                     if default_prompt_name is None else default_prompt_name)
         if self.default_prompt_name is not None and self.default_prompt_name not in self.prompts:
@@ -152,11 +159,13 @@ class SentenceEncoder:
                              f"{list(_SIMILARITIES)}, got {name!r}")
         self._similarity_fn_name = name
 
-    def encode(self, sentences, prompt_name=None, prompt=None, batch_size=32,
+    def encode(self, inputs=None, prompt_name=None, prompt=None, batch_size=32,
                show_progress_bar=None, output_value="sentence_embedding", precision="float32",
                convert_to_numpy=True, convert_to_tensor=False, device=None,
-               normalize_embeddings=False, truncate_dim=None):
+               normalize_embeddings=False, truncate_dim=None, *, sentences=None):
         """sentence-transformers' encode: a str gives one result, a list one per text.
+        The texts are `inputs` (sentence-transformers 6's name) or, as before
+        version 6, `sentences`.
 
         Returns, as sentence-transformers 6.2 does:
           - [N, D] float32 numpy (the default; [D] for a str),
@@ -199,14 +208,14 @@ class SentenceEncoder:
                 or batch_size <= 0:
             raise ValueError(f"SentenceEncoder.encode(): batch_size must be a positive "
                              f"integer, got {batch_size!r}")
+        if (inputs is None) == (sentences is None):
+            raise TypeError("SentenceEncoder.encode(): give the texts once, as inputs (or "
+                            "sentences, its name before sentence-transformers 6)")
+        sentences = inputs if sentences is None else sentences
         if convert_to_tensor:
             convert_to_numpy = False
         single = isinstance(sentences, str)
-        texts = [sentences] if single else list(sentences)
-        for i, text in enumerate(texts):
-            if not isinstance(text, str):
-                raise TypeError(f"SentenceEncoder.encode(): sentences[{i}] must be a str, "
-                                f"got {type(text).__name__}")
+        texts = _texts(sentences, "SentenceEncoder.encode()")
         if output_value == "token_embeddings" and (normalize_embeddings or truncate_dim is not None):
             # sentence-transformers would return the token vectors as they are.
             raise ValueError("SentenceEncoder.encode(): normalize_embeddings and truncate_dim "
@@ -244,6 +253,25 @@ class SentenceEncoder:
         elif not convert_to_numpy:
             out = list(_torch().from_numpy(out))
         return out[0] if single else out
+
+    def encode_query(self, inputs, prompt_name=None, prompt=None, **kwargs):
+        """encode() for queries, as sentence-transformers 6.2: without a prompt
+        or prompt_name given, the prompt named "query" ("" unless the model or
+        the constructor set one, so default_prompt_name does not apply).
+        Other arguments as encode()."""
+        if prompt_name is None and prompt is None and "query" in self.prompts:
+            prompt_name = "query"
+        return self.encode(inputs, prompt_name=prompt_name, prompt=prompt, **kwargs)
+
+    def encode_document(self, inputs, prompt_name=None, prompt=None, **kwargs):
+        """encode() for documents, as sentence-transformers 6.2: without a
+        prompt or prompt_name given, the first of the prompts named "document",
+        "passage" and "corpus" in `prompts` ("document" is always there, ""
+        unless set)."""
+        if prompt_name is None and prompt is None:
+            prompt_name = next((name for name in ("document", "passage", "corpus")
+                                if name in self.prompts), None)
+        return self.encode(inputs, prompt_name=prompt_name, prompt=prompt, **kwargs)
 
     def _resolve_prompt(self, prompt, prompt_name):
         if prompt is not None:
@@ -285,6 +313,55 @@ class SentenceEncoder:
             scores = -np.abs(a[:, None, :] - b[None, :, :]).sum(-1)
         scores = scores.astype(np.float32)
         return _torch().from_numpy(scores) if a_torch or b_torch else scores
+
+    def similarity_pairwise(self, embeddings1, embeddings2):
+        """[N, D] and [N, D] embeddings -> [N] scores of each row with the row
+        of the same index, by similarity_fn_name (sentence-transformers'
+        similarity_pairwise: the diagonal of similarity()). numpy in gives
+        numpy out; a torch tensor on either side gives a torch tensor."""
+        a, a_torch = _as_matrix(embeddings1, "embeddings1")
+        b, b_torch = _as_matrix(embeddings2, "embeddings2")
+        if a.shape != b.shape:
+            raise ValueError(f"SentenceEncoder.similarity_pairwise(): the embeddings must have "
+                             f"the same shape [N, D], got {list(a.shape)} and {list(b.shape)}")
+        a, b = a.astype(np.float64), b.astype(np.float64)
+        name = self.similarity_fn_name
+        if name == "cosine":
+            a = a / np.maximum(np.linalg.norm(a, axis=1, keepdims=True), 1e-12)
+            b = b / np.maximum(np.linalg.norm(b, axis=1, keepdims=True), 1e-12)
+        if name in ("cosine", "dot"):
+            scores = (a * b).sum(1)
+        elif name == "euclidean":
+            scores = -np.sqrt(((a - b) ** 2).sum(1))
+        else:
+            scores = -np.abs(a - b).sum(1)
+        scores = scores.astype(np.float32)
+        return _torch().from_numpy(scores) if a_torch or b_torch else scores
+
+    @property
+    def tokenizer(self):
+        """The model's tokenizer with the call a Hugging Face tokenizer answers:
+        tokenizer(text) -> {"input_ids": [...], "attention_mask": [...]}, and
+        for a list of texts a list per key (unpadded, truncated to
+        max_seq_length, [CLS] ... [SEP] included: the ids encode() feeds)."""
+        return _Tokenizer(self)
+
+    def tokenize(self, texts):
+        """sentence-transformers' tokenize(): the texts padded to the longest,
+        {"input_ids": [N, T] int64, "attention_mask": [N, T] int64} as torch
+        tensors (numpy arrays when torch is not installed)."""
+        rows = [self.token_ids(t) for t in _texts(texts, "SentenceEncoder.tokenize()")]
+        width = max((len(r) for r in rows), default=0)
+        ids = np.zeros((len(rows), width), np.int64)
+        mask = np.zeros((len(rows), width), np.int64)
+        for i, r in enumerate(rows):
+            ids[i, :len(r)] = r
+            mask[i, :len(r)] = 1
+        try:
+            import torch
+        except ImportError:
+            return {"input_ids": ids, "attention_mask": mask}
+        return {"input_ids": torch.from_numpy(ids), "attention_mask": torch.from_numpy(mask)}
 
     def calibrate(self, texts):
         """int8: smooth the weights against the activations that the float32
@@ -337,6 +414,37 @@ class SentenceEncoder:
     def normalize(self):
         """Whether embeddings are L2-normalised (modules.json lists Normalize)."""
         return self._encoder.normalize
+
+
+def _texts(texts, where):
+    """A list of str from a str or a sequence of them."""
+    texts = [texts] if isinstance(texts, str) else list(texts)
+    for i, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise TypeError(f"{where}: texts[{i}] must be a str, got {type(text).__name__}")
+    return texts
+
+
+class _Tokenizer:
+    """SentenceEncoder.tokenizer: token ids as a Hugging Face tokenizer's call
+    gives them, from the encoder's own WordPiece tokenizer."""
+
+    def __init__(self, encoder):
+        self._encoder = encoder
+
+    def __call__(self, text, **kwargs):
+        if kwargs:
+            raise TypeError(f"SentenceEncoder.tokenizer(): only the text is taken (padding, "
+                            f"truncation and tensors: use SentenceEncoder.tokenize()), got "
+                            f"{sorted(kwargs)}")
+        rows = [self._encoder.token_ids(t) for t in _texts(text, "SentenceEncoder.tokenizer()")]
+        if isinstance(text, str):
+            return {"input_ids": rows[0], "attention_mask": [1] * len(rows[0])}
+        return {"input_ids": rows, "attention_mask": [[1] * len(r) for r in rows]}
+
+    @property
+    def model_max_length(self):
+        return self._encoder.max_seq_length
 
 
 def _check_truncate_dim(truncate_dim, where):

@@ -231,7 +231,7 @@ def test_device_and_precision_arguments(models):
         ours.encode("x", device="cuda")
     with pytest.raises(ValueError, match="precision"):
         ours.encode("x", precision="int8")
-    with pytest.raises(TypeError, match=r"sentences\[1\]"):
+    with pytest.raises(TypeError, match=r"texts\[1\] must be a str"):
         ours.encode(["a", 3])
 
 
@@ -351,3 +351,73 @@ def test_gil_released_during_encode(models):
     # Holding the GIL, encode would leave the other thread a tick per switch
     # interval (5 ms) at most and none while inside the compiled call.
     assert len(during) >= 0.3 * (end - start) / 0.005
+
+
+def test_encode_query_and_document_take_the_models_prompts(models):
+    """sentence-transformers 6.2's encode_query / encode_document: the prompt
+    named "query", or the first of "document", "passage", "corpus"."""
+    _, ref = models
+    prompts = {"query": "query: ", "passage": "passage: ", "corpus": "corpus: "}
+    ours = qkv.SentenceEncoder(MINILM, prompts=prompts)
+    theirs = st.SentenceTransformer(str(MINILM), device="cpu", prompts=prompts)
+    texts = TEXTS[:3]
+    for method in ("encode_query", "encode_document"):
+        got = getattr(ours, method)(texts)
+        assert err(got, getattr(theirs, method)(texts)) <= TOLERANCE, method
+        # An explicit prompt wins, as in sentence-transformers.
+        got = getattr(ours, method)(texts, prompt="x: ")
+        assert err(got, getattr(theirs, method)(texts, prompt="x: ")) <= TOLERANCE, method
+    # "document" is always among the prompts ("" unless set): it comes first.
+    assert ours.prompts == {"query": "query: ", "document": "", "passage": "passage: ",
+                            "corpus": "corpus: "} == theirs.prompts
+    assert err(ours.encode_document(texts), ours.encode(texts)) == 0.0
+    assert err(ours.encode_query(texts), ours.encode(texts)) > 1e-3  # the prompt mattered
+    # A None prompt is unset: "" (sentence-transformers fills it from the saved
+    # config first; all-MiniLM-L6-v2 saves none).
+    unset = {"document": None, "passage": "passage: "}
+    assert qkv.SentenceEncoder(MINILM, prompts=unset).prompts == st.SentenceTransformer(
+        str(MINILM), device="cpu", prompts=unset).prompts
+    # Without such prompts: plain encode (the model's default prompt, here none).
+    plain = qkv.SentenceEncoder(MINILM)
+    assert err(plain.encode_query(texts), ref.encode_query(texts)) <= TOLERANCE
+    assert err(plain.encode_document(texts, normalize_embeddings=True),
+               ref.encode_document(texts, normalize_embeddings=True)) <= TOLERANCE
+    # encode's texts by sentence-transformers 6's name and by the older one.
+    assert err(plain.encode(inputs=texts), plain.encode(sentences=texts)) == 0.0
+    with pytest.raises(TypeError, match="once"):
+        plain.encode(texts, sentences=texts)
+
+
+def test_similarity_pairwise(models):
+    ours, ref = models
+    a, b = ours.encode(TEXTS[:4]), ours.encode(TEXTS[4:])
+    for name in ("cosine", "dot", "euclidean", "manhattan"):
+        ours.similarity_fn_name = ref.similarity_fn_name = name
+        try:
+            want = ref.similarity_pairwise(2 * a, b)
+            got = ours.similarity_pairwise(2 * a, b)
+            assert isinstance(got, np.ndarray) and got.shape == (4,)
+            assert err(got, want) <= 1e-5, name
+            got_t = ours.similarity_pairwise(torch.from_numpy(2 * a), b)
+            assert isinstance(got_t, torch.Tensor) and err(got_t, want) <= 1e-5, name
+        finally:
+            ours.similarity_fn_name = ref.similarity_fn_name = "cosine"
+    with pytest.raises(ValueError, match="same shape"):
+        ours.similarity_pairwise(a, b[:2])
+
+
+def test_tokenizer_and_tokenize(models):
+    ours, ref = models
+    for text in TEXTS:
+        assert ours.tokenizer(text)["input_ids"] == ref.tokenizer(
+            text, truncation=True, max_length=ref.max_seq_length)["input_ids"], text
+    batch = ours.tokenizer(TEXTS[:2])
+    assert batch["input_ids"] == [ours.token_ids(t) for t in TEXTS[:2]]
+    assert batch["attention_mask"] == [[1] * len(r) for r in batch["input_ids"]]
+    got, want = ours.tokenize(TEXTS), ref.tokenize(TEXTS)
+    for key in ("input_ids", "attention_mask"):
+        assert torch.equal(got[key], want[key].to(torch.int64)), key
+    with pytest.raises(TypeError, match="tokenize"):
+        ours.tokenizer(TEXTS[0], padding=True)
+    with pytest.raises(TypeError, match=r"texts\[1\] must be a str"):
+        ours.tokenize(["a", 3])
