@@ -294,8 +294,21 @@ class SentenceEncoder:
         (the default), dot, euclidean (negative L2 distance) or manhattan
         (negative L1 distance). numpy in gives numpy out (float32); a torch
         tensor (or a list of them) on either side gives a torch tensor."""
+        return self._scores(embeddings1, embeddings2, pairwise=False)
+
+    def similarity_pairwise(self, embeddings1, embeddings2):
+        """[N, D] and [N, D] embeddings -> [N] scores of each row with the row
+        of the same index, by similarity_fn_name (sentence-transformers'
+        similarity_pairwise: the diagonal of similarity()). numpy in gives
+        numpy out; a torch tensor on either side gives a torch tensor."""
+        return self._scores(embeddings1, embeddings2, pairwise=True)
+
+    def _scores(self, embeddings1, embeddings2, pairwise):
         a, a_torch = _as_matrix(embeddings1, "embeddings1")
         b, b_torch = _as_matrix(embeddings2, "embeddings2")
+        if pairwise and a.shape != b.shape:
+            raise ValueError(f"SentenceEncoder.similarity_pairwise(): the embeddings must have "
+                             f"the same shape [N, D], got {list(a.shape)} and {list(b.shape)}")
         if a.shape[1] != b.shape[1]:
             raise ValueError(f"SentenceEncoder.similarity(): the embeddings have "
                              f"{a.shape[1]} and {b.shape[1]} dimensions")
@@ -304,37 +317,20 @@ class SentenceEncoder:
         if name == "cosine":
             a = a / np.maximum(np.linalg.norm(a, axis=1, keepdims=True), 1e-12)
             b = b / np.maximum(np.linalg.norm(b, axis=1, keepdims=True), 1e-12)
-        if name in ("cosine", "dot"):
+        if pairwise:  # row i with row i
+            if name in ("cosine", "dot"):
+                scores = (a * b).sum(1)
+            elif name == "euclidean":
+                scores = -np.sqrt(((a - b) ** 2).sum(1))
+            else:
+                scores = -np.abs(a - b).sum(1)
+        elif name in ("cosine", "dot"):
             scores = a @ b.T
         elif name == "euclidean":
             scores = -np.sqrt(np.maximum(
                 (a * a).sum(1)[:, None] + (b * b).sum(1)[None, :] - 2 * a @ b.T, 0.0))
         else:
             scores = -np.abs(a[:, None, :] - b[None, :, :]).sum(-1)
-        scores = scores.astype(np.float32)
-        return _torch().from_numpy(scores) if a_torch or b_torch else scores
-
-    def similarity_pairwise(self, embeddings1, embeddings2):
-        """[N, D] and [N, D] embeddings -> [N] scores of each row with the row
-        of the same index, by similarity_fn_name (sentence-transformers'
-        similarity_pairwise: the diagonal of similarity()). numpy in gives
-        numpy out; a torch tensor on either side gives a torch tensor."""
-        a, a_torch = _as_matrix(embeddings1, "embeddings1")
-        b, b_torch = _as_matrix(embeddings2, "embeddings2")
-        if a.shape != b.shape:
-            raise ValueError(f"SentenceEncoder.similarity_pairwise(): the embeddings must have "
-                             f"the same shape [N, D], got {list(a.shape)} and {list(b.shape)}")
-        a, b = a.astype(np.float64), b.astype(np.float64)
-        name = self.similarity_fn_name
-        if name == "cosine":
-            a = a / np.maximum(np.linalg.norm(a, axis=1, keepdims=True), 1e-12)
-            b = b / np.maximum(np.linalg.norm(b, axis=1, keepdims=True), 1e-12)
-        if name in ("cosine", "dot"):
-            scores = (a * b).sum(1)
-        elif name == "euclidean":
-            scores = -np.sqrt(((a - b) ** 2).sum(1))
-        else:
-            scores = -np.abs(a - b).sum(1)
         scores = scores.astype(np.float32)
         return _torch().from_numpy(scores) if a_torch or b_torch else scores
 
