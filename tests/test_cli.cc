@@ -135,7 +135,9 @@ TEST_F(Cli, EmbedWithoutTheModelSaysHowToFetchIt) {
   const CliRun run = run_qkv("embed hello --model '" + absent.string() + "'");
   EXPECT_EQ(run.exit_code, 1) << run.output;
   expect_output_has(
-      run, {"qkv embed: error:", absent.string() + "' not found", "scripts/fetch_model.sh"});
+      run, {"qkv embed: error:",
+            absent.string() + "' is not a directory, nor a model id in the Hugging Face cache",
+            "scripts/fetch_model.sh"});
   // The default, relative to the working directory, is where that script puts the model.
   const CliRun help = run_qkv("embed --help");
   expect_output_has(help, {"models/all-MiniLM-L6-v2"});
@@ -164,6 +166,33 @@ TEST_F(Cli, DefaultModelPathWorksFromAnyDirectory) {
     const std::string command = elsewhere + env + qkv + " similarity a b >/dev/null 2>&1";
     EXPECT_EQ(std::system(command.c_str()), 0) << command;
   }
+}
+
+// A Hugging Face id found in the local cache, as qkv.SentenceEncoder finds it.
+TEST_F(Cli, EmbedFindsAModelIdInTheHuggingFaceCache) {
+  QKV_SKIP_WITHOUT_MINILM();
+  const fs::path repo = dir_ / "hub" / "models--sentence-transformers--all-MiniLM-L6-v2";
+  const std::string commit = "0123456789abcdef0123456789abcdef01234567";
+  fs::create_directories(repo / "snapshots");
+  fs::create_directory_symlink(qkv_test::minilm_dir(), repo / "snapshots" / commit);
+  fs::create_directories(repo / "refs");
+  std::ofstream(repo / "refs" / "main") << commit;
+  const std::string cache = "HF_HUB_CACHE='" + (dir_ / "hub").string() + "' ";
+  const std::string qkv = std::string("'") + cli_path() + "'";
+  const std::string direct = "'" + qkv_test::minilm_dir().string() + "'";
+  std::string outputs[3];
+  const std::string models[3] = {direct, "sentence-transformers/all-MiniLM-L6-v2",
+                                 "all-MiniLM-L6-v2"};
+  for (int i = 0; i < 3; ++i) {
+    const fs::path out = dir_ / ("e" + std::to_string(i) + ".npy");
+    const std::string command = "cd '" + dir_.string() + "' && " + cache + qkv +
+                                " embed 'A cat sits.' --model " + models[i] + " -o '" +
+                                out.string() + "' >/dev/null 2>&1";
+    ASSERT_EQ(std::system(command.c_str()), 0) << command;
+    outputs[i] = read_bytes(out);
+  }
+  EXPECT_EQ(outputs[1], outputs[0]);
+  EXPECT_EQ(outputs[2], outputs[0]);
 }
 
 TEST_F(Cli, EmbedWritesJsonAndNpyWithTheSameRows) {

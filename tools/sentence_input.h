@@ -13,6 +13,7 @@
 #include "cli_options.h"
 #include "model_paths.h"
 #include "qkv/error.h"
+#include "qkv/io/hf_cache.h"
 #include "qkv/models/sentence_encoder.h"
 #include "qkv/runtime.h"
 
@@ -74,15 +75,20 @@ inline std::vector<std::string> input_texts(const SentenceInput& o, const std::s
   return texts;
 }
 
-// The encoder of `model_dir`, with a hint at the fetch script when the
-// directory is missing.
-inline models::SentenceEncoder load_sentence_encoder(const std::string& model_dir,
+// The encoder of `model`: a directory, or a Hugging Face id in the local
+// cache (as qkv.SentenceEncoder finds it), with a hint at the fetch script
+// when it is neither.
+inline models::SentenceEncoder load_sentence_encoder(const std::string& model,
                                                      const std::string& precision = "float32") {
-  const std::string found = find_model(model_dir);
-  QKV_CHECK(std::filesystem::is_directory(found), "model directory '", model_dir,
-            "' not found; run scripts/fetch_model.sh (in the qkv checkout) to fetch ",
-            "all-MiniLM-L6-v2 into ", kDefaultEmbeddingModel,
-            ", set QKV_MODELS to the folder that holds it, or pass --model DIR");
+  std::string found = find_model(model);
+  if (!std::filesystem::is_directory(found))
+    if (const auto cached = io::find_cached_model(model)) found = cached->string();
+  QKV_CHECK(std::filesystem::is_directory(found), "model '", model,
+            "' is not a directory, nor a model id in the Hugging Face cache ",
+            io::hub_cache_dir().string(), "; run scripts/fetch_model.sh (in the qkv checkout) ",
+            "to fetch all-MiniLM-L6-v2 into ", kDefaultEmbeddingModel,
+            ", set QKV_MODELS to the folder that holds it, or pass --model DIR or an id that ",
+            "huggingface-cli downloaded (e.g. sentence-transformers/all-MiniLM-L6-v2)");
   return models::SentenceEncoder(found, parse_precision(precision));
 }
 
@@ -105,10 +111,12 @@ inline void add_sentence_input_options(CLI::App& app, SentenceInput& o,
   app.add_option("-f,--file", o.file,
                  "Read the texts from FILE, one a line ('-': stdin); blank lines are skipped")
       ->type_name("FILE");
-  app.add_option("--model", o.model,
-                 "Model directory (sentence-transformers layout; scripts/fetch_model.sh)")
+  app.add_option(
+         "--model", o.model,
+         "Model directory (sentence-transformers layout; scripts/fetch_model.sh), or a Hugging "
+         "Face id in the local cache (e.g. sentence-transformers/all-MiniLM-L6-v2)")
       ->capture_default_str()
-      ->type_name("DIR");
+      ->type_name("DIR|ID");
   app.add_option("--pooling", o.pooling,
                  "Pool the token vectors by mean, cls (the first token) or max "
                  "(default: as the model's pooling config says)")

@@ -12,6 +12,7 @@
 #include "bindings.h"
 #include "convert.h"
 #include "module_common.h"
+#include "qkv/io/hf_cache.h"
 #include "qkv/models/bert.h"
 #include "qkv/models/gguf_model.h"
 #include "qkv/models/sentence_encoder.h"
@@ -177,6 +178,18 @@ void bind_models(py::module_& m) {
                                return std::string(models::pooling_name(self.pooling()));
                              })
       .def_property_readonly("normalize", &SentenceEncoder::normalize);
+
+  // The Hugging Face cache lookup the CLI uses (python/qkv/_hf_cache.py words
+  // its errors): the cache directory, the ids tried, the snapshot or None.
+  m.def("hub_cache_dir", [] { return io::hub_cache_dir().string(); });
+  m.def("hub_ids_for", &io::hub_ids_for, py::arg("model"));
+  m.def(
+      "find_cached_model",
+      [](const std::string& model, const std::string& revision) -> py::object {
+        const auto found = io::find_cached_model(model, revision);
+        return found ? py::cast(found->string()) : py::none();
+      },
+      py::arg("model"), py::arg("revision") = "main");
 
   // qkv.models.load_gguf's compiled half: (DecoderModel, BpeTokenizer, info dict).
   m.def(
