@@ -169,6 +169,25 @@ void bind_models(py::module_& m) {
             self.calibrate(texts);
           },
           py::arg("texts"))
+      .def(
+          "forward_features",
+          [](const SentenceEncoder& self, py::handle input_ids, py::handle attention_mask) {
+            const char* fn = "SentenceEncoder.__call__";
+            const IntMatrix ids = int_matrix(input_ids, fn, "input_ids");
+            const IntMatrix mask = int_matrix(attention_mask, fn, "attention_mask");
+            if (mask.rows != ids.rows || mask.cols != ids.cols)
+              throw py::value_error(
+                  std::string(fn) + "(): attention_mask must have input_ids' " + "shape [" +
+                  std::to_string(ids.rows) + ", " + std::to_string(ids.cols) + "], got [" +
+                  std::to_string(mask.rows) + ", " + std::to_string(mask.cols) + "]");
+            SentenceEncoder::Features out;
+            {
+              py::gil_scoped_release release;
+              out = self.forward_features(ids.values, mask.values, ids.rows);
+            }
+            return py::make_tuple(to_numpy(out.token_embeddings), to_numpy(out.sentence_embedding));
+          },
+          py::arg("input_ids"), py::arg("attention_mask"))
       .def("token_ids", &SentenceEncoder::token_ids, py::arg("text"))
       .def_property_readonly("dimension", &SentenceEncoder::dimension)
       .def_property("max_seq_length", &SentenceEncoder::max_seq_length,

@@ -254,6 +254,36 @@ class SentenceEncoder:
             out = list(_torch().from_numpy(out))
         return out[0] if single else out
 
+    def __call__(self, features):
+        """sentence-transformers' forward: the model called on tokenize()'s
+        features ({"input_ids": [B, T], "attention_mask": [B, T]}, torch
+        tensors or arrays; token_type_ids, when given, must be all 0, the one
+        segment this model reads) -> the features plus "token_embeddings"
+        [B, T, D] (every position, padding included) and "sentence_embedding"
+        [B, D] (pooled, normalised when the model says so), torch tensors
+        when the ids were, else numpy. Right padding only (as tokenize()
+        gives); no autograd (qkv's encoder is for inference)."""
+        if not isinstance(features, dict) or "input_ids" not in features \
+                or "attention_mask" not in features:
+            raise TypeError("SentenceEncoder(features): features must be a dict with "
+                            "\"input_ids\" and \"attention_mask\", as tokenize() returns")
+        torch = sys.modules.get("torch")
+        as_torch = torch is not None and isinstance(features["input_ids"], torch.Tensor)
+
+        def plain(x):
+            return x.detach().cpu().numpy() if torch is not None and \
+                isinstance(x, torch.Tensor) else np.asarray(x)
+
+        types = features.get("token_type_ids")
+        if types is not None and plain(types).any():
+            raise ValueError("SentenceEncoder(features): token_type_ids must be all 0 (one "
+                             "segment: qkv encodes single texts), got other values")
+        tokens, pooled = self._encoder.forward_features(plain(features["input_ids"]),
+                                                        plain(features["attention_mask"]))
+        if as_torch:
+            tokens, pooled = torch.from_numpy(tokens), torch.from_numpy(pooled)
+        return {**features, "token_embeddings": tokens, "sentence_embedding": pooled}
+
     def encode_query(self, inputs, prompt_name=None, prompt=None, **kwargs):
         """encode() for queries, as sentence-transformers 6.2: without a prompt
         or prompt_name given, the prompt named "query" ("" unless the model or

@@ -421,3 +421,33 @@ def test_tokenizer_and_tokenize(models):
         ours.tokenizer(TEXTS[0], padding=True)
     with pytest.raises(TypeError, match=r"texts\[1\] must be a str"):
         ours.tokenize(["a", 3])
+
+
+def test_calling_the_model_on_tokenized_features(models):
+    """model(model.tokenize(texts)) as sentence-transformers: the features
+    plus token_embeddings [B, T, D] and sentence_embedding [B, D]."""
+    ours, ref = models
+    texts = TEXTS[:5]
+    features = ours.tokenize(texts)
+    got = ours(features)
+    with torch.no_grad():
+        want = ref(ref.tokenize(texts))
+    assert got["input_ids"] is features["input_ids"]
+    for key in ("token_embeddings", "sentence_embedding"):
+        assert isinstance(got[key], torch.Tensor)
+        assert err(got[key], want[key]) <= TOLERANCE, key
+    assert err(got["sentence_embedding"], ours.encode(texts)) <= TOLERANCE
+    # numpy features give numpy results.
+    plain = ours({k: v.numpy() for k, v in features.items()})
+    assert isinstance(plain["sentence_embedding"], np.ndarray)
+    assert err(plain["sentence_embedding"], got["sentence_embedding"]) == 0.0
+    # What would change the math is refused by name.
+    left = {"input_ids": features["input_ids"], "attention_mask": features["attention_mask"].flip(1)}
+    with pytest.raises(ValueError, match="right padding"):
+        ours(left)
+    with pytest.raises(ValueError, match="token_type_ids"):
+        ours({**features, "token_type_ids": torch.ones_like(features["input_ids"])})
+    with pytest.raises(ValueError, match="attention_mask must have input_ids' shape"):
+        ours({"input_ids": features["input_ids"], "attention_mask": features["attention_mask"][:2]})
+    with pytest.raises(TypeError, match="input_ids"):
+        ours(texts)

@@ -460,6 +460,37 @@ std::vector<Tensor> SentenceEncoder::token_embeddings(const std::vector<std::str
   return out;
 }
 
+SentenceEncoder::Features SentenceEncoder::forward_features(std::span<const int64_t> ids,
+                                                            std::span<const int64_t> attention_mask,
+                                                            int64_t batch) const {
+  const char* fn = "SentenceEncoder::forward_features";
+  QKV_CHECK(batch > 0 && ids.size() % static_cast<size_t>(batch) == 0 && !ids.empty(), fn,
+            ": input_ids must be [batch, T] with batch, T >= 1, got ", ids.size(),
+            " ids for batch ", batch);
+  QKV_CHECK(attention_mask.size() == ids.size(), fn,
+            ": attention_mask must have input_ids' shape [", batch, ", ",
+            static_cast<int64_t>(ids.size()) / batch, "], got ", attention_mask.size(), " values");
+  const int64_t T = static_cast<int64_t>(ids.size()) / batch;
+  std::vector<int64_t> lengths, rows;
+  for (int64_t b = 0; b < batch; ++b) {
+    const int64_t* m = attention_mask.data() + b * T;
+    int64_t n = 0;
+    while (n < T && m[n] == 1) ++n;
+    for (int64_t t = n; t < T; ++t)
+      QKV_CHECK(m[t] == 0, fn, ": attention_mask row ", b,
+                " must be ones then zeros (right padding, as tokenize() gives), got ", m[t],
+                " at position ", t, " after ", n, " ones");
+    QKV_CHECK(n > 0, fn, ": attention_mask row ", b, " has no real token");
+    lengths.push_back(n);
+    rows.push_back(b);
+  }
+  Features out;
+  out.token_embeddings = model_.forward(ids, attention_mask, batch);
+  out.sentence_embedding = Tensor::empty({batch, dimension()});
+  pool(out.token_embeddings, lengths, rows, out.sentence_embedding);
+  return out;
+}
+
 void SentenceEncoder::pool(const Tensor& hidden, const std::vector<int64_t>& lengths,
                            const std::vector<int64_t>& rows, Tensor& out) const {
   const int64_t L = hidden.size(1), D = hidden.size(2);

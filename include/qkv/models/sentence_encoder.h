@@ -31,6 +31,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -78,6 +79,20 @@ class SentenceEncoder {
   std::vector<Tensor> token_embeddings(const std::vector<std::string>& texts,
                                        int64_t batch_size = 32,
                                        const Progress& progress = {}) const;
+
+  // sentence-transformers' forward on tokenized features (calling the model
+  // on what tokenize() gives): ids and attention_mask [batch, T] row-major,
+  // right padding (each mask row: its real tokens' ones, then zeros; at
+  // least one) -> token_embeddings [batch, T, D] (every position's last
+  // hidden state, padding included, as sentence-transformers returns it)
+  // and sentence_embedding [batch, D] (pooled over the real tokens,
+  // normalised when the model says so).
+  struct Features {
+    Tensor token_embeddings;
+    Tensor sentence_embedding;
+  };
+  Features forward_features(std::span<const int64_t> ids, std::span<const int64_t> attention_mask,
+                            int64_t batch) const;
 
   // int8: smooths the weights (SmoothQuant, nn::Module::record_input_ranges)
   // against the input ranges the float32 model sees on `texts`, replacing the
