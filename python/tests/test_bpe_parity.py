@@ -20,6 +20,7 @@ import pytest
 
 import qkv
 from model_files import ROOT, SMOLLM2_GGUF, needs_smollm2
+from tokenizer_texts import HARD_TEXTS
 
 CORPUS = ROOT / "tests" / "data" / "tokenizer_corpus.txt"
 
@@ -27,35 +28,6 @@ gguf = pytest.importorskip("gguf")
 transformers = pytest.importorskip("transformers")
 tokenizers = pytest.importorskip("tokenizers")
 pytestmark = needs_smollm2
-
-EXTRA_TEXTS = [
-    "",
-    " ",
-    "Hello world",
-    " Hello  world   ",
-    "it's, we're, they've, I'm, you'll, he'd, don't; IT'S 'S 's 'sam ''s",
-    "def f(x):\n    return x ** 2  # square\n\n\tif x != 0:\n\t\tpass\n",
-    "for (int i = 0; i < n; ++i) { a[i] += b[i] * 3.14159; }",
-    "x  1 x   22 x\t3 x\n4 x \n 5 1,234,567.89 1e-10 0x1F 2024-12-01",
-    "1234567890 12345678901234567890 ١٢٣٤ ½ ²³ Ⅻ 〇一二三 ⑳",
-    "emoji 😀😃😄 👍🏽 👨‍👩‍👧‍👦 🇫🇷 ❤️ 🤖✨",
-    "中文分词测试，你好世界！日本語のテキスト。한국어 텍스트입니다.",
-    "Mixed: English, Ελληνικά, русский, עברית, العربية, हिन्दी, ไทย, ქართული",
-    "   leading and trailing   ",
-    "\n\n\nnewlines\n\n\n",
-    "\t\ttabs\t\t",
-    "\r\n\r\nwindows\r\nline\r\nends",
-    "\u00a0no-break\u3000ideographic\u2003em\u200bzero-width\u2028line sep",
-    "special <|im_start|>user\nHi<|im_end|> tokens <|endoftext|> inside<|im_end|>text",
-    "<|im_start|><|im_start|><|im_end|><|im_<|im_start|>",
-    "<repo_name>qkv<file_sep>main.cc<jupyter_code>print(1)",
-    "caf\u00e9 cafe\u0301 na\u00efve \u00c5ngstr\u00f6m",
-    "!!!??? ... --- *** ### @@@ $$$ %%% ^^^ &&& ((( ))) [[[ ]]] {{{ }}}",
-    "a" * 300 + " " + "ab" * 200,
-    " " * 50 + "x" + "\n" * 20 + "y" + "\t" * 10,
-    "\x00\x01\x1f\x7f control",
-    "https://example.com/path?q=1&r=two#frag user@example.org",
-]
 
 
 def read_vocabulary():
@@ -125,7 +97,7 @@ def all_texts():
     assert len(lines) >= 1000
     # Also blocks of lines, for the newlines between them.
     blocks = ["\n".join(lines[i:i + 7]) for i in range(0, len(lines), 7)]
-    return lines + blocks + EXTRA_TEXTS
+    return lines + blocks + HARD_TEXTS
 
 
 @pytest.mark.parametrize("pre", ["gpt2", "smollm"])
@@ -138,7 +110,7 @@ def test_ids_equal_hugging_face_on_every_line(toks, hf, pre):
 
 def test_transformers_tokenizer_is_the_gpt2_reference(toks, hf_auto):
     # The user-facing transformers call agrees too (no BOS: add_bos_token false).
-    for text in EXTRA_TEXTS + corpus_lines()[:200]:
+    for text in HARD_TEXTS + corpus_lines()[:200]:
         assert toks["gpt2"].encode(text) == hf_auto(text)["input_ids"], repr(text[:80])
 
 
@@ -192,7 +164,7 @@ def test_parse_special_off_reads_markup_as_text(toks, hf):
     # tokenizers' encode_special_tokens (transformers' split_special_tokens).
     reference = tokenizers.Tokenizer.from_str(hf["smollm"].to_str())
     reference.encode_special_tokens = True
-    for text in EXTRA_TEXTS:
+    for text in HARD_TEXTS:
         plain = toks["smollm"].encode(text, parse_special=False)
         assert plain == reference.encode(text).ids, repr(text)
     assert 1 not in toks["smollm"].encode("<|im_start|>", parse_special=False)

@@ -30,6 +30,7 @@ import pytest
 
 import qkv
 from model_files import ROOT, SMOLLM2_GGUF
+from tokenizer_texts import HARD_TEXTS
 
 gguf = pytest.importorskip("gguf")
 np = pytest.importorskip("numpy")
@@ -41,29 +42,6 @@ needs_gemma3 = pytest.mark.skipif(
     not GEMMA3_GGUF.exists(),
     reason=f"{GEMMA3_GGUF} is missing: fetch it with scripts/fetch_model.sh")
 needs_smollm2 = pytest.mark.skipif(not SMOLLM2_GGUF.exists(), reason=f"{SMOLLM2_GGUF} is missing")
-
-EXTRA_TEXTS = [
-    "",
-    " ",
-    "  ",
-    "Hello world",
-    " Hello  world   ",
-    "it's, we're, they've, I'm, you'll, he'd; IT'S 'S 'Ll 'sam ''s 'ſ",
-    "def f(x):\n    return x ** 2  # square\n\n\tif x != 0:\n\t\tpass\n",
-    "x  1 x   22 x\t3 x\n4 x \n 5 1,234,567.89 1e-10 0x1F 2024-12-01 123456789",
-    "1234567890 ١٢٣٤ ½ ²³ Ⅻ 〇一二三 ⑳",
-    "emoji 😀😃😄 👍🏽 👨‍👩‍👧‍👦 🇫🇷 ❤️ 🤖✨",
-    "中文分词测试，你好世界！日本語のテキスト。한국어 텍스트입니다.",
-    "Mixed: English, Ελληνικά, русский, עברית, العربية, हिन्दी, ไทย",
-    "\n\n\nnewlines\n\n\n  \n \r\n\r\n",
-    "\t\ttabs\t\t  \t",
-    "\u00a0no-break\u3000ideographic\u2003em\u200bzero-width\u2028line sep",
-    "caf\u00e9 cafe\u0301 na\u00efve",
-    "!!!??? ... --- *** ### @@@ $$$ ((( ))) [[[ ]]] {{{ }}}\n",
-    "a" * 300 + " " + "ab" * 200,
-    " " * 50 + "x" + "\n" * 20 + "y" + "\t" * 10,
-    "\x00\x01\x1f\x7f control \x85",
-]
 
 
 @functools.cache
@@ -169,7 +147,7 @@ def test_gemma_corpus(gemma):
 def test_gemma_extra_and_fuzzed_texts(gemma):
     tok, hf, _ = gemma
     specials = special_texts(hf) + ["<start_of_turn>", "<end_of_turn>", "[multimodal]"]
-    texts = EXTRA_TEXTS + fuzz_texts(39, 300, specials)
+    texts = HARD_TEXTS + fuzz_texts(39, 300, specials)
     # "▁" in the text is a space once encoded; specials come back as themselves.
     expect_same(tok, hf, [t for t in texts if "\u2581" not in t], round_trip=True)
     expect_same(tok, hf, [t for t in texts if "\u2581" in t], round_trip=False)
@@ -263,7 +241,7 @@ def test_llama_sentencepiece_with_tied_scores(llama_spm):
     lines = corpus_lines()
     # The prefix space is dropped again by decoding, but a text's own leading
     # space is not given back (Metaspace adds no second "▁"): no round trip.
-    expect_same(tok, hf, lines[::3] + EXTRA_TEXTS, round_trip=False)
+    expect_same(tok, hf, lines[::3] + HARD_TEXTS, round_trip=False)
     expect_same(tok, hf, fuzz_texts(40, 200, special_texts(hf)), round_trip=False)
     for text in lines[:200]:
         if not text.startswith(" ") and "\u2581" not in text:
@@ -368,7 +346,7 @@ def byte_level_file(request, smollm2_cut, tmp_path_factory):
 def test_byte_level_pre_tokenizers(byte_level_file):
     pre, tok, hf = byte_level_file
     assert repr(tok).endswith(f"pre_tokenizer={pre!r})")
-    texts = corpus_lines() + EXTRA_TEXTS + fuzz_texts(41, 300, special_texts(hf))
+    texts = corpus_lines() + HARD_TEXTS + fuzz_texts(41, 300, special_texts(hf))
     expect_same(tok, hf, texts)
 
 
