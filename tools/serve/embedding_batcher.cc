@@ -6,6 +6,7 @@
 
 #include "qkv/runtime.h"
 #include "serve/api_error.h"
+#include "serve/stop_worker.h"
 
 namespace qkv::serve {
 
@@ -15,14 +16,7 @@ EmbeddingBatcher::EmbeddingBatcher(const models::SentenceEncoder& encoder,
   thread_ = std::thread([this] { run(); });
 }
 
-EmbeddingBatcher::~EmbeddingBatcher() {
-  {
-    std::lock_guard lock(mutex_);
-    stopping_ = true;
-  }
-  wake_.notify_all();
-  thread_.join();
-}
+EmbeddingBatcher::~EmbeddingBatcher() { stop_worker(mutex_, stopping_, wake_, thread_); }
 
 EmbeddingResult EmbeddingBatcher::embed(std::vector<std::string> texts) {
   int64_t tokens = 0;  // counted here, in the caller's thread

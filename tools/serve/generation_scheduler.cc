@@ -9,6 +9,7 @@
 #include "qkv/text/bpe_tokenizer.h"
 #include "serve/api_error.h"
 #include "serve/stop_strings.h"
+#include "serve/stop_worker.h"
 
 namespace qkv::serve {
 
@@ -64,14 +65,7 @@ GenerationScheduler::GenerationScheduler(models::GgufModel& model, const Schedul
   thread_ = std::thread([this] { run(); });
 }
 
-GenerationScheduler::~GenerationScheduler() {
-  {
-    std::lock_guard lock(mutex_);
-    stopping_ = true;
-  }
-  wake_.notify_all();
-  thread_.join();
-}
+GenerationScheduler::~GenerationScheduler() { stop_worker(mutex_, stopping_, wake_, thread_); }
 
 std::shared_ptr<GenerationStream> GenerationScheduler::submit(GenerationRequest request) {
   auto stream = std::make_shared<GenerationStream>();
