@@ -210,26 +210,32 @@ std::string py_repr(std::string_view s) {
   const char quote = has_single && !has_double ? '"' : '\'';
   std::string out(1, quote);
   for (const char ch : s) {
-    switch (ch) {
-      case '\n':
-        out += "\\n";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      default:
-        if (ch == quote) out.push_back('\\');
-        out.push_back(ch);
-    }
+    if (const char* escape = backslash_escape(ch, quote))
+      out += escape;
+    else
+      out.push_back(ch);
   }
   out.push_back(quote);
   return out;
+}
+
+const char* backslash_escape(char ch, char quote) {
+  switch (ch) {
+    case '\n':
+      return "\\n";
+    case '\t':
+      return "\\t";
+    case '\r':
+      return "\\r";
+    case '\\':
+      return "\\\\";
+    case '\'':
+      return quote == '\'' ? "\\'" : nullptr;
+    case '"':
+      return quote == '"' ? "\\\"" : nullptr;
+    default:
+      return nullptr;
+  }
 }
 
 }  // namespace qkv::text::jinja

@@ -35,5 +35,8 @@ std::string py_capitalize(std::string_view s);
 std::string py_title(std::string_view s);
 // Python's repr of a str: quoted, with \n, \t, \\ and the quote escaped.
 std::string py_repr(std::string_view s);
+// The backslash escape that Python's repr and JSON both write for `ch` in a
+// string quoted with `quote` (\n, \t, \r, \\ and the quote), or nullptr.
+const char* backslash_escape(char ch, char quote);
 
 }  // namespace qkv::text::jinja

@@ -217,22 +217,11 @@ void append_repr(const Value& v, std::string& out) {
 void append_json_string(std::string_view s, std::string& out) {
   out.push_back('"');
   for (const char ch : s) {
+    if (const char* escape = backslash_escape(ch, '"')) {
+      out += escape;
+      continue;
+    }
     switch (ch) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
       case '\b':
         out += "\\b";
         break;
