@@ -95,29 +95,28 @@ def keep_outliers(x, k):
     return torch.where(kept, x, asymmetric_rows(x.masked_fill(kept, 0.0)))
 
 
-def activation_rounding(name):
+def rounding(name, what, whole, whole_name, outliers=False):
+    """The rounding named `name` (none, `whole_name`, groupG or, with
+    `outliers`, outliersK) of the activations or weights (`what`)."""
     if name == "none":
-        return lambda x: x
-    if name == "rows":
-        return asymmetric_rows
+        return lambda t: t
+    if name == whole_name:
+        return whole
     if name.startswith("group"):
         g = int(name[5:])
-        return lambda x: in_groups(x, g, asymmetric_rows)
-    if name.startswith("outliers"):
+        return lambda t: in_groups(t, g, whole)
+    if outliers and name.startswith("outliers"):
         k = int(name[8:])
-        return lambda x: keep_outliers(x, k)
-    raise ValueError(f"unknown activation rounding {name!r}")
+        return lambda t: keep_outliers(t, k)
+    raise ValueError(f"unknown {what} rounding {name!r}")
+
+
+def activation_rounding(name):
+    return rounding(name, "activation", asymmetric_rows, "rows", outliers=True)
 
 
 def weight_rounding(name):
-    if name == "none":
-        return lambda w: w
-    if name == "channel":
-        return symmetric_rows
-    if name.startswith("group"):
-        g = int(name[5:])
-        return lambda w: in_groups(w, g, symmetric_rows)
-    raise ValueError(f"unknown weight rounding {name!r}")
+    return rounding(name, "weight", symmetric_rows, "channel")
 
 
 class RoundedLinear(torch.nn.Module):
