@@ -9,6 +9,7 @@
 #include <memory>
 #include <vector>
 
+#include "q8_cacheable_decoder.h"
 #include "qkv/io/gguf.h"
 #include "qkv/models/gguf_model.h"
 #include "qkv/nn/decoder_batch.h"
@@ -98,28 +99,13 @@ void expect_batched_equals_alone(DecoderModel& model,
   EXPECT_EQ(batch.size(), 6);
 }
 
-// head_dim 32: the q8_0 cache needs a multiple of 32.
 DecoderModelConfig small(DType dtype = DType::kFloat32) {
-  return {.vocab_size = 50,
-          .d_model = 64,
-          .num_layers = 2,
-          .num_heads = 2,
-          .num_kv_heads = 1,
-          .max_seq_len = 64,
-          .dtype = dtype};
+  return qkv_test::q8_cacheable_decoder(50, dtype);
 }
 
-TEST(DecoderBatch, FloatWeightsEqualDecodingAlone) {
-  Generator gen(1);
-  DecoderModel model(small(), &gen);
-  expect_batched_equals_alone(model);
-}
-
-TEST(DecoderBatch, FloatWeightsQ8CacheEqualDecodingAlone) {
-  Generator gen(2);
-  DecoderModel model(small(), &gen);
-  model.set_kv_cache_storage(KVCacheStorage::kQ8_0);
-  expect_batched_equals_alone(model);
+TEST(DecoderBatch, FloatWeightsEqualDecodingAloneWithEitherCache) {
+  qkv_test::for_each_kv_cache_storage(
+      small(), 1, [](DecoderModel& model) { expect_batched_equals_alone(model); });
 }
 
 TEST(DecoderBatch, LearnedPositionsLayerNormGeluEqualDecodingAlone) {

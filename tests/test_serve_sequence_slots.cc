@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "float_quant_kernels.h"
+#include "q8_cacheable_decoder.h"
 #include "qkv/io/gguf.h"
 #include "qkv/models/gguf_model.h"
 #include "qkv/nn/decoder_model.h"
@@ -147,27 +148,11 @@ void expect_slots_equal_decoding_alone(DecoderModel& model, double tolerance = k
   EXPECT_EQ(slots.busy(), 0);
 }
 
-// head_dim 32: the q8_0 cache needs a multiple of 32.
-DecoderModelConfig small() {
-  return {.vocab_size = 64,
-          .d_model = 64,
-          .num_layers = 2,
-          .num_heads = 2,
-          .num_kv_heads = 1,
-          .max_seq_len = 64};
-}
+DecoderModelConfig small() { return qkv_test::q8_cacheable_decoder(64); }
 
-TEST(SequenceSlots, SixteenSequencesEqualDecodingAlone) {
-  Generator gen(11);
-  DecoderModel model(small(), &gen);
-  expect_slots_equal_decoding_alone(model);
-}
-
-TEST(SequenceSlots, Q8CacheEqualsDecodingAlone) {
-  Generator gen(12);
-  DecoderModel model(small(), &gen);
-  model.set_kv_cache_storage(KVCacheStorage::kQ8_0);
-  expect_slots_equal_decoding_alone(model);
+TEST(SequenceSlots, SixteenSequencesEqualDecodingAloneWithEitherCache) {
+  qkv_test::for_each_kv_cache_storage(
+      small(), 11, [](DecoderModel& model) { expect_slots_equal_decoding_alone(model); });
 }
 
 TEST(SequenceSlots, GgufBlockWeightsEqualDecodingAlone) {
