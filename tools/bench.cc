@@ -454,7 +454,7 @@ class Progress {
   bool enabled_;
 };
 
-int run_bench(const BenchOptions& given) {
+void run_bench(const BenchOptions& given) {
   BenchOptions o = given;
   if (o.reps == 0) o.reps = o.quick ? 3 : 5;
   if (o.prompt_tokens == 0) o.prompt_tokens = o.quick ? 64 : 512;
@@ -470,7 +470,7 @@ int run_bench(const BenchOptions& given) {
     std::cout << "Groups select every workload under them: sdpa, sdpa/fwd, sdpa/fwdbwd/bf16, "
                  "decode, embed, ...\n"
               << std::flush;
-    return 0;
+    return;
   }
 
   const std::vector<const Workload*> chosen = select(all, o);
@@ -512,7 +512,6 @@ int run_bench(const BenchOptions& given) {
     io::write_file_atomically(output.file, std::as_bytes(std::span(text.data(), text.size())));
     std::fprintf(stderr, "wrote %s\n", output.file.c_str());
   }
-  return 0;
 }
 
 }  // namespace

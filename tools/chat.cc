@@ -72,7 +72,7 @@ class SigintAsFlag {
   struct sigaction previous_ = {};
 };
 
-int run_chat(const ChatOptions& o) {
+void run_chat(const ChatOptions& o) {
   if (o.threads > 0) set_num_threads(o.threads);
   QKV_CHECK(is_gguf_file(o.model), "'", o.model, "' is not a GGUF file; qkv chat needs one");
   models::GgufModel m = models::load_gguf_model(
@@ -196,7 +196,6 @@ int run_chat(const ChatOptions& o) {
     messages.push_back({"assistant", m.tokenizer.decode(reply32, /*skip_special=*/true)});
   }
   std::cout << "\n" << std::flush;
-  return 0;
 }
 
 }  // namespace

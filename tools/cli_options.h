@@ -26,14 +26,24 @@
 namespace qkv::cli {
 
 // Adds the subcommand `name` to `parent`: add_options(*app, options) declares
-// its options into a fresh Options, and choosing it calls run(options).
-template <class Options, class AddOptions>
+// its options into a fresh Options, and choosing it calls run(options). A run
+// that returns int gives the exit code; one that returns nothing exits with 0
+// (a command that can only succeed or throw).
+template <class Options, class Result, class AddOptions>
 Command make_command(CLI::App& parent, const std::string& name, const std::string& description,
-                     int (*run)(const Options&), AddOptions add_options) {
+                     Result (*run)(const Options&), AddOptions add_options) {
+  static_assert(std::is_same_v<Result, int> || std::is_void_v<Result>);
   auto options = std::make_shared<Options>();
   CLI::App* app = parent.add_subcommand(name, description);
   add_options(*app, *options);
-  return {app, [options, run] { return run(*options); }};
+  return {app, [options, run] {
+            if constexpr (std::is_void_v<Result>) {
+              run(*options);
+              return 0;
+            } else {
+              return run(*options);
+            }
+          }};
 }
 
 // One end of a range: its value, and whether the value itself is allowed.

@@ -106,7 +106,7 @@ std::string output_format(const EmbedOptions& o) {
   return extension == ".npy" ? "npy" : "json";
 }
 
-int run_embed(const EmbedOptions& o) {
+void run_embed(const EmbedOptions& o) {
   const std::string format = output_format(o);
   QKV_CHECK(format != "npy" || !o.output.empty() || !isatty(STDOUT_FILENO),
             "--format npy writes binary: give --output FILE.npy or redirect stdout");
@@ -144,7 +144,6 @@ int run_embed(const EmbedOptions& o) {
                  precision_name(encoder.precision()), models::pooling_name(encoder.pooling()),
                  encoder.normalize() ? ", normalized" : "",
                  static_cast<long long>(o.input.batch_size), num_threads());
-  return 0;
 }
 
 }  // namespace

@@ -26,7 +26,7 @@ struct ExploreCommandOptions {
   int threads = 0;
 };
 
-int run_explore(const ExploreCommandOptions& o) {
+void run_explore(const ExploreCommandOptions& o) {
   if (o.threads > 0) set_num_threads(o.threads);
   io::AtomicFileWriter out(o.output);  // an unwritable -o fails before the model loads
   viz::AttentionExplorer explorer(o.model);
@@ -36,7 +36,6 @@ int run_explore(const ExploreCommandOptions& o) {
   out.commit();
   std::cout << "wrote " << o.output << ": " << maps.length() << " tokens x " << maps.layers()
             << " layers x " << maps.heads() << " heads of " << maps.model << "\n";
-  return 0;
 }
 
 }  // namespace

@@ -35,7 +35,7 @@ struct GenerateOptions {
   std::string kv_cache = "f32";
 };
 
-int run_generate(const GenerateOptions& o) {
+void run_generate(const GenerateOptions& o) {
   if (o.threads > 0) set_num_threads(o.threads);
   // By name too: a truncated or damaged x.gguf gets the GGUF reader's error, not the
   // safetensors reader's.
@@ -90,7 +90,6 @@ int run_generate(const GenerateOptions& o) {
     std::fprintf(stderr, "%zu tokens in %.3f s (%.1f tokens/s, prompt of %zu, %d threads)\n",
                  ids.size(), seconds, seconds > 0 ? ids.size() / seconds : 0.0, prompt.size(),
                  num_threads());
-  return 0;
 }
 
 }  // namespace

@@ -61,7 +61,7 @@ std::string format_times(const GenerationTimes& t) {
   return line;
 }
 
-int run_generate_gguf(const GgufGenerateOptions& o) {
+void run_generate_gguf(const GgufGenerateOptions& o) {
   const Precision precision = parse_precision(o.precision);
   QKV_CHECK(o.exact || precision == Precision::kFloat32, "--precision ", o.precision,
             " needs --exact: the fast mode multiplies with the file's quantized weights");
@@ -89,7 +89,6 @@ int run_generate_gguf(const GgufGenerateOptions& o) {
   if (o.stats)
     std::fprintf(stderr, "%s; KV cache %.2f MiB\n", format_times(times).c_str(),
                  static_cast<double>(session.cache().storage_bytes()) / (1 << 20));
-  return 0;
 }
 
 }  // namespace qkv::cli

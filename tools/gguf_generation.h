@@ -29,7 +29,7 @@ struct GgufGenerateOptions {
 };
 
 // `qkv generate MODEL.gguf`: prints the prompt, then the continuation as it comes.
-int run_generate_gguf(const GgufGenerateOptions& options);
+void run_generate_gguf(const GgufGenerateOptions& options);
 
 // Timings of one prefill + decode.
 struct GenerationTimes {

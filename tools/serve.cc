@@ -62,7 +62,7 @@ std::string model_id(const std::string& path) {
   return p.extension() == ".gguf" ? p.stem().string() : p.filename().string();
 }
 
-int run_serve(const ServeOptions& o) {
+void run_serve(const ServeOptions& o) {
   QKV_CHECK(!o.model.empty() || !o.embed_model.empty(),
             "give --model FILE.gguf, --embed-model DIR, or both");
   QKV_CHECK(o.model.empty() || is_gguf_file(o.model), "--model '", o.model, "' is not a GGUF file");
@@ -160,7 +160,6 @@ int run_serve(const ServeOptions& o) {
   on_signal.join();
   if (failure) std::rethrow_exception(failure);
   std::fprintf(stderr, "qkv serve: stopped\n");
-  return 0;
 }
 
 }  // namespace

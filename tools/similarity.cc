@@ -96,7 +96,7 @@ std::pair<std::string, int64_t> label(std::string_view text, int64_t width) {
   return {out, used};
 }
 
-int run_similarity(const SimilarityOptions& o) {
+void run_similarity(const SimilarityOptions& o) {
   const std::vector<std::string> texts = input_texts(o.input, "qkv similarity");
   const models::SentenceEncoder encoder = load_sentence_encoder(o.input);
   const Tensor e = encoder.encode(texts, o.input.batch_size);  // [N, D]
@@ -136,7 +136,6 @@ int run_similarity(const SimilarityOptions& o) {
     out += "\n";
   }
   std::cout << out << std::flush;
-  return 0;
 }
 
 }  // namespace

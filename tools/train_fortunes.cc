@@ -114,7 +114,7 @@ void print_confusion(const std::vector<std::string>& topics, const train::Classi
   }
 }
 
-int run_fortunes(const FortunesOptions& o) {
+void run_fortunes(const FortunesOptions& o) {
   if (o.threads > 0) set_num_threads(o.threads);
   const Style style(stdout_wants_color());
   const bool in_place = ::isatty(STDOUT_FILENO) != 0;
@@ -322,7 +322,6 @@ int run_fortunes(const FortunesOptions& o) {
         << "  - a Transformer pretrained on far more text, frozen, with a linear head:\n"
         << "    --pretrained models/all-MiniLM-L6-v2 (scripts/fetch_model.sh puts it there)\n";
   std::cout << "  - pretraining this small encoder on the other fortune files (masked words)\n";
-  return 0;
 }
 
 }  // namespace
