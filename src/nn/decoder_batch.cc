@@ -9,17 +9,12 @@
 namespace qkv::nn {
 
 DecoderBatch::DecoderBatch(DecoderModel& model, int64_t max_sequences, int64_t max_len)
-    : model_(model), buffers_(model.make_buffers(std::max<int64_t>(max_sequences, 1))) {
+    : model_(model), step_(model, max_sequences) {
   QKV_CHECK(max_sequences > 0, "DecoderBatch: max_sequences must be > 0, got ", max_sequences);
-  const DecoderModelConfig& c = model.config();
   caches_.reserve(static_cast<size_t>(max_sequences));
   for (int64_t i = 0; i < max_sequences; ++i) caches_.push_back(model.make_cache(1, max_len));
   slot_ids_.assign(static_cast<size_t>(max_sequences), -1);
-  row_caches_.resize(static_cast<size_t>(max_sequences));
-  positions_.resize(static_cast<size_t>(max_sequences));
-  all_logits_ = Tensor::zeros({max_sequences, c.vocab_size}, c.dtype);
-  logits_ = all_logits_.slice(0, 0, 0);
-  if (c.dtype == DType::kFloat64) logits_f32_.resize(static_cast<size_t>(c.vocab_size));
+  logits_ = step_.rows(0);
 }
 
 size_t DecoderBatch::slot_of(int64_t id, const char* fn) const {
@@ -39,7 +34,7 @@ int64_t DecoderBatch::add(std::span<const int64_t> prompt) {
   cache.reset();
   // Checks the prompt's length against the cache before appending anything.
   const Tensor last = model_.forward_last(prompt, 1, cache);  // [1, vocab]
-  logits_ = all_logits_.slice(0, 0, 1);
+  logits_ = step_.rows(1);
   logits_.copy_from(last);
   // As DecoderSession::prefill: the steps need none of the prompt's buffers.
   empty_buffer_cache();
@@ -65,27 +60,16 @@ const Tensor& DecoderBatch::step(std::span<const int64_t> ids, std::span<const i
     KVCache& cache = caches_[slot_of(id, "step")];
     QKV_CHECK(cache.length() < cache.max_len(), m, ": sequence ", id, " fills its cache (",
               cache.max_len(), " positions); remove() it or make the batch with a larger max_len");
-    row_caches_[static_cast<size_t>(r)] = &cache;
-    positions_[static_cast<size_t>(r)] = cache.length();
+    step_.set_row(r, cache);
   }
-  logits_ = all_logits_.slice(0, 0, n);
-  const auto rows = static_cast<size_t>(n);
-  model_.forward_into(logits_, tokens,
-                      {.batch_size = n,
-                       .positions = std::span(positions_).first(rows),
-                       .caches = {.per_sequence = std::span(row_caches_).first(rows)}},
-                      buffers_);
+  logits_ = step_.run(tokens);
   return logits_;
 }
 
 std::span<const float> DecoderBatch::logits_row(int64_t r) const {
-  const int64_t n = logits_.size(0), V = logits_.size(1);
+  const int64_t n = logits_.size(0);
   QKV_CHECK(r >= 0 && r < n, "DecoderBatch::logits_row: r must be in [0, ", n, "), got ", r);
-  if (logits_.dtype() == DType::kFloat32)
-    return {logits_.data<float>() + r * V, static_cast<size_t>(V)};
-  const double* row = logits_.data<double>() + r * V;
-  std::transform(row, row + V, logits_f32_.begin(), [](double x) { return static_cast<float>(x); });
-  return logits_f32_;
+  return step_.float32_row(logits_, r);
 }
 
 int64_t DecoderBatch::length(int64_t id) const { return caches_[slot_of(id, "length")].length(); }

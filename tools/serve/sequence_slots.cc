@@ -22,16 +22,12 @@ int64_t common_prefix(const std::vector<int64_t>& cached, std::span<const int64_
 SequenceSlots::SequenceSlots(nn::DecoderModel& model, int64_t slots, int64_t max_len)
     : model_(model),
       max_len_(max_len > 0 ? max_len : model.config().max_seq_len),
-      buffers_(model.make_buffers(std::max<int64_t>(slots, 1))) {
+      step_(model, slots) {
   QKV_CHECK(slots > 0, "SequenceSlots: slots must be > 0, got ", slots);
   QKV_CHECK(max_len_ <= model.config().max_seq_len, "SequenceSlots: max_len ", max_len_,
             " exceeds the model's context of ", model.config().max_seq_len, " positions");
   slots_.reserve(static_cast<size_t>(slots));
   for (int64_t i = 0; i < slots; ++i) slots_.push_back({.cache = model.make_cache(1, max_len_)});
-  row_caches_.resize(static_cast<size_t>(slots));
-  positions_.resize(static_cast<size_t>(slots));
-  step_logits_ = Tensor::zeros({slots, model.config().vocab_size}, model.config().dtype);
-  row_f32_.resize(static_cast<size_t>(model.config().vocab_size));
 }
 
 const SequenceSlots::Slot& SequenceSlots::state(int64_t slot) const {
@@ -123,12 +119,7 @@ bool SequenceSlots::prefill(int64_t slot, int64_t max_tokens) {
 
 std::span<const float> SequenceSlots::prompt_logits() const {
   QKV_CHECK(prompt_logits_.defined(), "SequenceSlots::prompt_logits: no prompt was fed yet");
-  const int64_t V = prompt_logits_.size(1);
-  if (prompt_logits_.dtype() == DType::kFloat32)
-    return {prompt_logits_.data<float>(), static_cast<size_t>(V)};
-  const double* row = prompt_logits_.data<double>();
-  std::transform(row, row + V, row_f32_.begin(), [](double x) { return static_cast<float>(x); });
-  return row_f32_;
+  return step_.float32_row(prompt_logits_, 0);
 }
 
 void SequenceSlots::step(std::span<const int64_t> slots, std::span<const int64_t> tokens) {
@@ -144,31 +135,18 @@ void SequenceSlots::step(std::span<const int64_t> slots, std::span<const int64_t
     QKV_CHECK(std::count(slots.begin(), slots.begin() + r, id) == 0, m, ": slot ", id,
               " is given twice; a sequence advances one token per step");
     QKV_CHECK(s.cache.length() < max_len_, m, ": slot ", id, " fills its ", max_len_, " positions");
-    row_caches_[static_cast<size_t>(r)] = &s.cache;
-    positions_[static_cast<size_t>(r)] = s.cache.length();
+    step_.set_row(r, s.cache);
   }
-  Tensor logits = step_logits_.slice(0, 0, n);
-  const auto rows = static_cast<size_t>(n);
-  model_.forward_into(logits, tokens,
-                      {.batch_size = n,
-                       .positions = std::span(positions_).first(rows),
-                       .caches = {.per_sequence = std::span(row_caches_).first(rows)}},
-                      buffers_);
-  step_rows_ = n;
+  step_logits_ = step_.run(tokens);
   for (int64_t r = 0; r < n; ++r)
     slots_[static_cast<size_t>(slots[static_cast<size_t>(r)])].tokens.push_back(
         tokens[static_cast<size_t>(r)]);
 }
 
 std::span<const float> SequenceSlots::logits_row(int64_t r) const {
-  QKV_CHECK(r >= 0 && r < step_rows_, "SequenceSlots::logits_row: r must be in [0, ", step_rows_,
-            "), got ", r);
-  const int64_t V = step_logits_.size(1);
-  if (step_logits_.dtype() == DType::kFloat32)
-    return {step_logits_.data<float>() + r * V, static_cast<size_t>(V)};
-  const double* row = step_logits_.data<double>() + r * V;
-  std::transform(row, row + V, row_f32_.begin(), [](double x) { return static_cast<float>(x); });
-  return row_f32_;
+  const int64_t rows = step_logits_.defined() ? step_logits_.size(0) : 0;
+  QKV_CHECK(r >= 0 && r < rows, "SequenceSlots::logits_row: r must be in [0, ", rows, "), got ", r);
+  return step_.float32_row(step_logits_, r);
 }
 
 void SequenceSlots::release(int64_t slot, bool keep_cache) {

@@ -30,6 +30,7 @@
 
 #include "qkv/nn/decoder_model.h"
 #include "qkv/nn/kv_cache.h"
+#include "qkv/nn/per_sequence_step.h"
 #include "qkv/tensor.h"
 
 namespace qkv::serve {
@@ -97,13 +98,9 @@ class SequenceSlots {
   int64_t max_len_;
   std::vector<Slot> slots_;
   uint64_t releases_ = 0;
-  nn::DecoderBuffers buffers_;            // for `slots` rows
-  std::vector<nn::KVCache*> row_caches_;  // a step's caches, row by row
-  std::vector<int64_t> positions_;        // a step's positions, row by row
-  Tensor step_logits_;                    // [slots, vocab]
-  int64_t step_rows_ = 0;
-  Tensor prompt_logits_;                // [1, vocab]
-  mutable std::vector<float> row_f32_;  // rows of float64 models
+  nn::PerSequenceStep step_;  // for `slots` rows
+  Tensor step_logits_;        // [n, vocab] of the last step()
+  Tensor prompt_logits_;      // [1, vocab]
 };
 
 }  // namespace qkv::serve

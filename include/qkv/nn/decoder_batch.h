@@ -24,6 +24,7 @@
 #include "qkv/nn/decoder_block.h"
 #include "qkv/nn/decoder_model.h"
 #include "qkv/nn/kv_cache.h"
+#include "qkv/nn/per_sequence_step.h"
 #include "qkv/tensor.h"
 
 namespace qkv::nn {
@@ -70,12 +71,8 @@ class DecoderBatch {
   std::vector<KVCache> caches_;    // one per slot, batch 1
   std::vector<int64_t> slot_ids_;  // the sequence in each slot; -1: free
   int64_t next_id_ = 0;
-  DecoderBuffers buffers_;                 // for max_sequences rows
-  std::vector<KVCache*> row_caches_;       // a step's caches, row by row
-  std::vector<int64_t> positions_;         // a step's positions, row by row
-  Tensor all_logits_;                      // [max_sequences, vocab]
-  Tensor logits_;                          // the first rows of all_logits_
-  mutable std::vector<float> logits_f32_;  // logits_row() of float64 models
+  PerSequenceStep step_;  // for max_sequences rows
+  Tensor logits_;         // the first rows of step_'s logits
 };
 
 }  // namespace qkv::nn
