@@ -4,6 +4,7 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdint>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -75,6 +76,16 @@ inline std::vector<std::string> input_texts(const SentenceInput& o, const std::s
   return texts;
 }
 
+// `path` with a leading $HOME written "~" (messages stay short and read the
+// same for every user).
+inline std::string home_as_tilde(const std::string& path) {
+  const char* home = std::getenv("HOME");
+  const std::string prefix = home == nullptr ? std::string() : std::string(home) + "/";
+  if (prefix.size() > 1 && path.compare(0, prefix.size(), prefix) == 0)
+    return "~/" + path.substr(prefix.size());
+  return path;
+}
+
 // The encoder of `model`: a directory, or a Hugging Face id in the local
 // cache (as qkv.SentenceEncoder finds it), with a hint at the fetch script
 // when it is neither.
@@ -85,7 +96,8 @@ inline models::SentenceEncoder load_sentence_encoder(const std::string& model,
     if (const auto cached = io::find_cached_model(model)) found = cached->string();
   QKV_CHECK(std::filesystem::is_directory(found), "model '", model,
             "' is not a directory, nor a model id in the Hugging Face cache ",
-            io::hub_cache_dir().string(), "; run scripts/fetch_model.sh (in the qkv checkout) ",
+            home_as_tilde(io::hub_cache_dir().string()),
+            "; run scripts/fetch_model.sh (in the qkv checkout) ",
             "to fetch all-MiniLM-L6-v2 into ", kDefaultEmbeddingModel,
             ", set QKV_MODELS to the folder that holds it, or pass --model DIR or an id that ",
             "huggingface-cli downloaded (e.g. sentence-transformers/all-MiniLM-L6-v2)");

@@ -7,6 +7,7 @@ A row whose message has no reproduction below fails, as does a reproduction
 whose row is gone: the page and this file change together.
 """
 
+import os
 import pathlib
 import re
 import shlex
@@ -74,10 +75,16 @@ def outcome(reproduce, tmp):
     return result
 
 
+# The Hugging Face cache at its default place (~/.cache/huggingface/hub), as
+# the quoted messages show it.
+HF_CACHE_VARIABLES = ("HF_HUB_CACHE", "HF_HOME", "XDG_CACHE_HOME")
+
+
 def qkv_cli(args, cwd):
     """(exit code, stderr) of `qkv args` run in cwd."""
+    env = {k: v for k, v in os.environ.items() if k not in HF_CACHE_VARIABLES}
     run = subprocess.run([str(cli_path())] + shlex.split(args), cwd=cwd, capture_output=True,
-                         text=True, timeout=300)
+                         text=True, timeout=300, env=env)
     return run.returncode, run.stderr
 
 
