@@ -124,9 +124,6 @@ def _mask_function(masking_utils):
                  mask_function=masking_utils.causal_mask_function, attention_mask=None,
                  local_size=None, allow_is_causal_skip=True, **kwargs):
         config = kwargs.get("config")
-        # Only create_sliding_window_causal_mask passes local_size = the
-        # config's sliding_window with allow_is_causal_skip (chunked
-        # attention passes its chunk size; and/or overlays turn the skip off).
         if mask_function is masking_utils.bidirectional_mask_function and local_size is None \
                 and attention_mask is not None and attention_mask.dim() == 2 \
                 and isinstance(kv_offset, int):
@@ -138,6 +135,9 @@ def _mask_function(masking_utils):
                 return None
             keys = padding[:, kv_offset:kv_offset + kv_length].to(torch.bool)
             return keys[:, None, None, :]
+        # Only create_sliding_window_causal_mask passes local_size = the
+        # config's sliding_window with allow_is_causal_skip (chunked
+        # attention passes its chunk size; and/or overlays turn the skip off).
         windowed = (allow_is_causal_skip and local_size is not None and config is not None
                     and getattr(config, "sliding_window", None) == local_size
                     and getattr(config, "attention_chunk_size", None) != local_size)
