@@ -24,6 +24,7 @@
 #include "qkv/nn/positional_encoding.h"
 #include "qkv/runtime.h"
 #include "tasks/char_lm.h"
+#include "test_util.h"
 
 namespace qkv {
 namespace {
@@ -32,6 +33,7 @@ constexpr DType kF64 = DType::kFloat64;
 constexpr double kTolerance = 1e-6;
 
 using namespace fd;
+using qkv_test::state_names;
 
 Tensor randn(const Shape& shape, Generator& gen) { return Tensor::randn(shape, gen, kF64); }
 
@@ -50,13 +52,6 @@ void add_parameters(std::vector<Target>& targets, const std::vector<nn::Paramete
 std::set<std::string> names_of(const std::vector<nn::Parameter>& params) {
   std::set<std::string> names;
   for (const nn::Parameter& p : params) names.insert(p.name);
-  return names;
-}
-
-template <class Module>
-std::set<std::string> state_names(const Module& m) {
-  std::set<std::string> names;
-  for (const auto& [name, t] : m.state_dict()) names.insert(name);
   return names;
 }
 

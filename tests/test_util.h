@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <initializer_list>
+#include <set>
 #include <string>
 #include <string_view>
 #include <typeinfo>
@@ -162,6 +163,14 @@ class TempDirTest : public ::testing::Test {
 
   fs::path dir_;
 };
+
+// The names of a module's state_dict (parameters and buffers), sorted.
+template <class Module>
+std::set<std::string> state_names(const Module& m) {
+  std::set<std::string> names;
+  for (const auto& [name, t] : m.state_dict()) names.insert(name);
+  return names;
+}
 
 // The largest Euclidean norm of the rows of length n in `values` (row-major):
 // the ‖q‖ and ‖k‖ of the low-precision error bounds.
