@@ -10,14 +10,13 @@
 #include <vector>
 
 #include "q8_cacheable_decoder.h"
-#include "qkv/io/gguf.h"
 #include "qkv/models/gguf_model.h"
 #include "qkv/nn/decoder_batch.h"
 #include "qkv/nn/decoder_model.h"
 #include "qkv/nn/decoder_session.h"
 #include "relative_diff.h"
 #include "test_util.h"
-#include "tiny_llama_gguf.h"
+#include "tiny_llama_model.h"
 
 namespace {
 
@@ -129,9 +128,8 @@ TEST(DecoderBatch, Float64EqualsDecodingAlone) {
 TEST(DecoderBatch, TinyGgufExactAndQuantizedEqualDecodingAlone) {
   for (bool exact : {true, false}) {
     SCOPED_TRACE(exact ? "exact" : "quantized");
-    qkv::models::GgufModel m = qkv::models::load_gguf_model(
-        qkv::io::GgufFile::from_bytes(qkv_test::tiny_llama(), "tiny.gguf"),
-        {.exact = exact, .max_seq_len = kMaxLen});
+    qkv::models::GgufModel m =
+        qkv_test::load_tiny_llama({}, {.exact = exact, .max_seq_len = kMaxLen});
     expect_batched_equals_alone(m.model);
   }
 }

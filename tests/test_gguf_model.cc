@@ -24,7 +24,7 @@
 #include "qkv/nn/skip_weight_init.h"
 #include "relative_diff.h"
 #include "test_util.h"
-#include "tiny_llama_gguf.h"
+#include "tiny_llama_model.h"
 
 namespace {
 
@@ -33,7 +33,6 @@ using qkv::DType;
 using qkv::ErrorKind;
 using qkv::Shape;
 using qkv::Tensor;
-using qkv::io::GgufFile;
 using qkv::models::GgufModel;
 using qkv::models::load_gguf_model;
 using qkv_test::GgufWriter;
@@ -42,12 +41,12 @@ using qkv_test::kHidden;
 using qkv_test::kKv;
 using qkv_test::kVocab;
 using qkv_test::le;
+using qkv_test::load_tiny_llama;
 using qkv_test::max_relative_diff;
-using qkv_test::tiny_llama;
 using qkv_test::TinySpec;
 
 GgufModel load_tiny(const TinySpec& s = {}, bool exact = false) {
-  return load_gguf_model(GgufFile::from_bytes(tiny_llama(s), "tiny.gguf"), {.exact = exact});
+  return load_tiny_llama(s, {.exact = exact});
 }
 
 int64_t argmax_row(const float* row, int64_t n) { return std::max_element(row, row + n) - row; }
@@ -70,8 +69,7 @@ TEST(GgufModel, TinyConfigFromMetadata) {
   EXPECT_TRUE(c.tie_embeddings);
   EXPECT_FALSE(load_tiny({.untied = true}).model.config().tie_embeddings);
   // max_seq_len caps context_length.
-  const GgufModel capped =
-      load_gguf_model(GgufFile::from_bytes(tiny_llama(), "t"), {.max_seq_len = 16});
+  const GgufModel capped = load_tiny_llama({}, {.max_seq_len = 16});
   EXPECT_EQ(capped.model.config().max_seq_len, 16);
 
   EXPECT_EQ(m.tokenizer.encode("ab<|im_end|>"), (std::vector<int32_t>{5, 7}));

@@ -23,7 +23,7 @@
 #include "qkv/nn/positional_encoding.h"
 #include "relative_diff.h"
 #include "test_util.h"
-#include "tiny_llama_gguf.h"
+#include "tiny_llama_model.h"
 
 namespace {
 
@@ -37,15 +37,15 @@ using qkv_test::expect_error;
 using qkv_test::GgufWriter;
 using qkv_test::kD;
 using qkv_test::le;
+using qkv_test::load_tiny_llama;
 using qkv_test::max_relative_diff;
-using qkv_test::tiny_llama;
+using qkv_test::tiny_llama_file;
 using qkv_test::TinySpec;
 
 constexpr int64_t kHeadDim = 16;  // tiny_llama: 2 heads of 16
 
 GgufModel load_tiny(const TinySpec& s, bool exact = false, int64_t max_seq_len = 8192) {
-  return load_gguf_model(GgufFile::from_bytes(tiny_llama(s), "tiny.gguf"),
-                         {.exact = exact, .max_seq_len = max_seq_len});
+  return load_tiny_llama(s, {.exact = exact, .max_seq_len = max_seq_len});
 }
 
 // An F32 tensor of `values` (ggml dims = {values.size()}).
@@ -188,12 +188,8 @@ TEST_P(GgufMathKey, IsRefusedByNameUnlessNeutral) {
   parts.insert(parts.begin(), "GGUF file 'tiny.gguf'");
   expect_error([&] { load_tiny(spec, false, p.max_seq_len); }, parts);
   // gguf_decoder_config, which reads the keys, refuses them too.
-  expect_error(
-      [&] {
-        qkv::models::gguf_decoder_config(GgufFile::from_bytes(tiny_llama(spec), "tiny.gguf"),
-                                         p.max_seq_len);
-      },
-      parts);
+  expect_error([&] { qkv::models::gguf_decoder_config(tiny_llama_file(spec), p.max_seq_len); },
+               parts);
 }
 
 auto f32_key(const char* key, float v) {
@@ -420,8 +416,7 @@ qkv::nn::DecoderModelConfig family_config(const std::string& architecture,
                                           std::function<void(GgufWriter&)> keys,
                                           int64_t layers = 2) {
   const TinySpec spec{.architecture = architecture, .layers = layers, .more_keys = keys};
-  return qkv::models::gguf_decoder_config(GgufFile::from_bytes(tiny_llama(spec), "tiny.gguf"),
-                                          8192);
+  return qkv::models::gguf_decoder_config(tiny_llama_file(spec), 8192);
 }
 
 TEST(GgufFamilies, Gemma3ReadsItsWindowBasesAndScales) {

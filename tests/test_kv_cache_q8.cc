@@ -22,7 +22,7 @@
 #include "qkv/nn/kv_cache.h"
 #include "relative_diff.h"
 #include "test_util.h"
-#include "tiny_llama_gguf.h"
+#include "tiny_llama_model.h"
 
 namespace qkv::nn {
 namespace {
@@ -256,12 +256,8 @@ TEST(KVCacheQ8, ModelRefusesQ8WhenItsHeadDimIsNotAMultipleOf32) {
                {"q8_0", "multiples of 32", "head_dim=24"});
   EXPECT_EQ(model.kv_cache_storage(), KVCacheStorage::kFloat);
   // A GGUF model too: the tiny test file has head dim 16.
-  expect_error(
-      [] {
-        models::load_gguf_model(io::GgufFile::from_bytes(qkv_test::tiny_llama({}), "tiny.gguf"),
-                                {.kv_cache = KVCacheStorage::kQ8_0});
-      },
-      {"q8_0", "head_dim=16"});
+  expect_error([] { qkv_test::load_tiny_llama({}, {.kv_cache = KVCacheStorage::kQ8_0}); },
+               {"q8_0", "head_dim=16"});
 }
 
 // --- SmolLM2 ---------------------------------------------------------------------------------

@@ -14,7 +14,6 @@
 
 #include "float_quant_kernels.h"
 #include "q8_cacheable_decoder.h"
-#include "qkv/io/gguf.h"
 #include "qkv/models/gguf_model.h"
 #include "qkv/nn/decoder_model.h"
 #include "qkv/nn/decoder_session.h"
@@ -22,7 +21,7 @@
 #include "relative_diff.h"
 #include "serve/sequence_slots.h"
 #include "test_util.h"
-#include "tiny_llama_gguf.h"
+#include "tiny_llama_model.h"
 
 namespace {
 
@@ -160,8 +159,7 @@ TEST(SequenceSlots, GgufBlockWeightsEqualDecodingAlone) {
   // other, which differ by x's 16-bit rounding where the active table rounds x
   // (kernels/quant_gemm.h: |x − x̂| ≤ 1.6e-5 of a block's largest |x|): equal
   // to float32 summation order with x kept, within that rounding without.
-  qkv::models::GgufModel m = qkv::models::load_gguf_model(
-      qkv::io::GgufFile::from_bytes(qkv_test::tiny_llama(), "tiny.gguf"), {.max_seq_len = kMaxLen});
+  qkv::models::GgufModel m = qkv_test::load_tiny_llama({}, {.max_seq_len = kMaxLen});
   expect_slots_equal_decoding_alone(m.model, 1e-3);
   const qkv_test::FloatQuantKernels float_kernels;
   expect_slots_equal_decoding_alone(m.model);
