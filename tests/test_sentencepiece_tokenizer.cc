@@ -61,18 +61,20 @@ Strings encode(const BpeTokenizer& tok, const std::string& text) {
   return pieces_of(tok, tok.encode(text, /*add_special=*/false));
 }
 
+// `text` encoded with the tokens a, b, c (score 0), then `merged` in order.
+Strings encode_abc(const std::vector<std::pair<std::string, float>>& merged,
+                   const std::string& text) {
+  std::vector<std::pair<std::string, float>> tokens = {{"a", 0}, {"b", 0}, {"c", 0}};
+  tokens.insert(tokens.end(), merged.begin(), merged.end());
+  return encode(BpeTokenizer(spm(tokens)), text);
+}
+
 TEST(SentencePieceTokenizer, HigherScoreMergesFirst) {
   // "abc": ab and bc compete for b.
-  EXPECT_EQ(
-      encode(BpeTokenizer(spm({{"a", 0}, {"b", 0}, {"c", 0}, {"ab", -1}, {"bc", -2}})), "abc"),
-      (Strings{"ab", "c"}));
-  EXPECT_EQ(
-      encode(BpeTokenizer(spm({{"a", 0}, {"b", 0}, {"c", 0}, {"ab", -2}, {"bc", -1}})), "abc"),
-      (Strings{"a", "bc"}));
+  EXPECT_EQ(encode_abc({{"ab", -1}, {"bc", -2}}, "abc"), (Strings{"ab", "c"}));
+  EXPECT_EQ(encode_abc({{"ab", -2}, {"bc", -1}}, "abc"), (Strings{"a", "bc"}));
   // Merges go on from merged pieces: ab + c -> abc.
-  EXPECT_EQ(
-      encode(BpeTokenizer(spm({{"a", 0}, {"b", 0}, {"c", 0}, {"ab", -1}, {"abc", -3}})), "abcab"),
-      (Strings{"abc", "ab"}));
+  EXPECT_EQ(encode_abc({{"ab", -1}, {"abc", -3}}, "abcab"), (Strings{"abc", "ab"}));
 }
 
 TEST(SentencePieceTokenizer, TiesGoToTheLongerLeftThenRightThenLowerIdThenLeftmost) {
@@ -87,12 +89,8 @@ TEST(SentencePieceTokenizer, TiesGoToTheLongerLeftThenRightThenLowerIdThenLeftmo
       spm({{"a", 0}, {"b", 0}, {"c", 0}, {"d", 0}, {"cd", 10}, {"ab", 0}, {"bcd", 0}}));
   EXPECT_EQ(encode(by_right, "abcd"), (Strings{"a", "bcd"}));
   // Same score and lengths: the lower id.
-  EXPECT_EQ(
-      encode(BpeTokenizer(spm({{"a", 0}, {"b", 0}, {"c", 0}, {"bc", -1}, {"ab", -1}})), "abc"),
-      (Strings{"a", "bc"}));
-  EXPECT_EQ(
-      encode(BpeTokenizer(spm({{"a", 0}, {"b", 0}, {"c", 0}, {"ab", -1}, {"bc", -1}})), "abc"),
-      (Strings{"ab", "c"}));
+  EXPECT_EQ(encode_abc({{"bc", -1}, {"ab", -1}}, "abc"), (Strings{"a", "bc"}));
+  EXPECT_EQ(encode_abc({{"ab", -1}, {"bc", -1}}, "abc"), (Strings{"ab", "c"}));
   // The same pair: leftmost first.
   EXPECT_EQ(encode(BpeTokenizer(spm({{"a", 0}, {"aa", -1}})), "aaa"), (Strings{"aa", "a"}));
 }
