@@ -169,6 +169,6 @@ struct Int16Rows {
 
 extern const QuantKernels kQuantAvx512Vnni16 = {
     "avx512_vnni16", &quant::integer_gemv_block<Int16Rows>, &quant::dequantize_rows<simd::Avx512>,
-    16, rounded_formats({BlockFormat::kQ4_1, BlockFormat::kQ8_0})};
+    16, kEveryFormat};  // the other formats on avx2_int16's kernels round x too
 
 }  // namespace qkv::kernels
