@@ -5,12 +5,13 @@
 // Only the steps are timed (the prompts' prefill is not).
 //
 //   build-batch/bench/bench_batched_decoding [--model models/SmolLM2-135M-Instruct.Q4_1.gguf]
-//       [--steps 64] [--reps 3] [--threads 1,2]
+//       [--steps 64] [--reps 3] [--threads 1,2] [--only batched|sequential]
 //
 // Prints, per thread count, the median tokens/s of each way and their ratio,
 // by the wall clock and by the process's CPU time (which a busy machine
 // disturbs less: on one thread it is the work done; on more it also counts
-// the time the OpenMP threads spin while waiting).
+// the time the OpenMP threads spin while waiting). --only runs one way (for a
+// profiler); the other's columns then read "-".
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -106,6 +107,7 @@ int main(int argc, char** argv) {
   std::string model_path = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
   int64_t steps = 64, reps = 3;
   std::vector<int> thread_counts = {1, 2};
+  std::string only;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i], value = argv[i + 1];
     if (flag == "--model") {
@@ -114,6 +116,8 @@ int main(int argc, char** argv) {
       steps = std::stoll(value);
     } else if (flag == "--reps") {
       reps = std::stoll(value);
+    } else if (flag == "--only" && (value == "batched" || value == "sequential")) {
+      only = value;
     } else if (flag == "--threads") {
       thread_counts.clear();
       for (size_t at = 0; at < value.size();) {
@@ -142,16 +146,25 @@ int main(int argc, char** argv) {
     std::vector<double> seq, bat, seq_cpu, bat_cpu;
     const double tokens = static_cast<double>(kSequences * steps);
     for (int64_t r = 0; r < reps; ++r) {  // interleaved, so that both see the same load
-      const Seconds s = sequential(m.model, ps, steps, max_len);
-      const Seconds b = batched(m.model, ps, steps, max_len);
+      const Seconds s =
+          only == "batched" ? Seconds{1e30, 1e30} : sequential(m.model, ps, steps, max_len);
+      const Seconds b =
+          only == "sequential" ? Seconds{1e30, 1e30} : batched(m.model, ps, steps, max_len);
       seq.push_back(tokens / s.wall);
       bat.push_back(tokens / b.wall);
       seq_cpu.push_back(tokens / s.cpu);
       bat_cpu.push_back(tokens / b.cpu);
     }
-    std::printf("%7d  %16.1f  %13.1f  %5.2f  %16.1f  %13.1f  %5.2f\n", threads, median(seq),
-                median(bat), median(bat) / median(seq), median(seq_cpu), median(bat_cpu),
-                median(bat_cpu) / median(seq_cpu));
+    if (only.empty())
+      std::printf("%7d  %16.1f  %13.1f  %5.2f  %16.1f  %13.1f  %5.2f\n", threads, median(seq),
+                  median(bat), median(bat) / median(seq), median(seq_cpu), median(bat_cpu),
+                  median(bat_cpu) / median(seq_cpu));
+    else  // one way ran: its tokens/s, the other's columns and the ratios empty
+      std::printf("%7d  %16s  %13s  %5s  %16s  %13s  %5s\n", threads,
+                  only == "sequential" ? std::to_string(median(seq)).c_str() : "-",
+                  only == "batched" ? std::to_string(median(bat)).c_str() : "-", "-",
+                  only == "sequential" ? std::to_string(median(seq_cpu)).c_str() : "-",
+                  only == "batched" ? std::to_string(median(bat_cpu)).c_str() : "-", "-");
     std::fflush(stdout);  // each thread count as it finishes, also into a pipe
   }
   return 0;
