@@ -81,6 +81,19 @@ Tensor linear(const Tensor& x, const QuantizedWeight& weight, const Tensor& bias
 void linear_into(Tensor& out, const Tensor& x, const QuantizedWeight& weight,
                  const Tensor& bias = {});
 
+// One product of linear_into_each: *out = x Wᵀ + bias, as linear_into's.
+struct QuantizedLinearInto {
+  Tensor* out = nullptr;
+  const QuantizedWeight* weight = nullptr;
+  const Tensor* bias = nullptr;  // null or undefined: none
+};
+// linear_into for up to kMaxLinearIntoEach weights meeting the same x (a
+// decoding step's q, k and v projections): each out as linear_into gives it,
+// with the threads shared among all the products in one fork/join on the
+// few-rows route. Allocates nothing.
+inline constexpr size_t kMaxLinearIntoEach = 8;
+void linear_into_each(const Tensor& x, std::span<const QuantizedLinearInto> products);
+
 // Rows of a quantised table (a token embedding), dequantised: as embedding()
 // of functional.h. ids: shape `shape`, each in [0, out_features)
 // -> shape + [in_features]

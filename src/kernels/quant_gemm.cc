@@ -179,6 +179,50 @@ void quant_gemm(const float* x, int64_t ldx, int64_t m, const QuantMatrix& w, co
     gemm(table, x, ldx, m, w, bias, y, ldy);
 }
 
+void quant_gemm_each(const float* x, int64_t ldx, int64_t m,
+                     std::span<const QuantProduct> products) {
+  if (m > quant_gemv_max_rows() || products.size() < 2) {
+    for (const QuantProduct& p : products) quant_gemm(x, ldx, m, *p.w, p.bias, p.y, p.ldy);
+    return;
+  }
+  double macs = 0.0;
+  int64_t groups = 0;  // of kChannelGroup channels, over every product in turn
+  for (const QuantProduct& p : products) {
+    if (ldx < p.w->k || p.ldy < p.w->n || p.w->k != products[0].w->k)
+      throw Error(ErrorKind::kValue,
+                  "quant_gemm_each: every weight needs k = " + std::to_string(products[0].w->k) +
+                      " <= ldx and n <= its ldy, got k = " + std::to_string(p.w->k) +
+                      ", n = " + std::to_string(p.w->n) + ", ldx = " + std::to_string(ldx) +
+                      ", ldy = " + std::to_string(p.ldy));
+    macs += static_cast<double>(m) * p.w->n * p.w->k;
+    groups += (p.w->n + kChannelGroup - 1) / kChannelGroup;
+  }
+  if (m <= 0) return;
+  adapt_default_threads();
+  const QuantKernels& table = active_quant_kernels();
+  // Groups [g0, g1) of the concatenation, each product's share in turn.
+  auto run_groups = [&](int64_t g0, int64_t g1) {
+    int64_t first = 0;
+    for (const QuantProduct& p : products) {
+      const int64_t count = (p.w->n + kChannelGroup - 1) / kChannelGroup;
+      const int64_t a = std::max(g0, first), b = std::min(g1, first + count);
+      if (a < b)
+        table.gemv_block(x, ldx, m, *p.w, p.bias, p.y, p.ldy, (a - first) * kChannelGroup,
+                         std::min(p.w->n, (b - first) * kChannelGroup));
+      first += count;
+    }
+  };
+  const int threads = omp_get_max_threads();
+  if (threads == 1 || macs < kParallelMinMacs || omp_in_parallel() || groups < 2) {
+    run_groups(0, groups);
+    return;
+  }
+  const int parts = static_cast<int>(std::min<int64_t>(threads, groups));
+#pragma omp parallel for schedule(static, 1) num_threads(parts)
+  for (int part = 0; part < parts; ++part)
+    run_groups(groups * part / parts, groups * (part + 1) / parts);
+}
+
 void quant_gather_rows(const QuantMatrix& w, const int64_t* ids, int64_t count, float* out,
                        int64_t ldo) {
   const QuantKernels& table = active_quant_kernels();

@@ -36,6 +36,7 @@
 
 #include <cstdint>
 #include <initializer_list>
+#include <span>
 #include <vector>
 
 #include "kernels/quant_blocks.h"
@@ -120,6 +121,22 @@ int64_t quant_gemv_max_rows();
 // x: row stride ldx ≥ k; y: row stride ldy ≥ n; bias: [n] or null.
 void quant_gemm(const float* x, int64_t ldx, int64_t m, const QuantMatrix& w, const float* bias,
                 float* y, int64_t ldy);
+
+// One product of quant_gemm_each: y = x · Wᵀ + bias (y: row stride ldy ≥ n).
+struct QuantProduct {
+  const QuantMatrix* w;
+  const float* bias;  // [n] or null
+  float* y;
+  int64_t ldy;
+};
+
+// quant_gemm for several weights of the same k meeting the same x: on the
+// few-rows route the threads share the channel groups of all of them in one
+// fork/join (a decoding step's q, k and v projections; its gate and up), so
+// small products no longer each pay a fork/join and a barrier. Each y equals
+// what quant_gemm gives for it alone.
+void quant_gemm_each(const float* x, int64_t ldx, int64_t m,
+                     std::span<const QuantProduct> products);
 
 // out[i, :] = W[ids[i], :] (rows of ldo floats), ids checked by the caller.
 void quant_gather_rows(const QuantMatrix& w, const int64_t* ids, int64_t count, float* out,

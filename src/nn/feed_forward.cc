@@ -106,8 +106,7 @@ void SwiGLUFeedForward::forward_into(Tensor& out, const Tensor& x, Tensor& hidde
   QKV_CHECK(!is_training() || options_.dropout == 0.0,
             "SwiGLUFeedForward::forward_into: inference only; call eval() (dropout is ",
             options_.dropout, ")");
-  w1_.forward_into(gate, x);
-  w3_.forward_into(hidden, x);
+  Linear::forward_into_each(x, {{{w1_, gate}, {w3_, hidden}}});
   activate_into(gate, gate, options_.activation);
   mul_into(hidden, gate, hidden);
   w2_.forward_into(out, hidden);

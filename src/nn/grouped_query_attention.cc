@@ -247,9 +247,13 @@ void GroupedQueryAttention::forward_into(Tensor& out, const Tensor& x,
   GroupedQueryAttentionRecord* r = record;
   if (r) *r = {};
   Tensor q = scratch(buffers.q), k = scratch(buffers.k), v = scratch(buffers.v);
-  q_proj_.forward_into(q, x, r ? &r->q_proj : nullptr);
-  k_proj_.forward_into(k, x, r ? &r->k_proj : nullptr);
-  v_proj_.forward_into(v, x, r ? &r->v_proj : nullptr);
+  if (r) {
+    q_proj_.forward_into(q, x, &r->q_proj);
+    k_proj_.forward_into(k, x, &r->k_proj);
+    v_proj_.forward_into(v, x, &r->v_proj);
+  } else {
+    Linear::forward_into_each(x, {{{q_proj_, q}, {k_proj_, k}, {v_proj_, v}}});
+  }
   if (o.qk_norm) {
     normalize_heads(*q_norm_, q, E);
     normalize_heads(*k_norm_, k, E);

@@ -1,6 +1,8 @@
 // nn::Linear on qkv::linear (BLAS).
 #include "qkv/nn/linear.h"
 
+#include <array>
+
 #include "nn/module_util.h"
 #include "qkv/functional.h"
 #include "qkv/linear.h"
@@ -87,6 +89,22 @@ void Linear::forward_into(Tensor& out, const Tensor& x, Activation activation) c
   check_weight();
   note_input_range({"weight"}, x);
   linear_into(out, x, low_precision_weight_, bias_, activation);
+}
+
+void Linear::forward_into_each(const Tensor& x, std::span<const Into> layers) {
+  std::array<QuantizedLinearInto, kMaxLinearIntoEach> products;
+  bool quantized = layers.size() <= products.size();
+  for (size_t i = 0; quantized && i < layers.size(); ++i) {
+    const Linear& layer = layers[i].layer;
+    quantized = !layer.quantized_weight_.empty();
+    products[i] = {&layers[i].out, &layer.quantized_weight_, &layer.bias_};
+  }
+  if (!quantized) {
+    for (const Into& item : layers) item.layer.forward_into(item.out, x);
+    return;
+  }
+  for (const Into& item : layers) item.layer.note_input_range({"weight"}, x);
+  linear_into_each(x, std::span(products.data(), layers.size()));
 }
 
 void Linear::update_precision() {

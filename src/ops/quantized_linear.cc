@@ -3,6 +3,7 @@
 // kernels::quant_gemm / quant_gather_rows.
 #include "qkv/quantized_linear.h"
 
+#include <array>
 #include <cstddef>
 #include <cstring>
 #include <limits>
@@ -145,6 +146,28 @@ void linear_into(Tensor& out, const Tensor& x, const QuantizedWeight& weight, co
   const int64_t rows = check_quantized_linear(x, weight, bias, fn);
   const int64_t ldy = check_linear_out(out, x, bias, rows, weight.out_features(), fn);
   run(out, ldy, x, weight, bias, rows);
+}
+
+void linear_into_each(const Tensor& x, std::span<const QuantizedLinearInto> products) {
+  const char* fn = "linear_into_each";
+  QKV_CHECK(products.size() <= kMaxLinearIntoEach, fn, ": at most ", kMaxLinearIntoEach,
+            " products, got ", products.size());
+  std::array<kernels::QuantProduct, kMaxLinearIntoEach> each;
+  int64_t rows = 0;
+  for (size_t i = 0; i < products.size(); ++i) {
+    const QuantizedLinearInto& p = products[i];
+    QKV_CHECK(p.out != nullptr && p.weight != nullptr, fn, ": product ", i,
+              " has no out or no weight");
+    const Tensor none;
+    const Tensor& bias = p.bias != nullptr ? *p.bias : none;
+    rows = check_quantized_linear(x, *p.weight, bias, fn);
+    const int64_t ldy = check_linear_out(*p.out, x, bias, rows, p.weight->out_features(), fn);
+    each[i] = {&p.weight->matrix(), bias.defined() ? bias.data<float>() : nullptr,
+               p.out->data<float>(), ldy};
+  }
+  if (!products.empty())
+    kernels::quant_gemm_each(x.data<float>(), products[0].weight->in_features(), rows,
+                             std::span(each.data(), products.size()));
 }
 
 namespace {

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <map>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -59,6 +60,15 @@ class Linear : public ModuleBase<Linear, LinearOptions> {
   // the activation runs on each block of out while it is in cache.
   void forward_into(Tensor& out, const Tensor& x, Activation activation) const;
 
+  // forward_into (inference) of several layers meeting the same x, e.g. the
+  // q, k and v projections: where every weight is quantized, their products
+  // share one fork/join of the threads (linear_into_each); otherwise one
+  // after the other. Each out equals what its own forward_into gives.
+  struct Into {
+    const Linear& layer;
+    Tensor& out;
+  };
+  static void forward_into_each(const Tensor& x, std::span<const Into> layers);
   // Adds ∂loss/∂weight and ∂loss/∂bias to the gradient buffers, returns ∂loss/∂x.
   // grad_output: [..., out_features]  ->  like record.input
   Tensor backward(const Tensor& grad_output, const LinearRecord& record);
