@@ -79,100 +79,76 @@ struct Bytes<simd::Portable> {
 };
 
 #if defined(__AVX2__)
+// U: kLanes uint32 lanes (a GCC vector: & | << >> per lane, shifting in
+// zeros; >> a vector shifts each lane by its own count); u8 / s8: the kLanes
+// low bytes of b zero / sign extended to them.
+template <class Isa>
+struct Widen;
+
 template <>
-struct Bytes<simd::Avx2> {
-  using V = __m256;
-  static float half(const uint8_t* p) { return _cvtsh_ss(load_u16(p)); }
-  static __m256i u8i(const uint8_t* p) {
-    return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
-  }
-  static V s8(const uint8_t* p) {
-    return _mm256_cvtepi32_ps(
-        _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
-  }
-  static V lo4(const uint8_t* p) {
-    return _mm256_cvtepi32_ps(_mm256_and_si256(u8i(p), _mm256_set1_epi32(0x0f)));
-  }
-  static V hi4(const uint8_t* p) { return _mm256_cvtepi32_ps(_mm256_srli_epi32(u8i(p), 4)); }
-  static V q6(const uint8_t* ql, bool high, const uint8_t* qh, int shift) {
-    const __m256i l = u8i(ql);
-    const __m256i lo = high ? _mm256_srli_epi32(l, 4) : _mm256_and_si256(l, _mm256_set1_epi32(15));
-    const __m256i h =
-        _mm256_and_si256(_mm256_srl_epi32(u8i(qh), _mm_cvtsi32_si128(shift)), _mm256_set1_epi32(3));
-    return _mm256_cvtepi32_ps(_mm256_or_si256(lo, _mm256_slli_epi32(h, 4)));
-  }
-  static __m256i nibbles(const uint8_t* p, bool high) {
-    const __m256i b = u8i(p);
-    return high ? _mm256_srli_epi32(b, 4) : _mm256_and_si256(b, _mm256_set1_epi32(0x0f));
-  }
-  // bit 4 of lane i = bit i of `bits`
-  static __m256i bit4(__m256i bits) {
-    return _mm256_slli_epi32(_mm256_and_si256(bits, _mm256_set1_epi32(1)), 4);
-  }
-  static V q5(const uint8_t* ql, bool high, uint32_t qh, int first) {
-    const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    const __m256i bits = _mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(qh >> first)), lanes);
-    return _mm256_cvtepi32_ps(_mm256_or_si256(nibbles(ql, high), bit4(bits)));
-  }
-  static V q5k(const uint8_t* ql, bool high, const uint8_t* qh, int shift) {
-    const __m256i bits = _mm256_srl_epi32(u8i(qh), _mm_cvtsi32_si128(shift));
-    return _mm256_cvtepi32_ps(_mm256_or_si256(nibbles(ql, high), bit4(bits)));
-  }
-  static V iq4nl(const uint8_t* q, bool high) {
-    const __m128i table = _mm_load_si128(reinterpret_cast<const __m128i*>(kIq4nlValues));
-    const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(q));
-    const __m128i index =
-        _mm_and_si128(high ? _mm_srli_epi16(b, 4) : b, _mm_set1_epi8(0x0f));  // 8 bytes
-    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_shuffle_epi8(table, index)));
-  }
+struct Widen<simd::Avx2> {
+  typedef uint32_t U __attribute__((vector_size(32)));
+  static U u8(__m128i b) { return U(_mm256_cvtepu8_epi32(b)); }
+  static U s8(__m128i b) { return U(_mm256_cvtepi8_epi32(b)); }
 };
-#endif
 
 #if defined(__AVX512F__)
 template <>
-struct Bytes<simd::Avx512> {
-  using V = __m512;
+struct Widen<simd::Avx512> {
+  typedef uint32_t U __attribute__((vector_size(64)));
+  static U u8(__m128i b) { return U(_mm512_cvtepu8_epi32(b)); }
+  static U s8(__m128i b) { return U(_mm512_cvtepi8_epi32(b)); }
+};
+#endif
+
+// Bytes on AVX2 and AVX-512, written once over Widen<Isa>: its integer steps
+// are exact, so each lane's value is the portable one's.
+template <class Isa>
+struct Bytes {
+  using V = typename Isa::V;
+  using U = typename Widen<Isa>::U;
   static float half(const uint8_t* p) { return _cvtsh_ss(load_u16(p)); }
-  static __m512i u8i(const uint8_t* p) {
-    return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  // The kLanes bytes at p, in the low bytes.
+  static __m128i bytes(const uint8_t* p) {
+    const auto* q = reinterpret_cast<const __m128i*>(p);
+    if constexpr (Isa::kLanes == 8)
+      return _mm_loadl_epi64(q);
+    else
+      return _mm_loadu_si128(q);
   }
-  static V s8(const uint8_t* p) {
-    return _mm512_cvtepi32_ps(
-        _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+  // The lanes as int32 (every value here is below 2^31, or an s8) to float.
+  static V to_float(U u) {
+    typedef int32_t I __attribute__((vector_size(sizeof(U))));
+    return __builtin_convertvector(I(u), V);
   }
-  static V lo4(const uint8_t* p) {
-    return _mm512_cvtepi32_ps(_mm512_and_si512(u8i(p), _mm512_set1_epi32(0x0f)));
+  static U u8i(const uint8_t* p) { return Widen<Isa>::u8(bytes(p)); }
+  static V s8(const uint8_t* p) { return to_float(Widen<Isa>::s8(bytes(p))); }
+  static V lo4(const uint8_t* p) { return to_float(u8i(p) & 0x0f); }
+  static V hi4(const uint8_t* p) { return to_float(u8i(p) >> 4); }
+  static U nibbles(const uint8_t* p, bool high) {
+    const U b = u8i(p);
+    return high ? b >> 4 : b & 0x0f;
   }
-  static V hi4(const uint8_t* p) { return _mm512_cvtepi32_ps(_mm512_srli_epi32(u8i(p), 4)); }
   static V q6(const uint8_t* ql, bool high, const uint8_t* qh, int shift) {
-    const __m512i l = u8i(ql);
-    const __m512i lo = high ? _mm512_srli_epi32(l, 4) : _mm512_and_si512(l, _mm512_set1_epi32(15));
-    const __m512i h =
-        _mm512_and_si512(_mm512_srl_epi32(u8i(qh), _mm_cvtsi32_si128(shift)), _mm512_set1_epi32(3));
-    return _mm512_cvtepi32_ps(_mm512_or_si512(lo, _mm512_slli_epi32(h, 4)));
+    const U lo = nibbles(ql, high), h = (u8i(qh) >> shift) & 3;
+    return to_float(lo | h << 4);
   }
-  static __m512i nibbles(const uint8_t* p, bool high) {
-    const __m512i b = u8i(p);
-    return high ? _mm512_srli_epi32(b, 4) : _mm512_and_si512(b, _mm512_set1_epi32(0x0f));
-  }
-  // bit 4 of lane i = bit i of `bits`
-  static __m512i bit4(__m512i bits) {
-    return _mm512_slli_epi32(_mm512_and_si512(bits, _mm512_set1_epi32(1)), 4);
-  }
+  // bit 4 of lane i = bit 0 of lane i of `bits`
+  static U bit4(U bits) { return (bits & 1) << 4; }
   static V q5(const uint8_t* ql, bool high, uint32_t qh, int first) {
-    const __m512i lanes = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    const __m512i bits = _mm512_srlv_epi32(_mm512_set1_epi32(static_cast<int>(qh >> first)), lanes);
-    return _mm512_cvtepi32_ps(_mm512_or_si512(nibbles(ql, high), bit4(bits)));
+    U lanes;  // 0, 1, .., kLanes − 1
+    for (int i = 0; i < Isa::kLanes; ++i) lanes[i] = i;
+    const U bits = (U{} + (qh >> first)) >> lanes;
+    return to_float(nibbles(ql, high) | bit4(bits));
   }
   static V q5k(const uint8_t* ql, bool high, const uint8_t* qh, int shift) {
-    const __m512i bits = _mm512_srl_epi32(u8i(qh), _mm_cvtsi32_si128(shift));
-    return _mm512_cvtepi32_ps(_mm512_or_si512(nibbles(ql, high), bit4(bits)));
+    return to_float(nibbles(ql, high) | bit4(u8i(qh) >> shift));
   }
   static V iq4nl(const uint8_t* q, bool high) {
     const __m128i table = _mm_load_si128(reinterpret_cast<const __m128i*>(kIq4nlValues));
-    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q));
+    const __m128i b = bytes(q);
     const __m128i index = _mm_and_si128(high ? _mm_srli_epi16(b, 4) : b, _mm_set1_epi8(0x0f));
-    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_shuffle_epi8(table, index)));
+    return to_float(Widen<Isa>::s8(_mm_shuffle_epi8(table, index)));
   }
 };
 #endif
