@@ -154,8 +154,8 @@ struct Bytes {
 #endif
 
 // ---- Decoding one 32-weight sub-block into 32 / kLanes vectors -----------------
-// A format F has kElems and kBytes (its block), kSubs = kElems / 32, and
-// decode<Isa>(block, sub, out).
+// A format F has kElems and kBytes (its block), kSubs = kElems / 32,
+// decode<Isa>(block, sub, out) and kFormat, the BlockFormat it decodes.
 
 template <class Isa>
 constexpr int kVecs = 32 / Isa::kLanes;
@@ -168,6 +168,7 @@ struct Q8_0 {
     for (int v = 0; v < kVecs<Isa>; ++v)
       out[v] = Isa::mul(d, Bytes<Isa>::s8(b + 2 + v * Isa::kLanes));
   }
+  static constexpr BlockFormat kFormat = BlockFormat::kQ8_0;
 };
 
 // Q4_0 and Q4_1: weights 0..15 in the low nibbles of the 16 bytes, 16..31 in
@@ -194,6 +195,7 @@ struct Q4Legacy {
       out[v + kHalf] = weights<Isa>(Bytes<Isa>::hi4(qs + v * Isa::kLanes), d, m);
     }
   }
+  static constexpr BlockFormat kFormat = kHasMin ? BlockFormat::kQ4_1 : BlockFormat::kQ4_0;
 };
 using Q4_0 = Q4Legacy<false>;
 using Q4_1 = Q4Legacy<true>;
@@ -217,6 +219,7 @@ struct Q5Legacy {
       out[v + kHalf] = Q4Legacy<kHasMin>::template weights<Isa>(hi, d, m);
     }
   }
+  static constexpr BlockFormat kFormat = kHasMin ? BlockFormat::kQ5_1 : BlockFormat::kQ5_0;
 };
 using Q5_0 = Q5Legacy<false>;
 using Q5_1 = Q5Legacy<true>;
@@ -233,44 +236,7 @@ struct IQ4_NL {
       out[v + kHalf] = Isa::mul(Bytes<Isa>::iq4nl(b + 2 + v * L, true), d);
     }
   }
-};
-
-// Q5_K: Q4_K's sub-blocks with bit 4 of weight i of sub-block s at bit s of
-// qh[i]: (d·sc)·q − dmin·mn, d·sc·q exact (q < 32), one rounding.
-struct Q5_K {
-  static constexpr int kElems = 256, kBytes = 176, kSubs = 8;
-  template <class Isa>
-  static void decode(const uint8_t* b, int s, typename Isa::V* out) {
-    int sc, mn;
-    q4k_scale_min(b + 4, s, &sc, &mn);
-    const auto d = Isa::set1(Bytes<Isa>::half(b) * static_cast<float>(sc));
-    const auto m = Isa::set1(Bytes<Isa>::half(b + 2) * static_cast<float>(mn));
-    const uint8_t* qh = b + 16;
-    const uint8_t* qs = b + 48 + 32 * (s / 2);
-    for (int v = 0; v < kVecs<Isa>; ++v) {
-      const int l = v * Isa::kLanes;
-      out[v] = Isa::sub(Isa::mul(Bytes<Isa>::q5k(qs + l, s % 2 != 0, qh + l, s), d), m);
-    }
-  }
-};
-
-// Sub-block s: (d·sc)·q − dmin·mn over the low (even s) or high (odd s)
-// nibbles of bytes 32·(s/2) .. +31; d·sc and dmin·mn are exact in float32.
-struct Q4_K {
-  static constexpr int kElems = 256, kBytes = 144, kSubs = 8;
-  template <class Isa>
-  static void decode(const uint8_t* b, int s, typename Isa::V* out) {
-    int sc, mn;
-    q4k_scale_min(b + 4, s, &sc, &mn);
-    const auto d = Isa::set1(Bytes<Isa>::half(b) * static_cast<float>(sc));
-    const auto m = Isa::set1(Bytes<Isa>::half(b + 2) * static_cast<float>(mn));
-    const uint8_t* qs = b + 16 + 32 * (s / 2);
-    for (int v = 0; v < kVecs<Isa>; ++v) {
-      const auto q = s % 2 == 0 ? Bytes<Isa>::lo4(qs + v * Isa::kLanes)
-                                : Bytes<Isa>::hi4(qs + v * Isa::kLanes);
-      out[v] = Isa::sub(Isa::mul(q, d), m);
-    }
-  }
+  static constexpr BlockFormat kFormat = BlockFormat::kIQ4_NL;
 };
 
 // Sub-block s = 4·half + t (quarter t of a 128-weight half): (d·scale)·(q −
@@ -293,7 +259,39 @@ struct Q6_K {
       out[v] = Isa::mul(Isa::sub(q, bias), l < 16 ? d0 : d1);
     }
   }
+  static constexpr BlockFormat kFormat = BlockFormat::kQ6_K;
 };
+
+// Q4_K and Q5_K. Sub-block s: (d·sc)·q − dmin·mn over the low (even s) or
+// high (odd s) nibbles of bytes 32·(s/2) .. +31 of qs; d·sc and dmin·mn are
+// exact in float32. Q5_K: bit 4 of weight i of sub-block s at bit s of qh[i]
+// (d·sc·q still exact, q < 32), one rounding.
+template <bool kHighBit>
+struct Q45_K {
+  static constexpr int kElems = 256, kBytes = kHighBit ? 176 : 144, kSubs = 8;
+  template <class Isa>
+  static void decode(const uint8_t* b, int s, typename Isa::V* out) {
+    int sc, mn;
+    q4k_scale_min(b + 4, s, &sc, &mn);
+    const auto d = Isa::set1(Bytes<Isa>::half(b) * static_cast<float>(sc));
+    const auto m = Isa::set1(Bytes<Isa>::half(b + 2) * static_cast<float>(mn));
+    const uint8_t* qh = b + 16;
+    const uint8_t* qs = b + (kHighBit ? 48 : 16) + 32 * (s / 2);
+    for (int v = 0; v < kVecs<Isa>; ++v) {
+      const int l = v * Isa::kLanes;
+      const auto q = [&] {
+        if constexpr (kHighBit)
+          return Bytes<Isa>::q5k(qs + l, s % 2 != 0, qh + l, s);
+        else
+          return s % 2 == 0 ? Bytes<Isa>::lo4(qs + l) : Bytes<Isa>::hi4(qs + l);
+      }();
+      out[v] = Isa::sub(Isa::mul(q, d), m);
+    }
+  }
+  static constexpr BlockFormat kFormat = kHighBit ? BlockFormat::kQ5_K : BlockFormat::kQ4_K;
+};
+using Q4_K = Q45_K<false>;
+using Q5_K = Q45_K<true>;
 
 // Calls f.template operator()<R>() with R = rows, for 1 ≤ rows ≤ kMax.
 template <int kMax, class Fn>
@@ -372,29 +370,16 @@ void gemv_format(const float* x, int64_t ldx, int64_t m, const QuantMatrix& w, c
   });
 }
 
-// Calls f.template operator()<Format>() for w's format.
+// Calls f.template operator()<F>() for the F of F... whose kFormat is format.
+template <class... F, class Fn>
+void with_format_of(BlockFormat format, Fn&& f) {
+  ((format == F::kFormat && (f.template operator()<F>(), true)) || ...);
+}
+
+// The same over every format.
 template <class Fn>
 void with_format(BlockFormat format, Fn&& f) {
-  switch (format) {
-    case BlockFormat::kQ8_0:
-      return f.template operator()<Q8_0>();
-    case BlockFormat::kQ4_0:
-      return f.template operator()<Q4_0>();
-    case BlockFormat::kQ4_1:
-      return f.template operator()<Q4_1>();
-    case BlockFormat::kQ5_0:
-      return f.template operator()<Q5_0>();
-    case BlockFormat::kQ5_1:
-      return f.template operator()<Q5_1>();
-    case BlockFormat::kQ4_K:
-      return f.template operator()<Q4_K>();
-    case BlockFormat::kQ5_K:
-      return f.template operator()<Q5_K>();
-    case BlockFormat::kQ6_K:
-      return f.template operator()<Q6_K>();
-    case BlockFormat::kIQ4_NL:
-      return f.template operator()<IQ4_NL>();
-  }
+  with_format_of<Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, IQ4_NL>(format, f);
 }
 
 template <class Isa>
