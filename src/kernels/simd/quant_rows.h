@@ -80,8 +80,8 @@ struct Bytes<simd::Portable> {
 
 #if defined(__AVX2__)
 // U: kLanes uint32 lanes (a GCC vector: & | << >> per lane, shifting in
-// zeros; >> a vector shifts each lane by its own count); u8 / s8: the kLanes
-// low bytes of b zero / sign extended to them.
+// zeros; >> a vector shifts each lane by its own count); u8: the kLanes low
+// bytes of b zero extended to them; s8: the same bytes as int8, to float.
 template <class Isa>
 struct Widen;
 
@@ -89,7 +89,7 @@ template <>
 struct Widen<simd::Avx2> {
   typedef uint32_t U __attribute__((vector_size(32)));
   static U u8(__m128i b) { return U(_mm256_cvtepu8_epi32(b)); }
-  static U s8(__m128i b) { return U(_mm256_cvtepi8_epi32(b)); }
+  static __m256 s8(__m128i b) { return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b)); }
 };
 
 #if defined(__AVX512F__)
@@ -97,7 +97,7 @@ template <>
 struct Widen<simd::Avx512> {
   typedef uint32_t U __attribute__((vector_size(64)));
   static U u8(__m128i b) { return U(_mm512_cvtepu8_epi32(b)); }
-  static U s8(__m128i b) { return U(_mm512_cvtepi8_epi32(b)); }
+  static __m512 s8(__m128i b) { return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b)); }
 };
 #endif
 
@@ -116,13 +116,13 @@ struct Bytes {
     else
       return _mm_loadu_si128(q);
   }
-  // The lanes as int32 (every value here is below 2^31, or an s8) to float.
+  // The lanes as int32 (every value here is below 2^31) to float.
   static V to_float(U u) {
     typedef int32_t I __attribute__((vector_size(sizeof(U))));
     return __builtin_convertvector(I(u), V);
   }
   static U u8i(const uint8_t* p) { return Widen<Isa>::u8(bytes(p)); }
-  static V s8(const uint8_t* p) { return to_float(Widen<Isa>::s8(bytes(p))); }
+  static V s8(const uint8_t* p) { return Widen<Isa>::s8(bytes(p)); }
   static V lo4(const uint8_t* p) { return to_float(u8i(p) & 0x0f); }
   static V hi4(const uint8_t* p) { return to_float(u8i(p) >> 4); }
   static U nibbles(const uint8_t* p, bool high) {
@@ -148,7 +148,7 @@ struct Bytes {
     const __m128i table = _mm_load_si128(reinterpret_cast<const __m128i*>(kIq4nlValues));
     const __m128i b = bytes(q);
     const __m128i index = _mm_and_si128(high ? _mm_srli_epi16(b, 4) : b, _mm_set1_epi8(0x0f));
-    return to_float(Widen<Isa>::s8(_mm_shuffle_epi8(table, index)));
+    return Widen<Isa>::s8(_mm_shuffle_epi8(table, index));
   }
 };
 #endif
