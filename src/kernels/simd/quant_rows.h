@@ -79,107 +79,83 @@ struct Bytes<simd::Portable> {
 };
 
 #if defined(__AVX2__)
+// U: kLanes uint32 lanes (a GCC vector: & | << >> per lane, shifting in
+// zeros; >> a vector shifts each lane by its own count); u8: the kLanes low
+// bytes of b zero extended to them; s8: the same bytes as int8, to float.
+template <class Isa>
+struct Widen;
+
 template <>
-struct Bytes<simd::Avx2> {
-  using V = __m256;
-  static float half(const uint8_t* p) { return _cvtsh_ss(load_u16(p)); }
-  static __m256i u8i(const uint8_t* p) {
-    return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
-  }
-  static V s8(const uint8_t* p) {
-    return _mm256_cvtepi32_ps(
-        _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
-  }
-  static V lo4(const uint8_t* p) {
-    return _mm256_cvtepi32_ps(_mm256_and_si256(u8i(p), _mm256_set1_epi32(0x0f)));
-  }
-  static V hi4(const uint8_t* p) { return _mm256_cvtepi32_ps(_mm256_srli_epi32(u8i(p), 4)); }
-  static V q6(const uint8_t* ql, bool high, const uint8_t* qh, int shift) {
-    const __m256i l = u8i(ql);
-    const __m256i lo = high ? _mm256_srli_epi32(l, 4) : _mm256_and_si256(l, _mm256_set1_epi32(15));
-    const __m256i h =
-        _mm256_and_si256(_mm256_srl_epi32(u8i(qh), _mm_cvtsi32_si128(shift)), _mm256_set1_epi32(3));
-    return _mm256_cvtepi32_ps(_mm256_or_si256(lo, _mm256_slli_epi32(h, 4)));
-  }
-  static __m256i nibbles(const uint8_t* p, bool high) {
-    const __m256i b = u8i(p);
-    return high ? _mm256_srli_epi32(b, 4) : _mm256_and_si256(b, _mm256_set1_epi32(0x0f));
-  }
-  // bit 4 of lane i = bit i of `bits`
-  static __m256i bit4(__m256i bits) {
-    return _mm256_slli_epi32(_mm256_and_si256(bits, _mm256_set1_epi32(1)), 4);
-  }
-  static V q5(const uint8_t* ql, bool high, uint32_t qh, int first) {
-    const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    const __m256i bits = _mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(qh >> first)), lanes);
-    return _mm256_cvtepi32_ps(_mm256_or_si256(nibbles(ql, high), bit4(bits)));
-  }
-  static V q5k(const uint8_t* ql, bool high, const uint8_t* qh, int shift) {
-    const __m256i bits = _mm256_srl_epi32(u8i(qh), _mm_cvtsi32_si128(shift));
-    return _mm256_cvtepi32_ps(_mm256_or_si256(nibbles(ql, high), bit4(bits)));
-  }
-  static V iq4nl(const uint8_t* q, bool high) {
-    const __m128i table = _mm_load_si128(reinterpret_cast<const __m128i*>(kIq4nlValues));
-    const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(q));
-    const __m128i index =
-        _mm_and_si128(high ? _mm_srli_epi16(b, 4) : b, _mm_set1_epi8(0x0f));  // 8 bytes
-    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_shuffle_epi8(table, index)));
-  }
+struct Widen<simd::Avx2> {
+  typedef uint32_t U __attribute__((vector_size(32)));
+  static U u8(__m128i b) { return U(_mm256_cvtepu8_epi32(b)); }
+  static __m256 s8(__m128i b) { return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b)); }
 };
-#endif
 
 #if defined(__AVX512F__)
 template <>
-struct Bytes<simd::Avx512> {
-  using V = __m512;
+struct Widen<simd::Avx512> {
+  typedef uint32_t U __attribute__((vector_size(64)));
+  static U u8(__m128i b) { return U(_mm512_cvtepu8_epi32(b)); }
+  static __m512 s8(__m128i b) { return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b)); }
+};
+#endif
+
+// Bytes on AVX2 and AVX-512, written once over Widen<Isa>: its integer steps
+// are exact, so each lane's value is the portable one's.
+template <class Isa>
+struct Bytes {
+  using V = typename Isa::V;
+  using U = typename Widen<Isa>::U;
   static float half(const uint8_t* p) { return _cvtsh_ss(load_u16(p)); }
-  static __m512i u8i(const uint8_t* p) {
-    return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  // The kLanes bytes at p, in the low bytes.
+  static __m128i bytes(const uint8_t* p) {
+    const auto* q = reinterpret_cast<const __m128i*>(p);
+    if constexpr (Isa::kLanes == 8)
+      return _mm_loadl_epi64(q);
+    else
+      return _mm_loadu_si128(q);
   }
-  static V s8(const uint8_t* p) {
-    return _mm512_cvtepi32_ps(
-        _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+  // The lanes as int32 (every value here is below 2^31) to float.
+  static V to_float(U u) {
+    typedef int32_t I __attribute__((vector_size(sizeof(U))));
+    return __builtin_convertvector(I(u), V);
   }
-  static V lo4(const uint8_t* p) {
-    return _mm512_cvtepi32_ps(_mm512_and_si512(u8i(p), _mm512_set1_epi32(0x0f)));
+  static U u8i(const uint8_t* p) { return Widen<Isa>::u8(bytes(p)); }
+  static V s8(const uint8_t* p) { return Widen<Isa>::s8(bytes(p)); }
+  static V lo4(const uint8_t* p) { return to_float(u8i(p) & 0x0f); }
+  static V hi4(const uint8_t* p) { return to_float(u8i(p) >> 4); }
+  static U nibbles(const uint8_t* p, bool high) {
+    const U b = u8i(p);
+    return high ? b >> 4 : b & 0x0f;
   }
-  static V hi4(const uint8_t* p) { return _mm512_cvtepi32_ps(_mm512_srli_epi32(u8i(p), 4)); }
   static V q6(const uint8_t* ql, bool high, const uint8_t* qh, int shift) {
-    const __m512i l = u8i(ql);
-    const __m512i lo = high ? _mm512_srli_epi32(l, 4) : _mm512_and_si512(l, _mm512_set1_epi32(15));
-    const __m512i h =
-        _mm512_and_si512(_mm512_srl_epi32(u8i(qh), _mm_cvtsi32_si128(shift)), _mm512_set1_epi32(3));
-    return _mm512_cvtepi32_ps(_mm512_or_si512(lo, _mm512_slli_epi32(h, 4)));
+    const U lo = nibbles(ql, high), h = (u8i(qh) >> shift) & 3;
+    return to_float(lo | h << 4);
   }
-  static __m512i nibbles(const uint8_t* p, bool high) {
-    const __m512i b = u8i(p);
-    return high ? _mm512_srli_epi32(b, 4) : _mm512_and_si512(b, _mm512_set1_epi32(0x0f));
-  }
-  // bit 4 of lane i = bit i of `bits`
-  static __m512i bit4(__m512i bits) {
-    return _mm512_slli_epi32(_mm512_and_si512(bits, _mm512_set1_epi32(1)), 4);
-  }
+  // bit 4 of lane i = bit 0 of lane i of `bits`
+  static U bit4(U bits) { return (bits & 1) << 4; }
   static V q5(const uint8_t* ql, bool high, uint32_t qh, int first) {
-    const __m512i lanes = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    const __m512i bits = _mm512_srlv_epi32(_mm512_set1_epi32(static_cast<int>(qh >> first)), lanes);
-    return _mm512_cvtepi32_ps(_mm512_or_si512(nibbles(ql, high), bit4(bits)));
+    U lanes;  // 0, 1, .., kLanes − 1
+    for (int i = 0; i < Isa::kLanes; ++i) lanes[i] = i;
+    const U bits = (U{} + (qh >> first)) >> lanes;
+    return to_float(nibbles(ql, high) | bit4(bits));
   }
   static V q5k(const uint8_t* ql, bool high, const uint8_t* qh, int shift) {
-    const __m512i bits = _mm512_srl_epi32(u8i(qh), _mm_cvtsi32_si128(shift));
-    return _mm512_cvtepi32_ps(_mm512_or_si512(nibbles(ql, high), bit4(bits)));
+    return to_float(nibbles(ql, high) | bit4(u8i(qh) >> shift));
   }
   static V iq4nl(const uint8_t* q, bool high) {
     const __m128i table = _mm_load_si128(reinterpret_cast<const __m128i*>(kIq4nlValues));
-    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q));
+    const __m128i b = bytes(q);
     const __m128i index = _mm_and_si128(high ? _mm_srli_epi16(b, 4) : b, _mm_set1_epi8(0x0f));
-    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_shuffle_epi8(table, index)));
+    return Widen<Isa>::s8(_mm_shuffle_epi8(table, index));
   }
 };
 #endif
 
 // ---- Decoding one 32-weight sub-block into 32 / kLanes vectors -----------------
-// A format F has kElems and kBytes (its block), kSubs = kElems / 32, and
-// decode<Isa>(block, sub, out).
+// A format F has kElems and kBytes (its block), kSubs = kElems / 32,
+// decode<Isa>(block, sub, out) and kFormat, the BlockFormat it decodes.
 
 template <class Isa>
 constexpr int kVecs = 32 / Isa::kLanes;
@@ -192,6 +168,7 @@ struct Q8_0 {
     for (int v = 0; v < kVecs<Isa>; ++v)
       out[v] = Isa::mul(d, Bytes<Isa>::s8(b + 2 + v * Isa::kLanes));
   }
+  static constexpr BlockFormat kFormat = BlockFormat::kQ8_0;
 };
 
 // Q4_0 and Q4_1: weights 0..15 in the low nibbles of the 16 bytes, 16..31 in
@@ -218,6 +195,7 @@ struct Q4Legacy {
       out[v + kHalf] = weights<Isa>(Bytes<Isa>::hi4(qs + v * Isa::kLanes), d, m);
     }
   }
+  static constexpr BlockFormat kFormat = kHasMin ? BlockFormat::kQ4_1 : BlockFormat::kQ4_0;
 };
 using Q4_0 = Q4Legacy<false>;
 using Q4_1 = Q4Legacy<true>;
@@ -241,6 +219,7 @@ struct Q5Legacy {
       out[v + kHalf] = Q4Legacy<kHasMin>::template weights<Isa>(hi, d, m);
     }
   }
+  static constexpr BlockFormat kFormat = kHasMin ? BlockFormat::kQ5_1 : BlockFormat::kQ5_0;
 };
 using Q5_0 = Q5Legacy<false>;
 using Q5_1 = Q5Legacy<true>;
@@ -257,44 +236,7 @@ struct IQ4_NL {
       out[v + kHalf] = Isa::mul(Bytes<Isa>::iq4nl(b + 2 + v * L, true), d);
     }
   }
-};
-
-// Q5_K: Q4_K's sub-blocks with bit 4 of weight i of sub-block s at bit s of
-// qh[i]: (d·sc)·q − dmin·mn, d·sc·q exact (q < 32), one rounding.
-struct Q5_K {
-  static constexpr int kElems = 256, kBytes = 176, kSubs = 8;
-  template <class Isa>
-  static void decode(const uint8_t* b, int s, typename Isa::V* out) {
-    int sc, mn;
-    q4k_scale_min(b + 4, s, &sc, &mn);
-    const auto d = Isa::set1(Bytes<Isa>::half(b) * static_cast<float>(sc));
-    const auto m = Isa::set1(Bytes<Isa>::half(b + 2) * static_cast<float>(mn));
-    const uint8_t* qh = b + 16;
-    const uint8_t* qs = b + 48 + 32 * (s / 2);
-    for (int v = 0; v < kVecs<Isa>; ++v) {
-      const int l = v * Isa::kLanes;
-      out[v] = Isa::sub(Isa::mul(Bytes<Isa>::q5k(qs + l, s % 2 != 0, qh + l, s), d), m);
-    }
-  }
-};
-
-// Sub-block s: (d·sc)·q − dmin·mn over the low (even s) or high (odd s)
-// nibbles of bytes 32·(s/2) .. +31; d·sc and dmin·mn are exact in float32.
-struct Q4_K {
-  static constexpr int kElems = 256, kBytes = 144, kSubs = 8;
-  template <class Isa>
-  static void decode(const uint8_t* b, int s, typename Isa::V* out) {
-    int sc, mn;
-    q4k_scale_min(b + 4, s, &sc, &mn);
-    const auto d = Isa::set1(Bytes<Isa>::half(b) * static_cast<float>(sc));
-    const auto m = Isa::set1(Bytes<Isa>::half(b + 2) * static_cast<float>(mn));
-    const uint8_t* qs = b + 16 + 32 * (s / 2);
-    for (int v = 0; v < kVecs<Isa>; ++v) {
-      const auto q = s % 2 == 0 ? Bytes<Isa>::lo4(qs + v * Isa::kLanes)
-                                : Bytes<Isa>::hi4(qs + v * Isa::kLanes);
-      out[v] = Isa::sub(Isa::mul(q, d), m);
-    }
-  }
+  static constexpr BlockFormat kFormat = BlockFormat::kIQ4_NL;
 };
 
 // Sub-block s = 4·half + t (quarter t of a 128-weight half): (d·scale)·(q −
@@ -317,7 +259,39 @@ struct Q6_K {
       out[v] = Isa::mul(Isa::sub(q, bias), l < 16 ? d0 : d1);
     }
   }
+  static constexpr BlockFormat kFormat = BlockFormat::kQ6_K;
 };
+
+// Q4_K and Q5_K. Sub-block s: (d·sc)·q − dmin·mn over the low (even s) or
+// high (odd s) nibbles of bytes 32·(s/2) .. +31 of qs; d·sc and dmin·mn are
+// exact in float32. Q5_K: bit 4 of weight i of sub-block s at bit s of qh[i]
+// (d·sc·q still exact, q < 32), one rounding.
+template <bool kHighBit>
+struct Q45_K {
+  static constexpr int kElems = 256, kBytes = kHighBit ? 176 : 144, kSubs = 8;
+  template <class Isa>
+  static void decode(const uint8_t* b, int s, typename Isa::V* out) {
+    int sc, mn;
+    q4k_scale_min(b + 4, s, &sc, &mn);
+    const auto d = Isa::set1(Bytes<Isa>::half(b) * static_cast<float>(sc));
+    const auto m = Isa::set1(Bytes<Isa>::half(b + 2) * static_cast<float>(mn));
+    const uint8_t* qh = b + 16;
+    const uint8_t* qs = b + (kHighBit ? 48 : 16) + 32 * (s / 2);
+    for (int v = 0; v < kVecs<Isa>; ++v) {
+      const int l = v * Isa::kLanes;
+      const auto q = [&] {
+        if constexpr (kHighBit)
+          return Bytes<Isa>::q5k(qs + l, s % 2 != 0, qh + l, s);
+        else
+          return s % 2 == 0 ? Bytes<Isa>::lo4(qs + l) : Bytes<Isa>::hi4(qs + l);
+      }();
+      out[v] = Isa::sub(Isa::mul(q, d), m);
+    }
+  }
+  static constexpr BlockFormat kFormat = kHighBit ? BlockFormat::kQ5_K : BlockFormat::kQ4_K;
+};
+using Q4_K = Q45_K<false>;
+using Q5_K = Q45_K<true>;
 
 // Calls f.template operator()<R>() with R = rows, for 1 ≤ rows ≤ kMax.
 template <int kMax, class Fn>
@@ -396,29 +370,16 @@ void gemv_format(const float* x, int64_t ldx, int64_t m, const QuantMatrix& w, c
   });
 }
 
-// Calls f.template operator()<Format>() for w's format.
+// Calls f.template operator()<F>() for the F of F... whose kFormat is format.
+template <class... F, class Fn>
+void with_format_of(BlockFormat format, Fn&& f) {
+  ((format == F::kFormat && (f.template operator()<F>(), true)) || ...);
+}
+
+// The same over every format.
 template <class Fn>
 void with_format(BlockFormat format, Fn&& f) {
-  switch (format) {
-    case BlockFormat::kQ8_0:
-      return f.template operator()<Q8_0>();
-    case BlockFormat::kQ4_0:
-      return f.template operator()<Q4_0>();
-    case BlockFormat::kQ4_1:
-      return f.template operator()<Q4_1>();
-    case BlockFormat::kQ5_0:
-      return f.template operator()<Q5_0>();
-    case BlockFormat::kQ5_1:
-      return f.template operator()<Q5_1>();
-    case BlockFormat::kQ4_K:
-      return f.template operator()<Q4_K>();
-    case BlockFormat::kQ5_K:
-      return f.template operator()<Q5_K>();
-    case BlockFormat::kQ6_K:
-      return f.template operator()<Q6_K>();
-    case BlockFormat::kIQ4_NL:
-      return f.template operator()<IQ4_NL>();
-  }
+  with_format_of<Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, IQ4_NL>(format, f);
 }
 
 template <class Isa>
