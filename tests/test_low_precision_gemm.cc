@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "kernel_tables.h"
+#include "kernels/cpu_features.h"
 #include "kernels/low_precision_gemm.h"
 #include "kernels/row_kernels.h"
 #include "low_precision_reference.h"
@@ -319,10 +320,12 @@ TEST(LowPrecisionGemmTables, PackedWeightsDescribeThemselves) {
   EXPECT_TRUE(PackedWeights().empty());
   EXPECT_THROW(PackedWeights(w.data(), 70, 9, Precision::kFloat32), qkv::Error);
   EXPECT_THROW(qkv::kernels::active_low_precision_kernels(Precision::kFloat32), qkv::Error);
-  // The fastest table is the default.
+  // Without a cap (QKV_ISA may set one for the whole run), the fastest table is the default.
+  qkv::kernels::override_isa_ceiling(qkv::kernels::supported_isas().front());
   for (Precision p : {Precision::kBFloat16, Precision::kInt8})
     EXPECT_EQ(&qkv::kernels::active_low_precision_kernels(p),
               qkv::kernels::supported_low_precision_kernels(p).front());
+  qkv::kernels::reset_isa_ceiling();
 }
 
 }  // namespace
