@@ -69,6 +69,7 @@ class Linear : public ModuleBase<Linear, LinearOptions> {
     Tensor& out;
   };
   static void forward_into_each(const Tensor& x, std::span<const Into> layers);
+
   // Adds ∂loss/∂weight and ∂loss/∂bias to the gradient buffers, returns ∂loss/∂x.
   // grad_output: [..., out_features]  ->  like record.input
   Tensor backward(const Tensor& grad_output, const LinearRecord& record);
