@@ -15,6 +15,7 @@
 #include <limits>
 #include <memory>
 #include <new>
+#include <span>
 #include <string>
 
 #include "kernels/cpu_features.h"
@@ -76,22 +77,41 @@ constexpr int64_t kPanelFloats = int64_t{1} << 20;
 // Channels per dequantisation work item.
 constexpr int64_t kChannelGroup = 16;
 
-void gemv(const QuantKernels& table, const float* x, int64_t ldx, int64_t m, const QuantMatrix& w,
-          const float* bias, float* y, int64_t ldy) {
+// The few-rows route for one or more products of the same x: the threads
+// split the channel groups of all of them (their concatenation) in one
+// fork/join.
+void gemv(const QuantKernels& table, const float* x, int64_t ldx, int64_t m,
+          std::span<const QuantProduct> products) {
+  auto groups_of = [](const QuantProduct& p) {
+    return (p.w->n + kChannelGroup - 1) / kChannelGroup;
+  };
+  double macs = 0.0;
+  int64_t groups = 0;
+  for (const QuantProduct& p : products) {
+    macs += static_cast<double>(m) * p.w->n * p.w->k;
+    groups += groups_of(p);
+  }
+  // Groups [g0, g1) of the concatenation, each product's share in turn.
+  auto run_groups = [&](int64_t g0, int64_t g1) {
+    int64_t first = 0;
+    for (const QuantProduct& p : products) {
+      const int64_t count = groups_of(p);
+      const int64_t a = std::max(g0, first), b = std::min(g1, first + count);
+      if (a < b)
+        table.gemv_block(x, ldx, m, *p.w, p.bias, p.y, p.ldy, (a - first) * kChannelGroup,
+                         std::min(p.w->n, (b - first) * kChannelGroup));
+      first += count;
+    }
+  };
   const int threads = omp_get_max_threads();
-  const double macs = static_cast<double>(m) * w.n * w.k;
-  const int64_t groups = (w.n + kChannelGroup - 1) / kChannelGroup;
   if (threads == 1 || macs < kParallelMinMacs || omp_in_parallel() || groups < 2) {
-    table.gemv_block(x, ldx, m, w, bias, y, ldy, 0, w.n);
+    run_groups(0, groups);
     return;
   }
   const int parts = static_cast<int>(std::min<int64_t>(threads, groups));
 #pragma omp parallel for schedule(static, 1) num_threads(parts)
-  for (int part = 0; part < parts; ++part) {
-    const int64_t first = groups * part / parts, last = groups * (part + 1) / parts;
-    table.gemv_block(x, ldx, m, w, bias, y, ldy, first * kChannelGroup,
-                     std::min(w.n, last * kChannelGroup));
-  }
+  for (int part = 0; part < parts; ++part)
+    run_groups(groups * part / parts, groups * (part + 1) / parts);
 }
 
 // Panels of W dequantised (threaded over groups of channels), then sgemm.
@@ -174,7 +194,7 @@ void quant_gemm(const float* x, int64_t ldx, int64_t m, const QuantMatrix& w, co
   adapt_default_threads();
   const QuantKernels& table = active_quant_kernels();
   if (m <= quant_gemv_max_rows())
-    gemv(table, x, ldx, m, w, bias, y, ldy);
+    gemv(table, x, ldx, m, {{{&w, bias, y, ldy}}});
   else
     gemm(table, x, ldx, m, w, bias, y, ldy);
 }
@@ -185,42 +205,16 @@ void quant_gemm_each(const float* x, int64_t ldx, int64_t m,
     for (const QuantProduct& p : products) quant_gemm(x, ldx, m, *p.w, p.bias, p.y, p.ldy);
     return;
   }
-  double macs = 0.0;
-  int64_t groups = 0;  // of kChannelGroup channels, over every product in turn
-  for (const QuantProduct& p : products) {
+  for (const QuantProduct& p : products)
     if (ldx < p.w->k || p.ldy < p.w->n || p.w->k != products[0].w->k)
       throw Error(ErrorKind::kValue,
                   "quant_gemm_each: every weight needs k = " + std::to_string(products[0].w->k) +
                       " <= ldx and n <= its ldy, got k = " + std::to_string(p.w->k) +
                       ", n = " + std::to_string(p.w->n) + ", ldx = " + std::to_string(ldx) +
                       ", ldy = " + std::to_string(p.ldy));
-    macs += static_cast<double>(m) * p.w->n * p.w->k;
-    groups += (p.w->n + kChannelGroup - 1) / kChannelGroup;
-  }
   if (m <= 0) return;
   adapt_default_threads();
-  const QuantKernels& table = active_quant_kernels();
-  // Groups [g0, g1) of the concatenation, each product's share in turn.
-  auto run_groups = [&](int64_t g0, int64_t g1) {
-    int64_t first = 0;
-    for (const QuantProduct& p : products) {
-      const int64_t count = (p.w->n + kChannelGroup - 1) / kChannelGroup;
-      const int64_t a = std::max(g0, first), b = std::min(g1, first + count);
-      if (a < b)
-        table.gemv_block(x, ldx, m, *p.w, p.bias, p.y, p.ldy, (a - first) * kChannelGroup,
-                         std::min(p.w->n, (b - first) * kChannelGroup));
-      first += count;
-    }
-  };
-  const int threads = omp_get_max_threads();
-  if (threads == 1 || macs < kParallelMinMacs || omp_in_parallel() || groups < 2) {
-    run_groups(0, groups);
-    return;
-  }
-  const int parts = static_cast<int>(std::min<int64_t>(threads, groups));
-#pragma omp parallel for schedule(static, 1) num_threads(parts)
-  for (int part = 0; part < parts; ++part)
-    run_groups(groups * part / parts, groups * (part + 1) / parts);
+  gemv(active_quant_kernels(), x, ldx, m, products);
 }
 
 void quant_gather_rows(const QuantMatrix& w, const int64_t* ids, int64_t count, float* out,
