@@ -5,7 +5,10 @@
 // busy neighbour slows all alike) and reports its median.
 //
 //   build/bench/bench_quantized_gemm [--reps 7] [--threads 1,2] [--m 1,512] [--portable]
+//       [--formats Q4_1,Q8_0] [--impls avx512_vnni16,fp32]
 //
+// --formats and --impls keep only the named weight formats and tables (fp32:
+// the float32 linear_into), for a quick A/B of one kernel.
 // Weights are copied enough times to fill ≥ 64 MB and used in turn, so that
 // each call reads W from memory as in a forward pass through the layers (not
 // from cache). m = 1 reports GB/s of weight bytes read (quantised bytes for
@@ -38,6 +41,21 @@ struct Shape {
   int64_t n, k;
   const char* what;
 };
+
+std::vector<std::string> parse_names(const std::string& s) {
+  std::vector<std::string> v;
+  for (size_t at = 0; at <= s.size();) {
+    const size_t comma = std::min(s.find(',', at), s.size());
+    v.push_back(s.substr(at, comma - at));
+    at = comma + 1;
+  }
+  return v;
+}
+
+// Whether `name` is kept: listed in `names`, or `names` empty (keep all).
+bool kept(const std::vector<std::string>& names, const std::string& name) {
+  return names.empty() || std::find(names.begin(), names.end(), name) != names.end();
+}
 
 std::vector<int64_t> parse_list(const char* s) {
   std::vector<int64_t> v;
@@ -76,6 +94,7 @@ int main(int argc, char** argv) {
   int reps = 7;
   std::vector<int64_t> threads = {1, 2}, ms = {1, 512};
   bool portable = false;
+  std::vector<std::string> formats, impls;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--reps" && i + 1 < argc)
@@ -86,8 +105,14 @@ int main(int argc, char** argv) {
       ms = parse_list(argv[++i]);
     else if (a == "--portable")
       portable = true;
+    else if (a == "--formats" && i + 1 < argc)
+      formats = parse_names(argv[++i]);
+    else if (a == "--impls" && i + 1 < argc)
+      impls = parse_names(argv[++i]);
     else {
-      std::fprintf(stderr, "usage: %s [--reps N] [--threads 1,2] [--m 1,512] [--portable]\n",
+      std::fprintf(stderr,
+                   "usage: %s [--reps N] [--threads 1,2] [--m 1,512] [--portable] "
+                   "[--formats Q4_1,Q8_0] [--impls avx512_vnni16,fp32]\n",
                    argv[0]);
       return 2;
     }
@@ -104,11 +129,14 @@ int main(int argc, char** argv) {
   };
   std::vector<const qkv::kernels::QuantKernels*> tables;
   for (const auto* t : qkv::kernels::supported_quant_kernels())
-    if (portable || std::string(t->name) != "portable") tables.push_back(t);
+    if ((portable || std::string(t->name) != "portable") && kept(impls, t->name))
+      tables.push_back(t);
+  const bool with_fp32 = kept(impls, "fp32");
   std::mt19937 gen(1);
   std::printf("%-6s %-9s %5s %5s %4s %3s  %-10s %10s %9s\n", "format", "layer", "n", "k", "m",
               "thr", "impl", "time_us", "rate");
   for (const Shape& s : shapes) {
+    if (!kept(formats, qkv::quant_format_name(s.format))) continue;
     const int64_t qbytes =
         s.n * s.k / qkv::quant_block_elements(s.format) * qkv::quant_block_bytes(s.format);
     const int64_t fbytes = s.n * s.k * 4;
@@ -121,7 +149,7 @@ int main(int argc, char** argv) {
       qw.emplace_back(s.format, s.n, s.k, std::as_bytes(std::span(raw.back())));
     }
     std::vector<Tensor> fw;
-    for (int64_t c = 0; c < copies_f; ++c) fw.push_back(qw[c % copies_q].dequantize());
+    for (int64_t c = 0; with_fp32 && c < copies_f; ++c) fw.push_back(qw[c % copies_q].dequantize());
     for (int64_t m : ms) {
       qkv::Generator rng(2);
       const Tensor x = Tensor::rand({m, s.k}, rng, -1.0, 1.0);
@@ -132,10 +160,10 @@ int main(int argc, char** argv) {
         const int64_t calls = m == 1
                                   ? std::max<int64_t>(8, (256 << 20) / std::max(qbytes, fbytes) / 4)
                                   : std::max<int64_t>(2, (int64_t{4} << 30) / (2 * m * s.n * s.k));
-        const int impls = static_cast<int>(tables.size()) + 1;
-        std::vector<std::vector<double>> times(impls);
+        const int runs = static_cast<int>(tables.size()) + (with_fp32 ? 1 : 0);
+        std::vector<std::vector<double>> times(runs);
         for (int rep = 0; rep < reps; ++rep)
-          for (int i = 0; i < impls; ++i) {
+          for (int i = 0; i < runs; ++i) {
             const bool fp32 = i == static_cast<int>(tables.size());
             if (!fp32) qkv::kernels::override_quant_kernels(tables[i]);
             const auto t0 = Clock::now();
@@ -148,7 +176,7 @@ int main(int argc, char** argv) {
             times[i].push_back(std::chrono::duration<double>(Clock::now() - t0).count() / calls);
           }
         qkv::kernels::override_quant_kernels(nullptr);
-        for (int i = 0; i < impls; ++i) {
+        for (int i = 0; i < runs; ++i) {
           const bool fp32 = i == static_cast<int>(tables.size());
           const double sec = median(times[i]);
           const double rate =
