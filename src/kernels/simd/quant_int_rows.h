@@ -40,36 +40,47 @@ inline void round_block(const float* p, float tiny, __m512i* qa, __m512i* qb, fl
   *sum = _mm512_reduce_add_epi32(_mm512_add_epi32(*qa, *qb));
 }
 
-// Rounds m rows of x (stride ldx) into this thread's scratch (rounded_x.h):
-// store(q + r·k, b, qa, qb) writes block b's rounded values (int32 lanes from
-// round_block) in the table's layout.
+// Rounds m rows of x (stride ldx) into this thread's scratch (rounded_x.h),
+// each padded to a multiple of `group` blocks: store(q_row, b, qa, qb) writes
+// block b's rounded values (int32 lanes from round_block) in the table's
+// layout.
 template <class Int, class Store>
 RoundedX<Int> round_x(const float* x, int64_t ldx, int64_t m, int64_t k, float tiny, bool q4,
-                      Store store) {
-  return round_rows<Int>(x, ldx, m, k, q4,
-                         [&](const float* p, Int* q, int64_t b, float* dx, int32_t* sum) {
-                           __m512i qa, qb;
-                           round_block<Int>(p, tiny, &qa, &qb, dx, sum);
-                           store(q, b, qa, qb);
-                         });
+                      Store store, int64_t group = 1) {
+  return round_rows<Int>(
+      x, ldx, m, k, q4,
+      [&](const float* p, Int* q, int64_t b, float* dx, int32_t* sum) {
+        __m512i qa, qb;
+        round_block<Int>(p, tiny, &qa, &qb, dx, sum);
+        store(q, b, qa, qb);
+      },
+      group);
 }
 
-// Q4_1 four blocks at a time (80 bytes at b): their 16 nibble bytes each,
-// block i on 128-bit lane i.
-inline __m512i q4_1_nibbles4(const uint8_t* b) {
+// Q4_1 four blocks at a time (80 bytes at b; `count` of them read, the others
+// 0): their 16 nibble bytes each, block i on 128-bit lane i.
+inline __m512i q4_1_nibbles4(const uint8_t* b, int64_t count = 4) {
   const auto load128 = [](const uint8_t* p) {
     return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
   };
-  __m512i v = _mm512_castsi128_si512(load128(b + 4));
-  v = _mm512_inserti32x4(v, load128(b + 24), 1);
-  v = _mm512_inserti32x4(v, load128(b + 44), 2);
-  return _mm512_inserti32x4(v, load128(b + 64), 3);
+  __m512i v = _mm512_zextsi128_si512(load128(b + 4));
+  if (count > 1) v = _mm512_inserti32x4(v, load128(b + 24), 1);
+  if (count > 2) v = _mm512_inserti32x4(v, load128(b + 44), 2);
+  if (count > 3) v = _mm512_inserti32x4(v, load128(b + 64), 3);
+  return v;
 }
 
-// Their {d, m} as 8 halves → floats d0 m0 d1 m1 ... d3 m3.
-inline __m256 q4_1_scales4(const uint8_t* b) {
-  return _mm256_cvtph_ps(
-      _mm_setr_epi32(load_u32(b), load_u32(b + 20), load_u32(b + 40), load_u32(b + 60)));
+// Their {d, m} as 8 halves → floats d0 m0 d1 m1 ... d3 m3 (0 past count).
+inline __m256 q4_1_scales4(const uint8_t* b, int64_t count = 4) {
+  const auto dm = [&](int i) { return i < count ? load_u32(b + 20 * i) : 0; };
+  return _mm256_cvtph_ps(_mm_setr_epi32(dm(0), dm(1), dm(2), dm(3)));
+}
+
+// Even lanes 0, 2, 4, 6 of v (a value per block of 4, e.g. d·dx) spread so
+// that 128-bit lane i holds block i's.
+inline __m512 spread_even4(__m256 v) {
+  const __m512i spread = _mm512_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2, 4, 4, 4, 4, 6, 6, 6, 6);
+  return _mm512_permutexvar_ps(spread, _mm512_castps256_ps512(v));
 }
 
 // One row of x meeting them: sums (int32, 128-bit lane i = block i's Σ q_w·q_x)
@@ -77,11 +88,8 @@ inline __m256 q4_1_scales4(const uint8_t* b) {
 // dm from q4_1_scales4, xs the row's {dx, sx} of the 4 blocks.
 inline void q4_1_accumulate4(__m512i sums, __m256 dm, const float* xs, __m512* acc,
                              __m256* acc_min) {
-  // lanes {d·dx, m·sx} of 4 blocks → d·dx of block i on 128-bit lane i
-  const __m512i spread = _mm512_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2, 4, 4, 4, 4, 6, 6, 6, 6);
   const __m256 sc = _mm256_mul_ps(dm, _mm256_loadu_ps(xs));
-  *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums),
-                         _mm512_permutexvar_ps(spread, _mm512_castps256_ps512(sc)), *acc);
+  *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), spread_even4(sc), *acc);
   *acc_min = _mm256_mask_add_ps(*acc_min, 0xaa, *acc_min, sc);
 }
 
