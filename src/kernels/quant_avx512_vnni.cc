@@ -173,6 +173,7 @@ void q8_0_rows(const RoundedX& xq, int64_t r0, const QuantMatrix& w, const float
 
 // This table's rounding of x and kernels, for quant::integer_gemv_block.
 struct Int8Rows {
+  static constexpr int kRowsPerPass = 4;
   static constexpr auto round_x = &kernels::round_x;
   template <int R, bool kQ4>
   static constexpr auto rows = kQ4 ? &q4_1_rows<R> : &q8_0_rows<R>;

@@ -90,7 +90,7 @@ void q4_1_rows(const RoundedX& xq, int64_t r0, const QuantMatrix& w, const float
                         w1 = _mm512_and_si512(bytes1, nibble);
           const __m512i w2 = _mm512_srli_epi16(bytes0, 4), w3 = _mm512_srli_epi16(bytes1, 4);
           const __m256 dm = quant::q4_1_scales4(b, count);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
           for (int r = 0; r < R; ++r) {
             const int16_t* xr = xq.q + (r0 + r) * xq.k + 128 * g;
             __m512i s = _mm512_dpwssd_epi32(_mm512_setzero_si512(), w0, _mm512_loadu_si512(xr));
@@ -144,7 +144,7 @@ void q8_0_rows(const RoundedX& xq, int64_t r0, const QuantMatrix& w, const float
           // d of the 4 blocks in the even lanes, 0 in the odd ones (and for blocks past count)
           const auto d = [&](int i) { return i < count ? load_u16(b + 34 * i) : 0; };
           const __m256 dd = _mm256_cvtph_ps(_mm_setr_epi32(d(0), d(1), d(2), d(3)));
-#pragma GCC unroll 4
+#pragma GCC unroll 8
           for (int r = 0; r < R; ++r) {
             const int16_t* xr = xq.q + (r0 + r) * xq.k + 128 * g;
             const auto dot2 = [&](int c) {
@@ -168,6 +168,8 @@ void q8_0_rows(const RoundedX& xq, int64_t r0, const QuantMatrix& w, const float
 
 // This table's rounding of x and kernels, for quant::integer_gemv_block.
 struct Int16Rows {
+  // 8: a server's batch of 8 decodes W once (4 zmm of weights, 8 + 8 accumulators)
+  static constexpr int kRowsPerPass = 8;
   static constexpr auto round_x = &kernels::round_x;
   template <int R, bool kQ4>
   static constexpr auto rows = kQ4 ? &q4_1_rows<R> : &q8_0_rows<R>;

@@ -95,7 +95,8 @@ inline void q4_1_accumulate4(__m512i sums, __m256 dm, const float* xs, __m512* a
 
 // The few-rows product of an integer table T: Q4_1 and Q8_0 weights meet x
 // rounded by T::round_x in T::rows<R, Q4_1?> (R rows from r0, channels [j0,
-// j1)), in groups of 16 channels meeting the rows 4 at a time; other formats
+// j1)), in groups of 16 channels meeting the rows T::kRowsPerPass at a time
+// (each group's weights decoded once per pass); other formats
 // run T::other_formats.
 template <class T>
 void integer_gemv_block(const float* x, int64_t ldx, int64_t m, const QuantMatrix& w,
@@ -103,7 +104,7 @@ void integer_gemv_block(const float* x, int64_t ldx, int64_t m, const QuantMatri
   if (w.format != BlockFormat::kQ4_1 && w.format != BlockFormat::kQ8_0)
     return T::other_formats(x, ldx, m, w, bias, y, ldy, c0, c1);
   const auto xq = T::round_x(x, ldx, m, w.k, w.format == BlockFormat::kQ4_1);
-  for_each_row_block<4>(m, c0, c1, [&]<int R>(int64_t r0, int64_t j0, int64_t j1) {
+  for_each_row_block<T::kRowsPerPass>(m, c0, c1, [&]<int R>(int64_t r0, int64_t j0, int64_t j1) {
     if (w.format == BlockFormat::kQ4_1)
       T::template rows<R, true>(xq, r0, w, bias, y, ldy, j0, j1);
     else
