@@ -38,10 +38,8 @@ what the attention itself needed. Each rank runs one thread.
 """
 
 import argparse
-import datetime
 import os
 import resource
-import socket
 import statistics
 import sys
 import time
@@ -81,12 +79,7 @@ def comm_only(ring, block, grad_numel, backward):
 
 
 def ring_worker(rank, world_size, port, args, results):
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
-    torch.set_num_threads(1)
-    qkv.runtime.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world_size,
-                            timeout=datetime.timedelta(seconds=600))
+    qd.init_local_group(rank, world_size, port, timeout_s=600)
     causal = not args.full
     full = inputs(args.tokens, args.heads, args.dim)
     # This rank's q, k, v, dO in each layout the run times.
@@ -161,12 +154,6 @@ def single_worker(_, args, results):
     results["single"] = {"times": times, "setup_rss": setup_rss, "peak_rss": max_rss_mib()}
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--ranks", type=int, default=4)
@@ -184,7 +171,7 @@ def main():
     with mp.Manager() as manager:
         results = manager.dict()
         mp.start_processes(single_worker, args=(args, results), nprocs=1, start_method="spawn")
-        mp.start_processes(ring_worker, args=(args.ranks, free_port(), args, results),
+        mp.start_processes(ring_worker, args=(args.ranks, qd.free_port(), args, results),
                            nprocs=args.ranks, start_method="spawn")
         results = dict(results)
 

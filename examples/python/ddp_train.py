@@ -13,9 +13,7 @@ machine; see docs/scaling.md.
 """
 
 import argparse
-import datetime
 import os
-import socket
 import sys
 import tempfile
 
@@ -25,6 +23,7 @@ import torch.multiprocessing as mp
 import torch.nn as nn
 import torch.nn.functional as F
 
+import qkv.distributed as qd
 import qkv.torch
 
 
@@ -104,12 +103,7 @@ def ddp_worker(rank, world_size, port, steps, batch, seq, dtypes, out_path):
     """One process of the data-parallel run, once per dtype of `dtypes`: saves
     {dtype name: {"losses", "parameters"}} (this rank's losses, the final
     parameters) to out_path.rank<rank>."""
-    os.environ["MASTER_ADDR"] = "127.0.0.1"
-    os.environ["MASTER_PORT"] = str(port)
-    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world_size,
-                            timeout=datetime.timedelta(seconds=60))
+    qd.init_local_group(rank, world_size, port, timeout_s=60)
     results = {}
     for dtype in dtypes:
         model = nn.parallel.DistributedDataParallel(build(dtype))
@@ -118,12 +112,6 @@ def ddp_worker(rank, world_size, port, steps, batch, seq, dtypes, out_path):
         results[str(dtype)] = {"losses": losses, "parameters": state}
     torch.save(results, f"{out_path}.rank{rank}")
     dist.destroy_process_group()
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def main():
@@ -138,7 +126,7 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         out_path = os.path.join(tmp, "ddp")
         mp.start_processes(ddp_worker, nprocs=args.world_size, start_method="spawn",
-                           args=(args.world_size, free_port(), args.steps, args.batch, args.seq,
+                           args=(args.world_size, qd.free_port(), args.steps, args.batch, args.seq,
                                  [torch.float32], out_path))
         ddp = torch.load(f"{out_path}.rank0")[str(torch.float32)]
     single = build()

@@ -44,24 +44,58 @@ cannot see it, so the caller names it (`layout`):
   as fast as on contiguous blocks.
 
 Transport: whatever backend the process group has (gloo on CPUs). What moves,
-and when the transfers hide behind compute: docs/scaling.md.
+and when the transfers hide behind compute: docs/scaling.md. For processes on
+one machine (tests, examples, benchmarks), init_local_group joins them:
+
+    port = qd.free_port()                         # in the parent, once
+    qd.init_local_group(rank, world_size, port)   # in each of the processes
 """
 
+import datetime
 import math
+import os
+import socket
 
 import torch
 import torch.distributed as dist
 
 from . import _core
+from . import runtime as _runtime
 from . import torch as _qkv_torch
 
-__all__ = ["ring_attention", "zigzag_gather", "zigzag_positions", "zigzag_split",
-           "zigzag_unsplit"]
+__all__ = ["free_port", "init_local_group", "ring_attention", "zigzag_gather",
+           "zigzag_positions", "zigzag_split", "zigzag_unsplit"]
 
 _FN = "ring_attention()"
 _NEG_INF = float("-inf")
 # Point-to-point tags: key/value blocks and gradient accumulators are matched apart.
 _KV_TAG, _GRAD_TAG = 1, 2
+
+
+# ---------------------------------------------------------------------------
+# Process groups on one machine
+
+
+def free_port(host="127.0.0.1"):
+    """A TCP port on `host` that nothing listens on right now: the rendezvous
+    port of a local process group (or of any local server)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def init_local_group(rank, world_size, port, timeout_s=60, threads=1):
+    """Joins a gloo process group of `world_size` processes on this machine,
+    meeting at 127.0.0.1:`port` over the loopback interface. Each process
+    runs torch and qkv on `threads` threads (1: a process per core). A
+    collective that waits longer than `timeout_s` seconds raises."""
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(port)
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    torch.set_num_threads(threads)
+    _runtime.set_num_threads(threads)
+    dist.init_process_group("gloo", rank=rank, world_size=world_size,
+                            timeout=datetime.timedelta(seconds=timeout_s))
 
 
 # ---------------------------------------------------------------------------

@@ -13,7 +13,7 @@ import torch.nn.functional as TF
 
 import qkv.distributed as qd
 import qkv.torch
-from distributed_helpers import free_port, init_gloo, run_ranks
+from distributed_helpers import init_gloo, run_ranks
 from helpers import TOLERANCE, rel_err
 
 CASES = [(dtype, layout, causal, padded) for dtype in (torch.float32, torch.float64)
@@ -321,7 +321,7 @@ def world_of_one(monkeypatch):
     if dist.is_initialized():
         pytest.skip("a process group is already initialized in this process")
     monkeypatch.setenv("GLOO_SOCKET_IFNAME", "lo")
-    store = dist.TCPStore("127.0.0.1", free_port(), 1, True,
+    store = dist.TCPStore("127.0.0.1", qd.free_port(), 1, True,
                           timeout=datetime.timedelta(seconds=30))
     dist.init_process_group("gloo", store=store, rank=0, world_size=1)
     yield
