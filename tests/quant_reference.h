@@ -91,6 +91,18 @@ inline std::vector<uint8_t> random_weight(QuantFormat format, int64_t n, int64_t
   return bytes;
 }
 
+// random_weight's bytes and the QuantizedWeight of a copy of them.
+struct RandomQuantized {
+  std::vector<uint8_t> bytes;
+  QuantizedWeight weight;
+};
+inline RandomQuantized random_quantized(QuantFormat format, int64_t n, int64_t k,
+                                        std::mt19937& gen) {
+  std::vector<uint8_t> bytes = random_weight(format, n, k, gen);
+  QuantizedWeight weight(format, n, k, std::as_bytes(std::span(bytes)));
+  return {std::move(bytes), std::move(weight)};
+}
+
 inline std::vector<float> random_floats(int64_t count, std::mt19937& gen) {
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   std::vector<float> v(count);
@@ -111,8 +123,7 @@ inline std::vector<float> random_floats(int64_t count, std::mt19937& gen) {
 inline void check_quant_gemm(QuantFormat f, int64_t m, int64_t n, int64_t k, bool with_bias,
                              std::mt19937& gen, const std::string& context) {
   const int64_t ldx = k + 5, ldy = n + 3;
-  const std::vector<uint8_t> bytes = random_weight(f, n, k, gen);
-  const QuantizedWeight w(f, n, k, std::as_bytes(std::span(bytes)));
+  const auto [bytes, w] = random_quantized(f, n, k, gen);
   const std::vector<float> wf = dequantize_ref(f, bytes, n * k);
   std::vector<float> x = random_floats(m * ldx, gen);
   const std::vector<float> bias = random_floats(n, gen);
