@@ -71,12 +71,13 @@ inline void for_each_group(const uint8_t* row, int64_t blocks, Group&& group) {
   if (whole < (blocks + 3) / 4) group(whole, row + 4 * kBlockBytes * whole, blocks - 4 * whole);
 }
 
-// y[r, j] for R rows of x from row r0 and channels [j0, j1), Q4_1.
+// y[r, j] for R rows of x from row r0 and channels [j0, j1) (at most 16), Q4_1.
 template <int R>
 void q4_1_rows(const RoundedX& xq, int64_t r0, const QuantMatrix& w, const float* bias, float* y,
                int64_t ldy, int64_t j0, int64_t j1) {
   const int64_t nb = xq.nb;
   const __m512i nibble = _mm512_set1_epi16(0x0f);
+  quant::ChannelSums<R> sums;
   for (int64_t j = j0; j < j1; ++j) {
     __m512 acc[R];
     __m256 acc_min[R];
@@ -100,12 +101,10 @@ void q4_1_rows(const RoundedX& xq, int64_t r0, const QuantMatrix& w, const float
             quant::q4_1_accumulate4(s, dm, xq.s + (r0 + r) * 2 * nb + 8 * g, &acc[r], &acc_min[r]);
           }
         });
-    for (int r = 0; r < R; ++r) {
-      const float sum =
-          _mm512_reduce_add_ps(_mm512_add_ps(acc[r], _mm512_zextps256_ps512(acc_min[r])));
-      y[(r0 + r) * ldy + j] = bias != nullptr ? sum + bias[j] : sum;
-    }
+    for (int r = 0; r < R; ++r)
+      sums.put(r, j - j0, _mm512_add_ps(acc[r], _mm512_zextps256_ps512(acc_min[r])));
   }
+  sums.store(j0, j1 - j0, bias, y, ldy, r0);
 }
 
 // Q8_0 four blocks at a time (136 bytes at b, `count` of them read, the
@@ -134,6 +133,7 @@ template <int R>
 void q8_0_rows(const RoundedX& xq, int64_t r0, const QuantMatrix& w, const float* bias, float* y,
                int64_t ldy, int64_t j0, int64_t j1) {
   const int64_t nb = xq.nb;
+  quant::ChannelSums<R> sums;
   for (int64_t j = j0; j < j1; ++j) {
     __m512 acc[R];
     for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
@@ -159,11 +159,9 @@ void q8_0_rows(const RoundedX& xq, int64_t r0, const QuantMatrix& w, const float
             acc[r] = _mm512_fmadd_ps(dot2(2), scale, acc[r]);
           }
         });
-    for (int r = 0; r < R; ++r) {
-      const float sum = _mm512_reduce_add_ps(acc[r]);
-      y[(r0 + r) * ldy + j] = bias != nullptr ? sum + bias[j] : sum;
-    }
+    for (int r = 0; r < R; ++r) sums.put(r, j - j0, acc[r]);
   }
+  sums.store(j0, j1 - j0, bias, y, ldy, r0);
 }
 
 // This table's rounding of x and kernels, for quant::integer_gemv_block.

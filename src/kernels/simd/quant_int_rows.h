@@ -93,6 +93,52 @@ inline void q4_1_accumulate4(__m512i sums, __m256 dm, const float* xs, __m512* a
   *acc_min = _mm256_mask_add_ps(*acc_min, 0xaa, *acc_min, sc);
 }
 
+// The 16 lanes of each of 16 vectors summed: lane c of the result is the sum
+// of rows[c]. A transposing tree (unpack, then 128-bit shuffles) of 15 adds
+// where 16 separate reductions take 16 × 4.
+inline __m512 sum_each_of_16(const float (*rows)[16]) {
+  __m512 pairs[8];  // 128-bit lane: {a0 + a2, b0 + b2, a1 + a3, b1 + b3} of rows a, b
+  for (int i = 0; i < 8; ++i) {
+    const __m512 a = _mm512_load_ps(rows[2 * i]), b = _mm512_load_ps(rows[2 * i + 1]);
+    pairs[i] = _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
+  }
+  __m512
+      quads[4];  // 128-bit lane: the partial sums of rows 4i .. 4i + 3 (pairs as doubles: a move)
+  for (int i = 0; i < 4; ++i) {
+    const __m512d a = _mm512_castps_pd(pairs[2 * i]), b = _mm512_castps_pd(pairs[2 * i + 1]);
+    quads[i] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)),
+                             _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
+  }
+  const auto fold = [](__m512 a,
+                       __m512 b) {  // {a0 + a1, a2 + a3, b0 + b1, b2 + b3} of 128-bit lanes
+    return _mm512_add_ps(_mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(2, 0, 2, 0)),
+                         _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(3, 1, 3, 1)));
+  };
+  return fold(fold(quads[0], quads[1]), fold(quads[2], quads[3]));
+}
+
+// A few-rows kernel's 16-lane sums of R rows × up to 16 channels from j0,
+// kept until all are there, then reduced together (sum_each_of_16) and
+// written (+ bias) a row of channels at a time.
+template <int R>
+class ChannelSums {
+ public:
+  void put(int r, int64_t channel, __m512 sums) { _mm512_store_ps(sums_[r][channel], sums); }
+  // y[r0 + r, j0 + c] for c < channels (≤ 16).
+  void store(int64_t j0, int64_t channels, const float* bias, float* y, int64_t ldy, int64_t r0) {
+    const __mmask16 mask = static_cast<__mmask16>((1u << channels) - 1);
+    const __m512 b = bias != nullptr ? _mm512_maskz_loadu_ps(mask, bias + j0) : _mm512_setzero_ps();
+    for (int r = 0; r < R; ++r) {
+      for (int64_t c = channels; c < 16; ++c) _mm512_store_ps(sums_[r][c], _mm512_setzero_ps());
+      _mm512_mask_storeu_ps(y + (r0 + r) * ldy + j0, mask,
+                            _mm512_add_ps(sum_each_of_16(sums_[r]), b));
+    }
+  }
+
+ private:
+  alignas(64) float sums_[R][16][16];
+};
+
 // The few-rows product of an integer table T: Q4_1 and Q8_0 weights meet x
 // rounded by T::round_x in T::rows<R, Q4_1?> (R rows from r0, channels [j0,
 // j1)), in groups of 16 channels meeting the rows T::kRowsPerPass at a time
