@@ -102,15 +102,15 @@ inline __m512 sum_each_of_16(const float (*rows)[16]) {
     const __m512 a = _mm512_load_ps(rows[2 * i]), b = _mm512_load_ps(rows[2 * i + 1]);
     pairs[i] = _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
   }
-  __m512
-      quads[4];  // 128-bit lane: the partial sums of rows 4i .. 4i + 3 (pairs as doubles: a move)
+  // 128-bit lane: the partial sums of rows 4i .. 4i + 3 (the pairs moved as doubles)
+  __m512 quads[4];
   for (int i = 0; i < 4; ++i) {
     const __m512d a = _mm512_castps_pd(pairs[2 * i]), b = _mm512_castps_pd(pairs[2 * i + 1]);
     quads[i] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)),
                              _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
   }
-  const auto fold = [](__m512 a,
-                       __m512 b) {  // {a0 + a1, a2 + a3, b0 + b1, b2 + b3} of 128-bit lanes
+  // {a0 + a1, a2 + a3, b0 + b1, b2 + b3} of 128-bit lanes
+  const auto fold = [](__m512 a, __m512 b) {
     return _mm512_add_ps(_mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(2, 0, 2, 0)),
                          _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(3, 1, 3, 1)));
   };
