@@ -23,8 +23,8 @@
 // per row of W, for every row of x). The int32 lanes of a block are scaled by
 // its d·dx (a permute of the loaded scales) and multiply-added into float32
 // lanes, reduced once per row of W. Rows of x are padded with zero blocks to
-// a multiple of 4, and the last group of a row of W, where it has fewer, is
-// padded with zero blocks in a copy.
+// a multiple of 4; in the last group of a row of W, where it has fewer, only
+// its blocks are read and the others taken as zero blocks (d = m = 0).
 #include <immintrin.h>
 
 #include <cstdint>
