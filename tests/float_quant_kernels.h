@@ -1,7 +1,7 @@
 // FloatQuantKernels: while alive, pins the fastest quantised-linear table that
-// does not round x on the decoding route (kernels/quant_gemm.h: avx512_vnni16
-// rounds it to 16 bits, avx512_vnni to 8, and the prompt route never does), so
-// that decoding and recomputing differ by float32 summation order only.
+// never rounds x (kernels/quant_gemm.h: avx512_vnni16 rounds it to 16 bits on
+// both routes, avx512_vnni to 8 on the few-rows one), so that decoding and
+// recomputing differ by float32 summation order only.
 #pragma once
 
 #include "kernels/quant_gemm.h"

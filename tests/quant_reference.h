@@ -116,8 +116,8 @@ inline std::vector<float> random_floats(int64_t count, std::mt19937& gen) {
 // the reference's float), so |error| ≤ (k + 1)·u·(Σ|w·x| + |b|) by the usual
 // bound on recursive summation (any order, FMA or not: k roundings of the
 // sum, one of each product, one of the bias; ×1.01 for the γ terms).
-// Where the active table's few-rows route rounds x (x_bits < 32: the formats
-// of its rounded_formats, m ≤ quant_gemv_max_rows()), each block b of 32 adds its rounding,
+// Where the active table rounds x (x_bits < 32: kernels::rounds_x_at, on
+// either route), each block b of 32 adds its rounding,
 // |x − x̂| ≤ 0.51·dx_b with dx_b = max|x_b| / (2^(x_bits−1) − 1), times Σ_b |w|
 // (kernels/quant_gemm.h).
 inline void check_quant_gemm(QuantFormat f, int64_t m, int64_t n, int64_t k, bool with_bias,
@@ -131,9 +131,7 @@ inline void check_quant_gemm(QuantFormat f, int64_t m, int64_t n, int64_t k, boo
   qkv::kernels::quant_gemm(x.data(), ldx, m, w.matrix(), with_bias ? bias.data() : nullptr,
                            y.data(), ldy);
   const auto& table = qkv::kernels::active_quant_kernels();
-  const int x_bits = m <= qkv::kernels::quant_gemv_max_rows() && qkv::kernels::rounds_x(table, f)
-                         ? table.x_bits
-                         : 32;
+  const int x_bits = qkv::kernels::rounds_x_at(table, f, m) ? table.x_bits : 32;
   int failures = 0;
   for (int64_t i = 0; i < m && failures < 5; ++i) {
     for (int64_t j = 0; j < n; ++j) {

@@ -330,6 +330,8 @@ TEST(GgufRopeFreqs, FactorsDivideEachFrequency) {
   for (int i = 0; i < 8; ++i) powers.push_back(std::ldexp(1.0f, i));
   for (bool exact : {false, true}) {
     SCOPED_TRACE(exact ? "exact" : "fast");
+    // x as it is on every route: decoding and the full forward differ by summation order only
+    const qkv_test::FloatQuantKernels float_kernels;
     GgufModel factors = load_tiny({.more_tensors = f32_tensor("rope_freqs.weight", powers)}, exact);
     GgufModel base = load_tiny({.drop_key = "llama.rope.freq_base",
                                 .more_keys = f32_key("llama.rope.freq_base", 2560000.0f)},
@@ -342,7 +344,6 @@ TEST(GgufRopeFreqs, FactorsDivideEachFrequency) {
 
     // Decoding through the KV cache (prefill, then one step at a time) rotates by the same
     // angles: its logits are the full forward's at each position.
-    const qkv_test::FloatQuantKernels float_kernels;
     qkv::nn::DecoderSession session(factors.model);
     const int64_t V = qkv_test::kVocab;
     const Tensor first = session.prefill(std::vector<int64_t>(kIds.begin(), kIds.begin() + 4));

@@ -245,8 +245,7 @@ TEST_P(QuantKernelTable, AgainstFloat64OfDequantized) {
       for (int64_t k : {block, 3 * block}) {
         for (int64_t m : {1, 2, 7, 64, 513}) {
           // the integer paths round x: IntegerGemvAgainstRoundedX
-          if (m <= qkv::kernels::quant_gemv_max_rows() && qkv::kernels::rounds_x(*GetParam(), f))
-            continue;
+          if (qkv::kernels::rounds_x_at(*GetParam(), f, m)) continue;
           const int64_t n = m == 513 ? 37 : 53;  // not multiples of 16
           check_quant_gemm(f, m, n, k, m % 2 == 1, gen, "threads=" + std::to_string(threads));
         }
@@ -363,7 +362,8 @@ void round_x_reference(int bits, const float* x, int64_t k, std::vector<double>&
   }
 }
 
-// The few-rows route of an integer table on its rounded_formats: (1) against
+// The integer routes of a table (few rows: its rounded_formats; prompts: its
+// prompt route's formats): (1) against
 // float64 on the dequantised weights and x̂ = dx·q (the reference rounding of
 // the table's x_bits, which the kernel must reproduce): the int32 sums are
 // exact, so only the float32 scaling and summation of the nb = k / 32 block
@@ -378,12 +378,18 @@ TEST_P(QuantKernelTable, IntegerGemvAgainstRoundedX) {
   for (int threads : {1, 2}) {
     qkv::set_num_threads(threads);
     for (QuantFormat f : kFormats) {
-      if (!qkv::kernels::rounds_x(*GetParam(), f)) continue;
+      // every few-rows count; prompts ending in a whole and a partial tile of rows
+      std::vector<int64_t> counts;
+      for (int64_t m = 1; m <= qkv::kernels::quant_gemv_max_rows(); ++m)
+        if (qkv::kernels::rounds_x_at(*GetParam(), f, m)) counts.push_back(m);
+      for (int64_t m : {24, 71})
+        if (qkv::kernels::rounds_x_at(*GetParam(), f, m)) counts.push_back(m);
+      if (counts.empty()) continue;
       // blocks of 32: tail only, 4 + 0, 4 + 3, 16 + 2; of 256: one, three
       const bool small = qkv::quant_block_elements(f) == 32;
       for (int64_t k :
            small ? std::vector<int64_t>{32, 96, 128, 224, 576} : std::vector<int64_t>{256, 768}) {
-        for (int64_t m = 1; m <= qkv::kernels::quant_gemv_max_rows(); ++m) {
+        for (int64_t m : counts) {
           const int64_t n = 37, ldx = k + 5, ldy = n + 3;
           const auto [bytes, w] = random_quantized(f, n, k, gen);
           const std::vector<float> wf = dequantize_ref(f, bytes, n * k);

@@ -34,6 +34,7 @@
 namespace qkv::kernels {
 
 extern const QuantKernels kQuantAvx2Int16;
+extern const QuantPromptKernel kQuantPromptAvx512Vnni16;
 
 namespace {
 
@@ -181,7 +182,11 @@ struct Int16Rows {
 }  // namespace
 
 extern const QuantKernels kQuantAvx512Vnni16 = {
-    "avx512_vnni16", &quant::integer_gemv_block<Int16Rows>, &quant::dequantize_rows<simd::Avx512>,
-    16, kEveryFormat};  // the other formats on avx2_int16's kernels round x too
+    "avx512_vnni16",
+    &quant::integer_gemv_block<Int16Rows>,
+    &quant::dequantize_rows<simd::Avx512>,
+    16,
+    kEveryFormat,  // the other formats on avx2_int16's kernels round x too
+    &kQuantPromptAvx512Vnni16};
 
 }  // namespace qkv::kernels

@@ -147,6 +147,10 @@ void gemm(const QuantKernels& table, const float* x, int64_t ldx, int64_t m, con
 // 0.63 against 2.2 ns per row and block on 2 threads (AVX2).
 int64_t quant_gemv_max_rows() { return 16; }
 
+bool rounds_x_at(const QuantKernels& t, BlockFormat f, int64_t m) {
+  return m <= quant_gemv_max_rows() ? rounds_x(t, f) : has_prompt_route(t, f);
+}
+
 namespace {
 
 // x rounded to Int per block of 32: dx = max|x| / kMax, q = round(x / dx);
@@ -195,6 +199,8 @@ void quant_gemm(const float* x, int64_t ldx, int64_t m, const QuantMatrix& w, co
   const QuantKernels& table = active_quant_kernels();
   if (m <= quant_gemv_max_rows())
     gemv(table, x, ldx, m, {{{&w, bias, y, ldy}}});
+  else if (has_prompt_route(table, w.format))
+    table.prompt->gemm(x, ldx, m, w, bias, y, ldy);
   else
     gemm(table, x, ldx, m, w, bias, y, ldy);
 }

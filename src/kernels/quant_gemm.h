@@ -27,10 +27,13 @@
 //     x_bits = 8 (avx512_vnni, opt-in with QKV_INT8_DECODE=1): as llama.cpp's
 //       decoding (quantize_x_q8_reference: dx = max|x| / 127), 2-5% moves
 //       in the logits.
-//     The route for more rows below never rounds x.
 //   more rows (prompts): panels of channels dequantised to float32 once per
 //     call (threaded), multiplied by the BLAS's sgemm (compute-bound; the
-//     decode costs O(n·k), the product O(m·n·k)).
+//     decode costs O(n·k), the product O(m·n·k)), x not rounded.
+//     Exception: a table with a prompt route (avx512_vnni16: every format but
+//     Q6_K) rounds x to 16 bits as its few-rows route does and sums integer
+//     products there too (quant_prompt_avx512_vnni16.cc), within the same
+//     bounds.
 // NaN and Inf in x propagate (a NaN in x[i] makes y[i, :] NaN).
 #pragma once
 
@@ -51,6 +54,16 @@ struct QuantMatrix {
   int64_t row_bytes;    // k / block · block bytes
 };
 
+// A table's prompt route on integer dot products (quant_prompt_*.cc): y =
+// x · Wᵀ + bias for any number of rows, threaded (OpenMP), x rounded per block
+// as the table's few-rows route rounds it; for the formats in `formats`
+// (rounded_formats' bits).
+struct QuantPromptKernel {
+  void (*gemm)(const float* x, int64_t ldx, int64_t m, const QuantMatrix& w, const float* bias,
+               float* y, int64_t ldy);
+  uint32_t formats;
+};
+
 // One instruction set's kernels.
 struct QuantKernels {
   const char* name;  // "avx512_vnni", "avx512", "avx2", "portable"
@@ -68,6 +81,8 @@ struct QuantKernels {
   // Bit f (a BlockFormat's value) set: gemv_block rounds x for format f
   // (rounds_x); none where x_bits = 32.
   uint32_t rounded_formats = 0;
+  // Null: prompts dequantise panels of W for sgemm.
+  const QuantPromptKernel* prompt = nullptr;
 };
 
 constexpr uint32_t rounded_formats(std::initializer_list<BlockFormat> formats) {
@@ -84,6 +99,11 @@ constexpr uint32_t kEveryFormat =
 // Whether table t's few-rows product rounds x for weights of format f.
 inline bool rounds_x(const QuantKernels& t, BlockFormat f) {
   return (t.rounded_formats >> static_cast<uint32_t>(f)) & 1u;
+}
+
+// Whether table t has a prompt route (integer, rounding x) for format f.
+inline bool has_prompt_route(const QuantKernels& t, BlockFormat f) {
+  return t.prompt != nullptr && ((t.prompt->formats >> static_cast<uint32_t>(f)) & 1u);
 }
 
 // The rounding of x of the int8 few-rows kernels, in scalar code: per block b
@@ -116,6 +136,10 @@ void override_quant_kernels(const QuantKernels* table);
 
 // Up to this many rows of x take the few-rows route.
 int64_t quant_gemv_max_rows();
+
+// Whether quant_gemm on table t rounds x (to t.x_bits) for m rows of format f:
+// the few-rows route's rounds_x, or a prompt route.
+bool rounds_x_at(const QuantKernels& t, BlockFormat f, int64_t m);
 
 // y = x · Wᵀ + bias by the route for m, threaded (OpenMP, and the BLAS's own).
 // x: row stride ldx ≥ k; y: row stride ldy ≥ n; bias: [n] or null.

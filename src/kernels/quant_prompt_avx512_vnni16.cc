@@ -1,0 +1,207 @@
+// The prompt route of the avx512_vnni16 table (quant_gemm.h): y = x · Wᵀ +
+// bias for more rows than the few-rows route takes, on 16-bit integer dot
+// products (vpdpwssd), where the other tables dequantise W for sgemm.
+//
+// x is rounded as the few-rows route rounds it (quantize_x_q16_reference:
+// per block of 32, dx = max|x| / 32767, q = round(x / dx)), once per call,
+// the rows split among the threads. W goes in panels of 32 channels, each
+// packed once by the thread that takes it so that a register holds one int32
+// lane per channel: per 32-weight (sub-)block u and pair p, two zmm whose
+// lane c is the word pair (weights 2p, 2p + 1) of channel c (and 16 + c),
+// then the block's d and m of the 32 channels (int16_blocks' decoders: w =
+// d·q_w + m). A tile of kRows rows of x meets the panel block by block: 16
+// vpdpwssd per row and zmm sum the block's Σ q_w·q_x exactly in int32, then
+//   Σ w·x̂ = (d·dx)·Σ q_w·q_x (+ m·(dx·Σ q_x) for the formats with a min)
+// is added in float32, block after block: the float32 product with x̂, as the
+// few-rows route computes it, summed in another order. Each int32 lane holds
+// 32 products; below 2^24 (exact in float32) where |q_w| ≤ 15 (Q4_0, Q4_1,
+// Q4_K), else rounded once when converted (Q5_*, Q8_0, IQ4_NL). Q6_K's words
+// (sc·(q − 32), up to 4096) could overflow 32 of them: it stays on sgemm.
+#include <immintrin.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "kernels/simd/quant_int16_blocks.h"
+#include "kernels/simd/quant_int_rows.h"
+#include "kernels/thread_scratch.h"
+
+namespace qkv::kernels {
+namespace {
+
+using namespace int16_blocks;
+
+constexpr float kTiny = 0x1p-100f;  // see quantize_x_q16_reference
+constexpr int kPanel = 32;          // channels per panel: two zmm of int32 lanes
+// Rows of x per tile: 12 int32 and 12 float32 accumulators, 2 zmm of W and 4
+// of scales fill the 32 registers.
+constexpr int kRows = 6;
+
+// x rounded for the whole call: row r's q (x's own order) at q + r·k, its
+// blocks' dx and sx = dx·Σ q at dx / sx + r·units.
+struct PromptX {
+  const int16_t* q;
+  const float* dx;
+  const float* sx;
+  int64_t k, units;
+};
+
+// Rounds rows [r0, r1) of x into the buffers of `out`.
+void round_rows(const float* x, int64_t ldx, int64_t r0, int64_t r1, bool with_sums,
+                const PromptX& out) {
+  for (int64_t r = r0; r < r1; ++r) {
+    int16_t* q = const_cast<int16_t*>(out.q) + r * out.k;
+    for (int64_t b = 0; b < out.units; ++b) {
+      __m512i qa, qb;
+      float dx;
+      int32_t sum;
+      quant::round_block<int16_t>(x + r * ldx + 32 * b, kTiny, &qa, &qb, &dx, &sum);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + 32 * b), _mm512_cvtsepi32_epi16(qa));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + 32 * b + 16), _mm512_cvtsepi32_epi16(qb));
+      const_cast<float*>(out.dx)[r * out.units + b] = dx;
+      const_cast<float*>(out.sx)[r * out.units + b] = with_sums ? dx * static_cast<float>(sum) : 0;
+    }
+  }
+}
+
+// Channels [j0, j0 + 32) of W packed as the top of the file says (channels
+// past n: zero words and scales).
+struct Panel {
+  const __m512i* words;  // [units][16 pairs][2 halves]
+  const float* d;        // [units][32]
+  const float* m;        // [units][32]
+};
+
+inline int64_t panel_bytes(int64_t units) { return units * (16 * 2 * 64 + 2 * kPanel * 4); }
+
+template <class F>
+Panel pack_panel(const QuantMatrix& w, int64_t j0, int64_t units, void* memory) {
+  auto* words = static_cast<int32_t*>(memory);
+  float* d = reinterpret_cast<float*>(words + units * 16 * kPanel);
+  float* m = d + units * kPanel;
+  const int64_t channels = std::min<int64_t>(kPanel, w.n - j0);
+  for (int64_t c = 0; c < kPanel; ++c) {
+    if (c >= channels) {
+      for (int64_t u = 0; u < units; ++u) {
+        for (int p = 0; p < 16; ++p) words[(u * 16 + p) * kPanel + c] = 0;
+        d[u * kPanel + c] = m[u * kPanel + c] = 0.0f;
+      }
+      continue;
+    }
+    const uint8_t* row = w.data + (j0 + c) * w.row_bytes;
+    for (int64_t bi = 0; bi < units / F::kSubs; ++bi) {
+      const uint8_t* b = row + F::kBytes * bi;
+      float ds[F::kSubs], ms[F::kSubs] = {};
+      F::scales(b, ds, ms);
+      for (int s = 0; s < F::kSubs; ++s) {
+        const int64_t u = bi * F::kSubs + s;
+        d[u * kPanel + c] = ds[s];
+        m[u * kPanel + c] = F::kHasMin ? ms[s] : 0.0f;
+        __m256i wv[2];
+        F::words(b, s, wv);
+        alignas(32) int32_t pairs[16];  // pair p: the words of weights 2p, 2p + 1
+        _mm256_store_si256(reinterpret_cast<__m256i*>(pairs), wv[0]);
+        _mm256_store_si256(reinterpret_cast<__m256i*>(pairs + 8), wv[1]);
+        for (int p = 0; p < 16; ++p) words[(u * 16 + p) * kPanel + c] = pairs[p];
+      }
+    }
+  }
+  return {reinterpret_cast<const __m512i*>(words), d, m};
+}
+
+// y[r0 + r, j0 + c] for R rows and the panel's first `channels` channels.
+template <int R, bool kMin>
+void tile(const PromptX& xq, int64_t r0, const Panel& panel, const float* bias, float* y,
+          int64_t ldy, int64_t j0, int64_t channels) {
+  __m512 out[R][2];
+  for (int r = 0; r < R; ++r) out[r][0] = out[r][1] = _mm512_setzero_ps();
+  const int16_t* x0 = xq.q + r0 * xq.k;
+  for (int64_t u = 0; u < xq.units; ++u) {
+    __m512i acc[R][2];
+    for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_si512();
+    const __m512i* wu = panel.words + 32 * u;
+#pragma GCC unroll 16
+    for (int p = 0; p < 16; ++p) {
+      const __m512i w0 = _mm512_load_si512(wu + 2 * p), w1 = _mm512_load_si512(wu + 2 * p + 1);
+#pragma GCC unroll 6
+      for (int r = 0; r < R; ++r) {
+        const __m512i xp = _mm512_set1_epi32(
+            quant::load_u32(reinterpret_cast<const uint8_t*>(x0 + r * xq.k + 32 * u + 2 * p)));
+        acc[r][0] = _mm512_dpwssd_epi32(acc[r][0], w0, xp);
+        acc[r][1] = _mm512_dpwssd_epi32(acc[r][1], w1, xp);
+      }
+    }
+    const __m512 d0 = _mm512_load_ps(panel.d + kPanel * u),
+                 d1 = _mm512_load_ps(panel.d + kPanel * u + 16);
+#pragma GCC unroll 6
+    for (int r = 0; r < R; ++r) {
+      const __m512 dx = _mm512_set1_ps(xq.dx[(r0 + r) * xq.units + u]);
+      out[r][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[r][0]), _mm512_mul_ps(d0, dx), out[r][0]);
+      out[r][1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[r][1]), _mm512_mul_ps(d1, dx), out[r][1]);
+      if constexpr (kMin) {
+        const __m512 sx = _mm512_set1_ps(xq.sx[(r0 + r) * xq.units + u]);
+        out[r][0] = _mm512_fmadd_ps(_mm512_load_ps(panel.m + kPanel * u), sx, out[r][0]);
+        out[r][1] = _mm512_fmadd_ps(_mm512_load_ps(panel.m + kPanel * u + 16), sx, out[r][1]);
+      }
+    }
+  }
+  const __mmask16 lo = channels >= 16 ? 0xffff : static_cast<__mmask16>((1u << channels) - 1);
+  const __mmask16 hi = channels <= 16 ? 0 : static_cast<__mmask16>((1u << (channels - 16)) - 1);
+  const __m512 b0 = bias != nullptr ? _mm512_maskz_loadu_ps(lo, bias + j0) : _mm512_setzero_ps();
+  const __m512 b1 =
+      bias != nullptr ? _mm512_maskz_loadu_ps(hi, bias + j0 + 16) : _mm512_setzero_ps();
+  for (int r = 0; r < R; ++r) {
+    float* yr = y + (r0 + r) * ldy + j0;
+    _mm512_mask_storeu_ps(yr, lo, _mm512_add_ps(out[r][0], b0));
+    _mm512_mask_storeu_ps(yr + 16, hi, _mm512_add_ps(out[r][1], b1));
+  }
+}
+
+// Below this many multiply-adds one thread does it all.
+constexpr double kParallelMinMacs = 1 << 20;
+
+template <class F>
+void prompt_gemm_format(const float* x, int64_t ldx, int64_t m, const QuantMatrix& w,
+                        const float* bias, float* y, int64_t ldy) {
+  const int64_t units = w.k / 32, panels = (w.n + kPanel - 1) / kPanel;
+  // x's rounding, kept by the calling thread from call to call
+  thread_local std::vector<int16_t> q;
+  thread_local std::vector<float> scales;
+  q.resize(static_cast<size_t>(m * w.k));
+  scales.resize(static_cast<size_t>(2 * m * units));
+  const PromptX xq = {q.data(), scales.data(), scales.data() + m * units, w.k, units};
+  const bool parallel = !omp_in_parallel() && omp_get_max_threads() > 1 &&
+                        static_cast<double>(m) * w.n * w.k >= kParallelMinMacs;
+#pragma omp parallel if (parallel)
+  {
+    const int threads = omp_get_num_threads(), t = omp_get_thread_num();
+    round_rows(x, ldx, m * t / threads, m * (t + 1) / threads, F::kHasMin, xq);
+#pragma omp barrier
+    void* memory = thread_scratch_bytes(panel_bytes(units));
+#pragma omp for schedule(static)
+    for (int64_t pi = 0; pi < panels; ++pi) {
+      const int64_t j0 = pi * kPanel, channels = std::min<int64_t>(kPanel, w.n - j0);
+      const Panel panel = pack_panel<F>(w, j0, units, memory);
+      for (int64_t r0 = 0; r0 < m; r0 += kRows)
+        quant::with_rows<kRows>(std::min<int64_t>(kRows, m - r0), [&]<int R>() {
+          tile<R, F::kHasMin>(xq, r0, panel, bias, y, ldy, j0, channels);
+        });
+    }
+  }
+}
+
+using PromptFormats = Formats<Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, Q4_K, Q5_K>;
+
+void prompt_gemm(const float* x, int64_t ldx, int64_t m, const QuantMatrix& w, const float* bias,
+                 float* y, int64_t ldy) {
+  PromptFormats::dispatch(w.format,
+                          [&]<class F>() { prompt_gemm_format<F>(x, ldx, m, w, bias, y, ldy); });
+}
+
+}  // namespace
+
+extern const QuantPromptKernel kQuantPromptAvx512Vnni16 = {&prompt_gemm, PromptFormats::kMask};
+
+}  // namespace qkv::kernels
