@@ -488,42 +488,45 @@ TEST_P(QuantKernelTable, EachRowEqualsTheRowAlone) {
   }
 }
 
-// The q, k, v projections of a decoding step share one fork/join
-// (linear_into_each): each output equals its linear_into alone, bit for bit,
-// on one thread and on two (the channel groups then split across weights).
+// The q, k, v projections of a decoding step (and of a prompt, on a prompt
+// route) share one fork/join (linear_into_each): each output equals its
+// linear_into alone, bit for bit, on one thread and on two (the channel
+// groups then split across weights).
 TEST_P(QuantKernelTable, EachProductEqualsItsLinearIntoAlone) {
   std::mt19937 gen(12);
-  for (QuantFormat f : kFormats) {
-    // enough multiply-adds for two threads; not all whole groups of 16 channels
-    const int64_t k = 8 * qkv::quant_block_elements(f), m = 8;
-    const int64_t widths[] = {40, 16, 9};
-    std::vector<std::vector<uint8_t>> bytes;
-    std::vector<QuantizedWeight> w;
-    std::vector<Tensor> bias, together, alone;
-    for (int64_t n : widths) {
-      bytes.push_back(random_weight(f, n, k, gen));
-      w.emplace_back(f, n, k, std::as_bytes(std::span(bytes.back())));
-      bias.push_back(w.size() == 2 ? Tensor() : Tensor::from_vector({n}, random_floats(n, gen)));
-      together.push_back(Tensor::zeros({m, n}));
-      alone.push_back(Tensor::zeros({m, n}));
-    }
-    const Tensor x = Tensor::from_vector({m, k}, random_floats(m * k, gen));
-    for (int threads : {1, 2}) {
-      qkv::set_num_threads(threads);
-      std::vector<qkv::QuantizedLinearInto> products;
-      for (size_t i = 0; i < w.size(); ++i) {
-        together[i] = Tensor::full(together[i].shape(), std::nanf(""));  // no stale result
-        products.push_back({&together[i], &w[i], &bias[i]});
-        qkv::linear_into(alone[i], x, w[i], bias[i]);
+  for (QuantFormat f : kFormats)
+    for (int64_t m : {8, 40}) {
+      // enough multiply-adds for two threads; not all whole groups of 16 channels
+      const int64_t k = 8 * qkv::quant_block_elements(f);
+      const int64_t widths[] = {40, 16, 9};
+      std::vector<std::vector<uint8_t>> bytes;
+      std::vector<QuantizedWeight> w;
+      std::vector<Tensor> bias, together, alone;
+      for (int64_t n : widths) {
+        bytes.push_back(random_weight(f, n, k, gen));
+        w.emplace_back(f, n, k, std::as_bytes(std::span(bytes.back())));
+        bias.push_back(w.size() == 2 ? Tensor() : Tensor::from_vector({n}, random_floats(n, gen)));
+        together.push_back(Tensor::zeros({m, n}));
+        alone.push_back(Tensor::zeros({m, n}));
       }
-      qkv::linear_into_each(x, products);
-      for (size_t i = 0; i < w.size(); ++i)
-        EXPECT_EQ(
-            std::memcmp(together[i].data<float>(), alone[i].data<float>(), together[i].numel() * 4),
-            0)
-            << qkv::quant_format_name(f) << " product " << i << ", " << threads << " threads";
+      const Tensor x = Tensor::from_vector({m, k}, random_floats(m * k, gen));
+      for (int threads : {1, 2}) {
+        qkv::set_num_threads(threads);
+        std::vector<qkv::QuantizedLinearInto> products;
+        for (size_t i = 0; i < w.size(); ++i) {
+          together[i] = Tensor::full(together[i].shape(), std::nanf(""));  // no stale result
+          products.push_back({&together[i], &w[i], &bias[i]});
+          qkv::linear_into(alone[i], x, w[i], bias[i]);
+        }
+        qkv::linear_into_each(x, products);
+        for (size_t i = 0; i < w.size(); ++i)
+          EXPECT_EQ(std::memcmp(together[i].data<float>(), alone[i].data<float>(),
+                                together[i].numel() * 4),
+                    0)
+              << qkv::quant_format_name(f) << " m=" << m << " product " << i << ", " << threads
+              << " threads";
+      }
     }
-  }
   qkv::set_num_threads(1);
 }
 

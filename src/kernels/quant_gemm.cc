@@ -200,14 +200,18 @@ void quant_gemm(const float* x, int64_t ldx, int64_t m, const QuantMatrix& w, co
   if (m <= quant_gemv_max_rows())
     gemv(table, x, ldx, m, {{{&w, bias, y, ldy}}});
   else if (has_prompt_route(table, w.format))
-    table.prompt->gemm(x, ldx, m, w, bias, y, ldy);
+    table.prompt->gemm(x, ldx, m, {{{&w, bias, y, ldy}}});
   else
     gemm(table, x, ldx, m, w, bias, y, ldy);
 }
 
 void quant_gemm_each(const float* x, int64_t ldx, int64_t m,
                      std::span<const QuantProduct> products) {
-  if (m > quant_gemv_max_rows() || products.size() < 2) {
+  const QuantKernels& table = active_quant_kernels();
+  const bool one_prompt = std::all_of(products.begin(), products.end(), [&](const QuantProduct& p) {
+    return has_prompt_route(table, p.w->format);
+  });
+  if (products.size() < 2 || (m > quant_gemv_max_rows() && !one_prompt)) {
     for (const QuantProduct& p : products) quant_gemm(x, ldx, m, *p.w, p.bias, p.y, p.ldy);
     return;
   }
@@ -220,7 +224,10 @@ void quant_gemm_each(const float* x, int64_t ldx, int64_t m,
                       ", ldy = " + std::to_string(p.ldy));
   if (m <= 0) return;
   adapt_default_threads();
-  gemv(active_quant_kernels(), x, ldx, m, products);
+  if (m <= quant_gemv_max_rows())
+    gemv(table, x, ldx, m, products);
+  else
+    table.prompt->gemm(x, ldx, m, products);
 }
 
 void quant_gather_rows(const QuantMatrix& w, const int64_t* ids, int64_t count, float* out,

@@ -54,13 +54,20 @@ struct QuantMatrix {
   int64_t row_bytes;    // k / block · block bytes
 };
 
-// A table's prompt route on integer dot products (quant_prompt_*.cc): y =
-// x · Wᵀ + bias for any number of rows, threaded (OpenMP), x rounded per block
-// as the table's few-rows route rounds it; for the formats in `formats`
-// (rounded_formats' bits).
+// One product of quant_gemm_each: y = x · Wᵀ + bias (y: row stride ldy ≥ n).
+struct QuantProduct {
+  const QuantMatrix* w;
+  const float* bias;  // [n] or null
+  float* y;
+  int64_t ldy;
+};
+
+// A table's prompt route on integer dot products (quant_prompt_*.cc): each
+// product's y = x · Wᵀ + bias for any number of rows, threaded (OpenMP), x
+// rounded once per block as the table's few-rows route rounds it; for
+// weights of the same k in the formats of `formats` (rounded_formats' bits).
 struct QuantPromptKernel {
-  void (*gemm)(const float* x, int64_t ldx, int64_t m, const QuantMatrix& w, const float* bias,
-               float* y, int64_t ldy);
+  void (*gemm)(const float* x, int64_t ldx, int64_t m, std::span<const QuantProduct> products);
   uint32_t formats;
 };
 
@@ -146,19 +153,12 @@ bool rounds_x_at(const QuantKernels& t, BlockFormat f, int64_t m);
 void quant_gemm(const float* x, int64_t ldx, int64_t m, const QuantMatrix& w, const float* bias,
                 float* y, int64_t ldy);
 
-// One product of quant_gemm_each: y = x · Wᵀ + bias (y: row stride ldy ≥ n).
-struct QuantProduct {
-  const QuantMatrix* w;
-  const float* bias;  // [n] or null
-  float* y;
-  int64_t ldy;
-};
-
 // quant_gemm for several weights of the same k meeting the same x: on the
 // few-rows route the threads share the channel groups of all of them in one
 // fork/join (a decoding step's q, k and v projections; its gate and up), so
-// small products no longer each pay a fork/join and a barrier. Each y equals
-// what quant_gemm gives for it alone.
+// small products no longer each pay a fork/join and a barrier; on a prompt
+// route, x is rounded once for all of them and their panels shared the same
+// way. Each y equals what quant_gemm gives for it alone.
 void quant_gemm_each(const float* x, int64_t ldx, int64_t m,
                      std::span<const QuantProduct> products);
 

@@ -22,6 +22,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "kernels/simd/quant_int16_blocks.h"
@@ -38,6 +39,9 @@ constexpr int kPanel = 32;          // channels per panel: two zmm of int32 lane
 // Rows of x per tile: 12 int32 and 12 float32 accumulators, 2 zmm of W and 4
 // of scales fill the 32 registers.
 constexpr int kRows = 6;
+// Blocks of k per pass of the row tiles over a panel: their 16 KiB of words
+// stay in L1 while every tile of rows meets them.
+constexpr int64_t kChunkUnits = 8;
 
 // x rounded for the whole call: row r's q (x's own order) at q + r·k, its
 // blocks' dx and sx = dx·Σ q at dx / sx + r·units.
@@ -48,9 +52,9 @@ struct PromptX {
   int64_t k, units;
 };
 
-// Rounds rows [r0, r1) of x into the buffers of `out`.
-void round_rows(const float* x, int64_t ldx, int64_t r0, int64_t r1, bool with_sums,
-                const PromptX& out) {
+// Rounds rows [r0, r1) of x into the buffers of `out` (sx kept for every
+// format: one rounding serves products of any formats).
+void round_rows(const float* x, int64_t ldx, int64_t r0, int64_t r1, const PromptX& out) {
   for (int64_t r = r0; r < r1; ++r) {
     int16_t* q = const_cast<int16_t*>(out.q) + r * out.k;
     for (int64_t b = 0; b < out.units; ++b) {
@@ -61,7 +65,7 @@ void round_rows(const float* x, int64_t ldx, int64_t r0, int64_t r1, bool with_s
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + 32 * b), _mm512_cvtsepi32_epi16(qa));
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + 32 * b + 16), _mm512_cvtsepi32_epi16(qb));
       const_cast<float*>(out.dx)[r * out.units + b] = dx;
-      const_cast<float*>(out.sx)[r * out.units + b] = with_sums ? dx * static_cast<float>(sum) : 0;
+      const_cast<float*>(out.sx)[r * out.units + b] = dx * static_cast<float>(sum);
     }
   }
 }
@@ -111,14 +115,22 @@ Panel pack_panel(const QuantMatrix& w, int64_t j0, int64_t units, void* memory) 
   return {reinterpret_cast<const __m512i*>(words), d, m};
 }
 
-// y[r0 + r, j0 + c] for R rows and the panel's first `channels` channels.
+// y[r0 + r, j0 + c] for R rows and the panel's first `channels` channels,
+// over the blocks [u0, u1) of k: their terms added to what y holds (unless
+// u0 = 0), and the bias after the last block.
 template <int R, bool kMin>
-void tile(const PromptX& xq, int64_t r0, const Panel& panel, const float* bias, float* y,
-          int64_t ldy, int64_t j0, int64_t channels) {
+void tile(const PromptX& xq, int64_t r0, const Panel& panel, int64_t u0, int64_t u1,
+          const float* bias, float* y, int64_t ldy, int64_t j0, int64_t channels) {
+  const __mmask16 lo = channels >= 16 ? 0xffff : static_cast<__mmask16>((1u << channels) - 1);
+  const __mmask16 hi = channels <= 16 ? 0 : static_cast<__mmask16>((1u << (channels - 16)) - 1);
   __m512 out[R][2];
-  for (int r = 0; r < R; ++r) out[r][0] = out[r][1] = _mm512_setzero_ps();
+  for (int r = 0; r < R; ++r) {
+    const float* yr = y + (r0 + r) * ldy + j0;
+    out[r][0] = u0 == 0 ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(lo, yr);
+    out[r][1] = u0 == 0 ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(hi, yr + 16);
+  }
   const int16_t* x0 = xq.q + r0 * xq.k;
-  for (int64_t u = 0; u < xq.units; ++u) {
+  for (int64_t u = u0; u < u1; ++u) {
     __m512i acc[R][2];
     for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_si512();
     const __m512i* wu = panel.words + 32 * u;
@@ -147,11 +159,9 @@ void tile(const PromptX& xq, int64_t r0, const Panel& panel, const float* bias, 
       }
     }
   }
-  const __mmask16 lo = channels >= 16 ? 0xffff : static_cast<__mmask16>((1u << channels) - 1);
-  const __mmask16 hi = channels <= 16 ? 0 : static_cast<__mmask16>((1u << (channels - 16)) - 1);
-  const __m512 b0 = bias != nullptr ? _mm512_maskz_loadu_ps(lo, bias + j0) : _mm512_setzero_ps();
-  const __m512 b1 =
-      bias != nullptr ? _mm512_maskz_loadu_ps(hi, bias + j0 + 16) : _mm512_setzero_ps();
+  const bool with_bias = bias != nullptr && u1 == xq.units;
+  const __m512 b0 = with_bias ? _mm512_maskz_loadu_ps(lo, bias + j0) : _mm512_setzero_ps();
+  const __m512 b1 = with_bias ? _mm512_maskz_loadu_ps(hi, bias + j0 + 16) : _mm512_setzero_ps();
   for (int r = 0; r < R; ++r) {
     float* yr = y + (r0 + r) * ldy + j0;
     _mm512_mask_storeu_ps(yr, lo, _mm512_add_ps(out[r][0], b0));
@@ -162,42 +172,55 @@ void tile(const PromptX& xq, int64_t r0, const Panel& panel, const float* bias, 
 // Below this many multiply-adds one thread does it all.
 constexpr double kParallelMinMacs = 1 << 20;
 
+// Every row tile of x meeting the panel of channels [j0, j0 + 32) of p.
 template <class F>
-void prompt_gemm_format(const float* x, int64_t ldx, int64_t m, const QuantMatrix& w,
-                        const float* bias, float* y, int64_t ldy) {
-  const int64_t units = w.k / 32, panels = (w.n + kPanel - 1) / kPanel;
-  // x's rounding, kept by the calling thread from call to call
-  thread_local std::vector<int16_t> q;
-  thread_local std::vector<float> scales;
-  q.resize(static_cast<size_t>(m * w.k));
-  scales.resize(static_cast<size_t>(2 * m * units));
-  const PromptX xq = {q.data(), scales.data(), scales.data() + m * units, w.k, units};
-  const bool parallel = !omp_in_parallel() && omp_get_max_threads() > 1 &&
-                        static_cast<double>(m) * w.n * w.k >= kParallelMinMacs;
-#pragma omp parallel if (parallel)
-  {
-    const int threads = omp_get_num_threads(), t = omp_get_thread_num();
-    round_rows(x, ldx, m * t / threads, m * (t + 1) / threads, F::kHasMin, xq);
-#pragma omp barrier
-    void* memory = thread_scratch_bytes(panel_bytes(units));
-#pragma omp for schedule(static)
-    for (int64_t pi = 0; pi < panels; ++pi) {
-      const int64_t j0 = pi * kPanel, channels = std::min<int64_t>(kPanel, w.n - j0);
-      const Panel panel = pack_panel<F>(w, j0, units, memory);
-      for (int64_t r0 = 0; r0 < m; r0 += kRows)
-        quant::with_rows<kRows>(std::min<int64_t>(kRows, m - r0), [&]<int R>() {
-          tile<R, F::kHasMin>(xq, r0, panel, bias, y, ldy, j0, channels);
-        });
-    }
-  }
+void panel_product(const PromptX& xq, int64_t m, const QuantProduct& p, int64_t j0, void* memory) {
+  const int64_t units = xq.units, channels = std::min<int64_t>(kPanel, p.w->n - j0);
+  const Panel panel = pack_panel<F>(*p.w, j0, units, memory);
+  for (int64_t u0 = 0; u0 < units; u0 += kChunkUnits)
+    for (int64_t r0 = 0; r0 < m; r0 += kRows)
+      quant::with_rows<kRows>(std::min<int64_t>(kRows, m - r0), [&]<int R>() {
+        tile<R, F::kHasMin>(xq, r0, panel, u0, std::min(units, u0 + kChunkUnits), p.bias, p.y,
+                            p.ldy, j0, channels);
+      });
 }
 
 using PromptFormats = Formats<Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, Q4_K, Q5_K>;
 
-void prompt_gemm(const float* x, int64_t ldx, int64_t m, const QuantMatrix& w, const float* bias,
-                 float* y, int64_t ldy) {
-  PromptFormats::dispatch(w.format,
-                          [&]<class F>() { prompt_gemm_format<F>(x, ldx, m, w, bias, y, ldy); });
+// x rounded once for all the products (same k); the threads share the panels
+// of all of them in one fork/join.
+void prompt_gemm(const float* x, int64_t ldx, int64_t m, std::span<const QuantProduct> products) {
+  const int64_t k = products[0].w->k, units = k / 32;
+  std::vector<int64_t> first_panel;  // of each product in the concatenation, then the total
+  double macs = 0;
+  first_panel.push_back(0);
+  for (const QuantProduct& p : products) {
+    first_panel.push_back(first_panel.back() + (p.w->n + kPanel - 1) / kPanel);
+    macs += static_cast<double>(m) * p.w->n * k;
+  }
+  // x's rounding, kept by the calling thread from call to call
+  thread_local std::vector<int16_t> q;
+  thread_local std::vector<float> scales;
+  q.resize(static_cast<size_t>(m * k));
+  scales.resize(static_cast<size_t>(2 * m * units));
+  const PromptX xq = {q.data(), scales.data(), scales.data() + m * units, k, units};
+  const bool parallel = !omp_in_parallel() && omp_get_max_threads() > 1 && macs >= kParallelMinMacs;
+#pragma omp parallel if (parallel)
+  {
+    const int threads = omp_get_num_threads(), t = omp_get_thread_num();
+    round_rows(x, ldx, m * t / threads, m * (t + 1) / threads, xq);
+#pragma omp barrier
+    void* memory = thread_scratch_bytes(panel_bytes(units));
+#pragma omp for schedule(static)
+    for (int64_t pi = 0; pi < first_panel.back(); ++pi) {
+      const size_t i = static_cast<size_t>(
+          std::upper_bound(first_panel.begin(), first_panel.end(), pi) - first_panel.begin() - 1);
+      const QuantProduct& p = products[i];
+      PromptFormats::dispatch(p.w->format, [&]<class F>() {
+        panel_product<F>(xq, m, p, (pi - first_panel[i]) * kPanel, memory);
+      });
+    }
+  }
 }
 
 }  // namespace
