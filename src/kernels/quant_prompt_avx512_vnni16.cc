@@ -80,39 +80,71 @@ struct Panel {
 
 inline int64_t panel_bytes(int64_t units) { return units * (16 * 2 * 64 + 2 * kPanel * 4); }
 
+// rows[c] (16 dwords each) transposed: lane c of out[p] = element p of rows[c].
+inline void transpose_16x16(const __m512i rows[16], __m512i out[16]) {
+  __m512i t[16], q[16];
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_epi32(rows[2 * i], rows[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_epi32(rows[2 * i], rows[2 * i + 1]);
+  }
+  // q[4i + j], 128-bit lane L: element 4L + j of rows 4i .. 4i + 3
+  for (int i = 0; i < 4; ++i) {
+    q[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
+    q[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
+    q[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+    q[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+  }
+  // gather lane L of q[j], q[4 + j], q[8 + j], q[12 + j] into out[4L + j]
+  for (int j = 0; j < 4; ++j) {
+    const __m512i even01 = _mm512_shuffle_i32x4(q[j], q[4 + j], 0x88);
+    const __m512i odd01 = _mm512_shuffle_i32x4(q[j], q[4 + j], 0xdd);
+    const __m512i even23 = _mm512_shuffle_i32x4(q[8 + j], q[12 + j], 0x88);
+    const __m512i odd23 = _mm512_shuffle_i32x4(q[8 + j], q[12 + j], 0xdd);
+    out[j] = _mm512_shuffle_i32x4(even01, even23, 0x88);
+    out[4 + j] = _mm512_shuffle_i32x4(odd01, odd23, 0x88);
+    out[8 + j] = _mm512_shuffle_i32x4(even01, even23, 0xdd);
+    out[12 + j] = _mm512_shuffle_i32x4(odd01, odd23, 0xdd);
+  }
+}
+
+// Each block of 16 channels decoded to a zmm of 16 word pairs per channel,
+// then transposed so that lanes are channels.
 template <class F>
 Panel pack_panel(const QuantMatrix& w, int64_t j0, int64_t units, void* memory) {
-  auto* words = static_cast<int32_t*>(memory);
-  float* d = reinterpret_cast<float*>(words + units * 16 * kPanel);
+  auto* words = static_cast<__m512i*>(memory);
+  float* d = reinterpret_cast<float*>(words + units * 32);
   float* m = d + units * kPanel;
   const int64_t channels = std::min<int64_t>(kPanel, w.n - j0);
-  for (int64_t c = 0; c < kPanel; ++c) {
-    if (c >= channels) {
-      for (int64_t u = 0; u < units; ++u) {
-        for (int p = 0; p < 16; ++p) words[(u * 16 + p) * kPanel + c] = 0;
-        d[u * kPanel + c] = m[u * kPanel + c] = 0.0f;
-      }
-      continue;
-    }
-    const uint8_t* row = w.data + (j0 + c) * w.row_bytes;
+  for (int h = 0; h < 2; ++h)
     for (int64_t bi = 0; bi < units / F::kSubs; ++bi) {
-      const uint8_t* b = row + F::kBytes * bi;
-      float ds[F::kSubs], ms[F::kSubs] = {};
-      F::scales(b, ds, ms);
+      __m512i pairs[F::kSubs][16];  // [sub-block][channel]: its 16 word pairs
+      for (int c = 0; c < 16; ++c) {
+        const int64_t channel = 16 * h + c;
+        float ds[F::kSubs] = {}, ms[F::kSubs] = {};
+        if (channel < channels) {
+          const uint8_t* b = w.data + (j0 + channel) * w.row_bytes + F::kBytes * bi;
+          F::scales(b, ds, ms);
+          for (int s = 0; s < F::kSubs; ++s) {
+            __m256i wv[2];
+            F::words(b, s, wv);
+            pairs[s][c] = _mm512_inserti64x4(_mm512_castsi256_si512(wv[0]), wv[1], 1);
+          }
+        } else {
+          for (int s = 0; s < F::kSubs; ++s) pairs[s][c] = _mm512_setzero_si512();
+        }
+        for (int s = 0; s < F::kSubs; ++s) {
+          d[(bi * F::kSubs + s) * kPanel + channel] = ds[s];
+          m[(bi * F::kSubs + s) * kPanel + channel] = F::kHasMin ? ms[s] : 0.0f;
+        }
+      }
       for (int s = 0; s < F::kSubs; ++s) {
-        const int64_t u = bi * F::kSubs + s;
-        d[u * kPanel + c] = ds[s];
-        m[u * kPanel + c] = F::kHasMin ? ms[s] : 0.0f;
-        __m256i wv[2];
-        F::words(b, s, wv);
-        alignas(32) int32_t pairs[16];  // pair p: the words of weights 2p, 2p + 1
-        _mm256_store_si256(reinterpret_cast<__m256i*>(pairs), wv[0]);
-        _mm256_store_si256(reinterpret_cast<__m256i*>(pairs + 8), wv[1]);
-        for (int p = 0; p < 16; ++p) words[(u * 16 + p) * kPanel + c] = pairs[p];
+        __m512i by_pair[16];
+        transpose_16x16(pairs[s], by_pair);
+        for (int p = 0; p < 16; ++p)
+          _mm512_store_si512(words + ((bi * F::kSubs + s) * 16 + p) * 2 + h, by_pair[p]);
       }
     }
-  }
-  return {reinterpret_cast<const __m512i*>(words), d, m};
+  return {words, d, m};
 }
 
 // y[r0 + r, j0 + c] for R rows and the panel's first `channels` channels,
