@@ -27,6 +27,7 @@
 
 #include "kernels/simd/quant_int16_blocks.h"
 #include "kernels/simd/quant_int_rows.h"
+#include "kernels/simd/transpose_16x16.h"
 #include "kernels/thread_scratch.h"
 
 namespace qkv::kernels {
@@ -80,33 +81,6 @@ struct Panel {
 
 inline int64_t panel_bytes(int64_t units) { return units * (16 * 2 * 64 + 2 * kPanel * 4); }
 
-// rows[c] (16 dwords each) transposed: lane c of out[p] = element p of rows[c].
-inline void transpose_16x16(const __m512i rows[16], __m512i out[16]) {
-  __m512i t[16], q[16];
-  for (int i = 0; i < 8; ++i) {
-    t[2 * i] = _mm512_unpacklo_epi32(rows[2 * i], rows[2 * i + 1]);
-    t[2 * i + 1] = _mm512_unpackhi_epi32(rows[2 * i], rows[2 * i + 1]);
-  }
-  // q[4i + j], 128-bit lane L: element 4L + j of rows 4i .. 4i + 3
-  for (int i = 0; i < 4; ++i) {
-    q[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
-    q[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
-    q[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
-    q[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
-  }
-  // gather lane L of q[j], q[4 + j], q[8 + j], q[12 + j] into out[4L + j]
-  for (int j = 0; j < 4; ++j) {
-    const __m512i even01 = _mm512_shuffle_i32x4(q[j], q[4 + j], 0x88);
-    const __m512i odd01 = _mm512_shuffle_i32x4(q[j], q[4 + j], 0xdd);
-    const __m512i even23 = _mm512_shuffle_i32x4(q[8 + j], q[12 + j], 0x88);
-    const __m512i odd23 = _mm512_shuffle_i32x4(q[8 + j], q[12 + j], 0xdd);
-    out[j] = _mm512_shuffle_i32x4(even01, even23, 0x88);
-    out[4 + j] = _mm512_shuffle_i32x4(odd01, odd23, 0x88);
-    out[8 + j] = _mm512_shuffle_i32x4(even01, even23, 0xdd);
-    out[12 + j] = _mm512_shuffle_i32x4(odd01, odd23, 0xdd);
-  }
-}
-
 // Each block of 16 channels decoded to a zmm of 16 word pairs per channel,
 // then transposed so that lanes are channels.
 template <class F>
@@ -138,10 +112,9 @@ Panel pack_panel(const QuantMatrix& w, int64_t j0, int64_t units, void* memory) 
         }
       }
       for (int s = 0; s < F::kSubs; ++s) {
-        __m512i by_pair[16];
-        transpose_16x16(pairs[s], by_pair);
+        simd::transpose_16x16_words(pairs[s]);  // pairs[s][p]: pair p of each channel
         for (int p = 0; p < 16; ++p)
-          _mm512_store_si512(words + ((bi * F::kSubs + s) * 16 + p) * 2 + h, by_pair[p]);
+          _mm512_store_si512(words + ((bi * F::kSubs + s) * 16 + p) * 2 + h, pairs[s][p]);
       }
     }
   return {words, d, m};

@@ -13,7 +13,7 @@
 // low_precision_gemm.h's packed weights: a tile is 16 steps × 16 columns read
 // at a stride of 128 bytes. Also the conversions that build those operands:
 // floats to bfloat16, and 16 × 16 transposes of 4-byte words (rows of pairs
-// into panels). Compiled only in translation units built with
+// into panels; transpose_16x16.h). Compiled only in translation units built with
 // -mamx-tile -mamx-bf16 -mamx-int8; internal linkage, as kernels/simd/vec.h.
 #pragma once
 
@@ -21,8 +21,12 @@
 
 #include <cstdint>
 
+#include "kernels/simd/transpose_16x16.h"
+
 namespace qkv::kernels::amx {
 namespace {
+
+using simd::transpose_16x16_words;
 
 constexpr int kTileBytes = 64;       // one tile row: 16 groups of 4 bytes
 constexpr int kPanelRowBytes = 128;  // one step of a B panel: 32 columns × 4 bytes
@@ -97,34 +101,6 @@ void multiply_block(const char* a, int64_t a_stride, const char* b, int64_t bloc
 // 16 floats → 16 bfloat16, rounded to nearest even (denormals to zero, as
 // the tiles take them anyway).
 inline __m256i bf16x16(__m512 x) { return (__m256i)_mm512_cvtneps_pbh(x); }
-
-// 16 rows of 16 words → their 16 columns (words[c][r] = old words[r][c]):
-// pairs within 128-bit lanes, then quads, then the lanes themselves.
-inline void transpose_16x16_words(__m512i words[16]) {
-  __m512i pairs[16], quads[16];
-  for (int i = 0; i < 16; i += 2) {
-    pairs[i] = _mm512_unpacklo_epi32(words[i], words[i + 1]);
-    pairs[i + 1] = _mm512_unpackhi_epi32(words[i], words[i + 1]);
-  }
-  // quads[4g + c], lane L: rows 4g..4g+3 of column 4L + c.
-  for (int g = 0; g < 16; g += 4) {
-    quads[g] = _mm512_unpacklo_epi64(pairs[g], pairs[g + 2]);
-    quads[g + 1] = _mm512_unpackhi_epi64(pairs[g], pairs[g + 2]);
-    quads[g + 2] = _mm512_unpacklo_epi64(pairs[g + 1], pairs[g + 3]);
-    quads[g + 3] = _mm512_unpackhi_epi64(pairs[g + 1], pairs[g + 3]);
-  }
-  // Column 4L + c: lane L of quads[c], quads[4 + c], quads[8 + c], quads[12 + c].
-  for (int c = 0; c < 4; ++c) {
-    const __m512i lo01 = _mm512_shuffle_i32x4(quads[c], quads[4 + c], 0x44);
-    const __m512i hi01 = _mm512_shuffle_i32x4(quads[c], quads[4 + c], 0xEE);
-    const __m512i lo23 = _mm512_shuffle_i32x4(quads[8 + c], quads[12 + c], 0x44);
-    const __m512i hi23 = _mm512_shuffle_i32x4(quads[8 + c], quads[12 + c], 0xEE);
-    words[c] = _mm512_shuffle_i32x4(lo01, lo23, 0x88);
-    words[4 + c] = _mm512_shuffle_i32x4(lo01, lo23, 0xDD);
-    words[8 + c] = _mm512_shuffle_i32x4(hi01, hi23, 0x88);
-    words[12 + c] = _mm512_shuffle_i32x4(hi01, hi23, 0xDD);
-  }
-}
 
 #undef QKV_TILE_DOT
 
