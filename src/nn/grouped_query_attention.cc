@@ -259,8 +259,7 @@ void GroupedQueryAttention::forward_into(Tensor& out, const Tensor& x,
     normalize_heads(*k_norm_, k, E);
   }
   if (o.rope) {
-    rope_.rotate_in_place(q, positions);
-    rope_.rotate_in_place(k, positions);
+    rope_.rotate_in_place(q, k, positions);
   }
   const Tensor q4 = per_head(q, H), k4 = per_head(k, Hkv), v4 = per_head(v, Hkv);
   Tensor heads = scratch(buffers.heads);

@@ -114,20 +114,44 @@ void RotaryEmbedding::rotate_in_place(Tensor& rows, int64_t position) const {
   }
 }
 
-void RotaryEmbedding::rotate_in_place(Tensor& rows, std::span<const int64_t> positions) const {
+void RotaryEmbedding::rotate_in_place(Tensor& q, Tensor& k,
+                                      std::span<const int64_t> positions) const {
   const int64_t E = options_.head_dim;
   const auto n = static_cast<int64_t>(positions.size());
-  QKV_CHECK(rows.defined() && rows.is_contiguous() && rows.dim() >= 3 && rows.size(-1) % E == 0 &&
-                (n == 1 || n == rows.size(0)),
-            "RotaryEmbedding::rotate_in_place: rows must be contiguous [B, T, ..., ", E,
-            "] with one position or B, got ",
-            rows.defined() ? shape_str(rows.shape()) : "undefined", " and ", n, " positions");
+  const int64_t B = q.defined() && q.dim() >= 3 ? q.size(0) : 0,
+                T = q.defined() && q.dim() >= 3 ? q.size(1) : 0;
+  for (const Tensor* rows : {&q, &k})
+    QKV_CHECK(rows->defined() && rows->is_contiguous() && rows->dim() >= 3 &&
+                  rows->size(-1) % E == 0 && rows->size(0) == B && rows->size(1) == T &&
+                  (n == 1 || n == B),
+              "RotaryEmbedding::rotate_in_place: q and k must be contiguous [B, T, ..., ", E,
+              "] with the same B and T, and one position or B, got q ",
+              q.defined() ? shape_str(q.shape()) : "undefined", ", k ",
+              k.defined() ? shape_str(k.shape()) : "undefined", " and ", n, " positions");
   for (int64_t p : positions)
     QKV_CHECK(p >= 0, "RotaryEmbedding::rotate_in_place: positions must be >= 0, got ", p);
-  for (int64_t b = 0; b < rows.size(0); ++b)
-    for (int64_t t = 0; t < rows.size(1); ++t) {
-      Tensor token = rows.select(0, b).select(0, t);
-      rotate_in_place(token, positions[n == 1 ? 0 : b] + t);
+  if (B * T == 0) return;
+  thread_local std::vector<double> cos_sin;  // kept: a decoding step allocates nothing
+  cos_sin.resize(static_cast<size_t>(E));
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t) {
+      const int64_t position = positions[n == 1 ? 0 : b] + t;
+      for (int64_t i = 0; i < E / 2; ++i) {
+        // The angle as rotated() computes it.
+        const double angle = static_cast<double>(position) * theta_[i];
+        cos_sin[2 * i] = std::cos(angle);
+        cos_sin[2 * i + 1] = std::sin(angle);
+      }
+      for (Tensor* rows : {&q, &k}) {
+        const int64_t per_token = rows->numel() / (B * T);
+        auto apply = [&](auto* data) {
+          rotate(data + (b * T + t) * per_token, per_token / E, 1, E, options_.style, cos_sin);
+        };
+        if (rows->dtype() == DType::kFloat64)
+          apply(rows->data<double>());
+        else
+          apply(rows->data<float>());
+      }
     }
 }
 

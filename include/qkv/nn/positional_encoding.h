@@ -142,10 +142,11 @@ class RotaryEmbedding : public ModuleBase<RotaryEmbedding, RotaryEmbeddingOption
   // nothing (a decoding step's q and k).
   // rows: [..., E] contiguous, at position `position`
   void rotate_in_place(Tensor& rows, int64_t position) const;
-  // The same for B sequences of T tokens: token (b, t) at positions[b] + t
+  // The same for the queries and keys of B sequences of T tokens, each
+  // token's angles computed once for both: token (b, t) at positions[b] + t
   // (positions[0] + t for every b when one position is given).
-  // rows: [B, T, ..., E] contiguous
-  void rotate_in_place(Tensor& rows, std::span<const int64_t> positions) const;
+  // q: [B, T, ..., E]  k: [B, T, ..., E], contiguous
+  void rotate_in_place(Tensor& q, Tensor& k, std::span<const int64_t> positions) const;
 
  private:
   // No parameters.
