@@ -216,7 +216,8 @@ void prompt_gemm(const float* x, int64_t ldx, int64_t m, std::span<const QuantPr
     round_rows(x, ldx, m * t / threads, m * (t + 1) / threads, xq);
 #pragma omp barrier
     void* memory = thread_scratch_bytes(panel_bytes(units));
-#pragma omp for schedule(static)
+    // Dynamic: a thread slowed by a neighbour on its core takes fewer panels.
+#pragma omp for schedule(dynamic, 1)
     for (int64_t pi = 0; pi < first_panel.back(); ++pi) {
       const size_t i = static_cast<size_t>(
           std::upper_bound(first_panel.begin(), first_panel.end(), pi) - first_panel.begin() - 1);

@@ -1,5 +1,7 @@
 // RoPE: rotate coordinate pairs of q and k by position-dependent angles;
 // the backward rotates the gradient back.
+#include <omp.h>
+
 #include <cmath>
 #include <span>
 #include <vector>
@@ -131,28 +133,30 @@ void RotaryEmbedding::rotate_in_place(Tensor& q, Tensor& k,
   for (int64_t p : positions)
     QKV_CHECK(p >= 0, "RotaryEmbedding::rotate_in_place: positions must be >= 0, got ", p);
   if (B * T == 0) return;
-  thread_local std::vector<double> cos_sin;  // kept: a decoding step allocates nothing
-  cos_sin.resize(static_cast<size_t>(E));
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t t = 0; t < T; ++t) {
-      const int64_t position = positions[n == 1 ? 0 : b] + t;
-      for (int64_t i = 0; i < E / 2; ++i) {
-        // The angle as rotated() computes it.
-        const double angle = static_cast<double>(position) * theta_[i];
-        cos_sin[2 * i] = std::cos(angle);
-        cos_sin[2 * i + 1] = std::sin(angle);
-      }
-      for (Tensor* rows : {&q, &k}) {
-        const int64_t per_token = rows->numel() / (B * T);
-        auto apply = [&](auto* data) {
-          rotate(data + (b * T + t) * per_token, per_token / E, 1, E, options_.style, cos_sin);
-        };
-        if (rows->dtype() == DType::kFloat64)
-          apply(rows->data<double>());
-        else
-          apply(rows->data<float>());
-      }
+  // A prompt's tokens split among the threads; a decoding step's few stay on this one.
+#pragma omp parallel for schedule(static) if (B * T >= 64 && !omp_in_parallel())
+  for (int64_t token = 0; token < B * T; ++token) {
+    const int64_t b = token / T, t = token % T;
+    thread_local std::vector<double> cos_sin;  // kept: a decoding step allocates nothing
+    cos_sin.resize(static_cast<size_t>(E));
+    const int64_t position = positions[n == 1 ? 0 : b] + t;
+    for (int64_t i = 0; i < E / 2; ++i) {
+      // The angle as rotated() computes it.
+      const double angle = static_cast<double>(position) * theta_[i];
+      cos_sin[2 * i] = std::cos(angle);
+      cos_sin[2 * i + 1] = std::sin(angle);
     }
+    for (Tensor* rows : {&q, &k}) {
+      const int64_t per_token = rows->numel() / (B * T);
+      auto apply = [&](auto* data) {
+        rotate(data + (b * T + t) * per_token, per_token / E, 1, E, options_.style, cos_sin);
+      };
+      if (rows->dtype() == DType::kFloat64)
+        apply(rows->data<double>());
+      else
+        apply(rows->data<float>());
+    }
+  }
 }
 
 Tensor RotaryEmbedding::forward(const Tensor& x, int64_t offset) const {
