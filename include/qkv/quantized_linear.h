@@ -14,8 +14,7 @@
 // of 32 (dx = max|x| / 32767, |x − x̂| ≤ 0.51·dx, ~1.6e-5 of the block's
 // largest |x|) and int16 products are summed exactly, then scaled (SmolLM2's
 // greedy choices unchanged; the bound in kernels/quant_gemm.h) — on the
-// few-rows path for every format, and with AVX512_VNNI on the prompt path too
-// (every format but Q6_K).
+// few-rows path for every format, and with AVX512_VNNI on the prompt path too.
 // Opt-in, as llama.cpp does by default: with QKV_INT8_DECODE=1 in the
 // environment the few-rows path rounds x to 8 bits instead (dx = max|x| /
 // 127) and sums int8 products: faster still on the Q8_0 head, and its results

@@ -30,8 +30,8 @@
 //   more rows (prompts): panels of channels dequantised to float32 once per
 //     call (threaded), multiplied by the BLAS's sgemm (compute-bound; the
 //     decode costs O(n·k), the product O(m·n·k)), x not rounded.
-//     Exception: a table with a prompt route (avx512_vnni16: every format but
-//     Q6_K) rounds x to 16 bits as its few-rows route does and sums integer
+//     Exception: a table with a prompt route (avx512_vnni16: every format)
+//     rounds x to 16 bits as its few-rows route does and sums integer
 //     products there too (quant_prompt_avx512_vnni16.cc), within the same
 //     bounds.
 // NaN and Inf in x propagate (a NaN in x[i] makes y[i, :] NaN).

@@ -16,7 +16,8 @@
 // few-rows route computes it, summed in another order. Each int32 lane holds
 // 32 products; below 2^24 (exact in float32) where |q_w| ≤ 15 (Q4_0, Q4_1,
 // Q4_K), else rounded once when converted (Q5_*, Q8_0, IQ4_NL). Q6_K's words
-// (sc·(q − 32), up to 4096) could overflow 32 of them: it stays on sgemm.
+// (sc·(q − 32), up to 4096) would overflow 32 of them: its lanes hold 16
+// (below 2^31), scaled and added twice per block.
 #include <immintrin.h>
 #include <omp.h>
 
@@ -123,7 +124,7 @@ Panel pack_panel(const QuantMatrix& w, int64_t j0, int64_t units, void* memory) 
 // y[r0 + r, j0 + c] for R rows and the panel's first `channels` channels,
 // over the blocks [u0, u1) of k: their terms added to what y holds (unless
 // u0 = 0), and the bias after the last block.
-template <int R, bool kMin>
+template <int R, bool kMin, int kPairsPerSum>
 void tile(const PromptX& xq, int64_t r0, const Panel& panel, int64_t u0, int64_t u1,
           const float* bias, float* y, int64_t ldy, int64_t j0, int64_t channels) {
   const __mmask16 lo = channels >= 16 ? 0xffff : static_cast<__mmask16>((1u << channels) - 1);
@@ -136,28 +137,36 @@ void tile(const PromptX& xq, int64_t r0, const Panel& panel, int64_t u0, int64_t
   }
   const int16_t* x0 = xq.q + r0 * xq.k;
   for (int64_t u = u0; u < u1; ++u) {
-    __m512i acc[R][2];
-    for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_si512();
     const __m512i* wu = panel.words + 32 * u;
-#pragma GCC unroll 16
-    for (int p = 0; p < 16; ++p) {
-      const __m512i w0 = _mm512_load_si512(wu + 2 * p), w1 = _mm512_load_si512(wu + 2 * p + 1);
-#pragma GCC unroll 6
-      for (int r = 0; r < R; ++r) {
-        const __m512i xp = _mm512_set1_epi32(
-            quant::load_u32(reinterpret_cast<const uint8_t*>(x0 + r * xq.k + 32 * u + 2 * p)));
-        acc[r][0] = _mm512_dpwssd_epi32(acc[r][0], w0, xp);
-        acc[r][1] = _mm512_dpwssd_epi32(acc[r][1], w1, xp);
-      }
-    }
     const __m512 d0 = _mm512_load_ps(panel.d + kPanel * u),
                  d1 = _mm512_load_ps(panel.d + kPanel * u + 16);
+    // the block's 16 pairs in int32 sums of kPairsPerSum pairs each
+    for (int p0 = 0; p0 < 16; p0 += kPairsPerSum) {
+      __m512i acc[R][2];
+      for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_si512();
+#pragma GCC unroll 16
+      for (int p = p0; p < p0 + kPairsPerSum; ++p) {
+        const __m512i w0 = _mm512_load_si512(wu + 2 * p), w1 = _mm512_load_si512(wu + 2 * p + 1);
 #pragma GCC unroll 6
-    for (int r = 0; r < R; ++r) {
-      const __m512 dx = _mm512_set1_ps(xq.dx[(r0 + r) * xq.units + u]);
-      out[r][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[r][0]), _mm512_mul_ps(d0, dx), out[r][0]);
-      out[r][1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[r][1]), _mm512_mul_ps(d1, dx), out[r][1]);
-      if constexpr (kMin) {
+        for (int r = 0; r < R; ++r) {
+          const __m512i xp = _mm512_set1_epi32(
+              quant::load_u32(reinterpret_cast<const uint8_t*>(x0 + r * xq.k + 32 * u + 2 * p)));
+          acc[r][0] = _mm512_dpwssd_epi32(acc[r][0], w0, xp);
+          acc[r][1] = _mm512_dpwssd_epi32(acc[r][1], w1, xp);
+        }
+      }
+#pragma GCC unroll 6
+      for (int r = 0; r < R; ++r) {
+        const __m512 dx = _mm512_set1_ps(xq.dx[(r0 + r) * xq.units + u]);
+        out[r][0] =
+            _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[r][0]), _mm512_mul_ps(d0, dx), out[r][0]);
+        out[r][1] =
+            _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[r][1]), _mm512_mul_ps(d1, dx), out[r][1]);
+      }
+    }
+    if constexpr (kMin) {
+#pragma GCC unroll 6
+      for (int r = 0; r < R; ++r) {
         const __m512 sx = _mm512_set1_ps(xq.sx[(r0 + r) * xq.units + u]);
         out[r][0] = _mm512_fmadd_ps(_mm512_load_ps(panel.m + kPanel * u), sx, out[r][0]);
         out[r][1] = _mm512_fmadd_ps(_mm512_load_ps(panel.m + kPanel * u + 16), sx, out[r][1]);
@@ -177,6 +186,11 @@ void tile(const PromptX& xq, int64_t r0, const Panel& panel, int64_t u0, int64_t
 // Below this many multiply-adds one thread does it all.
 constexpr double kParallelMinMacs = 1 << 20;
 
+// Pairs summed per int32 lane before it is scaled: 16 (32 products) but for
+// Q6_K, whose words reach 4096: 8 (16 products, below 2^31).
+template <class F>
+constexpr int kPairsPerSum = F::kFormat == BlockFormat::kQ6_K ? 8 : 16;
+
 // Every row tile of x meeting the panel of channels [j0, j0 + 32) of p.
 template <class F>
 void panel_product(const PromptX& xq, int64_t m, const QuantProduct& p, int64_t j0, void* memory) {
@@ -185,12 +199,13 @@ void panel_product(const PromptX& xq, int64_t m, const QuantProduct& p, int64_t 
   for (int64_t u0 = 0; u0 < units; u0 += kChunkUnits)
     for (int64_t r0 = 0; r0 < m; r0 += kRows)
       quant::with_rows<kRows>(std::min<int64_t>(kRows, m - r0), [&]<int R>() {
-        tile<R, F::kHasMin>(xq, r0, panel, u0, std::min(units, u0 + kChunkUnits), p.bias, p.y,
-                            p.ldy, j0, channels);
+        tile<R, F::kHasMin, kPairsPerSum<F>>(xq, r0, panel, u0, std::min(units, u0 + kChunkUnits),
+                                             p.bias, p.y, p.ldy, j0, channels);
       });
 }
 
-using PromptFormats = Formats<Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, Q4_K, Q5_K>;
+using PromptFormats = Formats<Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, Q4_K, Q5_K, Q6_K>;
+static_assert(PromptFormats::kMask == kEveryFormat, "a block format without a prompt kernel");
 
 // x rounded once for all the products (same k); the threads share the panels
 // of all of them in one fork/join.
