@@ -2,7 +2,7 @@
 // the KV cache plus every buffer one decoding step needs, allocated once.
 //
 // A prompt goes in at once (prefill: all its positions in one forward pass,
-// appended to the cache together); then each step feeds one token per
+// or a few for a long prompt, appended to the cache); then each step feeds one token per
 // sequence, projects only that token, appends its key and value to the cache
 // and attends over everything cached. A step allocates no memory (once the
 // attention kernel's per-thread scratch has grown to its size: after a long
@@ -49,7 +49,11 @@ class DecoderSession {
   // the model's max_seq_len) bounds prompt plus generated positions.
   explicit DecoderSession(DecoderModel& model, int64_t batch_size = 1, int64_t max_len = 0);
 
-  // Feeds T tokens per sequence in one pass, after what the cache holds.
+  // Feeds T tokens per sequence, after what the cache holds: in one pass, or
+  // in passes of 256 tokens when T is longer (the logits are the same up to
+  // float32 rounding; the working memory stays that of 256 rows). Ids out of
+  // range and prompts longer than the cache's room are refused before any
+  // pass.
   // ids: B·T ids, row-major [B, T]  ->  logits of the last position [B, vocab]
   const Tensor& prefill(std::span<const int64_t> ids);
 
