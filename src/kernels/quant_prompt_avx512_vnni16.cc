@@ -45,12 +45,12 @@ constexpr int kRows = 6;
 // stay in L1 while every tile of rows meets them.
 constexpr int64_t kChunkUnits = 8;
 
-// x rounded for the whole call: row r's q (x's own order) at q + r·k, its
-// blocks' dx and sx = dx·Σ q at dx / sx + r·units.
+// x rounded for the whole call (buffers of the calling thread): row r's q
+// (x's own order) at q + r·k, its blocks' dx and sx = dx·Σ q at dx / sx + r·units.
 struct PromptX {
-  const int16_t* q;
-  const float* dx;
-  const float* sx;
+  int16_t* q;
+  float* dx;
+  float* sx;
   int64_t k, units;
 };
 
@@ -58,7 +58,7 @@ struct PromptX {
 // format: one rounding serves products of any formats).
 void round_rows(const float* x, int64_t ldx, int64_t r0, int64_t r1, const PromptX& out) {
   for (int64_t r = r0; r < r1; ++r) {
-    int16_t* q = const_cast<int16_t*>(out.q) + r * out.k;
+    int16_t* q = out.q + r * out.k;
     for (int64_t b = 0; b < out.units; ++b) {
       __m512i qa, qb;
       float dx;
@@ -66,8 +66,8 @@ void round_rows(const float* x, int64_t ldx, int64_t r0, int64_t r1, const Promp
       quant::round_block<int16_t>(x + r * ldx + 32 * b, kTiny, &qa, &qb, &dx, &sum);
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + 32 * b), _mm512_cvtsepi32_epi16(qa));
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + 32 * b + 16), _mm512_cvtsepi32_epi16(qb));
-      const_cast<float*>(out.dx)[r * out.units + b] = dx;
-      const_cast<float*>(out.sx)[r * out.units + b] = dx * static_cast<float>(sum);
+      out.dx[r * out.units + b] = dx;
+      out.sx[r * out.units + b] = dx * static_cast<float>(sum);
     }
   }
 }
