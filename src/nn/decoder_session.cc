@@ -36,8 +36,8 @@ std::string DecoderSession::context_limit() const {
 namespace {
 
 // Longer prompts go in passes of this many tokens per sequence: a pass's
-// working tensors grow with its rows, and in passes of 256 the 512-token
-// prompt of a small model peaks tens of MB lower at the same speed.
+// working tensors grow with its rows, and 256 rows keep the integer prompt
+// kernels as fast as more do (docs/benchmarks.md, issue 39's peak RSS).
 constexpr int64_t kPrefillPass = 256;
 
 }  // namespace
