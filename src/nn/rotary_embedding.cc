@@ -36,6 +36,27 @@ void rotate(T* y, int64_t batches, int64_t L, int64_t E, RopeStyle style,
     }
 }
 
+// cs[2i], cs[2i + 1] = cos, sin of turn · θ_i for the E/2 frequencies θ (turn:
+// the position, negated for the backward): every rotation takes its angles here.
+void angles(double turn, const std::vector<double>& theta, double* cs) {
+  for (size_t i = 0; i < theta.size(); ++i) {
+    const double angle = turn * theta[i];
+    cs[2 * i] = std::cos(angle);
+    cs[2 * i + 1] = std::sin(angle);
+  }
+}
+
+// Rows [first, first + count) of E values of t (contiguous, float32 or
+// float64), all rotated in place by the angles of cs.
+void rotate_rows(Tensor& t, int64_t first, int64_t count, int64_t E, RopeStyle style,
+                 const std::vector<double>& cs) {
+  auto apply = [&](auto* data) { rotate(data + first * E, count, 1, E, style, cs); };
+  if (t.dtype() == DType::kFloat64)
+    apply(t.data<double>());
+  else
+    apply(t.data<float>());
+}
+
 }  // namespace
 
 RotaryEmbedding::RotaryEmbedding(const RotaryEmbeddingOptions& options)
@@ -82,11 +103,7 @@ Tensor RotaryEmbedding::rotated(const Tensor& x, int64_t offset, double directio
 
   std::vector<double> cos_sin(static_cast<size_t>(L * E));
   for (int64_t l = 0; l < L; ++l)
-    for (int64_t i = 0; i < E / 2; ++i) {
-      const double angle = direction * static_cast<double>(offset + l) * theta_[i];
-      cos_sin[l * E + 2 * i] = std::cos(angle);
-      cos_sin[l * E + 2 * i + 1] = std::sin(angle);
-    }
+    angles(direction * static_cast<double>(offset + l), theta_, cos_sin.data() + l * E);
 
   Tensor y = x.clone();
   if (y.dtype() == DType::kFloat64)
@@ -101,19 +118,10 @@ void RotaryEmbedding::rotate_in_place(Tensor& rows, int64_t position) const {
   QKV_CHECK(rows.defined() && rows.is_contiguous() && rows.dim() >= 1 && rows.size(-1) % E == 0,
             "RotaryEmbedding::rotate_in_place: rows must be contiguous [..., ", E, "], got ",
             rows.defined() ? shape_str(rows.shape()) : "undefined");
-  const int64_t count = rows.numel() / E;
-  for (int64_t i = 0; i < E / 2; ++i) {
-    // The angle as rotated() computes it.
-    const double angle = static_cast<double>(position) * theta_[i];
-    const double c = std::cos(angle), s = std::sin(angle);
-    auto apply = [&](auto* data) {
-      for (int64_t r = 0; r < count; ++r) rotate_pair(data + r * E, i, E, options_.style, c, s);
-    };
-    if (rows.dtype() == DType::kFloat64)
-      apply(rows.data<double>());
-    else
-      apply(rows.data<float>());
-  }
+  thread_local std::vector<double> cos_sin;  // kept: a decoding step allocates nothing
+  cos_sin.resize(static_cast<size_t>(E));
+  angles(static_cast<double>(position), theta_, cos_sin.data());
+  rotate_rows(rows, 0, rows.numel() / E, E, options_.style, cos_sin);
 }
 
 void RotaryEmbedding::rotate_in_place(Tensor& q, Tensor& k,
@@ -139,22 +147,10 @@ void RotaryEmbedding::rotate_in_place(Tensor& q, Tensor& k,
     const int64_t b = token / T, t = token % T;
     thread_local std::vector<double> cos_sin;  // kept: a decoding step allocates nothing
     cos_sin.resize(static_cast<size_t>(E));
-    const int64_t position = positions[n == 1 ? 0 : b] + t;
-    for (int64_t i = 0; i < E / 2; ++i) {
-      // The angle as rotated() computes it.
-      const double angle = static_cast<double>(position) * theta_[i];
-      cos_sin[2 * i] = std::cos(angle);
-      cos_sin[2 * i + 1] = std::sin(angle);
-    }
+    angles(static_cast<double>(positions[n == 1 ? 0 : b] + t), theta_, cos_sin.data());
     for (Tensor* rows : {&q, &k}) {
-      const int64_t per_token = rows->numel() / (B * T);
-      auto apply = [&](auto* data) {
-        rotate(data + (b * T + t) * per_token, per_token / E, 1, E, options_.style, cos_sin);
-      };
-      if (rows->dtype() == DType::kFloat64)
-        apply(rows->data<double>());
-      else
-        apply(rows->data<float>());
+      const int64_t rows_per_token = rows->numel() / (B * T * E);
+      rotate_rows(*rows, (b * T + t) * rows_per_token, rows_per_token, E, options_.style, cos_sin);
     }
   }
 }
