@@ -16,7 +16,8 @@ llama-server.
 Each client sends --requests requests one after the other: a chat prompt of about
 --prompt-tokens tokens (distinct text per request, from tests/data/tokenizer_corpus.txt, so
 neither server can reuse another's prompt) and max_tokens --max-tokens at temperature 0,
-streamed. Per run: aggregate generated tokens/s (all completion tokens / wall time), time to
+streamed, with llama-server's `ignore_eos` (both servers take it) so that every reply is
+--max-tokens long on both (--stop-at-eos lets replies end at the end of turn instead). Per run: aggregate generated tokens/s (all completion tokens / wall time), time to
 first token (send → first content chunk) p50/p99, and the gaps between content chunks
 (inter-token) p50/p99. The burst sends --burst requests at once (max_tokens 16) and counts
 answers: 200, 503 (refused, with Retry-After) or anything else (lost), then checks /health.
@@ -123,11 +124,13 @@ def prompts(count, words):
     return out
 
 
-def stream_chat(url, model, content, max_tokens):
+def stream_chat(url, model, content, max_tokens, ignore_eos=False):
     """One streamed chat completion. -> dict(status, ttft, gaps, tokens)."""
     body = {"model": model, "messages": [{"role": "user", "content": content}],
             "max_tokens": max_tokens, "temperature": 0, "stream": True,
             "stream_options": {"include_usage": True}}
+    if ignore_eos:
+        body["ignore_eos"] = True
     start = time.perf_counter()
     result = {"status": None, "ttft": None, "gaps": [], "tokens": 0, "prompt_tokens": None}
     last = None
@@ -172,13 +175,13 @@ def model_id(server):
     return httpx.get(server.url + "/v1/models", timeout=30).json()["data"][0]["id"]
 
 
-def run_clients(server, clients, requests_per_client, texts, max_tokens):
+def run_clients(server, clients, requests_per_client, texts, max_tokens, ignore_eos):
     model = model_id(server)
     jobs = [[texts[(c * requests_per_client + r) % len(texts)] for r in range(requests_per_client)]
             for c in range(clients)]
 
     def client(messages):
-        return [stream_chat(server.url, model, m, max_tokens) for m in messages]
+        return [stream_chat(server.url, model, m, max_tokens, ignore_eos) for m in messages]
 
     start = time.perf_counter()
     with concurrent.futures.ThreadPoolExecutor(clients) as pool:
@@ -228,6 +231,9 @@ def main():
     ap.add_argument("--requests", type=int, default=2, help="requests per client")
     ap.add_argument("--prompt-tokens", type=int, default=256)
     ap.add_argument("--max-tokens", type=int, default=128)
+    ap.add_argument("--stop-at-eos", action="store_true",
+                    help="let replies end at the end of turn (default: ignore_eos, every reply "
+                         "--max-tokens long on both servers)")
     ap.add_argument("--burst", type=int, default=64, help="clients at once at the end (0: none)")
     ap.add_argument("--out", help="also write the markdown here")
     args = ap.parse_args()
@@ -250,7 +256,7 @@ def main():
             for clients in levels:
                 log(f"{name}: {clients} clients")
                 rows.append((name, run_clients(server, clients, args.requests, texts,
-                                               args.max_tokens)))
+                                               args.max_tokens, not args.stop_at_eos)))
             if args.burst:
                 log(f"{name}: {args.burst} clients at once")
                 bursts[name] = burst(server, args.burst, texts)
@@ -261,7 +267,8 @@ def main():
              f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs; "
              f"{os.path.basename(args.model)}, --parallel {args.parallel}, {args.threads} threads, "
              f"~{args.prompt_tokens}-token prompts, {args.max_tokens} new tokens, "
-             f"{args.requests} requests per client, streamed", "",
+             f"{args.requests} requests per client, streamed"
+             f"{'' if args.stop_at_eos else ', ignore_eos'}", "",
              "| server | clients | requests ok | prompt tokens mean (max) | generated tokens | "
              "tokens/s | TTFT p50 (s) | TTFT p99 (s) | inter-token p50 (ms) | "
              "inter-token p99 (ms) |",

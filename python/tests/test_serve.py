@@ -181,6 +181,19 @@ def test_chat_at_temperature_0_equals_qkv_chat(server):
     assert usage.prompt_tokens == reply.usage.prompt_tokens
 
 
+def test_ignore_eos_generates_past_the_end_of_turn(server):
+    # llama-server's extension, used by benchmarks that want every reply max_tokens long.
+    question, max_tokens = "What is the capital of France?", 32
+    client = server.client()
+    short = chat(client, question, max_tokens)
+    assert short.choices[0].finish_reason == "stop"  # the model ends its turn on its own
+    assert short.usage.completion_tokens < max_tokens
+    full = chat(client, question, max_tokens, extra_body={"ignore_eos": True})
+    assert full.choices[0].finish_reason == "length"
+    assert full.usage.completion_tokens == max_tokens
+    assert full.choices[0].message.content.startswith(short.choices[0].message.content)
+
+
 def test_completion_at_temperature_0_equals_qkv_generate(server):
     prompt, max_tokens = "The three primary colors are", 10
     out = run_cli("generate", SMOLLM2_GGUF, "--prompt", prompt, "--greedy", "--max-new-tokens",
@@ -334,6 +347,8 @@ def test_a_body_over_the_limit_is_413(server):
       "logit_bias": {"1": 5}}, "logit_bias", "implements only {}"),
     ({"model": CHAT_MODEL, "messages": [{"role": "user", "content": "hi"}],
       "mirostat": 2}, "mirostat", "unknown field"),
+    ({"model": CHAT_MODEL, "messages": [{"role": "user", "content": "hi"}],
+      "ignore_eos": "yes"}, "ignore_eos", "expected a boolean"),
     ({"model": CHAT_MODEL, "messages": [{"role": "tool", "content": "hi"}]},
      "messages[0].role", "got \"tool\""),
     ({"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}, "model",

@@ -195,7 +195,7 @@ void GenerationScheduler::accept(Active& a, int64_t token) {
   auto send = [&](const std::string& text) {
     if (!text.empty()) a.stream->push({.kind = GenerationEvent::Kind::kText, .text = text});
   };
-  if (end_of_turn_ && token == *end_of_turn_) {
+  if (end_of_turn_ && token == *end_of_turn_ && !a.request.ignore_eos) {
     send(a.stops.push(a.decoder.finish()));
     send(a.stops.finish());
     return finish(a, "stop");

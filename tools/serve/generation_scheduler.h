@@ -39,6 +39,7 @@ struct GenerationRequest {
   SamplingOptions sampling;
   uint64_t seed = 0;
   std::vector<std::string> stop;  // stop strings (not empty strings)
+  bool ignore_eos = false;        // the end-of-turn token is sampled and fed like any other
   Clock::time_point arrived = Clock::now();
 };
 

@@ -203,7 +203,8 @@ class HttpServer::Routes {
                               .max_tokens = max_tokens,
                               .sampling = f.sampling,
                               .seed = f.seed.value_or(random_seed()),
-                              .stop = f.stop};
+                              .stop = f.stop,
+                              .ignore_eos = f.ignore_eos};
     const CompletionHeader header{.chat = chat,
                                   .id = request_id(chat ? "chatcmpl-" : "cmpl-"),
                                   .created = unix_seconds(),

@@ -160,7 +160,7 @@ void check_keys(const json& body, const std::set<std::string>& known) {
 
 const std::set<std::string> kGenerationKeys = {
     "model", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k", "seed",
-    "stop",  "stream",     "stream_options"};
+    "stop",  "stream",     "stream_options",        "ignore_eos"};
 
 // The fields both completion endpoints share, after checking the body's keys
 // against them and the endpoint's own `prompt_key`.
@@ -205,6 +205,8 @@ GenerationFields generation_fields(const json& body, const char* prompt_key) {
     for (const std::string& s : f.stop)
       if (s.empty()) refuse("stop", "a stop string is empty; it would stop before any text");
   }
+  if (const json* ignore = find(body, "ignore_eos"))
+    f.ignore_eos = bool_field(*ignore, "ignore_eos");
   if (const json* stream = find(body, "stream")) f.stream = bool_field(*stream, "stream");
   if (const json* options = find(body, "stream_options")) {
     if (!options->is_object()) wrong_type("stream_options", *options, "an object");

@@ -29,6 +29,7 @@ struct GenerationFields {
   SamplingOptions sampling;           // temperature (default 1), top_p, top_k (extension)
   std::optional<uint64_t> seed;
   std::vector<std::string> stop;
+  bool ignore_eos = false;  // llama-server's extension: end of turn does not end the reply
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
 };
