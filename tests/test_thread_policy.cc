@@ -1,16 +1,19 @@
 // The default thread count backs off while the cores are busy
-// (kernels/thread_policy.h), and a chosen one stays.
+// (kernels/thread_policy.h), a chosen one stays, and a thread's idle workers
+// exit when it releases them.
 #include <gtest/gtest.h>
 #include <sched.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
+#include <filesystem>
 #include <thread>
 #include <vector>
 
 #include "kernels/quant_gemm.h"
 #include "qkv/runtime.h"
+#include "qkv/tensor.h"
 #include "quant_reference.h"
 
 namespace {
@@ -67,6 +70,35 @@ TEST(ThreadPolicy, ChosenThreadsStay) {
   BusyNeighbours busy;
   run_kernels(0.35);
   EXPECT_EQ(qkv::num_threads(), threads);
+}
+
+// Threads of this process, once it holds `expected` (a worker's exit is not
+// instant) or after a second.
+int64_t live_threads(int64_t expected) {
+  const auto count = [] {
+    const std::filesystem::directory_iterator tasks("/proc/self/task");
+    return static_cast<int64_t>(std::distance(begin(tasks), end(tasks)));
+  };
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+  int64_t n = count();
+  while (n != expected && std::chrono::steady_clock::now() < end) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    n = count();
+  }
+  return n;
+}
+
+TEST(ThreadPolicy, ReleasedWorkersExitAndComeBackAtTheNextOp) {
+  qkv::set_num_threads(2);
+  const qkv::Shape large = {int64_t{1} << 23};  // zeroed by both threads
+  qkv::Tensor t = qkv::Tensor::zeros(large);
+  const int64_t with_worker = live_threads(-1);
+  qkv::release_idle_threads();
+  EXPECT_EQ(live_threads(with_worker - 1), with_worker - 1);
+  t.fill(1.0);
+  t = qkv::Tensor::zeros(large);
+  EXPECT_EQ(live_threads(with_worker), with_worker);
+  EXPECT_EQ(t.data<float>()[(int64_t{1} << 23) - 1], 0.0f);
 }
 
 }  // namespace

@@ -123,7 +123,9 @@ void run_serve(const ServeOptions& o) {
   auto maps = [&](const std::string& text, const std::string& text_b) {
     std::lock_guard<std::mutex> lock(explore_mutex);
     if (!explorer) explorer = std::make_unique<viz::AttentionExplorer>(explore_model);
-    return explorer->explore(text, {.text_b = text_b});
+    auto result = explorer->explore(text, {.text_b = text_b});
+    release_idle_threads();  // an HTTP thread: its workers would idle on
+    return result;
   };
   server.set_explore({.page =
                           [&] {
@@ -134,6 +136,8 @@ void run_serve(const ServeOptions& o) {
                           [&](const std::string& text, const std::string& text_b) {
                             return viz::explore_json(maps(text, text_b));
                           }});
+  // From here on this thread only accepts connections; the schedulers compute.
+  release_idle_threads();
   const int port = server.bind();
   std::fprintf(stderr, "qkv serve: listening on http://%s:%d", o.host.c_str(), port);
   if (scheduler)

@@ -27,6 +27,15 @@ namespace qkv {
 void set_num_threads(int threads);
 int num_threads();
 
+// The calling thread's idle OpenMP workers exit; its next parallel op starts
+// them again. A thread that leaves the computing to others (a server's main
+// thread once the model is loaded), or that goes to sleep for a while, calls
+// this: libgomp counts every live worker of every thread, and once they
+// outnumber the cores it spins only ~100 iterations at each barrier before
+// sleeping in the kernel, which made each decoding step of `qkv serve` about
+// twice as long as `qkv generate`'s.
+void release_idle_threads();
+
 // The instruction set the fused attention kernels use, e.g. "avx512".
 std::string kernel_isa();
 // Every level QKV_ISA may name on this CPU, highest first (the last is "portable").

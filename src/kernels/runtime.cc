@@ -28,6 +28,11 @@ void set_num_threads(int threads) {
 
 int num_threads() { return omp_get_max_threads(); }
 
+void release_idle_threads() {
+  // libgomp frees the calling thread's pool; inside a parallel region it does nothing.
+  omp_pause_resource_all(omp_pause_soft);
+}
+
 std::string kernel_isa() { return kernels::active_kernel_table().name; }
 
 std::string linear_kernel_isa(Precision precision) {

@@ -70,6 +70,12 @@ void EmbeddingBatcher::run() {
     } catch (...) {
       for (Job& job : jobs) job.result.set_exception(std::current_exception());
     }
+    // Idle workers would shorten the generation scheduler's spin-waits (release_idle_threads).
+    std::unique_lock lock(mutex_);
+    if (queue_.empty()) {
+      lock.unlock();
+      release_idle_threads();
+    }
   }
 }
 

@@ -110,6 +110,8 @@ void GenerationScheduler::run() {
     const auto ended =
         std::remove_if(active.begin(), active.end(), [](const auto& a) { return a->done; });
     active.erase(ended, active.end());
+    // About to sleep: idle workers would shorten the other threads' spin-waits.
+    if (active.empty()) release_idle_threads();
     std::lock_guard lock(mutex_);
     running_ = static_cast<int64_t>(active.size());
     metrics_.set_busy_slots(running_);
