@@ -70,6 +70,7 @@ void rows(const RoundedX& xq, int64_t r0, const QuantMatrix& w, const float* bia
           int64_t ldy, int64_t j0, int64_t j1) {
   const int64_t nb = xq.nb;
   for (int64_t j = j0; j < j1; ++j) {
+    quant::prefetch_ahead(w, j);
     const uint8_t* row = w.data + j * w.row_bytes;
     __m256 acc[R];
     for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();

@@ -58,6 +58,7 @@ void q4_1_rows(const RoundedX& xq, int64_t r0, const QuantMatrix& w, const float
   const int64_t nb = xq.nb, groups = nb / 4;
   const __m512i nibble = _mm512_set1_epi8(0x0f);
   for (int64_t j = j0; j < j1; ++j) {
+    quant::prefetch_ahead(w, j);
     const uint8_t* row = w.data + j * w.row_bytes;
     __m512 acc[R];
     __m256 acc_min[R];
@@ -116,6 +117,7 @@ void q8_0_rows(const RoundedX& xq, int64_t r0, const QuantMatrix& w, const float
     return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
   };
   for (int64_t j = j0; j < j1; ++j) {
+    quant::prefetch_ahead(w, j);
     const uint8_t* row = w.data + j * w.row_bytes;
     __m512 acc[R];
     for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();

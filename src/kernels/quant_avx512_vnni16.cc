@@ -80,6 +80,7 @@ void q4_1_rows(const RoundedX& xq, int64_t r0, const QuantMatrix& w, const float
   const __m512i nibble = _mm512_set1_epi16(0x0f);
   quant::ChannelSums<R> sums;
   for (int64_t j = j0; j < j1; ++j) {
+    quant::prefetch_ahead(w, j);
     __m512 acc[R];
     __m256 acc_min[R];
     for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps(), acc_min[r] = _mm256_setzero_ps();
@@ -136,6 +137,7 @@ void q8_0_rows(const RoundedX& xq, int64_t r0, const QuantMatrix& w, const float
   const int64_t nb = xq.nb;
   quant::ChannelSums<R> sums;
   for (int64_t j = j0; j < j1; ++j) {
+    quant::prefetch_ahead(w, j);
     __m512 acc[R];
     for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
     for_each_group<34>(

@@ -17,6 +17,7 @@
 #include <utility>
 
 #include "kernels/quant_gemm.h"
+#include "kernels/quant_prefetch.h"
 #include "kernels/simd/vec.h"
 
 namespace qkv::kernels::quant {
@@ -316,6 +317,7 @@ void gemv_rows(const float* x, int64_t ldx, const QuantMatrix& w, const float* b
   constexpr int L = Isa::kLanes, NV = kVecs<Isa>;
   const int64_t blocks = w.k / F::kElems;
   for (int64_t j = c0; j < c1; ++j) {
+    prefetch_ahead(w, j);
     const uint8_t* row = w.data + j * w.row_bytes;
     V acc[R];
     for (int r = 0; r < R; ++r) acc[r] = Isa::zero();
