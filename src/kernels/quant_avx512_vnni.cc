@@ -177,8 +177,11 @@ void q8_0_rows(const RoundedX& xq, int64_t r0, const QuantMatrix& w, const float
 struct Int8Rows {
   static constexpr int kRowsPerPass = 4;
   static constexpr auto round_x = &kernels::round_x;
-  template <int R, bool kQ4>
-  static constexpr auto rows = kQ4 ? &q4_1_rows<R> : &q8_0_rows<R>;
+  static bool has_rows(BlockFormat f) { return f == BlockFormat::kQ4_1 || f == BlockFormat::kQ8_0; }
+  template <int R>
+  static auto rows(BlockFormat f) {
+    return f == BlockFormat::kQ4_1 ? &q4_1_rows<R> : &q8_0_rows<R>;
+  }
   static constexpr auto other_formats = &quant::gemv_block<simd::Avx512>;  // float x
 };
 

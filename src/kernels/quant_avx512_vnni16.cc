@@ -1,5 +1,5 @@
-// The avx512_vnni16 table of quant_gemm.h: the few-rows product of Q4_1 and
-// Q8_0 weights on 16-bit integer dot products (vpdpwssd, s16 × s16 → int32,
+// The avx512_vnni16 table of quant_gemm.h: the few-rows product of Q4_1,
+// Q5_0 and Q8_0 weights on 16-bit integer dot products (vpdpwssd, s16 × s16 → int32,
 // two products per int32 lane), the other formats on avx2_int16's (the same
 // rounding of x, vpmaddwd), dequantize_rows on the avx512 float code.
 //
@@ -8,17 +8,20 @@
 // per thread, into thread-local scratch kept from call to call; then, per
 // block of W, the int32 Σ q_w·q_x is exact and
 //   Q4_1 (w = d·q + m, q in 0..15):  Σ w·x̂ = d·dx·Σ q_w·q_x + m·(dx·Σ q_x)
+//   Q5_0 (w = d·(q − 16), q 0..31):  the same with m = −16·d
 //   Q8_0 (w = d·q, q int8):          Σ w·x̂ = d·dx·Σ q_w·q_x
 // i.e. the float32 evaluation of the product with x̂ (the min term uses the
 // rounded x's Σ q_x, so every term is that of one weight and one x̂). Every
-// int32 lane holds at most 8 products (Q4_1: |q_w·q_x| ≤ 15·32768) or 4
-// (Q8_0: ≤ 128·32768), below 2^24: its conversion to float32 is exact.
+// int32 lane holds at most 8 products (Q4_1: |q_w·q_x| ≤ 15·32768, Q5_0:
+// ≤ 31·32768) or 4 (Q8_0: ≤ 128·32768), below 2^24: its conversion to
+// float32 is exact.
 //
 // Four blocks go through one zmm, 128-bit lane i = block i, in 4 chunks of
 // 8 weights each: x of those 4 blocks is stored in that order (4 chunks of
 // 4 × 8 words). Q4_1: a block's 16 nibble bytes widen to words (unpack with
 // zero; bytes 0..7, then 8..15), and the low / high nibbles (and, shift) give
-// weights 0..7, 8..15, 16..23, 24..31. Q8_0: each block's 32 bytes
+// weights 0..7, 8..15, 16..23, 24..31; Q5_0 adds 16 where a weight's fifth
+// bit is set (a masked add, the mask from the block's qh). Q8_0: each block's 32 bytes
 // sign-extend to words, then the 4 × 4 128-bit lanes are transposed (once
 // per row of W, for every row of x). The int32 lanes of a block are scaled by
 // its d·dx (a permute of the loaded scales) and multiply-added into float32
@@ -72,10 +75,51 @@ inline void for_each_group(const uint8_t* row, int64_t blocks, Group&& group) {
   if (whole < (blocks + 3) / 4) group(whole, row + 4 * kBlockBytes * whole, blocks - 4 * whole);
 }
 
-// y[r, j] for R rows of x from row r0 and channels [j0, j1) (at most 16), Q4_1.
-template <int R>
-void q4_1_rows(const RoundedX& xq, int64_t r0, const QuantMatrix& w, const float* bias, float* y,
-               int64_t ldy, int64_t j0, int64_t j1) {
+// The nibble formats this table multiplies on 16-bit products: q in 0..15
+// (Q4_1) or 0..31 (Q5_0: its fifth bits added), and a min m, so that
+// w = d·q + m (Q5_0: m = −16·d).
+struct Q4_1Layout {
+  static constexpr int64_t kBytes = 20, kQs = 4;  // {d, m} halves, then 16 nibble bytes
+  static constexpr bool kHighBits = false;
+  static __m256 scales4(const uint8_t* b, int64_t count) { return quant::q4_1_scales4(b, count); }
+};
+
+struct Q5_0Layout {
+  static constexpr int64_t kBytes = 22, kQs = 6;  // d half, qh (32 fifth bits), 16 nibble bytes
+  static constexpr bool kHighBits = true;
+  // d0 m0 d1 m1 ... d3 m3 with m = −16·d (0 past count).
+  static __m256 scales4(const uint8_t* b, int64_t count) {
+    const auto d = [&](int i) { return i < count ? load_u16(b + kBytes * i) : 0; };
+    const __m256 d_0 = _mm256_cvtph_ps(_mm_setr_epi32(d(0), d(1), d(2), d(3)));  // d0 0 d1 0 ..
+    return _mm256_mul_ps(_mm256_moveldup_ps(d_0), _mm256_setr_ps(1, -16, 1, -16, 1, -16, 1, -16));
+  }
+  // Adds 16 to each weight word whose fifth bit is set. Word 8L + t of w[c]
+  // is weight 8c + t of block L, whose bit is bit t of byte c of block L's qh:
+  // w[c]'s mask gathers byte c of the four qh.
+  static void add_high_bits4(const uint8_t* b, int64_t count, __m512i w[4]) {
+    const auto qh = [&](int i) {
+      return i < count ? static_cast<int>(quant::load_u32(b + kBytes * i + 2)) : 0;
+    };
+    const __m128i bytes =
+        _mm_shuffle_epi8(_mm_setr_epi32(qh(0), qh(1), qh(2), qh(3)),
+                         _mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15));
+    const __m512i sixteen = _mm512_set1_epi16(16);
+    const auto add = [&](int c, int mask) {
+      w[c] =
+          _mm512_mask_add_epi16(w[c], _cvtu32_mask32(static_cast<unsigned>(mask)), w[c], sixteen);
+    };
+    add(0, _mm_cvtsi128_si32(bytes));
+    add(1, _mm_extract_epi32(bytes, 1));
+    add(2, _mm_extract_epi32(bytes, 2));
+    add(3, _mm_extract_epi32(bytes, 3));
+  }
+};
+
+// y[r, j] for R rows of x from row r0 and channels [j0, j1) (at most 16), of
+// a nibble format (F: Q4_1Layout or Q5_0Layout).
+template <int R, class F>
+void nibble_rows(const RoundedX& xq, int64_t r0, const QuantMatrix& w, const float* bias, float* y,
+                 int64_t ldy, int64_t j0, int64_t j1) {
   const int64_t nb = xq.nb;
   const __m512i nibble = _mm512_set1_epi16(0x0f);
   quant::ChannelSums<R> sums;
@@ -84,22 +128,22 @@ void q4_1_rows(const RoundedX& xq, int64_t r0, const QuantMatrix& w, const float
     __m512 acc[R];
     __m256 acc_min[R];
     for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps(), acc_min[r] = _mm256_setzero_ps();
-    for_each_group<20>(
+    for_each_group<F::kBytes>(
         w.data + j * w.row_bytes, w.k / 32, [&](int64_t g, const uint8_t* b, int64_t count) {
-          const __m512i v = quant::q4_1_nibbles4(b, count);
+          const __m512i v = quant::nibbles4<F::kBytes, F::kQs>(b, count);
           const __m512i bytes0 = _mm512_unpacklo_epi8(v, _mm512_setzero_si512());  // bytes 0..7
           const __m512i bytes1 = _mm512_unpackhi_epi8(v, _mm512_setzero_si512());  // bytes 8..15
-          const __m512i w0 = _mm512_and_si512(bytes0, nibble),
-                        w1 = _mm512_and_si512(bytes1, nibble);
-          const __m512i w2 = _mm512_srli_epi16(bytes0, 4), w3 = _mm512_srli_epi16(bytes1, 4);
-          const __m256 dm = quant::q4_1_scales4(b, count);
+          __m512i wc[4] = {_mm512_and_si512(bytes0, nibble), _mm512_and_si512(bytes1, nibble),
+                           _mm512_srli_epi16(bytes0, 4), _mm512_srli_epi16(bytes1, 4)};
+          if constexpr (F::kHighBits) F::add_high_bits4(b, count, wc);
+          const __m256 dm = F::scales4(b, count);
 #pragma GCC unroll 8
           for (int r = 0; r < R; ++r) {
             const int16_t* xr = xq.q + (r0 + r) * xq.k + 128 * g;
-            __m512i s = _mm512_dpwssd_epi32(_mm512_setzero_si512(), w0, _mm512_loadu_si512(xr));
-            s = _mm512_dpwssd_epi32(s, w1, _mm512_loadu_si512(xr + 32));
-            s = _mm512_dpwssd_epi32(s, w2, _mm512_loadu_si512(xr + 64));
-            s = _mm512_dpwssd_epi32(s, w3, _mm512_loadu_si512(xr + 96));
+            __m512i s = _mm512_dpwssd_epi32(_mm512_setzero_si512(), wc[0], _mm512_loadu_si512(xr));
+            s = _mm512_dpwssd_epi32(s, wc[1], _mm512_loadu_si512(xr + 32));
+            s = _mm512_dpwssd_epi32(s, wc[2], _mm512_loadu_si512(xr + 64));
+            s = _mm512_dpwssd_epi32(s, wc[3], _mm512_loadu_si512(xr + 96));
             quant::q4_1_accumulate4(s, dm, xq.s + (r0 + r) * 2 * nb + 8 * g, &acc[r], &acc_min[r]);
           }
         });
@@ -172,8 +216,15 @@ struct Int16Rows {
   // 8: a server's batch of 8 decodes W once (4 zmm of weights, 8 + 8 accumulators)
   static constexpr int kRowsPerPass = 8;
   static constexpr auto round_x = &kernels::round_x;
-  template <int R, bool kQ4>
-  static constexpr auto rows = kQ4 ? &q4_1_rows<R> : &q8_0_rows<R>;
+  static bool has_rows(BlockFormat f) {
+    return f == BlockFormat::kQ4_1 || f == BlockFormat::kQ5_0 || f == BlockFormat::kQ8_0;
+  }
+  template <int R>
+  static auto rows(BlockFormat f) {
+    return f == BlockFormat::kQ4_1   ? &nibble_rows<R, Q4_1Layout>
+           : f == BlockFormat::kQ5_0 ? &nibble_rows<R, Q5_0Layout>
+                                     : &q8_0_rows<R>;
+  }
   // The other formats on avx2_int16's kernels: x rounded the same way.
   static void other_formats(const float* x, int64_t ldx, int64_t m, const QuantMatrix& w,
                             const float* bias, float* y, int64_t ldy, int64_t c0, int64_t c1) {

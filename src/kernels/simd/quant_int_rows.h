@@ -57,17 +57,24 @@ RoundedX<Int> round_x(const float* x, int64_t ldx, int64_t m, int64_t k, float t
       group);
 }
 
-// Q4_1 four blocks at a time (80 bytes at b; `count` of them read, the others
-// 0): their 16 nibble bytes each, block i on 128-bit lane i.
-inline __m512i q4_1_nibbles4(const uint8_t* b, int64_t count = 4) {
+// Four blocks of kBytes from b whose 16 nibble bytes start kQs bytes into
+// each (`count` of them read, the others 0): block i's on 128-bit lane i.
+template <int64_t kBytes, int64_t kQs>
+inline __m512i nibbles4(const uint8_t* b, int64_t count = 4) {
   const auto load128 = [](const uint8_t* p) {
     return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
   };
-  __m512i v = _mm512_zextsi128_si512(load128(b + 4));
-  if (count > 1) v = _mm512_inserti32x4(v, load128(b + 24), 1);
-  if (count > 2) v = _mm512_inserti32x4(v, load128(b + 44), 2);
-  if (count > 3) v = _mm512_inserti32x4(v, load128(b + 64), 3);
+  __m512i v = _mm512_zextsi128_si512(load128(b + kQs));
+  if (count > 1) v = _mm512_inserti32x4(v, load128(b + kBytes + kQs), 1);
+  if (count > 2) v = _mm512_inserti32x4(v, load128(b + 2 * kBytes + kQs), 2);
+  if (count > 3) v = _mm512_inserti32x4(v, load128(b + 3 * kBytes + kQs), 3);
   return v;
+}
+
+// Q4_1 four blocks at a time (80 bytes at b; `count` of them read, the others
+// 0): their 16 nibble bytes each, block i on 128-bit lane i.
+inline __m512i q4_1_nibbles4(const uint8_t* b, int64_t count = 4) {
+  return nibbles4<20, 4>(b, count);
 }
 
 // Their {d, m} as 8 halves → floats d0 m0 d1 m1 ... d3 m3 (0 past count).
@@ -139,22 +146,19 @@ class ChannelSums {
   alignas(64) float sums_[R][16][16];
 };
 
-// The few-rows product of an integer table T: Q4_1 and Q8_0 weights meet x
-// rounded by T::round_x in T::rows<R, Q4_1?> (R rows from r0, channels [j0,
+// The few-rows product of an integer table T: the formats T::has_rows meet x
+// rounded by T::round_x in T::rows<R>(format) (R rows from r0, channels [j0,
 // j1)), in groups of 16 channels meeting the rows T::kRowsPerPass at a time
 // (each group's weights decoded once per pass); other formats
 // run T::other_formats.
 template <class T>
 void integer_gemv_block(const float* x, int64_t ldx, int64_t m, const QuantMatrix& w,
                         const float* bias, float* y, int64_t ldy, int64_t c0, int64_t c1) {
-  if (w.format != BlockFormat::kQ4_1 && w.format != BlockFormat::kQ8_0)
-    return T::other_formats(x, ldx, m, w, bias, y, ldy, c0, c1);
-  const auto xq = T::round_x(x, ldx, m, w.k, w.format == BlockFormat::kQ4_1);
+  if (!T::has_rows(w.format)) return T::other_formats(x, ldx, m, w, bias, y, ldy, c0, c1);
+  // Q8_0 alone has no min term, and so needs no Σ q_x.
+  const auto xq = T::round_x(x, ldx, m, w.k, w.format != BlockFormat::kQ8_0);
   for_each_row_block<T::kRowsPerPass>(m, c0, c1, [&]<int R>(int64_t r0, int64_t j0, int64_t j1) {
-    if (w.format == BlockFormat::kQ4_1)
-      T::template rows<R, true>(xq, r0, w, bias, y, ldy, j0, j1);
-    else
-      T::template rows<R, false>(xq, r0, w, bias, y, ldy, j0, j1);
+    T::template rows<R>(w.format)(xq, r0, w, bias, y, ldy, j0, j1);
   });
 }
 
