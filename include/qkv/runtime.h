@@ -33,7 +33,8 @@ int num_threads();
 // this: libgomp counts every live worker of every thread, and once they
 // outnumber the cores it spins only ~100 iterations at each barrier before
 // sleeping in the kernel, which made each decoding step of `qkv serve` about
-// twice as long as `qkv generate`'s.
+// twice as long as `qkv generate`'s. (That is GCC's libgomp, which qkv's
+// builds use; LLVM's libomp puts the workers to sleep instead of ending them.)
 void release_idle_threads();
 
 // The instruction set the fused attention kernels use, e.g. "avx512".
