@@ -17,9 +17,10 @@ Each client sends --requests requests one after the other: a chat prompt of abou
 --prompt-tokens tokens (distinct text per request, from tests/data/tokenizer_corpus.txt, so
 neither server can reuse another's prompt) and max_tokens --max-tokens at temperature 0,
 streamed, with llama-server's `ignore_eos` (both servers take it) so that every reply is
---max-tokens long on both (--stop-at-eos lets replies end at the end of turn instead). Per run: aggregate generated tokens/s (all completion tokens / wall time), time to
-first token (send → first content chunk) p50/p99, and the gaps between content chunks
-(inter-token) p50/p99. The burst sends --burst requests at once (max_tokens 16) and counts
+--max-tokens long on both (--stop-at-eos lets replies end at the end of turn instead). Per
+run: aggregate generated tokens/s (all completion tokens / wall time), time to first token
+(send → first content chunk) p50/p99, and the gaps between content chunks (inter-token)
+p50/p99. The burst sends --burst requests at once (max_tokens 16) and counts
 answers: 200, 503 (refused, with Retry-After) or anything else (lost), then checks /health.
 """
 
