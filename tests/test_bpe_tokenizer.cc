@@ -310,4 +310,23 @@ TEST(BpeTokenizer, CopiesAndThreadsAgree) {
   EXPECT_EQ(tok.encode("hello hello"), tok.encode("hello hello"));  // from the cache
 }
 
+// TokenIndex, the tokenizers' text -> id table: it grows from empty, finds
+// every token and nothing else, and reports the first id of a duplicate.
+TEST(TokenIndex, FindsEveryTokenAndReportsDuplicates) {
+  std::vector<std::string> vocabulary{""};
+  for (int i = 0; i < 5000; ++i) vocabulary.push_back("t" + std::to_string(i * 7919 % 100003));
+  qkv::text::TokenIndex index;  // no room reserved: grows as ids come
+  for (int32_t id = 0; id < static_cast<int32_t>(vocabulary.size()); ++id)
+    ASSERT_EQ(index.insert(id, vocabulary), -1) << vocabulary[id];
+  for (int32_t id = 0; id < static_cast<int32_t>(vocabulary.size()); ++id)
+    ASSERT_EQ(index.find(vocabulary[id], vocabulary), id) << vocabulary[id];
+  EXPECT_EQ(index.find("t", vocabulary), std::nullopt);
+  EXPECT_EQ(index.find("t1x", vocabulary), std::nullopt);
+
+  vocabulary.push_back(vocabulary[42]);
+  EXPECT_EQ(index.insert(static_cast<int32_t>(vocabulary.size()) - 1, vocabulary), 42);
+  EXPECT_EQ(index.find(vocabulary[42], vocabulary), 42);
+  EXPECT_EQ(qkv::text::TokenIndex().find("", vocabulary), std::nullopt);
+}
+
 }  // namespace

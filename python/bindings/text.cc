@@ -144,7 +144,10 @@ void bind_text(py::module_& m) {
            py::call_guard<py::gil_scoped_release>())
       .def(
           "token_to_piece",
-          [](const BpeTokenizer& self, int32_t id) { return py::bytes(self.token_to_piece(id)); },
+          [](const BpeTokenizer& self, int32_t id) {
+            const std::string_view piece = self.token_to_piece(id);
+            return py::bytes(piece.data(), piece.size());
+          },
           py::arg("id"))
       .def("token", &BpeTokenizer::token, py::arg("id"))
       .def("id_of", &BpeTokenizer::id_of, py::arg("token"))
@@ -155,9 +158,8 @@ void bind_text(py::module_& m) {
       .def("eos", &BpeTokenizer::eos)
       .def("unk", &BpeTokenizer::unk)
       .def("pad", &BpeTokenizer::pad)
-      .def("pre_tokenizer",
-           [](const BpeTokenizer& self) { return self.vocabulary().pre_tokenizer; })
-      .def("model", [](const BpeTokenizer& self) { return self.vocabulary().model; })
+      .def("pre_tokenizer", [](const BpeTokenizer& self) { return self.pre_tokenizer(); })
+      .def("model", [](const BpeTokenizer& self) { return self.model(); })
       .def_static(
           "bytes_to_unicode",
           [](const py::bytes& b) { return BpeTokenizer::bytes_to_unicode(std::string(b)); },

@@ -47,7 +47,7 @@ std::string lossy(std::string_view bytes) {
 }  // namespace
 
 std::string BpeStreamDecoder::push(int32_t id) {
-  const std::string& piece = tokenizer_->token_to_piece(id);  // checks the id
+  const std::string_view piece = tokenizer_->token_to_piece(id);  // checks the id
   if (skip_special_ && tokenizer_->token_type(id) == BpeTokenType::kControl) return {};
   if (tokenizer_->is_sentencepiece()) {
     if (tokenizer_->is_byte_token(id)) {
@@ -57,7 +57,8 @@ std::string BpeStreamDecoder::push(int32_t id) {
     std::string out;
     detail::append_byte_run(pending_, out);
     pending_.clear();
-    return strip_prefix_space(out + piece);
+    out += piece;
+    return strip_prefix_space(std::move(out));
   }
   pending_ += piece;
   const size_t keep = incomplete_suffix(pending_);
@@ -83,7 +84,7 @@ std::string BpeStreamDecoder::finish() {
 std::string BpeStreamDecoder::strip_prefix_space(std::string text) {
   if (started_ || text.empty()) return text;
   started_ = true;
-  if (tokenizer_->vocabulary().add_space_prefix && text[0] == ' ') text.erase(0, 1);
+  if (tokenizer_->add_space_prefix() && text[0] == ' ') text.erase(0, 1);
   return text;
 }
 

@@ -186,31 +186,32 @@ BpeTokenizer::BpeTokenizer(BpeVocabulary vocabulary)
   }
 
   auto special = std::make_shared<Special>();
-  ids_.reserve(tokens.size());
-  pieces_.reserve(tokens.size());
+  ids_ = TokenIndex(tokens.size());
+  piece_ends_.reserve(tokens.size());
   for (int32_t id = 0; id < size(); ++id) {
     const std::string& text = tokens[id];
     const int32_t type = types[id];
     QKV_CHECK(type >= 0 && type <= 6, "BpeVocabulary.token_types[", id, "] = ", type,
               " is not a GGUF token type; expected 0 to 6");
-    const auto [it, inserted] = ids_.emplace(text, id);
-    QKV_CHECK(inserted, "BpeVocabulary.tokens[", id, "] = \"", text, "\" is a duplicate of tokens[",
-              it->second, "]");
+    const int32_t duplicate = ids_.insert(id, tokens);
+    QKV_CHECK(duplicate < 0, "BpeVocabulary.tokens[", id, "] = \"", text,
+              "\" is a duplicate of tokens[", duplicate, "]");
     const auto kind = static_cast<BpeTokenType>(type);
     if (is_special_type(kind)) {
       QKV_CHECK(!text.empty(), "BpeVocabulary.tokens[", id, "] is empty; a ",
                 kind == BpeTokenType::kControl ? "control" : "user-defined",
                 " token needs text to be matched");
       special->add(text, id);
-      pieces_.push_back(sentencepiece_ ? sentencepiece_piece(text) : text);
+      add_piece(sentencepiece_ ? sentencepiece_piece(text) : text);
     } else if (sentencepiece_) {
-      pieces_.push_back(sentencepiece_piece(text));
+      add_piece(sentencepiece_piece(text));
     } else if (const int byte = parse_byte_token(text); kind == BpeTokenType::kByte && byte >= 0) {
-      pieces_.emplace_back(1, static_cast<char>(byte));
+      add_piece(std::string(1, static_cast<char>(byte)));
     } else {
-      pieces_.push_back(token_bytes(text));
+      add_piece(token_bytes(text));
     }
   }
+  piece_bytes_.shrink_to_fit();
   if (special->nodes.size() > 1) special_ = std::move(special);
   if (sentencepiece_) {
     init_sentencepiece();
@@ -221,8 +222,7 @@ BpeTokenizer::BpeTokenizer(BpeVocabulary vocabulary)
   for (int b = 0; b < 256; ++b) {
     one.clear();
     detail::append_utf8(detail::byte_to_char(static_cast<uint8_t>(b)), one);
-    const auto it = ids_.find(one);
-    byte_ids_[b] = it != ids_.end() ? it->second : -1;
+    byte_ids_[b] = find_token(one).value_or(-1);
   }
 
   const auto& merges = vocabulary_.merges;
@@ -239,19 +239,30 @@ BpeTokenizer::BpeTokenizer(BpeVocabulary vocabulary)
               "\" is not two tokens separated by one space");
     const std::string_view left = merge.substr(0, space), right = merge.substr(space + 1);
     joined.assign(left).append(right);
-    const auto a = ids_.find(left), b = ids_.find(right), ab = ids_.find(joined);
-    QKV_CHECK(a != ids_.end() && b != ids_.end() && ab != ids_.end(), "BpeVocabulary.merges[", rank,
-              "] = \"", merge, "\": \"",
-              a == ids_.end()   ? left
-              : b == ids_.end() ? right
-                                : std::string_view(joined),
+    const auto a = find_token(left), b = find_token(right), ab = find_token(joined);
+    QKV_CHECK(a && b && ab, "BpeVocabulary.merges[", rank, "] = \"", merge, "\": \"",
+              !a   ? left
+              : !b ? right
+                   : std::string_view(joined),
               "\" is not a token");
-    const uint64_t key = static_cast<uint64_t>(a->second) << 32 | static_cast<uint32_t>(b->second);
-    const uint64_t value = static_cast<uint64_t>(rank) << 32 | static_cast<uint32_t>(ab->second);
+    const uint64_t key = static_cast<uint64_t>(*a) << 32 | static_cast<uint32_t>(*b);
+    const uint64_t value = static_cast<uint64_t>(rank) << 32 | static_cast<uint32_t>(*ab);
     const auto [existing, inserted] = merges_.emplace(key, value);
     QKV_CHECK(inserted, "BpeVocabulary.merges[", rank, "] = \"", merge,
               "\" is a duplicate of merges[", existing->second >> 32, "]");
   }
+  // merges_ holds them now, by id; their text would be a second copy.
+  vocabulary_.merges = {};
+}
+
+void BpeTokenizer::add_piece(std::string_view bytes) {
+  piece_bytes_ += bytes;
+  QKV_CHECK(piece_bytes_.size() <= UINT32_MAX, "BpeVocabulary.tokens: over 4 GiB of token text");
+  piece_ends_.push_back(static_cast<uint32_t>(piece_bytes_.size()));
+}
+
+std::optional<int32_t> BpeTokenizer::find_token(std::string_view text) const {
+  return ids_.find(text, vocabulary_.tokens);
 }
 
 const std::string& BpeTokenizer::token(int32_t id) const {
@@ -259,9 +270,10 @@ const std::string& BpeTokenizer::token(int32_t id) const {
   return vocabulary_.tokens[id];
 }
 
-const std::string& BpeTokenizer::token_to_piece(int32_t id) const {
+std::string_view BpeTokenizer::token_to_piece(int32_t id) const {
   QKV_CHECK(id >= 0 && id < size(), "token id ", id, " is out of range [0, ", size(), ")");
-  return pieces_[id];
+  const uint32_t begin = id > 0 ? piece_ends_[id - 1] : 0;
+  return std::string_view(piece_bytes_).substr(begin, piece_ends_[id] - begin);
 }
 
 bool BpeTokenizer::is_byte_token(int32_t id) const {
@@ -275,9 +287,7 @@ BpeTokenType BpeTokenizer::token_type(int32_t id) const {
 }
 
 std::optional<int32_t> BpeTokenizer::id_of(std::string_view token) const {
-  const auto it = ids_.find(token);
-  if (it == ids_.end()) return std::nullopt;
-  return it->second;
+  return find_token(token);
 }
 
 std::string BpeTokenizer::byte_token(uint8_t byte) {
@@ -432,12 +442,12 @@ std::string BpeTokenizer::decode(std::span<const int32_t> ids, bool skip_special
           vocabulary_.token_types[id] == static_cast<int32_t>(BpeTokenType::kControl))
         continue;
       if (is_byte_token(id)) {
-        run += pieces_[id];
+        run += token_to_piece(id);
         continue;
       }
       detail::append_byte_run(run, text);
       run.clear();
-      text += pieces_[id];
+      text += token_to_piece(id);
     }
     detail::append_byte_run(run, text);
     // LlamaTokenizer's Strip decoder: the space the prefix put there.
@@ -451,7 +461,7 @@ std::string BpeTokenizer::decode(std::span<const int32_t> ids, bool skip_special
               size(), ")");
     if (skip_special && vocabulary_.token_types[id] == static_cast<int32_t>(BpeTokenType::kControl))
       continue;
-    bytes += pieces_[id];
+    bytes += token_to_piece(id);
   }
   std::string text;
   text.reserve(bytes.size());

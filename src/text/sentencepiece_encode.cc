@@ -53,8 +53,7 @@ void BpeTokenizer::init_sentencepiece() {
   }
   // Byte fallback looks tokens up as tokenizers spells them: "<0xE4>".
   for (int b = 0; b < 256; ++b) {
-    const auto it = ids_.find(byte_token(static_cast<uint8_t>(b)));
-    byte_ids_[b] = it != ids_.end() ? it->second : -1;
+    byte_ids_[b] = find_token(byte_token(static_cast<uint8_t>(b))).value_or(-1);
   }
 }
 
@@ -91,8 +90,8 @@ void BpeTokenizer::encode_sentencepiece(std::string_view normalized,
         std::min(char_bytes(static_cast<unsigned char>(normalized[i])), normalized.size() - i);
     const std::string_view ch = normalized.substr(i, n);
     i += n;
-    if (const auto it = ids_.find(ch); it != ids_.end()) {
-      symbols.push(it->second);
+    if (const auto id = find_token(ch)) {
+      symbols.push(*id);
       after_unk = false;
       continue;
     }
@@ -130,9 +129,9 @@ void BpeTokenizer::encode_sentencepiece(std::string_view normalized,
     if (right < 0) return;
     const int32_t a = symbols.id(left), b = symbols.id(right);
     joined.assign(vocabulary_.tokens[a]).append(vocabulary_.tokens[b]);
-    const auto it = ids_.find(joined);
-    if (it == ids_.end()) return;
-    const int32_t merged = it->second;
+    const auto found = find_token(joined);
+    if (!found) return;
+    const int32_t merged = *found;
     queue.push({vocabulary_.scores[merged], char_lengths_[a], char_lengths_[b], merged, left, right,
                 a, b});
   };

@@ -67,6 +67,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "qkv/text/token_index.h"
+
 namespace qkv::text {
 
 // GGUF token types (tokenizer.ggml.token_type).
@@ -121,8 +123,8 @@ class BpeTokenizer {
   std::vector<std::string> pre_tokenize(std::string_view utf8) const;
   // The raw bytes of one token: possibly part of a UTF-8 character (join
   // several, or use BpeStreamDecoder); "llama": "▁" as a space. Throws for
-  // an id out of range.
-  const std::string& token_to_piece(int32_t id) const;
+  // an id out of range. Valid as long as the tokenizer.
+  std::string_view token_to_piece(int32_t id) const;
 
   int32_t size() const { return static_cast<int32_t>(vocabulary_.tokens.size()); }
   const std::string& token(int32_t id) const;                  // the vocabulary's text
@@ -132,7 +134,10 @@ class BpeTokenizer {
   std::optional<int32_t> eos() const { return vocabulary_.eos; }
   std::optional<int32_t> unk() const { return vocabulary_.unk; }
   std::optional<int32_t> pad() const { return vocabulary_.pad; }
-  const BpeVocabulary& vocabulary() const { return vocabulary_; }
+  // The vocabulary's fields (its merges are kept as id pairs, not as text).
+  const std::string& model() const { return vocabulary_.model; }
+  const std::string& pre_tokenizer() const { return vocabulary_.pre_tokenizer; }
+  bool add_space_prefix() const { return vocabulary_.add_space_prefix; }
   bool is_sentencepiece() const { return sentencepiece_; }
   // "llama": whether the token is "<0xNN>" (decoded as its byte, see above).
   bool is_byte_token(int32_t id) const;
@@ -143,10 +148,6 @@ class BpeTokenizer {
   static std::string byte_token(uint8_t byte);
 
  private:
-  struct Hash {
-    using is_transparent = void;
-    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
-  };
   struct Special;  // trie of the control/user-defined tokens
   struct Cache;    // piece -> ids, shared by copies
 
@@ -158,12 +159,18 @@ class BpeTokenizer {
   std::string sentencepiece_normalize(std::string_view utf8, bool at_start) const;
   void encode_sentencepiece(std::string_view normalized, std::vector<int32_t>& ids) const;
 
-  BpeVocabulary vocabulary_;
-  std::unordered_map<std::string, int32_t, Hash, std::equal_to<>> ids_;
+  void add_piece(std::string_view bytes);
+  std::optional<int32_t> find_token(std::string_view text) const;
+
+  BpeVocabulary vocabulary_;  // merges emptied once merges_ holds them
+  TokenIndex ids_;            // token text -> id
   // (left id << 32 | right id) -> (rank << 32 | merged id)
   std::unordered_map<uint64_t, uint64_t> merges_;
   int32_t byte_ids_[256] = {};       // token of each single byte, -1 if none
-  std::vector<std::string> pieces_;  // decoded bytes of every token
+  // The decoded bytes of every token, end to end: token i's are
+  // [piece_ends_[i - 1], piece_ends_[i]) (one string, not one per token).
+  std::string piece_bytes_;
+  std::vector<uint32_t> piece_ends_;
   std::shared_ptr<const Special> special_;
   std::shared_ptr<Cache> cache_;
   int pre_tokenizer_ = 0;  // detail::BpeSplit
