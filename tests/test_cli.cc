@@ -100,6 +100,22 @@ TEST_F(Cli, HelpAndVersion) {
   EXPECT_EQ(bare.exit_code, 2) << "no command: the help, and exit 2";
 }
 
+// `qkv serve` runs qkv-serve, built beside qkv: its help, and its errors
+// named as `qkv serve`'s, with the usage exit code.
+TEST_F(Cli, ServeRunsTheServerExecutableWithTheSameArguments) {
+  const CliRun help = run_qkv("serve --help");
+  EXPECT_EQ(help.exit_code, 0) << help.output;
+  expect_output_has(help, {"Usage: qkv serve", "--parallel", "--embed-model"});
+
+  const CliRun wrong = run_qkv("serve --port 99999");
+  expect_failure(wrong, {"qkv serve: error: --port", "qkv serve --help"});
+  EXPECT_EQ(wrong.exit_code, 2) << wrong.output;
+
+  const CliRun nothing = run_qkv("serve");
+  expect_failure(nothing, {"qkv serve: error: give --model"});
+  EXPECT_EQ(nothing.exit_code, 1) << nothing.output;
+}
+
 }  // namespace
 
 // --- `qkv embed` and `qkv similarity` (all-MiniLM-L6-v2 from scripts/fetch_model.sh) ---------

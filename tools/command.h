@@ -38,8 +38,13 @@ Command add_chat_command(CLI::App& parent);
 Command add_embed_command(CLI::App& parent);
 Command add_similarity_command(CLI::App& parent);
 
-// `qkv serve`: an OpenAI-compatible HTTP server (tools/serve.cc, tools/serve/).
+// `qkv serve`: an OpenAI-compatible HTTP server (tools/serve.cc, tools/serve/),
+// built into the qkv-serve executable (tools/serve_main.cc); `qkv` itself
+// forwards `qkv serve ARGS` to it (tools/serve_forwarder.cc).
+inline constexpr const char* kServeDescription =
+    "OpenAI-compatible HTTP server: chat/completions with continuous batching, embeddings";
 Command add_serve_command(CLI::App& parent);
+Command add_serve_forwarder(CLI::App& parent);
 // `qkv explore`: a web page of a model's attention on a text (tools/explore.cc).
 Command add_explore_command(CLI::App& parent);
 

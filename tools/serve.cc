@@ -170,9 +170,7 @@ void run_serve(const ServeOptions& o) {
 
 Command add_serve_command(CLI::App& parent) {
   return make_command(
-      parent, "serve",
-      "OpenAI-compatible HTTP server: chat/completions with continuous batching, embeddings",
-      run_serve, [](CLI::App& app, ServeOptions& options) {
+      parent, "serve", kServeDescription, run_serve, [](CLI::App& app, ServeOptions& options) {
         app.add_option("-m,--model", options.model,
                        "GGUF language model (e.g. models/SmolLM2-135M-Instruct.Q4_1.gguf)")
             ->check(CLI::ExistingFile)

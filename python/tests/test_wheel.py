@@ -144,3 +144,6 @@ def test_the_wheel_puts_the_qkv_command_on_path(venv):
     assert "0.1.0" in version, version
     listed = run([str(qkv), "bench", "--list"], env=CLEAN_ENV)
     assert "sdpa/fwd" in listed, listed
+    # `qkv serve` runs the qkv-serve executable the wheel carries beside qkv.
+    serve_help = run([str(qkv), "serve", "--help"], env=CLEAN_ENV)
+    assert "--parallel" in serve_help, serve_help
