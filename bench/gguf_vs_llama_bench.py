@@ -12,11 +12,16 @@ run (each thread takes the max of its own 512 MiB array).
         --models models/SmolLM2-135M-Instruct.Q4_1.gguf,models/gemma-3-270m-q4_k_m.gguf \\
         --llama-bench ~/.cache/qkv-peers/llama.cpp-0.3.36/bin/llama-bench \\
         --ik-llama-bench ~/.cache/qkv-peers/ik_llama.cpp-8337e4c/bin/llama-bench \\
-        --threads 1,2 --reps 3
+        --threads 1,2 --reps 3 --rounds 3
 
 Prints a markdown table (tokens/s, ratios, % of the bandwidth bound, peak RSS). Each
 engine keeps its default KV cache (qkv float32, llama.cpp f16) unless --qkv-kv-cache q8_0
 gives qkv 8-bit blocks (a quarter of float32's memory).
+
+The machine is shared: its speed moves between states that last minutes (the same kernel
+reads 140 or 205 GFLOP/s from one run to the next). With --rounds N every engine runs N
+times, taking turns (the order rotates each round), so that each meets the slow and fast
+states alike; a rate is the median of its rounds, a peak RSS the largest.
 """
 import argparse
 import json
@@ -144,9 +149,13 @@ def main():
     ap.add_argument("-p", "--prompt", type=int, default=512)
     ap.add_argument("-n", "--gen", type=int, default=128)
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="times each engine runs, in turns (rates: median over rounds)")
     ap.add_argument("--qkv-kv-cache", default="f32", choices=["f32", "q8_0"],
                     help="qkv's KV cache (llama-bench keeps its default, f16)")
     args = ap.parse_args()
+    if args.rounds < 1:
+        raise SystemExit(f"--rounds must be at least 1, got {args.rounds}")
     threads = [int(t) for t in args.threads.split(",")]
     for path in [args.qkv, args.llama_bench] + ([args.ik_llama_bench] if args.ik_llama_bench else []):
         if not os.access(path, os.X_OK):
@@ -165,14 +174,18 @@ def main():
     print("|---|---|---:|" + "---:|" * (len(engines) + 1 + bool(args.ik_llama_bench)) + "---|")
     for model in args.models.split(","):
         per_token = bytes_read_per_token(model)
-        results, rss = {}, {}
-        for name, binary in engines:
-            if name == "qkv":
-                results[name], rss[name] = qkv_rates(args.qkv, model, args.prompt, args.gen,
-                                                     threads, args.reps, args.qkv_kv_cache)
-            else:
-                results[name], rss[name] = llama_bench_rates(binary, model, args.prompt, args.gen,
-                                                             threads, args.reps)
+        rounds = {name: [] for name, _ in engines}  # per engine: (rates, rss) of each round
+        for r in range(args.rounds):
+            for name, binary in engines[r % len(engines):] + engines[:r % len(engines)]:
+                if name == "qkv":
+                    rounds[name].append(qkv_rates(args.qkv, model, args.prompt, args.gen,
+                                                  threads, args.reps, args.qkv_kv_cache))
+                else:
+                    rounds[name].append(llama_bench_rates(binary, model, args.prompt, args.gen,
+                                                          threads, args.reps))
+        results = {name: {key: float(np.median([rates.get(key, np.nan) for rates, _ in runs]))
+                          for key in runs[0][0]} for name, runs in rounds.items()}
+        rss = {name: max(peak for _, peak in runs) for name, runs in rounds.items()}
         for test, tokens in (("pp", args.prompt), ("tg", args.gen)):
             for t in threads:
                 rates = [results[e].get((test, t), float("nan")) for e, _ in engines]
