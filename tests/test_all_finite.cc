@@ -51,5 +51,26 @@ TEST(AllFinite, OneBadValueAnywhereInALargeTensorOnAnyThreadCount) {
   set_num_threads(previous);
 }
 
+// Broadcast views (stride 0, as the gradient of sum() that torch hands a
+// backward): each element they repeat is checked, and found when bad.
+TEST(AllFinite, BroadcastViewsCheckTheElementsTheyRepeat) {
+  for (DType dtype : {DType::kFloat32, DType::kFloat64}) {
+    Tensor one = Tensor::full({1}, 1.0, dtype);
+    EXPECT_TRUE(all_finite(one.expand({32, 12, 128, 32})));
+    one.set({0}, std::numeric_limits<double>::quiet_NaN());
+    EXPECT_FALSE(all_finite(one.expand({32, 12, 128, 32})));
+
+    Tensor rows = Tensor::full({4, 1, 64}, 2.0, dtype);
+    EXPECT_TRUE(all_finite(rows.expand({4, 16, 64})));
+    rows.set({3, 0, 63}, -std::numeric_limits<double>::infinity());
+    EXPECT_FALSE(all_finite(rows.expand({4, 16, 64})));
+    // A broadcast last dim: the column it repeats.
+    Tensor column = Tensor::full({64, 1}, 2.0, dtype);
+    EXPECT_TRUE(all_finite(column.expand({64, 32})));
+    column.set({40, 0}, std::numeric_limits<double>::quiet_NaN());
+    EXPECT_FALSE(all_finite(column.expand({64, 32})));
+  }
+}
+
 }  // namespace
 }  // namespace qkv

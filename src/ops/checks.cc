@@ -117,7 +117,12 @@ bool all_finite_as(const Tensor& t, Bits exponent) {
 
 }  // namespace
 
-bool all_finite(const Tensor& t) {
+bool all_finite(const Tensor& view) {
+  // A broadcast dim (stride 0: expand(), the gradient of sum()) repeats the
+  // same elements; checking one index of it checks them all.
+  Tensor t = view;
+  for (int64_t d = t.dim() - 1; d >= 0; --d)
+    if (t.stride(d) == 0 && t.size(d) > 1) t = t.select(d, 0);
   const int64_t row = t.dim() == 0 ? 1 : t.size(-1);
   const bool rows_contiguous = t.dim() == 0 || t.stride(-1) == 1 || row == 1;
   if (t.numel() == 0 || !rows_contiguous) {
