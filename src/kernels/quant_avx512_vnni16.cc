@@ -1,7 +1,8 @@
 // The avx512_vnni16 table of quant_gemm.h: the few-rows product of Q4_1,
-// Q5_0 and Q8_0 weights on 16-bit integer dot products (vpdpwssd, s16 × s16 → int32,
-// two products per int32 lane), the other formats on avx2_int16's (the same
-// rounding of x, vpmaddwd), dequantize_rows on the avx512 float code.
+// Q5_0, Q8_0 and Q4_K weights on 16-bit integer dot products (vpdpwssd, s16 ×
+// s16 → int32, two products per int32 lane), the other formats on
+// avx2_int16's (the same rounding of x, vpmaddwd), dequantize_rows on the
+// avx512 float code.
 //
 // Each call first rounds every row of x to 16 bits per block of 32
 // (quantize_x_q16_reference: dx = max|x| / 32767, q = round(x / dx)), once
@@ -10,9 +11,10 @@
 //   Q4_1 (w = d·q + m, q in 0..15):  Σ w·x̂ = d·dx·Σ q_w·q_x + m·(dx·Σ q_x)
 //   Q5_0 (w = d·(q − 16), q 0..31):  the same with m = −16·d
 //   Q8_0 (w = d·q, q int8):          Σ w·x̂ = d·dx·Σ q_w·q_x
+//   Q4_K, per sub-block of 32:       Q4_1's, with d·sc and −dmin·mn for d and m
 // i.e. the float32 evaluation of the product with x̂ (the min term uses the
 // rounded x's Σ q_x, so every term is that of one weight and one x̂). Every
-// int32 lane holds at most 8 products (Q4_1: |q_w·q_x| ≤ 15·32768, Q5_0:
+// int32 lane holds at most 8 products (Q4_1, Q4_K: |q_w·q_x| ≤ 15·32768, Q5_0:
 // ≤ 31·32768) or 4 (Q8_0: ≤ 128·32768), below 2^24: its conversion to
 // float32 is exact.
 //
@@ -32,6 +34,7 @@
 
 #include <cstdint>
 
+#include "kernels/simd/quant_int16_blocks.h"
 #include "kernels/simd/quant_int_rows.h"
 
 namespace qkv::kernels {
@@ -89,8 +92,7 @@ struct Q5_0Layout {
   static constexpr bool kHighBits = true;
   // d0 m0 d1 m1 ... d3 m3 with m = −16·d (0 past count).
   static __m256 scales4(const uint8_t* b, int64_t count) {
-    const auto d = [&](int i) { return i < count ? load_u16(b + kBytes * i) : 0; };
-    const __m256 d_0 = _mm256_cvtph_ps(_mm_setr_epi32(d(0), d(1), d(2), d(3)));  // d0 0 d1 0 ..
+    const __m256 d_0 = quant::d_halves4<kBytes>(b, count);  // d0 0 d1 0 ..
     return _mm256_mul_ps(_mm256_moveldup_ps(d_0), _mm256_setr_ps(1, -16, 1, -16, 1, -16, 1, -16));
   }
   // Adds 16 to each weight word whose fifth bit is set. Word 8L + t of w[c]
@@ -115,12 +117,30 @@ struct Q5_0Layout {
   }
 };
 
+// Group g of 4 blocks (wc: its weights as x is stored, 128-bit lane i =
+// block i; dm: the blocks' d0 m0 .. d3 m3) of one channel, for the formats
+// of the form w = d·q + m, meeting R rows of x from row r0: added into each
+// row's acc and acc_min.
+template <int R>
+[[gnu::always_inline]] inline void add_min_form_group(const RoundedX& xq, int64_t r0, int64_t g,
+                                                      const __m512i wc[4], __m256 dm, __m512* acc,
+                                                      __m256* acc_min) {
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+    const int16_t* xr = xq.q + (r0 + r) * xq.k + 128 * g;
+    __m512i s = _mm512_dpwssd_epi32(_mm512_setzero_si512(), wc[0], _mm512_loadu_si512(xr));
+    s = _mm512_dpwssd_epi32(s, wc[1], _mm512_loadu_si512(xr + 32));
+    s = _mm512_dpwssd_epi32(s, wc[2], _mm512_loadu_si512(xr + 64));
+    s = _mm512_dpwssd_epi32(s, wc[3], _mm512_loadu_si512(xr + 96));
+    quant::q4_1_accumulate4(s, dm, xq.s + (r0 + r) * 2 * xq.nb + 8 * g, &acc[r], &acc_min[r]);
+  }
+}
+
 // y[r, j] for R rows of x from row r0 and channels [j0, j1) (at most 16), of
 // a nibble format (F: Q4_1Layout or Q5_0Layout).
 template <int R, class F>
 void nibble_rows(const RoundedX& xq, int64_t r0, const QuantMatrix& w, const float* bias, float* y,
                  int64_t ldy, int64_t j0, int64_t j1) {
-  const int64_t nb = xq.nb;
   const __m512i nibble = _mm512_set1_epi16(0x0f);
   quant::ChannelSums<R> sums;
   for (int64_t j = j0; j < j1; ++j) {
@@ -136,16 +156,7 @@ void nibble_rows(const RoundedX& xq, int64_t r0, const QuantMatrix& w, const flo
           __m512i wc[4] = {_mm512_and_si512(bytes0, nibble), _mm512_and_si512(bytes1, nibble),
                            _mm512_srli_epi16(bytes0, 4), _mm512_srli_epi16(bytes1, 4)};
           if constexpr (F::kHighBits) F::add_high_bits4(b, count, wc);
-          const __m256 dm = F::scales4(b, count);
-#pragma GCC unroll 8
-          for (int r = 0; r < R; ++r) {
-            const int16_t* xr = xq.q + (r0 + r) * xq.k + 128 * g;
-            __m512i s = _mm512_dpwssd_epi32(_mm512_setzero_si512(), wc[0], _mm512_loadu_si512(xr));
-            s = _mm512_dpwssd_epi32(s, wc[1], _mm512_loadu_si512(xr + 32));
-            s = _mm512_dpwssd_epi32(s, wc[2], _mm512_loadu_si512(xr + 64));
-            s = _mm512_dpwssd_epi32(s, wc[3], _mm512_loadu_si512(xr + 96));
-            quant::q4_1_accumulate4(s, dm, xq.s + (r0 + r) * 2 * nb + 8 * g, &acc[r], &acc_min[r]);
-          }
+          add_min_form_group<R>(xq, r0, g, wc, F::scales4(b, count), acc, acc_min);
         });
     for (int r = 0; r < R; ++r)
       sums.put(r, j - j0, _mm512_add_ps(acc[r], _mm512_zextps256_ps512(acc_min[r])));
@@ -189,8 +200,7 @@ void q8_0_rows(const RoundedX& xq, int64_t r0, const QuantMatrix& w, const float
           __m512i wc[4];
           q8_0_words4(b, count, wc);
           // d of the 4 blocks in the even lanes, 0 in the odd ones (and for blocks past count)
-          const auto d = [&](int i) { return i < count ? load_u16(b + 34 * i) : 0; };
-          const __m256 dd = _mm256_cvtph_ps(_mm_setr_epi32(d(0), d(1), d(2), d(3)));
+          const __m256 dd = quant::d_halves4<34>(b, count);
 #pragma GCC unroll 8
           for (int r = 0; r < R; ++r) {
             const int16_t* xr = xq.q + (r0 + r) * xq.k + 128 * g;
@@ -211,18 +221,68 @@ void q8_0_rows(const RoundedX& xq, int64_t r0, const QuantMatrix& w, const float
   sums.store(j0, j1 - j0, bias, y, ldy, r0);
 }
 
+// Q4_K, half a super-block (4 sub-blocks of 32, one group of x) at a time:
+// sub-blocks 4h and 4h + 1 are the low and high nibbles of qs bytes 64h ..
+// 64h + 31, sub-blocks 4h + 2 and 4h + 3 those of the next 32. Chunk c of
+// the four is qword c of the low nibbles, then of the high ones, then qwords
+// 4 + c of each: two qword permutes of the nibble vectors give two chunks
+// each, widened to words. Sub-block i is (d·sc_i)·q − dmin·mn_i: Q4_1's
+// form, with d·sc_i and −dmin·mn_i as its d and m (int16_blocks::Q4_K).
+template <int R>
+void q4_k_rows(const RoundedX& xq, int64_t r0, const QuantMatrix& w, const float* bias, float* y,
+               int64_t ldy, int64_t j0, int64_t j1) {
+  constexpr int64_t kBytes = 144, kQs = 16;
+  const int64_t supers = w.k / 256;
+  const __m512i nibble = _mm512_set1_epi8(0x0f);
+  // {low, high} qwords c and 4 + c for chunks 0 and 1 (pick01), 2 and 3 (pick23)
+  const __m512i pick01 = _mm512_setr_epi64(0, 8, 4, 12, 1, 9, 5, 13);
+  const __m512i pick23 = _mm512_setr_epi64(2, 10, 6, 14, 3, 11, 7, 15);
+  quant::ChannelSums<R> sums;
+  for (int64_t j = j0; j < j1; ++j) {
+    quant::prefetch_ahead(w, j);
+    __m512 acc[R];
+    __m256 acc_min[R];
+    for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps(), acc_min[r] = _mm256_setzero_ps();
+    const uint8_t* row = w.data + j * w.row_bytes;
+    for (int64_t sb = 0; sb < supers; ++sb) {
+      const uint8_t* b = row + kBytes * sb;
+      alignas(32) float d[8], m[8];
+      int16_blocks::Q4_K::scales(b, d, m);
+      for (int h = 0; h < 2; ++h) {
+        const __m512i qs = _mm512_loadu_si512(b + kQs + 64 * h);
+        const __m512i low = _mm512_and_si512(qs, nibble);
+        const __m512i high = _mm512_and_si512(_mm512_srli_epi16(qs, 4), nibble);
+        const __m512i c01 = _mm512_permutex2var_epi64(low, pick01, high);
+        const __m512i c23 = _mm512_permutex2var_epi64(low, pick23, high);
+        const __m512i wc[4] = {_mm512_cvtepu8_epi16(_mm512_castsi512_si256(c01)),
+                               _mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64(c01, 1)),
+                               _mm512_cvtepu8_epi16(_mm512_castsi512_si256(c23)),
+                               _mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64(c23, 1))};
+        const __m128 d4 = _mm_load_ps(d + 4 * h), m4 = _mm_load_ps(m + 4 * h);
+        const __m256 dm = _mm256_set_m128(_mm_unpackhi_ps(d4, m4), _mm_unpacklo_ps(d4, m4));
+        add_min_form_group<R>(xq, r0, 2 * sb + h, wc, dm, acc, acc_min);
+      }
+    }
+    for (int r = 0; r < R; ++r)
+      sums.put(r, j - j0, _mm512_add_ps(acc[r], _mm512_zextps256_ps512(acc_min[r])));
+  }
+  sums.store(j0, j1 - j0, bias, y, ldy, r0);
+}
+
 // This table's rounding of x and kernels, for quant::integer_gemv_block.
 struct Int16Rows {
   // 8: a server's batch of 8 decodes W once (4 zmm of weights, 8 + 8 accumulators)
   static constexpr int kRowsPerPass = 8;
   static constexpr auto round_x = &kernels::round_x;
   static bool has_rows(BlockFormat f) {
-    return f == BlockFormat::kQ4_1 || f == BlockFormat::kQ5_0 || f == BlockFormat::kQ8_0;
+    return f == BlockFormat::kQ4_1 || f == BlockFormat::kQ5_0 || f == BlockFormat::kQ8_0 ||
+           f == BlockFormat::kQ4_K;
   }
   template <int R>
   static auto rows(BlockFormat f) {
     return f == BlockFormat::kQ4_1   ? &nibble_rows<R, Q4_1Layout>
            : f == BlockFormat::kQ5_0 ? &nibble_rows<R, Q5_0Layout>
+           : f == BlockFormat::kQ4_K ? &q4_k_rows<R>
                                      : &q8_0_rows<R>;
   }
   // The other formats on avx2_int16's kernels: x rounded the same way.
