@@ -73,18 +73,20 @@ TEST(ThreadPolicy, ChosenThreadsStay) {
   EXPECT_EQ(qkv::num_threads(), threads);
 }
 
+// Threads of this process now.
+int64_t thread_count() {
+  const std::filesystem::directory_iterator tasks("/proc/self/task");
+  return static_cast<int64_t>(std::distance(begin(tasks), end(tasks)));
+}
+
 // Threads of this process, once it holds `expected` (a worker's exit is not
 // instant) or after a second.
 int64_t live_threads(int64_t expected) {
-  const auto count = [] {
-    const std::filesystem::directory_iterator tasks("/proc/self/task");
-    return static_cast<int64_t>(std::distance(begin(tasks), end(tasks)));
-  };
   const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(1);
-  int64_t n = count();
+  int64_t n = thread_count();
   while (n != expected && std::chrono::steady_clock::now() < end) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    n = count();
+    n = thread_count();
   }
   return n;
 }
@@ -97,7 +99,7 @@ TEST(ThreadPolicy, ReleasedWorkersExitAndComeBackAtTheNextOp) {
   qkv::set_num_threads(2);
   const qkv::Shape large = {int64_t{1} << 23};  // zeroed by both threads
   qkv::Tensor t = qkv::Tensor::zeros(large);
-  const int64_t with_worker = live_threads(-1);
+  const int64_t with_worker = thread_count();
   qkv::release_idle_threads();
   EXPECT_EQ(live_threads(with_worker - 1), with_worker - 1);
   t.fill(1.0);
