@@ -1,5 +1,5 @@
 // The avx512_vnni16 table of quant_gemm.h: the few-rows product of Q4_1,
-// Q5_0, Q8_0 and Q4_K weights on 16-bit integer dot products (vpdpwssd, s16 ×
+// Q5_0, Q8_0, Q4_K and Q6_K weights on 16-bit integer dot products (vpdpwssd, s16 ×
 // s16 → int32, two products per int32 lane), the other formats on
 // avx2_int16's (the same rounding of x, vpmaddwd), dequantize_rows on the
 // avx512 float code.
@@ -12,11 +12,12 @@
 //   Q5_0 (w = d·(q − 16), q 0..31):  the same with m = −16·d
 //   Q8_0 (w = d·q, q int8):          Σ w·x̂ = d·dx·Σ q_w·q_x
 //   Q4_K, per sub-block of 32:       Q4_1's, with d·sc and −dmin·mn for d and m
+//   Q6_K (w = d·sc·(q − 32)):        Q8_0's, with sc·(q − 32) as the words
 // i.e. the float32 evaluation of the product with x̂ (the min term uses the
 // rounded x's Σ q_x, so every term is that of one weight and one x̂). Every
 // int32 lane holds at most 8 products (Q4_1, Q4_K: |q_w·q_x| ≤ 15·32768, Q5_0:
 // ≤ 31·32768) or 4 (Q8_0: ≤ 128·32768), below 2^24: its conversion to
-// float32 is exact.
+// float32 is exact (Q6_K: 8 of ≤ 4064·32768, below 2^31, rounded once).
 //
 // Four blocks go through one zmm, 128-bit lane i = block i, in 4 chunks of
 // 8 weights each: x of those 4 blocks is stored in that order (4 chunks of
@@ -117,6 +118,15 @@ struct Q5_0Layout {
   }
 };
 
+// The int32 sums of one group of 4 blocks: wc, its weights as x is stored
+// (128-bit lane i = block i), times x's group at xr.
+[[gnu::always_inline]] inline __m512i group_dot(const __m512i wc[4], const int16_t* xr) {
+  __m512i s = _mm512_dpwssd_epi32(_mm512_setzero_si512(), wc[0], _mm512_loadu_si512(xr));
+  s = _mm512_dpwssd_epi32(s, wc[1], _mm512_loadu_si512(xr + 32));
+  s = _mm512_dpwssd_epi32(s, wc[2], _mm512_loadu_si512(xr + 64));
+  return _mm512_dpwssd_epi32(s, wc[3], _mm512_loadu_si512(xr + 96));
+}
+
 // Group g of 4 blocks (wc: its weights as x is stored, 128-bit lane i =
 // block i; dm: the blocks' d0 m0 .. d3 m3) of one channel, for the formats
 // of the form w = d·q + m, meeting R rows of x from row r0: added into each
@@ -127,11 +137,7 @@ template <int R>
                                                       __m256* acc_min) {
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
-    const int16_t* xr = xq.q + (r0 + r) * xq.k + 128 * g;
-    __m512i s = _mm512_dpwssd_epi32(_mm512_setzero_si512(), wc[0], _mm512_loadu_si512(xr));
-    s = _mm512_dpwssd_epi32(s, wc[1], _mm512_loadu_si512(xr + 32));
-    s = _mm512_dpwssd_epi32(s, wc[2], _mm512_loadu_si512(xr + 64));
-    s = _mm512_dpwssd_epi32(s, wc[3], _mm512_loadu_si512(xr + 96));
+    const __m512i s = group_dot(wc, xq.q + (r0 + r) * xq.k + 128 * g);
     quant::q4_1_accumulate4(s, dm, xq.s + (r0 + r) * 2 * xq.nb + 8 * g, &acc[r], &acc_min[r]);
   }
 }
@@ -269,6 +275,80 @@ void q4_k_rows(const RoundedX& xq, int64_t r0, const QuantMatrix& w, const float
   sums.store(j0, j1 - j0, bias, y, ldy, r0);
 }
 
+// Q6_K, half a super-block (4 sub-blocks of 32, one group of x) at a time.
+// Weight 32t + l of the half (l < 32) has its low 4 bits in ql byte l
+// (t = 0, 2) or 32 + l (t = 1, 3), the low nibble for t < 2 and the high one
+// for t ≥ 2; its top 2 bits at bit 2t of qh byte l; its int8 scale at
+// sc[2t + l / 16]. Chunk c of the four sub-blocks: qwords c and 4 + c of the
+// low, then the high, 6-bit values, as for Q4_K. The words are sc·(q − 32) (|·| ≤ 4064), as
+// int16_blocks' Q6_K: each int32 lane sums 8 products below 2^30, rounded once when converted to
+// float32; the blocks' d·dx scale the lanes, as Q8_0's.
+template <int R>
+void q6_k_rows(const RoundedX& xq, int64_t r0, const QuantMatrix& w, const float* bias, float* y,
+               int64_t ldy, int64_t j0, int64_t j1) {
+  constexpr int64_t kBytes = 210;
+  const int64_t nb = xq.nb, supers = w.k / 256;
+  const __m512i nibble = _mm512_set1_epi8(0x0f), two_bits = _mm512_set1_epi8(0x03);
+  // qh's bits 2t of sub-blocks {0, 1} (top bits of the low nibbles) and {2, 3}
+  const __m512i shifts_low = _mm512_setr_epi64(0, 0, 0, 0, 0x0002000200020002, 0x0002000200020002,
+                                               0x0002000200020002, 0x0002000200020002);
+  const __m512i shifts_high = _mm512_add_epi16(shifts_low, _mm512_set1_epi16(4));
+  // {low, high} qwords: sub-blocks 0..3's chunks 0 and 1 (pick01), 2 and 3 (pick23)
+  const __m512i pick01 = _mm512_setr_epi64(0, 4, 8, 12, 1, 5, 9, 13);
+  const __m512i pick23 = _mm512_setr_epi64(2, 6, 10, 14, 3, 7, 11, 15);
+  // scale words of chunks 0, 1 (lane t: sc[2t]) and 2, 3 (sc[2t + 1])
+  const __m512i scale01 =
+      _mm512_setr_epi64(0, 0, 0x0002000200020002, 0x0002000200020002, 0x0004000400040004,
+                        0x0004000400040004, 0x0006000600060006, 0x0006000600060006);
+  const __m512i scale23 = _mm512_add_epi16(scale01, _mm512_set1_epi16(1));
+  const __m512i thirty_two = _mm512_set1_epi16(32);
+  quant::ChannelSums<R> sums;
+  for (int64_t j = j0; j < j1; ++j) {
+    quant::prefetch_ahead(w, j);
+    __m512 acc[R];
+    for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+    const uint8_t* row = w.data + j * w.row_bytes;
+    for (int64_t sb = 0; sb < supers; ++sb) {
+      const uint8_t* b = row + kBytes * sb;
+      const __m256 d = _mm256_set1_ps(_cvtsh_ss(load_u16(b + 208)));
+      for (int h = 0; h < 2; ++h) {
+        const __m512i ql = _mm512_loadu_si512(b + 64 * h);
+        const __m512i qh = _mm512_broadcast_i64x4(
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 128 + 32 * h)));
+        const auto top = [&](__m512i shifts) {
+          return _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh, shifts), two_bits), 4);
+        };
+        const __m512i low = _mm512_or_si512(_mm512_and_si512(ql, nibble), top(shifts_low));
+        const __m512i high =
+            _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), nibble), top(shifts_high));
+        const __m512i c01 = _mm512_permutex2var_epi64(low, pick01, high);
+        const __m512i c23 = _mm512_permutex2var_epi64(low, pick23, high);
+        const __m512i sc = _mm512_castsi128_si512(
+            _mm_cvtepi8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b + 192 + 8 * h))));
+        const __m512i sc01 = _mm512_permutexvar_epi16(scale01, sc),
+                      sc23 = _mm512_permutexvar_epi16(scale23, sc);
+        const auto word = [&](__m256i q, __m512i scale) {
+          return _mm512_mullo_epi16(_mm512_sub_epi16(_mm512_cvtepu8_epi16(q), thirty_two), scale);
+        };
+        const __m512i wc[4] = {
+            word(_mm512_castsi512_si256(c01), sc01), word(_mm512_extracti64x4_epi64(c01, 1), sc01),
+            word(_mm512_castsi512_si256(c23), sc23), word(_mm512_extracti64x4_epi64(c23, 1), sc23)};
+        const int64_t g = 2 * sb + h;
+#pragma GCC unroll 8
+        for (int r = 0; r < R; ++r) {
+          const __m512i s = group_dot(wc, xq.q + (r0 + r) * xq.k + 128 * g);
+          // d·dx of the 4 blocks in the even lanes (xq.s holds {dx, sx} pairs)
+          const __m512 scale = quant::spread_even4(
+              _mm256_mul_ps(d, _mm256_loadu_ps(xq.s + (r0 + r) * 2 * nb + 8 * g)));
+          acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), scale, acc[r]);
+        }
+      }
+    }
+    for (int r = 0; r < R; ++r) sums.put(r, j - j0, acc[r]);
+  }
+  sums.store(j0, j1 - j0, bias, y, ldy, r0);
+}
+
 // This table's rounding of x and kernels, for quant::integer_gemv_block.
 struct Int16Rows {
   // 8: a server's batch of 8 decodes W once (4 zmm of weights, 8 + 8 accumulators)
@@ -276,13 +356,14 @@ struct Int16Rows {
   static constexpr auto round_x = &kernels::round_x;
   static bool has_rows(BlockFormat f) {
     return f == BlockFormat::kQ4_1 || f == BlockFormat::kQ5_0 || f == BlockFormat::kQ8_0 ||
-           f == BlockFormat::kQ4_K;
+           f == BlockFormat::kQ4_K || f == BlockFormat::kQ6_K;
   }
   template <int R>
   static auto rows(BlockFormat f) {
     return f == BlockFormat::kQ4_1   ? &nibble_rows<R, Q4_1Layout>
            : f == BlockFormat::kQ5_0 ? &nibble_rows<R, Q5_0Layout>
            : f == BlockFormat::kQ4_K ? &q4_k_rows<R>
+           : f == BlockFormat::kQ6_K ? &q6_k_rows<R>
                                      : &q8_0_rows<R>;
   }
   // The other formats on avx2_int16's kernels: x rounded the same way.
