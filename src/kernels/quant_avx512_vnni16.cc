@@ -1,5 +1,5 @@
-// The avx512_vnni16 table of quant_gemm.h: the few-rows product of Q4_1,
-// Q5_0, Q8_0, Q4_K and Q6_K weights on 16-bit integer dot products (vpdpwssd, s16 ×
+// The avx512_vnni16 table of quant_gemm.h: the few-rows product of Q4_0,
+// Q4_1, Q5_0, Q5_1, Q8_0, Q4_K and Q6_K weights on 16-bit integer dot products (vpdpwssd, s16 ×
 // s16 → int32, two products per int32 lane), the other formats on
 // avx2_int16's (the same rounding of x, vpmaddwd), dequantize_rows on the
 // avx512 float code.
@@ -9,7 +9,8 @@
 // per thread, into thread-local scratch kept from call to call; then, per
 // block of W, the int32 Σ q_w·q_x is exact and
 //   Q4_1 (w = d·q + m, q in 0..15):  Σ w·x̂ = d·dx·Σ q_w·q_x + m·(dx·Σ q_x)
-//   Q5_0 (w = d·(q − 16), q 0..31):  the same with m = −16·d
+//   Q5_0 (w = d·(q − 16), q 0..31):  the same with m = −16·d (Q4_0: −8·d;
+//                                    Q5_1: q 0..31 and its own m)
 //   Q8_0 (w = d·q, q int8):          Σ w·x̂ = d·dx·Σ q_w·q_x
 //   Q4_K, per sub-block of 32:       Q4_1's, with d·sc and −dmin·mn for d and m
 //   Q6_K (w = d·sc·(q − 32)):        Q8_0's, with sc·(q − 32) as the words
@@ -79,29 +80,30 @@ inline void for_each_group(const uint8_t* row, int64_t blocks, Group&& group) {
   if (whole < (blocks + 3) / 4) group(whole, row + 4 * kBlockBytes * whole, blocks - 4 * whole);
 }
 
-// The nibble formats this table multiplies on 16-bit products: q in 0..15
-// (Q4_1) or 0..31 (Q5_0: its fifth bits added), and a min m, so that
-// w = d·q + m (Q5_0: m = −16·d).
-struct Q4_1Layout {
-  static constexpr int64_t kBytes = 20, kQs = 4;  // {d, m} halves, then 16 nibble bytes
-  static constexpr bool kHighBits = false;
-  static __m256 scales4(const uint8_t* b, int64_t count) { return quant::q4_1_scales4(b, count); }
-};
-
-struct Q5_0Layout {
-  static constexpr int64_t kBytes = 22, kQs = 6;  // d half, qh (32 fifth bits), 16 nibble bytes
-  static constexpr bool kHighBits = true;
-  // d0 m0 d1 m1 ... d3 m3 with m = −16·d (0 past count).
+// The nibble formats this table multiplies on 16-bit products, w = d·q + m:
+// blocks of kBlockBytes whose 16 nibble bytes start at byte kNibbles, q in
+// 0..15, or 0..31 with the fifth bits (32 of them, qh) at byte kFifthBits
+// (≥ 0) added; m the half beside d (kStoredMin) or kMinPerD·d.
+template <int64_t kBlockBytes, int64_t kNibbles, int64_t kFifthBits, bool kStoredMin, int kMinPerD>
+struct NibbleLayout {
+  static constexpr int64_t kBytes = kBlockBytes, kQs = kNibbles;
+  static constexpr bool kHighBits = kFifthBits >= 0;
+  // d0 m0 d1 m1 ... d3 m3 (0 past count).
   static __m256 scales4(const uint8_t* b, int64_t count) {
-    const __m256 d_0 = quant::d_halves4<kBytes>(b, count);  // d0 0 d1 0 ..
-    return _mm256_mul_ps(_mm256_moveldup_ps(d_0), _mm256_setr_ps(1, -16, 1, -16, 1, -16, 1, -16));
+    if constexpr (kStoredMin) {
+      return quant::dm_halves4<kBytes>(b, count);
+    } else {
+      const __m256 d_0 = quant::d_halves4<kBytes>(b, count);  // d0 0 d1 0 ..
+      const float k = static_cast<float>(kMinPerD);
+      return _mm256_mul_ps(_mm256_moveldup_ps(d_0), _mm256_setr_ps(1, k, 1, k, 1, k, 1, k));
+    }
   }
   // Adds 16 to each weight word whose fifth bit is set. Word 8L + t of w[c]
   // is weight 8c + t of block L, whose bit is bit t of byte c of block L's qh:
   // w[c]'s mask gathers byte c of the four qh.
   static void add_high_bits4(const uint8_t* b, int64_t count, __m512i w[4]) {
     const auto qh = [&](int i) {
-      return i < count ? static_cast<int>(quant::load_u32(b + kBytes * i + 2)) : 0;
+      return i < count ? static_cast<int>(quant::load_u32(b + kBytes * i + kFifthBits)) : 0;
     };
     const __m128i bytes =
         _mm_shuffle_epi8(_mm_setr_epi32(qh(0), qh(1), qh(2), qh(3)),
@@ -117,6 +119,10 @@ struct Q5_0Layout {
     add(3, _mm_extract_epi32(bytes, 3));
   }
 };
+using Q4_0Layout = NibbleLayout<18, 2, -1, false, -8>;  // d; w = d·(q − 8)
+using Q4_1Layout = NibbleLayout<20, 4, -1, true, 0>;    // d, m
+using Q5_0Layout = NibbleLayout<22, 6, 2, false, -16>;  // d, qh; w = d·(q − 16)
+using Q5_1Layout = NibbleLayout<24, 8, 4, true, 0>;     // d, m, qh
 
 // The int32 sums of one group of 4 blocks: wc, its weights as x is stored
 // (128-bit lane i = block i), times x's group at xr.
@@ -143,7 +149,7 @@ template <int R>
 }
 
 // y[r, j] for R rows of x from row r0 and channels [j0, j1) (at most 16), of
-// a nibble format (F: Q4_1Layout or Q5_0Layout).
+// a nibble format (F: a NibbleLayout).
 template <int R, class F>
 void nibble_rows(const RoundedX& xq, int64_t r0, const QuantMatrix& w, const float* bias, float* y,
                  int64_t ldy, int64_t j0, int64_t j1) {
@@ -355,13 +361,16 @@ struct Int16Rows {
   static constexpr int kRowsPerPass = 8;
   static constexpr auto round_x = &kernels::round_x;
   static bool has_rows(BlockFormat f) {
-    return f == BlockFormat::kQ4_1 || f == BlockFormat::kQ5_0 || f == BlockFormat::kQ8_0 ||
-           f == BlockFormat::kQ4_K || f == BlockFormat::kQ6_K;
+    return f == BlockFormat::kQ4_0 || f == BlockFormat::kQ4_1 || f == BlockFormat::kQ5_0 ||
+           f == BlockFormat::kQ5_1 || f == BlockFormat::kQ8_0 || f == BlockFormat::kQ4_K ||
+           f == BlockFormat::kQ6_K;
   }
   template <int R>
   static auto rows(BlockFormat f) {
-    return f == BlockFormat::kQ4_1   ? &nibble_rows<R, Q4_1Layout>
+    return f == BlockFormat::kQ4_0   ? &nibble_rows<R, Q4_0Layout>
+           : f == BlockFormat::kQ4_1 ? &nibble_rows<R, Q4_1Layout>
            : f == BlockFormat::kQ5_0 ? &nibble_rows<R, Q5_0Layout>
+           : f == BlockFormat::kQ5_1 ? &nibble_rows<R, Q5_1Layout>
            : f == BlockFormat::kQ4_K ? &q4_k_rows<R>
            : f == BlockFormat::kQ6_K ? &q6_k_rows<R>
                                      : &q8_0_rows<R>;

@@ -77,19 +77,24 @@ inline __m512i q4_1_nibbles4(const uint8_t* b, int64_t count = 4) {
   return nibbles4<20, 4>(b, count);
 }
 
-// Their {d, m} as 8 halves → floats d0 m0 d1 m1 ... d3 m3 (0 past count).
-// The fp16 d that starts each of 4 blocks of kBytes bytes (Q5_0, Q8_0), as
-// floats in the even lanes; the odd lanes, and blocks past count, 0.
+// The fp16 d that starts each of 4 blocks of kBytes bytes (Q4_0, Q5_0,
+// Q8_0), as floats in the even lanes; the odd lanes, and blocks past count, 0.
 template <int64_t kBytes>
 inline __m256 d_halves4(const uint8_t* b, int64_t count) {
   const auto d = [&](int i) { return i < count ? load_u16(b + kBytes * i) : 0; };
   return _mm256_cvtph_ps(_mm_setr_epi32(d(0), d(1), d(2), d(3)));
 }
 
-inline __m256 q4_1_scales4(const uint8_t* b, int64_t count = 4) {
-  const auto dm = [&](int i) { return i < count ? load_u32(b + 20 * i) : 0; };
+// The fp16 {d, m} that start each of 4 blocks of kBytes bytes (Q4_1, Q5_1)
+// → floats d0 m0 d1 m1 ... d3 m3 (0 past count).
+template <int64_t kBytes>
+inline __m256 dm_halves4(const uint8_t* b, int64_t count) {
+  const auto dm = [&](int i) { return i < count ? load_u32(b + kBytes * i) : 0; };
   return _mm256_cvtph_ps(_mm_setr_epi32(dm(0), dm(1), dm(2), dm(3)));
 }
+
+// Q4_1's {d, m} of four blocks (80 bytes at b).
+inline __m256 q4_1_scales4(const uint8_t* b, int64_t count = 4) { return dm_halves4<20>(b, count); }
 
 // Even lanes 0, 2, 4, 6 of v (a value per block of 4, e.g. d·dx) spread so
 // that 128-bit lane i holds block i's.
