@@ -1,8 +1,8 @@
 // The avx512_vnni16 table of quant_gemm.h: the few-rows product of Q4_0,
-// Q4_1, Q5_0, Q5_1, Q8_0, Q4_K and Q6_K weights on 16-bit integer dot products (vpdpwssd, s16 ×
-// s16 → int32, two products per int32 lane), the other formats on
-// avx2_int16's (the same rounding of x, vpmaddwd), dequantize_rows on the
-// avx512 float code.
+// Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K and Q6_K weights on 16-bit integer dot
+// products (vpdpwssd, s16 × s16 → int32, two products per int32 lane),
+// IQ4_NL on avx2_int16's (the same rounding of x, vpmaddwd),
+// dequantize_rows on the avx512 float code.
 //
 // Each call first rounds every row of x to 16 bits per block of 32
 // (quantize_x_q16_reference: dx = max|x| / 32767, q = round(x / dx)), once
@@ -12,11 +12,11 @@
 //   Q5_0 (w = d·(q − 16), q 0..31):  the same with m = −16·d (Q4_0: −8·d;
 //                                    Q5_1: q 0..31 and its own m)
 //   Q8_0 (w = d·q, q int8):          Σ w·x̂ = d·dx·Σ q_w·q_x
-//   Q4_K, per sub-block of 32:       Q4_1's, with d·sc and −dmin·mn for d and m
+//   Q4_K, Q5_K, per sub-block of 32: Q4_1's, with d·sc and −dmin·mn for d and m
 //   Q6_K (w = d·sc·(q − 32)):        Q8_0's, with sc·(q − 32) as the words
 // i.e. the float32 evaluation of the product with x̂ (the min term uses the
 // rounded x's Σ q_x, so every term is that of one weight and one x̂). Every
-// int32 lane holds at most 8 products (Q4_1, Q4_K: |q_w·q_x| ≤ 15·32768, Q5_0:
+// int32 lane holds at most 8 products (Q4_1, Q4_K: |q_w·q_x| ≤ 15·32768, Q5_0, Q5_K:
 // ≤ 31·32768) or 4 (Q8_0: ≤ 128·32768), below 2^24: its conversion to
 // float32 is exact (Q6_K: 8 of ≤ 4064·32768, below 2^31, rounded once).
 //
@@ -240,12 +240,20 @@ void q8_0_rows(const RoundedX& xq, int64_t r0, const QuantMatrix& w, const float
 // 4 + c of each: two qword permutes of the nibble vectors give two chunks
 // each, widened to words. Sub-block i is (d·sc_i)·q − dmin·mn_i: Q4_1's
 // form, with d·sc_i and −dmin·mn_i as its d and m (int16_blocks::Q4_K).
-template <int R>
-void q4_k_rows(const RoundedX& xq, int64_t r0, const QuantMatrix& w, const float* bias, float* y,
-               int64_t ldy, int64_t j0, int64_t j1) {
-  constexpr int64_t kBytes = 144, kQs = 16;
+// Q5_K (F = int16_blocks::Q5_K): the same, its nibbles from byte 48, and
+// bit s of qh byte i (from byte 16) the fifth bit of weight i of sub-block s.
+template <int R, class F>
+void k_nibble_rows(const RoundedX& xq, int64_t r0, const QuantMatrix& w, const float* bias,
+                   float* y, int64_t ldy, int64_t j0, int64_t j1) {
+  constexpr bool kFifthBits = F::kFormat == BlockFormat::kQ5_K;
+  constexpr int64_t kQs = kFifthBits ? 48 : 16;
   const int64_t supers = w.k / 256;
-  const __m512i nibble = _mm512_set1_epi8(0x0f);
+  const __m512i nibble = _mm512_set1_epi8(0x0f), one = _mm512_set1_epi8(1);
+  // per 16-bit word: the qh bit of the low nibbles' sub-blocks {4h, 4h + 2}
+  // (h = 0; + 4 for h = 1), then of the high nibbles' {4h + 1, 4h + 3}
+  const __m512i bit_low = _mm512_setr_epi64(0, 0, 0, 0, 0x0002000200020002, 0x0002000200020002,
+                                            0x0002000200020002, 0x0002000200020002);
+  const __m512i bit_high = _mm512_add_epi16(bit_low, _mm512_set1_epi16(1));
   // {low, high} qwords c and 4 + c for chunks 0 and 1 (pick01), 2 and 3 (pick23)
   const __m512i pick01 = _mm512_setr_epi64(0, 8, 4, 12, 1, 9, 5, 13);
   const __m512i pick23 = _mm512_setr_epi64(2, 10, 6, 14, 3, 11, 7, 15);
@@ -257,13 +265,24 @@ void q4_k_rows(const RoundedX& xq, int64_t r0, const QuantMatrix& w, const float
     for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps(), acc_min[r] = _mm256_setzero_ps();
     const uint8_t* row = w.data + j * w.row_bytes;
     for (int64_t sb = 0; sb < supers; ++sb) {
-      const uint8_t* b = row + kBytes * sb;
+      const uint8_t* b = row + F::kBytes * sb;
       alignas(32) float d[8], m[8];
-      int16_blocks::Q4_K::scales(b, d, m);
+      F::scales(b, d, m);
       for (int h = 0; h < 2; ++h) {
         const __m512i qs = _mm512_loadu_si512(b + kQs + 64 * h);
-        const __m512i low = _mm512_and_si512(qs, nibble);
-        const __m512i high = _mm512_and_si512(_mm512_srli_epi16(qs, 4), nibble);
+        __m512i low = _mm512_and_si512(qs, nibble);
+        __m512i high = _mm512_and_si512(_mm512_srli_epi16(qs, 4), nibble);
+        if constexpr (kFifthBits) {
+          const __m512i qh =
+              _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 16)));
+          const __m512i shift = _mm512_set1_epi16(static_cast<int16_t>(4 * h));
+          const auto fifth = [&](__m512i bits) {
+            const __m512i shifted = _mm512_srlv_epi16(qh, _mm512_add_epi16(bits, shift));
+            return _mm512_slli_epi16(_mm512_and_si512(shifted, one), 4);
+          };
+          low = _mm512_or_si512(low, fifth(bit_low));
+          high = _mm512_or_si512(high, fifth(bit_high));
+        }
         const __m512i c01 = _mm512_permutex2var_epi64(low, pick01, high);
         const __m512i c23 = _mm512_permutex2var_epi64(low, pick23, high);
         const __m512i wc[4] = {_mm512_cvtepu8_epi16(_mm512_castsi512_si256(c01)),
@@ -363,7 +382,7 @@ struct Int16Rows {
   static bool has_rows(BlockFormat f) {
     return f == BlockFormat::kQ4_0 || f == BlockFormat::kQ4_1 || f == BlockFormat::kQ5_0 ||
            f == BlockFormat::kQ5_1 || f == BlockFormat::kQ8_0 || f == BlockFormat::kQ4_K ||
-           f == BlockFormat::kQ6_K;
+           f == BlockFormat::kQ5_K || f == BlockFormat::kQ6_K;
   }
   template <int R>
   static auto rows(BlockFormat f) {
@@ -371,11 +390,12 @@ struct Int16Rows {
            : f == BlockFormat::kQ4_1 ? &nibble_rows<R, Q4_1Layout>
            : f == BlockFormat::kQ5_0 ? &nibble_rows<R, Q5_0Layout>
            : f == BlockFormat::kQ5_1 ? &nibble_rows<R, Q5_1Layout>
-           : f == BlockFormat::kQ4_K ? &q4_k_rows<R>
+           : f == BlockFormat::kQ4_K ? &k_nibble_rows<R, int16_blocks::Q4_K>
+           : f == BlockFormat::kQ5_K ? &k_nibble_rows<R, int16_blocks::Q5_K>
            : f == BlockFormat::kQ6_K ? &q6_k_rows<R>
                                      : &q8_0_rows<R>;
   }
-  // The other formats on avx2_int16's kernels: x rounded the same way.
+  // IQ4_NL on avx2_int16's kernels: x rounded the same way.
   static void other_formats(const float* x, int64_t ldx, int64_t m, const QuantMatrix& w,
                             const float* bias, float* y, int64_t ldy, int64_t c0, int64_t c1) {
     kQuantAvx2Int16.gemv_block(x, ldx, m, w, bias, y, ldy, c0, c1);
@@ -389,7 +409,7 @@ extern const QuantKernels kQuantAvx512Vnni16 = {
     &quant::integer_gemv_block<Int16Rows>,
     &quant::dequantize_rows<simd::Avx512>,
     16,
-    kEveryFormat,  // the other formats on avx2_int16's kernels round x too
+    kEveryFormat,  // IQ4_NL on avx2_int16's kernels rounds x too
     &kQuantPromptAvx512Vnni16};
 
 }  // namespace qkv::kernels
