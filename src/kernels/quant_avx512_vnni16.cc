@@ -50,7 +50,8 @@ constexpr float kTiny = 0x1p-100f;  // see quantize_x_q16_reference
 
 using RoundedX = quant::RoundedX<int16_t>;
 // Rounds m rows of x (stride ldx) into this thread's scratch, laid out as the
-// top of the file says (the same for Q4_1 and Q8_0; q4: keep Σ q_x).
+// top of the file says (the same for every format; q4: keep Σ q_x, which the
+// formats with a min need).
 RoundedX round_x(const float* x, int64_t ldx, int64_t m, int64_t k, bool q4) {
   const auto store = [](int16_t* p, __m128i v) {
     _mm_storeu_si128(reinterpret_cast<__m128i*>(p), v);

@@ -1,10 +1,9 @@
 // What the integer-x few-rows tables of quant_gemm.h (quant_avx512_vnni.cc:
 // x rounded to int8; quant_avx512_vnni16.cc: to int16) share: the rounding
 // of x per block of 32 into thread-local scratch, and the driver that sends
-// Q4_1 and Q8_0 weights to their kernels and every other format to the
-// table's choice. Each file keeps its own layout of the rounded x and its
-// own dot products. AVX-512 (and F16C) code: include only from files
-// compiled for it.
+// the formats a table has kernels for (T::has_rows) to them and every other
+// format to the table's choice (T::other_formats). Each file keeps its own layout of the rounded x
+// and its own dot products. AVX-512 (and F16C) code: include only from files compiled for it.
 #pragma once
 
 #include <immintrin.h>
