@@ -234,6 +234,34 @@ void q8_0_rows(const RoundedX& xq, int64_t r0, const QuantMatrix& w, const float
   sums.store(j0, j1 - j0, bias, y, ldy, r0);
 }
 
+// The K-quant kernels below take half a super-block (four sub-blocks of 32)
+// at a time, each sub-block's low bits in the low or high nibbles of 64
+// bytes and any high bits in a qh of 32 bytes (byte l: weight l).
+
+// Word shift counts: `first` in the low 256 bits, `second` in the high ones.
+inline __m512i half_shifts(int first, int second) {
+  const int64_t a = 0x0001000100010001 * first, b = 0x0001000100010001 * second;
+  return _mm512_setr_epi64(a, a, a, a, b, b, b, b);
+}
+
+// High bits of the 64 bytes' weights from qh (broadcast to both halves):
+// qh's bits at `shifts` (per half, see half_shifts), `mask`ed, moved to bit 4.
+inline __m512i high_bits(__m512i qh, __m512i shifts, __m512i mask) {
+  return _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh, shifts), mask), 4);
+}
+
+// The four chunks of the half super-block as words (128-bit lane i = sub-block
+// i, as x is stored): qwords of the low and high values picked two chunks at
+// a time (pick01, pick23; indices 8.. are `high`'s), widened.
+inline void chunk_words(__m512i low, __m512i high, __m512i pick01, __m512i pick23, __m512i wc[4]) {
+  const __m512i c01 = _mm512_permutex2var_epi64(low, pick01, high);
+  const __m512i c23 = _mm512_permutex2var_epi64(low, pick23, high);
+  wc[0] = _mm512_cvtepu8_epi16(_mm512_castsi512_si256(c01));
+  wc[1] = _mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64(c01, 1));
+  wc[2] = _mm512_cvtepu8_epi16(_mm512_castsi512_si256(c23));
+  wc[3] = _mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64(c23, 1));
+}
+
 // Q4_K, half a super-block (4 sub-blocks of 32, one group of x) at a time:
 // sub-blocks 4h and 4h + 1 are the low and high nibbles of qs bytes 64h ..
 // 64h + 31, sub-blocks 4h + 2 and 4h + 3 those of the next 32. Chunk c of
@@ -250,11 +278,10 @@ void k_nibble_rows(const RoundedX& xq, int64_t r0, const QuantMatrix& w, const f
   constexpr int64_t kQs = kFifthBits ? 48 : 16;
   const int64_t supers = w.k / 256;
   const __m512i nibble = _mm512_set1_epi8(0x0f), one = _mm512_set1_epi8(1);
-  // per 16-bit word: the qh bit of the low nibbles' sub-blocks {4h, 4h + 2}
-  // (h = 0; + 4 for h = 1), then of the high nibbles' {4h + 1, 4h + 3}
-  const __m512i bit_low = _mm512_setr_epi64(0, 0, 0, 0, 0x0002000200020002, 0x0002000200020002,
-                                            0x0002000200020002, 0x0002000200020002);
-  const __m512i bit_high = _mm512_add_epi16(bit_low, _mm512_set1_epi16(1));
+  // Q5_K: the qh bits of the low nibbles' sub-blocks {4h, 4h + 2}, then of
+  // the high nibbles' {4h + 1, 4h + 3}
+  const __m512i bits_low[2] = {half_shifts(0, 2), half_shifts(4, 6)};
+  const __m512i bits_high[2] = {half_shifts(1, 3), half_shifts(5, 7)};
   // {low, high} qwords c and 4 + c for chunks 0 and 1 (pick01), 2 and 3 (pick23)
   const __m512i pick01 = _mm512_setr_epi64(0, 8, 4, 12, 1, 9, 5, 13);
   const __m512i pick23 = _mm512_setr_epi64(2, 10, 6, 14, 3, 11, 7, 15);
@@ -276,20 +303,11 @@ void k_nibble_rows(const RoundedX& xq, int64_t r0, const QuantMatrix& w, const f
         if constexpr (kFifthBits) {
           const __m512i qh =
               _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 16)));
-          const __m512i shift = _mm512_set1_epi16(static_cast<int16_t>(4 * h));
-          const auto fifth = [&](__m512i bits) {
-            const __m512i shifted = _mm512_srlv_epi16(qh, _mm512_add_epi16(bits, shift));
-            return _mm512_slli_epi16(_mm512_and_si512(shifted, one), 4);
-          };
-          low = _mm512_or_si512(low, fifth(bit_low));
-          high = _mm512_or_si512(high, fifth(bit_high));
+          low = _mm512_or_si512(low, high_bits(qh, bits_low[h], one));
+          high = _mm512_or_si512(high, high_bits(qh, bits_high[h], one));
         }
-        const __m512i c01 = _mm512_permutex2var_epi64(low, pick01, high);
-        const __m512i c23 = _mm512_permutex2var_epi64(low, pick23, high);
-        const __m512i wc[4] = {_mm512_cvtepu8_epi16(_mm512_castsi512_si256(c01)),
-                               _mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64(c01, 1)),
-                               _mm512_cvtepu8_epi16(_mm512_castsi512_si256(c23)),
-                               _mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64(c23, 1))};
+        __m512i wc[4];
+        chunk_words(low, high, pick01, pick23, wc);
         const __m128 d4 = _mm_load_ps(d + 4 * h), m4 = _mm_load_ps(m + 4 * h);
         const __m256 dm = _mm256_set_m128(_mm_unpackhi_ps(d4, m4), _mm_unpacklo_ps(d4, m4));
         add_min_form_group<R>(xq, r0, 2 * sb + h, wc, dm, acc, acc_min);
@@ -316,9 +334,7 @@ void q6_k_rows(const RoundedX& xq, int64_t r0, const QuantMatrix& w, const float
   const int64_t nb = xq.nb, supers = w.k / 256;
   const __m512i nibble = _mm512_set1_epi8(0x0f), two_bits = _mm512_set1_epi8(0x03);
   // qh's bits 2t of sub-blocks {0, 1} (top bits of the low nibbles) and {2, 3}
-  const __m512i shifts_low = _mm512_setr_epi64(0, 0, 0, 0, 0x0002000200020002, 0x0002000200020002,
-                                               0x0002000200020002, 0x0002000200020002);
-  const __m512i shifts_high = _mm512_add_epi16(shifts_low, _mm512_set1_epi16(4));
+  const __m512i shifts_low = half_shifts(0, 2), shifts_high = half_shifts(4, 6);
   // {low, high} qwords: sub-blocks 0..3's chunks 0 and 1 (pick01), 2 and 3 (pick23)
   const __m512i pick01 = _mm512_setr_epi64(0, 4, 8, 12, 1, 5, 9, 13);
   const __m512i pick23 = _mm512_setr_epi64(2, 6, 10, 14, 3, 7, 11, 15);
@@ -341,24 +357,18 @@ void q6_k_rows(const RoundedX& xq, int64_t r0, const QuantMatrix& w, const float
         const __m512i ql = _mm512_loadu_si512(b + 64 * h);
         const __m512i qh = _mm512_broadcast_i64x4(
             _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 128 + 32 * h)));
-        const auto top = [&](__m512i shifts) {
-          return _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh, shifts), two_bits), 4);
-        };
-        const __m512i low = _mm512_or_si512(_mm512_and_si512(ql, nibble), top(shifts_low));
-        const __m512i high =
-            _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), nibble), top(shifts_high));
-        const __m512i c01 = _mm512_permutex2var_epi64(low, pick01, high);
-        const __m512i c23 = _mm512_permutex2var_epi64(low, pick23, high);
+        const __m512i low =
+            _mm512_or_si512(_mm512_and_si512(ql, nibble), high_bits(qh, shifts_low, two_bits));
+        const __m512i high = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), nibble),
+                                             high_bits(qh, shifts_high, two_bits));
         const __m512i sc = _mm512_castsi128_si512(
             _mm_cvtepi8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b + 192 + 8 * h))));
         const __m512i sc01 = _mm512_permutexvar_epi16(scale01, sc),
                       sc23 = _mm512_permutexvar_epi16(scale23, sc);
-        const auto word = [&](__m256i q, __m512i scale) {
-          return _mm512_mullo_epi16(_mm512_sub_epi16(_mm512_cvtepu8_epi16(q), thirty_two), scale);
-        };
-        const __m512i wc[4] = {
-            word(_mm512_castsi512_si256(c01), sc01), word(_mm512_extracti64x4_epi64(c01, 1), sc01),
-            word(_mm512_castsi512_si256(c23), sc23), word(_mm512_extracti64x4_epi64(c23, 1), sc23)};
+        __m512i wc[4];
+        chunk_words(low, high, pick01, pick23, wc);
+        for (int c = 0; c < 4; ++c)
+          wc[c] = _mm512_mullo_epi16(_mm512_sub_epi16(wc[c], thirty_two), c < 2 ? sc01 : sc23);
         const int64_t g = 2 * sb + h;
 #pragma GCC unroll 8
         for (int r = 0; r < R; ++r) {
