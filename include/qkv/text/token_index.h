@@ -29,6 +29,8 @@ class TokenIndex {
   std::optional<int32_t> find(std::string_view text, std::span<const std::string> vocabulary) const;
 
  private:
+  // The slot holding `text`'s id, or the empty slot where it would go.
+  size_t slot_of(std::string_view text, std::span<const std::string> vocabulary) const;
   void grow(std::span<const std::string> vocabulary);
 
   std::vector<int32_t> slots_;  // -1 where empty; size a power of two
