@@ -128,6 +128,10 @@ class FusedBackward : public qkv_test::ActiveKernelTableTest {
     EXPECT_LE(relative_error(fused.query, ref.query), 1e-5) << what << " dq";
     EXPECT_LE(relative_error(fused.key, ref.key), 1e-5) << what << " dk";
     EXPECT_LE(relative_error(fused.value, ref.value), 1e-5) << what << " dv";
+    EXPECT_EQ(fused.attn_mask.defined(), o.attn_mask.defined() &&
+                                             o.attn_mask.dtype() != DType::kBool &&
+                                             o.attn_mask_requires_grad)
+        << what;
     if (ref.attn_mask.defined()) {
       EXPECT_LE(relative_error(fused.attn_mask, ref.attn_mask), 1e-5) << what << " dmask";
       // (relative_error passes NaN where both have it: a mask's gradient has none)
@@ -153,6 +157,8 @@ TEST_P(FusedBackward, ShapesMasksCausalGqaDropout) {
     masked.enable_gqa = true;
     masked.attn_mask = Tensor::randn({4, L, S}, gen);
     compare(q, k, v, masked, "float mask" + at);
+    masked.attn_mask_requires_grad = false;  // a constant mask: no score gradients
+    compare(q, k, v, masked, "float mask, no gradient of its own" + at);
     SdpaOptions padded;
     padded.enable_gqa = true;
     padded.attn_mask = key_mask_for_heads(keep_mask_from_lengths({S, (S + 1) / 2}, S));

@@ -109,6 +109,10 @@ struct SdpaOptions {
   bool return_dropout_mask = false;
   // Use this keep-mask (bool, broadcastable to [..., H, L, S]) instead of sampling one.
   Tensor dropout_mask;
+  // Whether the backward returns a floating attn_mask's gradient. A constant
+  // mask (padding, a fixed bias) needs none: false spares the backward
+  // writing [..., H, L, S] score gradients and summing them.
+  bool attn_mask_requires_grad = true;
   // Source of dropout randomness; nullptr means default_generator().
   Generator* generator = nullptr;
   // Force an implementation (kFused needs float32).
@@ -193,7 +197,8 @@ struct SdpaGradients {
   Tensor query;      // like q
   Tensor key;        // like k (summed over the query heads of a GQA group and broadcast dims)
   Tensor value;      // like v
-  Tensor attn_mask;  // like a floating attn_mask; undefined for bool or no mask
+  Tensor attn_mask;  // like a floating attn_mask; undefined for bool or no mask, or
+                     // when options.attn_mask_requires_grad is false
 };
 
 // The backward of scaled_dot_product_attention: gradients of the inputs given

@@ -261,7 +261,8 @@ py::tuple sdpa_op_forward(py::handle args, py::str function, const std::string& 
 // grad_output in the query's dtype, logsumexp float64 [..., H, L]).
 // -> (grad_query, grad_key, grad_value, grad_attn_mask or None)
 py::tuple sdpa_op_backward(py::handle grad_output, py::handle output, py::handle logsumexp,
-                           py::handle args, py::str function, const std::string& layout) {
+                           py::handle args, py::str function, const std::string& layout,
+                           bool attn_mask_requires_grad) {
   Options options(args, PyUnicode_AsUTF8(function.ptr()));
   const char* fn = options.function();
   SdpaCall call = parse_call(options, /*need_weights=*/false);
@@ -291,6 +292,7 @@ py::tuple sdpa_op_backward(py::handle grad_output, py::handle output, py::handle
   }
   o.generator = nullptr;
   o.return_dropout_mask = false;
+  o.attn_mask_requires_grad = attn_mask_requires_grad;
   SdpaGradients grads;
   {
     py::gil_scoped_release release;
@@ -345,7 +347,7 @@ void bind_functional(py::module_& m) {
         py::arg("layout") = "contiguous");
   m.def("scaled_dot_product_attention_op_backward", &sdpa_op_backward, py::arg("grad_output"),
         py::arg("output"), py::arg("logsumexp"), py::arg("args"), py::arg("function"),
-        py::arg("layout") = "contiguous");
+        py::arg("layout") = "contiguous", py::arg("attn_mask_requires_grad") = true);
 
   py::class_<SdpaBackward>(m, "SdpaBackward")
       .def("__call__", &SdpaBackward::operator(), py::arg("grad_output"))

@@ -59,10 +59,13 @@ _OPTIONS = ("Tensor? attn_mask=None, float dropout_p=0.0, str causal=\"none\", "
 FORWARD_SCHEMA = ("(Tensor query, Tensor key, Tensor value, " + _OPTIONS +
                   ") -> (Tensor, Tensor, Tensor)")
 
-# -> (grad_query, grad_key, grad_value, grad_attn_mask: like a float attn_mask,
-#     else empty). output and logsumexp are the forward's.
+# -> (grad_query, grad_key, grad_value, grad_attn_mask: like a float attn_mask
+#     when attn_mask_requires_grad, else empty). output and logsumexp are the
+#     forward's. A mask that needs no gradient spares the [..., H, L, S] score
+#     gradients (and keeps bfloat16 products with precision="bfloat16").
 BACKWARD_SCHEMA = ("(Tensor grad_output, Tensor query, Tensor key, Tensor value, Tensor output, "
-                   "Tensor logsumexp, " + _OPTIONS + ") -> (Tensor, Tensor, Tensor, Tensor)")
+                   "Tensor logsumexp, " + _OPTIONS + ", bool attn_mask_requires_grad=True) -> "
+                   "(Tensor, Tensor, Tensor, Tensor)")
 
 _NAME = "scaled_dot_product_attention"
 # Results laid out like the inputs (qkv's SdpaLayout::kLikeInputs).
@@ -108,12 +111,14 @@ def _forward(query, key, value, attn_mask=None, dropout_p=0.0, causal="none", sc
 def _backward(grad_output, query, key, value, output, logsumexp, attn_mask=None, dropout_p=0.0,
               causal="none", scale=None, enable_gqa=False, window_left=None, window_right=None,
               alibi_slopes=None, softcap=None, dropout_seed=None, dropout_mask=None,
-              return_dropout_mask=False, backend="auto", precision="float32"):
+              return_dropout_mask=False, backend="auto", precision="float32",
+              attn_mask_requires_grad=True):
     args = _core_args(query, key, value, attn_mask, dropout_p, causal, scale, enable_gqa,
                       window_left, window_right, alibi_slopes, softcap, dropout_seed, dropout_mask,
                       False, backend, precision)
-    grads = _core.scaled_dot_product_attention_op_backward(grad_output, output, logsumexp, args,
-                                                           _NAME + "_backward", _LAYOUT)
+    grads = _core.scaled_dot_product_attention_op_backward(
+        grad_output, output, logsumexp, args, _NAME + "_backward", _LAYOUT,
+        attn_mask_requires_grad)
     return tuple(_as_torch(g, query.dtype) for g in grads)
 
 
@@ -165,9 +170,9 @@ def _backward_fake(grad_output, query, key, value, output, logsumexp, attn_mask=
                    dropout_p=0.0, causal="none", scale=None, enable_gqa=False, window_left=None,
                    window_right=None, alibi_slopes=None, softcap=None, dropout_seed=None,
                    dropout_mask=None, return_dropout_mask=False, backend="auto",
-                   precision="float32"):
+                   precision="float32", attn_mask_requires_grad=True):
     float_mask = attn_mask is not None and attn_mask.dtype != torch.bool
-    mask_shape = attn_mask.shape if float_mask else (0,)
+    mask_shape = attn_mask.shape if float_mask and attn_mask_requires_grad else (0,)
     # Each gradient laid out like its input (a float mask's contiguous).
     return (_empty_laid_out(query, query.shape), _empty_laid_out(key, key.shape),
             _empty_laid_out(value, value.shape), query.new_empty(mask_shape))
@@ -200,16 +205,19 @@ def _autograd_backward(ctx, grad_output, _grad_lse, _grad_keep):
                for name, there in zip(_TENSOR_INPUTS, ctx.tensor_present)}
     if grad_output is None:
         grad_output = torch.zeros_like(out)
-    kwargs = dict(ctx.options)
-    kwargs.update({k: v for k, v in tensors.items() if k not in ("query", "key", "value")})
-    dq, dk, dv, dmask = torch.ops.qkv.scaled_dot_product_attention_backward(
-        grad_output, tensors["query"], tensors["key"], tensors["value"], out, lse, **kwargs)
     # One gradient per argument the call passed: the dispatcher drops trailing
     # arguments equal to their defaults, so there may be fewer than _INPUTS.
     need = ctx.needs_input_grad
-    grads = [None] * len(need)
+    mask_index = _INPUTS.index("attn_mask")
     float_mask = tensors["attn_mask"] is not None and tensors["attn_mask"].dtype != torch.bool
-    for i, grad in enumerate((dq, dk, dv, dmask if float_mask else None)):
+    mask_grad = float_mask and mask_index < len(need) and need[mask_index]
+    kwargs = dict(ctx.options)
+    kwargs.update({k: v for k, v in tensors.items() if k not in ("query", "key", "value")})
+    dq, dk, dv, dmask = torch.ops.qkv.scaled_dot_product_attention_backward(
+        grad_output, tensors["query"], tensors["key"], tensors["value"], out, lse,
+        attn_mask_requires_grad=mask_grad, **kwargs)
+    grads = [None] * len(need)
+    for i, grad in enumerate((dq, dk, dv, dmask if mask_grad else None)):
         if i < len(need) and need[i]:
             grads[i] = grad
     return tuple(grads)

@@ -166,6 +166,30 @@ def test_float32_float_mask_gradient_equals_torch():
         assert_close(a, b, np.float32, f"grad {name}")
 
 
+def test_constant_float_mask_gets_no_gradient_and_the_same_others():
+    """A float mask that does not require grad (padding, a fixed bias): the
+    backward op is told so, returns no mask gradient, and q, k, v's gradients
+    are those of the call that computes it."""
+    inputs = qkv_inputs(dtype=torch.float32, L=6, S=8, E=16, seed=9)
+    mask = torch.randn(2, 1, 6, 8)
+    grad_out = torch.randn(2, 2, 6, 16)
+    ours, our_grads = grads_of(lambda q, k, v: sdpa(q, k, v, attn_mask=mask), inputs, grad_out)
+    theirs, their_grads = grads_of(lambda q, k, v: F.scaled_dot_product_attention(
+        q, k, v, attn_mask=mask), inputs, grad_out)
+    for name, a, b in zip("qkv", our_grads, their_grads):
+        assert_close(a, b, np.float32, f"grad {name}")
+    q, k, v = (t.detach() for t in inputs)
+    out, lse, _ = op(q, k, v, attn_mask=mask)
+    backward = torch.ops.qkv.scaled_dot_product_attention_backward
+    with_mask = backward(grad_out, q, k, v, out, lse, attn_mask=mask)
+    without = backward(grad_out, q, k, v, out, lse, attn_mask=mask, attn_mask_requires_grad=False)
+    assert with_mask[3].shape == mask.shape and without[3].numel() == 0
+    for a, b in zip(with_mask[:3], without[:3]):
+        assert torch.equal(a, b)
+    for a, b in zip(without[:3], our_grads):
+        assert torch.equal(a, b)
+
+
 def test_bfloat16_forward_and_backward_follow_float32():
     q, k, v = qkv_inputs(dtype=torch.float32, L=8, S=8, E=16, seed=6)
     ours = [t.detach().bfloat16().requires_grad_() for t in (q, k, v)]

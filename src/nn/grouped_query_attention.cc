@@ -124,6 +124,7 @@ SdpaOptions GroupedQueryAttention::sdpa_options(const GroupedQueryAttentionForwa
   SdpaOptions sdpa;
   sdpa.enable_gqa = o.num_kv_heads != o.num_heads;
   sdpa.precision = precision();
+  sdpa.attn_mask_requires_grad = false;  // the module's masks are constants
   sdpa.dropout_p = is_training() ? o.dropout : 0.0;
   sdpa.generator = generator();
   if (o.scale > 0.0) sdpa.scale = o.scale;

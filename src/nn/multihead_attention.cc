@@ -256,6 +256,7 @@ MultiheadAttentionOutput MultiheadAttention::forward(const Tensor& query, const 
   // appended columns (bias_k, zero) are padded with 0: always attended to.
   SdpaOptions sdpa;
   sdpa.precision = precision();
+  sdpa.attn_mask_requires_grad = false;  // the module's masks are constants
   const bool use_attn = am.defined() && !causal_kernel;
   if (use_attn || kpm.defined()) {
     const int64_t Bm = (kpm.defined() || (use_attn && attn_3d)) ? B : 1;

@@ -78,7 +78,8 @@ SdpaGradients run_backward(const PreparedSdpa& prepared, bool fused, const Tenso
   bp.grad_k = grad_operand(grads.key, prepared.out_lead, prepared.head_group);
   bp.grad_v = grad_operand(grads.value, prepared.out_lead, prepared.head_group);
   Tensor grad_scores;
-  const bool mask_grad = options.attn_mask.defined() && options.attn_mask.dtype() != DType::kBool;
+  const bool mask_grad = options.attn_mask.defined() && options.attn_mask.dtype() != DType::kBool &&
+                         options.attn_mask_requires_grad;
   if (mask_grad) {
     grad_scores = Tensor::zeros(prepared.weights_shape, grad_dtype);
     bp.grad_scores = grad_scores.raw_data();
