@@ -171,6 +171,13 @@ TEST_P(FusedBackward, ShapesMasksCausalGqaDropout) {
     // As an additive float mask (its gradient is 0 on the skipped keys).
     padded.attn_mask = keep_mask_to_additive(both_ends);
     compare(q, k, v, padded, "additive key padding on both ends" + at);
+    // Holes among the kept keys: the same for every query, not a padded end.
+    Tensor holes = Tensor::ones({2, 1, 1, S}, DType::kBool);
+    for (int64_t j = 1; j < S; j += 3) holes.set({1, 0, 0, j}, 0);
+    padded.attn_mask = holes;
+    compare(q, k, v, padded, "key mask with holes" + at);
+    padded.attn_mask = keep_mask_to_additive(holes);
+    compare(q, k, v, padded, "additive key mask with holes" + at);
     SdpaOptions dropout;
     dropout.enable_gqa = true;
     dropout.dropout_p = 0.2;

@@ -188,6 +188,14 @@ inline void add_mask(const SdpaProblem& p, int64_t b, int64_t q_begin, int64_t r
     return;
   }
   const int64_t cs = p.mask.col_stride;
+  if (p.mask.row_stride == 0) {
+    // Key padding on the backward's rows: the tile's keys are usually all
+    // kept (trim_to_kept_keys cut the padded end), and then nothing changes.
+    bool changes = false;
+    for (int64_t c = 0; c < keys && !changes; ++c)
+      changes = is_bool ? !bool_mask[(j0 + c) * cs] : float_mask[(j0 + c) * cs] != 0.0f;
+    if (!changes) return;
+  }
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t at = (q_begin + r) * p.mask.row_stride + j0 * cs;
     float* row = s + r * row_step;
@@ -241,12 +249,12 @@ float exp_shift_sum(float* x, int64_t n, float shift) {
     Isa::store(x + j, e);
     acc = Isa::add(acc, e);
   }
-  float sum = Isa::reduce_add(acc);
-  for (; j < n; ++j) {
-    x[j] = x[j] == kNegInfF ? 0.0f : std::exp(x[j] - shift);
-    sum += x[j];
+  if (j < n) {  // the tail in one masked vector (exp(−inf) is 0)
+    const int rest = static_cast<int>(n - j);
+    Isa::store_first(x + j, exp<Isa>(Isa::sub(Isa::load_first(x + j, rest), vs)), rest);
+    acc = Isa::add(acc, Isa::load_first(x + j, rest));
   }
-  return sum;
+  return Isa::reduce_add(acc);
 }
 
 template <class Isa>
