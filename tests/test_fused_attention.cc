@@ -168,6 +168,14 @@ TEST_P(FusedAttention, DecodingWithGqaStacksQueryHeads) {
     masked.enable_gqa = true;
     masked.attn_mask = key_mask_for_heads(keep_mask_from_lengths({S, (S + 1) / 2}, S));
     compare(q, k, v, masked, "decode with padding S=" + std::to_string(S));
+    // The heads of a [B, 1, H, E] buffer (Hugging Face's layout), the output
+    // laid out like them: stacked with the heads' spacing as the row stride.
+    Tensor q_heads = Tensor::randn({2, 1, 9, 64}, gen).transpose(1, 2);
+    SdpaOptions like = o;
+    like.layout = SdpaLayout::kLikeInputs;
+    compare(q_heads, k, v, like, "decode, heads of [B, 1, H, E], S=" + std::to_string(S));
+    masked.layout = SdpaLayout::kLikeInputs;
+    compare(q_heads, k, v, masked, "the same with padding S=" + std::to_string(S));
   }
   // A short prompt without causal mask stacks too.
   Tensor q = Tensor::randn({1, 6, 5, 32}, gen);

@@ -67,6 +67,10 @@ std::vector<Case> strided_cases() {
   reference.backend = SdpaBackend::kReference;
   add("reference float64", 2, 3, 3, 21, 21, 16, 16, reference, DType::kFloat64);
   add("one query", 3, 4, 4, 1, 40, 32, 32, plain);
+  SdpaOptions decode_gqa;
+  decode_gqa.enable_gqa = true;
+  decode_gqa.causal = CausalMask::kBottomRight;
+  add("one query, GQA", 2, 6, 2, 1, 300, 64, 64, decode_gqa);
   return cases;
 }
 

@@ -38,11 +38,16 @@ const kernels::SdpaProblem& stack_gqa_queries(const kernels::SdpaProblem& p, int
     return p;
   if (p.mask.base != nullptr && !single_query) return p;
   const int64_t problems = p.problems / group;
-  // Rows of consecutive heads must follow each other evenly in memory.
+  // Rows of consecutive heads must follow each other evenly in memory. With
+  // one query per head any even spacing will do, as in the heads of a
+  // [B, 1, H, E] view, which Hugging Face passes: it becomes the stacked
+  // rows' stride.
+  const int64_t q_step = single_query ? p.q.offsets[1] - p.q.offsets[0] : p.L * p.q.row_stride;
+  if (q_step <= 0) return p;
   for (int64_t n = 0; n < problems; ++n)
     for (int64_t r = 1; r < group; ++r) {
       const int64_t b = n * group + r;
-      if (p.q.offsets[b] - p.q.offsets[b - 1] != p.L * p.q.row_stride) return p;
+      if (p.q.offsets[b] - p.q.offsets[b - 1] != q_step) return p;
       if (p.mask.base != nullptr && p.mask.offsets[b] != p.mask.offsets[b - 1]) return p;
     }
   kernels::SdpaProblem& stacked = storage;
@@ -50,6 +55,7 @@ const kernels::SdpaProblem& stack_gqa_queries(const kernels::SdpaProblem& p, int
   stacked.problems = problems;
   stacked.L = p.L * group;
   stacked.causal = CausalMask::kNone;
+  if (single_query) stacked.q.row_stride = q_step;
   auto every_group = [&](std::vector<int64_t>& offsets) {
     for (int64_t n = 0; n < problems; ++n) offsets[n] = offsets[n * group];
     offsets.resize(static_cast<size_t>(problems));
