@@ -39,6 +39,7 @@
 #include "bounded_errors.h"
 #include "kernel_tables.h"
 #include "qkv/attention.h"
+#include "qkv/masks.h"
 #include "test_util.h"
 
 using namespace qkv;
@@ -93,6 +94,8 @@ class Bf16AttentionBackward : public qkv_test::ActiveKernelTableTest {
     ref_options.backend = SdpaBackend::kReference;
     ref_options.precision = Precision::kFloat32;
     ref_options.need_weights = true;
+    if (ref_options.attn_mask.defined() && ref_options.attn_mask.dtype() != DType::kBool)
+      ref_options.attn_mask = ref_options.attn_mask.to(DType::kFloat64);
     const SdpaResult ref = scaled_dot_product_attention(q64, k64, v64, ref_options);
     const SdpaGradients want =
         scaled_dot_product_attention_backward(go64, q64, k64, v64, ref, ref_options);
@@ -236,6 +239,12 @@ TEST_P(Bf16AttentionBackward, LongerMaskedAndScaled) {
   SdpaOptions masked{.attn_mask = keep, .enable_gqa = true};
   masked.scale = 0.29;
   check_both(q, k, v, go, masked, "bool mask, scale 0.29");
+  // The same as an additive mask that needs no gradient: bfloat16 products too.
+  SdpaOptions additive = masked;
+  additive.attn_mask = keep_mask_to_additive(keep);
+  additive.attn_mask_requires_grad = false;
+  check(q, k, v, go, additive, "additive mask, no gradient [float32, precision bf16]",
+        &float32_stats_);
 }
 
 // Operands that are views: Q and dO rows strided ([B, L, H, E] memory read

@@ -140,8 +140,9 @@ struct SdpaOptions {
   // bfloat16 inputs always take bfloat16 products. The reference backend
   // and float64 inputs ignore it. The backward follows it (q, k, v, dO, P
   // and dS rounded to bfloat16 for its five products, float32 sums and
-  // gradients) except with dropout, a float mask or at most four queries,
-  // which keep float32 products.
+  // gradients) except with dropout, a float mask whose gradient is wanted
+  // (attn_mask_requires_grad) or at most four queries, which keep float32
+  // products.
   Precision precision = Precision::kFloat32;
   // The output's layout, and the backward's gradients' (see SdpaLayout). The
   // values are the same (bit for bit) in either layout.
