@@ -134,20 +134,33 @@ using Q5_1Layout = NibbleLayout<24, 8, 4, true, 0>;     // d, m, qh
   return _mm512_dpwssd_epi32(s, wc[3], _mm512_loadu_si512(xr + 96));
 }
 
-// Group g of 4 blocks (wc: its weights as x is stored, 128-bit lane i =
-// block i; dm: the blocks' d0 m0 .. d3 m3) of one channel, for the formats
-// of the form w = d·q + m, meeting R rows of x from row r0: added into each
-// row's acc and acc_min.
+// One channel's sums for R rows of x, for the formats of the form
+// w = d·q + m: the products (acc) and the mins (acc_min) apart, added
+// together once the channel is done.
 template <int R>
-[[gnu::always_inline]] inline void add_min_form_group(const RoundedX& xq, int64_t r0, int64_t g,
-                                                      const __m512i wc[4], __m256 dm, __m512* acc,
-                                                      __m256* acc_min) {
-#pragma GCC unroll 8
-  for (int r = 0; r < R; ++r) {
-    const __m512i s = group_dot(wc, xq.q + (r0 + r) * xq.k + 128 * g);
-    quant::q4_1_accumulate4(s, dm, xq.s + (r0 + r) * 2 * xq.nb + 8 * g, &acc[r], &acc_min[r]);
+struct MinFormSums {
+  __m512 acc[R];
+  __m256 acc_min[R];
+
+  MinFormSums() {
+    for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps(), acc_min[r] = _mm256_setzero_ps();
   }
-}
+  // Group g of 4 blocks (wc: its weights as x is stored, 128-bit lane i =
+  // block i; dm: the blocks' d0 m0 .. d3 m3) meeting the rows of x from r0.
+  [[gnu::always_inline]] void add_group(const RoundedX& xq, int64_t r0, int64_t g,
+                                        const __m512i wc[4], __m256 dm) {
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const __m512i s = group_dot(wc, xq.q + (r0 + r) * xq.k + 128 * g);
+      quant::q4_1_accumulate4(s, dm, xq.s + (r0 + r) * 2 * xq.nb + 8 * g, &acc[r], &acc_min[r]);
+    }
+  }
+  // Into column c of sums.
+  void put(quant::ChannelSums<R>& sums, int64_t c) const {
+    for (int r = 0; r < R; ++r)
+      sums.put(r, c, _mm512_add_ps(acc[r], _mm512_zextps256_ps512(acc_min[r])));
+  }
+};
 
 // y[r, j] for R rows of x from row r0 and channels [j0, j1) (at most 16), of
 // a nibble format (F: a NibbleLayout).
@@ -158,9 +171,7 @@ void nibble_rows(const RoundedX& xq, int64_t r0, const QuantMatrix& w, const flo
   quant::ChannelSums<R> sums;
   for (int64_t j = j0; j < j1; ++j) {
     quant::prefetch_ahead(w, j);
-    __m512 acc[R];
-    __m256 acc_min[R];
-    for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps(), acc_min[r] = _mm256_setzero_ps();
+    MinFormSums<R> channel;
     for_each_group<F::kBytes>(
         w.data + j * w.row_bytes, w.k / 32, [&](int64_t g, const uint8_t* b, int64_t count) {
           const __m512i v = quant::nibbles4<F::kBytes, F::kQs>(b, count);
@@ -169,10 +180,9 @@ void nibble_rows(const RoundedX& xq, int64_t r0, const QuantMatrix& w, const flo
           __m512i wc[4] = {_mm512_and_si512(bytes0, nibble), _mm512_and_si512(bytes1, nibble),
                            _mm512_srli_epi16(bytes0, 4), _mm512_srli_epi16(bytes1, 4)};
           if constexpr (F::kHighBits) F::add_high_bits4(b, count, wc);
-          add_min_form_group<R>(xq, r0, g, wc, F::scales4(b, count), acc, acc_min);
+          channel.add_group(xq, r0, g, wc, F::scales4(b, count));
         });
-    for (int r = 0; r < R; ++r)
-      sums.put(r, j - j0, _mm512_add_ps(acc[r], _mm512_zextps256_ps512(acc_min[r])));
+    channel.put(sums, j - j0);
   }
   sums.store(j0, j1 - j0, bias, y, ldy, r0);
 }
@@ -288,9 +298,7 @@ void k_nibble_rows(const RoundedX& xq, int64_t r0, const QuantMatrix& w, const f
   quant::ChannelSums<R> sums;
   for (int64_t j = j0; j < j1; ++j) {
     quant::prefetch_ahead(w, j);
-    __m512 acc[R];
-    __m256 acc_min[R];
-    for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps(), acc_min[r] = _mm256_setzero_ps();
+    MinFormSums<R> channel;
     const uint8_t* row = w.data + j * w.row_bytes;
     for (int64_t sb = 0; sb < supers; ++sb) {
       const uint8_t* b = row + F::kBytes * sb;
@@ -310,11 +318,10 @@ void k_nibble_rows(const RoundedX& xq, int64_t r0, const QuantMatrix& w, const f
         chunk_words(low, high, pick01, pick23, wc);
         const __m128 d4 = _mm_load_ps(d + 4 * h), m4 = _mm_load_ps(m + 4 * h);
         const __m256 dm = _mm256_set_m128(_mm_unpackhi_ps(d4, m4), _mm_unpacklo_ps(d4, m4));
-        add_min_form_group<R>(xq, r0, 2 * sb + h, wc, dm, acc, acc_min);
+        channel.add_group(xq, r0, 2 * sb + h, wc, dm);
       }
     }
-    for (int r = 0; r < R; ++r)
-      sums.put(r, j - j0, _mm512_add_ps(acc[r], _mm512_zextps256_ps512(acc_min[r])));
+    channel.put(sums, j - j0);
   }
   sums.store(j0, j1 - j0, bias, y, ldy, r0);
 }
