@@ -12,7 +12,8 @@ Rows (issue 42's grid):
       a quarter of the sequences padded to half length; the step is forward,
       MSE of the mean-pooled output, backward, zero_grad.
   SmolLM2 prefill of 512 and 4,096 tokens, greedy generation of 128 tokens
-      after 4,096: LlamaForCausalLM from models/SmolLM2-135M-Instruct.Q4_1.gguf
+      after 4,096 and of 32 after 256 (where each step's attention is small
+      and the cost of a call shows): LlamaForCausalLM from models/SmolLM2-135M-Instruct.Q4_1.gguf
       (dequantized by transformers; random weights of SmolLM2-135M's shape
       when absent or with --random).
   Gemma 3 prefill at 4,096 tokens: Gemma3ForCausalLM of gemma-3-270m's shape
@@ -106,7 +107,7 @@ def minilm_rows(model, shapes):
     return rows
 
 
-def causal_lm_rows(name, model, prefills, generation):
+def causal_lm_rows(name, model, prefills, generations):
     rows = []
     high = min(model.config.vocab_size, 30000)  # token ids drawn from [high / 2, high)
     for tokens in prefills:
@@ -117,11 +118,10 @@ def causal_lm_rows(name, model, prefills, generation):
                 model(input_ids=ids, use_cache=False, logits_to_keep=1)
 
         rows.append((f"{name} prefill {tokens}", model, prefill, "eval"))
-    if generation:
-        prompt, new = generation
+    for prompt, new in generations:
         ids = torch.randint(high // 2, high, (1, prompt), generator=torch.Generator().manual_seed(2))
 
-        def generate(ids=ids):
+        def generate(ids=ids, new=new):
             with torch.no_grad():
                 model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new,
                                min_new_tokens=new, do_sample=False, pad_token_id=0)
@@ -189,16 +189,16 @@ def main():
     torch.manual_seed(0)
 
     if a.quick:
-        reps, bert_shapes, prefills, generation, gemma_prefill = 1, [(4, 32)], [64], (64, 4), 128
+        reps, bert_shapes, prefills, generations, gemma_prefill = 1, [(4, 32)], [64], [(64, 4)], 128
     else:
         reps, bert_shapes = a.reps, [(32, 128), (8, 512)]
-        prefills, generation, gemma_prefill = [512, 4096], (4096, 128), 4096
+        prefills, generations, gemma_prefill = [512, 4096], [(4096, 128), (256, 32)], 4096
 
     builders = [
         ("MiniLM", lambda: minilm_rows(minilm(a.quick), bert_shapes)),
         ("SmolLM2", lambda: causal_lm_rows("SmolLM2", smollm2(a.random, a.quick), prefills,
-                                           generation)),
-        ("Gemma 3", lambda: causal_lm_rows("Gemma 3", gemma3(a.quick), [gemma_prefill], None)),
+                                           generations)),
+        ("Gemma 3", lambda: causal_lm_rows("Gemma 3", gemma3(a.quick), [gemma_prefill], [])),
     ]
     print(f"transformers {transformers.__version__}, torch {torch.__version__}, "
           f"{a.threads} threads, median of {reps}{' (--quick: toy sizes)' if a.quick else ''}")

@@ -9,6 +9,12 @@ Importing this module registers two custom operators (torch.library):
     torch.ops.qkv.scaled_dot_product_attention            (see FORWARD_SCHEMA)
     torch.ops.qkv.scaled_dot_product_attention_backward   (see BACKWARD_SCHEMA)
 
+qkv.torch.scaled_dot_product_attention (and qkv.nn.functional's with torch
+tensors) calls the forward op, except where the op's dispatch would do
+nothing but cost time: an eager call with no input for autograd, no trace,
+mode or transform runs the op's kernel directly on numpy views of the same
+memory (the profiler sees it under the op's name).
+
 The forward's autograd formula calls the backward op, qkv's fused backward
 (FlashAttention-2 recomputation from the forward's output and per-row
 log-sum-exp: no L×S matrix is kept). Both ops have fake (meta) kernels, so
@@ -293,16 +299,77 @@ def _alibi_tensor(alibi_slopes):
     return torch.as_tensor(alibi_slopes, dtype=torch.float64)
 
 
+# The dtypes a direct call takes for each tensor argument of _call_op (query,
+# key, value, attn_mask, alibi_slopes, dropout_seed, dropout_mask): numpy views
+# of them are what _core accepts. Others go through the op, whose errors name
+# torch's dtypes.
+_FLOATS = frozenset((torch.float32, torch.float64))
+_DIRECT_DTYPES = (_FLOATS, _FLOATS, _FLOATS, _FLOATS | {torch.bool}, _FLOATS,
+                  frozenset((torch.int64,)), frozenset((torch.bool,)))
+
+
+def _arrays_for_direct_call(*tensors):
+    """numpy views of the op's tensor arguments (None stays None) when an eager
+    call may run the forward's kernel without torch's dispatcher, else None.
+
+    That is when the call has nothing for the dispatcher to do: no input that
+    autograd would differentiate, no torch.compile trace, torch
+    function/dispatch mode, functorch transform or autocast, and every tensor a
+    plain CPU torch.Tensor (no subclass, such as a FakeTensor). The torch
+    profiler sees such a call as a record_function of the op's name. Through the
+    dispatcher a one-query decoding step costs several times the kernel;
+    _core reads numpy arrays faster than torch tensors. The result is the
+    op's, to the bit (the same kernel on the same memory).
+    """
+    if torch.compiler.is_compiling() or \
+            torch._C._len_torch_function_stack() or torch._C._len_torch_dispatch_stack() or \
+            torch._C._are_functorch_transforms_active() or torch._C._is_any_autocast_enabled():
+        return None
+    grad_enabled = torch.is_grad_enabled()
+    arrays = []
+    try:
+        for t, dtypes in zip(tensors, _DIRECT_DTYPES):
+            if t is None:
+                arrays.append(None)
+            elif type(t) is not torch.Tensor or not t.is_cpu or t.dtype not in dtypes:
+                return None
+            elif not t.requires_grad:
+                arrays.append(t.numpy())  # raises for a tensor with its negative bit set
+            elif grad_enabled:
+                return None
+            else:
+                arrays.append(t.detach().numpy())
+    except RuntimeError:
+        return None
+    return arrays
+
+
 def _call_op(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, causal,
              window_left, window_right, alibi_slopes, softcap, dropout_seed, dropout_mask=None,
              return_dropout_mask=False, backend="auto", precision="float32"):
     """torch.ops.qkv.scaled_dot_product_attention from the Python-level arguments;
     -> (output, keep mask tensor)."""
     causal, attn_mask = _causal_name(is_causal, causal, attn_mask, query, key)
+    alibi_slopes = _alibi_tensor(alibi_slopes)
+    arrays = _arrays_for_direct_call(query, key, value, attn_mask, alibi_slopes, dropout_seed,
+                                     dropout_mask)
+    if arrays is not None:
+        q, k, v, mask, slopes, seed, keep_mask = arrays
+        args = _core_args(q, k, v, mask, float(dropout_p), causal, scale, bool(enable_gqa),
+                          window_left, window_right, slopes, softcap, seed, keep_mask,
+                          bool(return_dropout_mask), backend, precision)
+        if torch._C._autograd._profiler_enabled():
+            with torch.autograd.profiler.record_function("qkv::" + _NAME):
+                output, _, keep, kernel = _core.scaled_dot_product_attention_op(
+                    args, _NAME, _LAYOUT)
+        else:
+            output, _, keep, kernel = _core.scaled_dot_product_attention_op(args, _NAME, _LAYOUT)
+        _functional._last_call.kernel = kernel
+        return torch.from_numpy(output), _as_torch(keep, torch.bool)
     output, _, keep = torch.ops.qkv.scaled_dot_product_attention(
         query, key, value, attn_mask, float(dropout_p), causal, scale, bool(enable_gqa),
-        window_left, window_right, _alibi_tensor(alibi_slopes), softcap, dropout_seed,
-        dropout_mask, bool(return_dropout_mask), backend, precision)
+        window_left, window_right, alibi_slopes, softcap, dropout_seed, dropout_mask,
+        bool(return_dropout_mask), backend, precision)
     return output, keep
 
 

@@ -338,6 +338,53 @@ def test_requires_grad_is_honoured_by_qkv_nn_functional():
         QF.linear(q, torch.randn(3, 8))
 
 
+class _OpRecorder(torch.utils._python_dispatch.TorchDispatchMode):
+    """Records the ops that reach torch's dispatcher."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("case", sorted(GRADCHECK_CASES))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_inference_without_the_dispatcher_equals_the_op(case, dtype, monkeypatch):
+    """An eager call with nothing to differentiate runs the op's kernel
+    directly (qkv.torch._arrays_for_direct_call): the same values to the bit,
+    laid out as the op lays them out; a dispatch mode still sees the op."""
+    kwargs, make = GRADCHECK_CASES[case]
+    q, k, v = qkv_inputs(dtype=dtype, requires_grad=False, **kwargs)
+    q = q.transpose(1, 2).contiguous().transpose(1, 2)  # Hugging Face's [B, L, H, E] heads
+    extra = make(q, k)
+    recorder = _OpRecorder()
+    with recorder:
+        through_op = sdpa(q, k, v, **extra)
+    assert "qkv.scaled_dot_product_attention.default" in recorder.ops
+    calls = []
+    real_op = torch.ops.qkv.scaled_dot_product_attention
+    monkeypatch.setattr(torch.ops.qkv, "scaled_dot_product_attention",
+                        lambda *a, **kw: calls.append(1) or real_op(*a, **kw))
+    direct = sdpa(q, k, v, **extra)
+    assert calls == [], "an inference call went through the dispatcher"
+    assert direct.stride() == through_op.stride() and direct.dtype == dtype
+    assert torch.equal(direct, through_op)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        sdpa(q, k, v, **extra)
+    assert calls == [] and "qkv::scaled_dot_product_attention" in {e.name for e in prof.events()}
+    # Anything autograd must see goes through the op.
+    q.requires_grad_()
+    assert sdpa(q, k, v, **extra).grad_fn is not None and calls == [1]
+    with torch.no_grad():
+        assert torch.equal(sdpa(q, k, v, **extra), through_op) and calls == [1]
+    # bfloat16 (no numpy view) goes through the op.
+    sdpa(*(t.detach().bfloat16() for t in (q, k, v)), **extra)
+    assert calls == [1, 1]
+
+
 def test_causal_bias_through_the_op_equals_torch():
     q, k, v = qkv_inputs(dtype=torch.float32, L=5, S=37, E=8, seed=14)
     for bias in (causal_lower_right(5, 37), causal_upper_left(5, 37)):
