@@ -39,6 +39,22 @@ inline bool use_few_query_path(const SdpaProblem& p, int64_t rows) {
          p.v.col_stride == 1 && p.dtype == DType::kFloat32;
 }
 
+// How many key (value) rows ahead each key (value) row of the loops below is
+// prefetched. The K and V rows of a decoding step are cold: since this layer
+// last ran, the rest of the model's weights streamed through the caches, and
+// one row at a time leaves the loads waiting on memory (docs/benchmarks.md).
+constexpr int64_t kRowsAhead = 8;
+
+// Prefetches the n floats from `row` (each of their cache lines).
+inline void prefetch_floats(const float* row, int64_t n) {
+  for (int64_t e = 0; e < n; e += 16) __builtin_prefetch(row + e, 0, 3);
+}
+
+// Prefetches n floats of each of the first min(kRowsAhead, rows) rows.
+inline void prefetch_first_rows(const float* first, int64_t step, int64_t rows, int64_t n) {
+  for (int64_t j = 0; j < std::min(kRowsAhead, rows); ++j) prefetch_floats(first + j * step, n);
+}
+
 // Σₑ a[e]·b[e] over n floats.
 template <class Isa>
 float dot(const float* a, const float* b, int64_t n) {
@@ -60,11 +76,13 @@ void add_weighted_values_block(const float* p, int64_t ld, const float* v, int64
                                int64_t keys, float* out, int64_t out_step, int64_t e0) {
   using V = typename Isa::V;
   constexpr int kL = Isa::kLanes;
+  prefetch_first_rows(v + e0, v_step, keys, kVecs * kL);
   V acc[kRows][kVecs];
   for (int r = 0; r < kRows; ++r)
     for (int c = 0; c < kVecs; ++c) acc[r][c] = Isa::load(out + r * out_step + e0 + c * kL);
   for (int64_t j = 0; j < keys; ++j) {
     const float* vj = v + j * v_step + e0;
+    if (j + kRowsAhead < keys) prefetch_floats(vj + kRowsAhead * v_step, kVecs * kL);
     V x[kVecs];
     for (int c = 0; c < kVecs; ++c) x[c] = Isa::load(vj + c * kL);
     for (int r = 0; r < kRows; ++r) {
@@ -136,8 +154,10 @@ template <class Isa>
 void few_query_scores(const SdpaProblem& p, int64_t b, int64_t q_begin, int64_t rows, int64_t j0,
                       int64_t keys, const float* q_scaled, float* s, int64_t ld) {
   const float* k = static_cast<const float*>(p.k.base) + p.k.offsets[b];
+  prefetch_first_rows(k + j0 * p.k.row_stride, p.k.row_stride, keys, p.E);
   for (int64_t j = 0; j < keys; ++j) {
     const float* kj = k + (j0 + j) * p.k.row_stride;
+    if (j + kRowsAhead < keys) prefetch_floats(kj + kRowsAhead * p.k.row_stride, p.E);
     for (int64_t r = 0; r < rows; ++r) s[r * ld + j] = dot<Isa>(q_scaled + r * p.E, kj, p.E);
   }
   if (p.softcap > 0.0 || p.mask.base != nullptr || p.alibi_slopes != nullptr ||
