@@ -13,9 +13,9 @@ Rows (issue 42's grid):
       MSE of the mean-pooled output, backward, zero_grad.
   SmolLM2 prefill of 512 and 4,096 tokens, greedy generation of 128 tokens
       after 4,096 and of 32 after 256 (where each step's attention is small
-      and the cost of a call shows): LlamaForCausalLM from models/SmolLM2-135M-Instruct.Q4_1.gguf
-      (dequantized by transformers; random weights of SmolLM2-135M's shape
-      when absent or with --random).
+      and the cost of a call shows): LlamaForCausalLM from
+      models/SmolLM2-135M-Instruct.Q4_1.gguf (dequantized by transformers;
+      random weights of SmolLM2-135M's shape when absent or with --random).
   Gemma 3 prefill at 4,096 tokens: Gemma3ForCausalLM of gemma-3-270m's shape
       (18 layers, sliding window 512 on 5 of every 6 layers), random weights.
 
