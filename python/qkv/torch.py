@@ -97,19 +97,30 @@ def _as_torch(x, dtype):
     return x if isinstance(x, torch.Tensor) else torch.from_numpy(x)
 
 
+def _forward_kernel(query, key, value, attn_mask, dropout_p, causal, scale, enable_gqa,
+                    window_left, window_right, alibi_slopes, softcap, dropout_seed, dropout_mask,
+                    return_dropout_mask, backend, precision):
+    """The forward op's CPU kernel, also run directly by _call_op: the op's
+    arguments (torch tensors, or numpy views of them) -> (output, logsumexp,
+    keep mask) as torch tensors."""
+    args = _core_args(query, key, value, attn_mask, dropout_p, causal, scale, enable_gqa,
+                      window_left, window_right, alibi_slopes, softcap, dropout_seed, dropout_mask,
+                      return_dropout_mask, backend, precision)
+    output, lse, keep, kernel = _core.scaled_dot_product_attention_op(args, _NAME, _LAYOUT)
+    _functional._last_call.kernel = kernel  # for qkv.runtime.last_sdpa_kernel()
+    # (output is never None: its dtype argument is not used)
+    return _as_torch(output, None), _as_torch(lse, torch.float64), _as_torch(keep, torch.bool)
+
+
 @torch.library.custom_op("qkv::scaled_dot_product_attention", mutates_args=(),
                          device_types="cpu", schema=FORWARD_SCHEMA)
 def _forward(query, key, value, attn_mask=None, dropout_p=0.0, causal="none", scale=None,
              enable_gqa=False, window_left=None, window_right=None, alibi_slopes=None,
              softcap=None, dropout_seed=None, dropout_mask=None, return_dropout_mask=False,
              backend="auto", precision="float32"):
-    args = _core_args(query, key, value, attn_mask, dropout_p, causal, scale, enable_gqa,
-                      window_left, window_right, alibi_slopes, softcap, dropout_seed, dropout_mask,
-                      return_dropout_mask, backend, precision)
-    output, lse, keep, kernel = _core.scaled_dot_product_attention_op(args, _NAME, _LAYOUT)
-    _functional._last_call.kernel = kernel  # for qkv.runtime.last_sdpa_kernel()
-    return _as_torch(output, query.dtype), _as_torch(lse, torch.float64), _as_torch(
-        keep, torch.bool)
+    return _forward_kernel(query, key, value, attn_mask, dropout_p, causal, scale, enable_gqa,
+                           window_left, window_right, alibi_slopes, softcap, dropout_seed,
+                           dropout_mask, return_dropout_mask, backend, precision)
 
 
 @torch.library.custom_op("qkv::scaled_dot_product_attention_backward", mutates_args=(),
@@ -355,17 +366,15 @@ def _call_op(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_g
                                      dropout_mask)
     if arrays is not None:
         q, k, v, mask, slopes, seed, keep_mask = arrays
-        args = _core_args(q, k, v, mask, float(dropout_p), causal, scale, bool(enable_gqa),
-                          window_left, window_right, slopes, softcap, seed, keep_mask,
-                          bool(return_dropout_mask), backend, precision)
+        args = (q, k, v, mask, float(dropout_p), causal, scale, bool(enable_gqa), window_left,
+                window_right, slopes, softcap, seed, keep_mask, bool(return_dropout_mask),
+                backend, precision)
         if torch._C._autograd._profiler_enabled():
             with torch.autograd.profiler.record_function("qkv::" + _NAME):
-                output, _, keep, kernel = _core.scaled_dot_product_attention_op(
-                    args, _NAME, _LAYOUT)
+                output, _, keep = _forward_kernel(*args)
         else:
-            output, _, keep, kernel = _core.scaled_dot_product_attention_op(args, _NAME, _LAYOUT)
-        _functional._last_call.kernel = kernel
-        return torch.from_numpy(output), _as_torch(keep, torch.bool)
+            output, _, keep = _forward_kernel(*args)
+        return output, keep
     output, _, keep = torch.ops.qkv.scaled_dot_product_attention(
         query, key, value, attn_mask, float(dropout_p), causal, scale, bool(enable_gqa),
         window_left, window_right, alibi_slopes, softcap, dropout_seed, dropout_mask,
