@@ -8,7 +8,8 @@
 // pad the queries to a full vector and pack them into panels; here each key
 // row is read in place and dotted with each query along E (vectors across
 // the head dimension), and each value row is added into the few output rows
-// kept in registers, so K and V are read once. What limits it now is the
+// kept in registers, so K and V are read once, prefetched a few rows ahead
+// (a step's K and V are cold). With them in cache what limits it is the
 // horizontal sum of each dot product (one per key and query); summing 16 keys
 // at a time through a transpose is the next step.
 //
