@@ -82,12 +82,18 @@ TEST_F(Cli, BenchJsonLinesParseAndAgreeWithTheirSamples) {
   }
 }
 
-TEST_F(Cli, BenchDecodesAGgufModelAndWritesCsv) {
-  const fs::path model = dir_ / "tiny.gguf";
+// tiny_llama's GGUF file in dir.
+fs::path write_tiny_llama(const fs::path& dir) {
+  const fs::path model = dir / "tiny.gguf";
   const std::vector<std::byte> bytes = tiny_llama();
   std::ofstream(model, std::ios::binary)
       .write(reinterpret_cast<const char*>(bytes.data()),
              static_cast<std::streamsize>(bytes.size()));
+  return model;
+}
+
+TEST_F(Cli, BenchDecodesAGgufModelAndWritesCsv) {
+  const fs::path model = write_tiny_llama(dir_);
   const CliRun csv =
       run_qkv("bench -m '" + model.string() + "' -w decode -p 8 -n 5 -r 3 -t 1,2 -o csv");
   ASSERT_EQ(csv.exit_code, 0) << csv.output;
@@ -119,6 +125,24 @@ TEST_F(Cli, BenchDecodesAGgufModelAndWritesCsv) {
   // --kv-cache reaches the model: q8_0 blocks need a head dim of 32s, this one has 16.
   expect_failure(run_qkv("bench -m '" + model.string() + "' -w decode/tg5 -n 5 --kv-cache q8_0"),
                  {"q8_0"});
+}
+
+// -d, as llama-bench's: the cache holds that many tokens before the timed part.
+TEST_F(Cli, BenchDecodesAtADepth) {
+  const fs::path model = write_tiny_llama(dir_);
+  const std::string m = "bench -m '" + model.string() + "' -w decode -p 8 -n 5 -r 2 -t 1 ";
+  const CliRun csv = run_qkv(m + "-d 20 -o csv");
+  ASSERT_EQ(csv.exit_code, 0) << csv.output;
+  const std::vector<std::string> lines = lines_of(csv.output);
+  ASSERT_EQ(lines.size(), 3u) << csv.output;
+  EXPECT_TRUE(lines[1].starts_with("decode/pp8@d20,tok/s,1,2,")) << csv.output;
+  EXPECT_TRUE(lines[2].starts_with("decode/tg5@d20,tok/s,1,2,")) << csv.output;
+  const CliRun list = run_qkv(m + "-d 20 --list");
+  EXPECT_TRUE(contains(list.output, "after 20 tokens in the cache (untimed)")) << list.output;
+  // Past the model's context: refused by name, before any run.
+  expect_failure(run_qkv(m + "-d 60"),  // tiny_llama's context_length is 64
+                 {"needs 68 positions", "context of 64 tokens", "lower -d, -p or -n"});
+  expect_failure(run_qkv(m + "-d -1"), {"--depth"});
 }
 
 TEST_F(Cli, BenchEmbedsWithASentenceModel) {

@@ -53,6 +53,7 @@ struct BenchOptions {
   std::string embed_model;             // -e: sentence-transformers directory for embed/*
   int64_t prompt_tokens = 0;           // -p (0: 512, --quick 64)
   int64_t gen_tokens = 0;              // -n (0: 128, --quick 16)
+  int64_t depth = 0;                   // -d: tokens already in the cache of decode/*
   int64_t reps = 0;                    // 0: 5, --quick 3
   std::vector<int> threads;            // empty: as the process has them
   std::string output = "md";
@@ -143,11 +144,14 @@ struct DecodeRun {
   std::vector<int64_t> ids;                     // the prompt: random ids
 };
 
+// " @ d4096"-style suffix of llama-bench, here "@d4096" (nothing at depth 0).
+std::string at_depth(int64_t depth) { return depth > 0 ? "@d" + std::to_string(depth) : ""; }
+
 void add_decode(std::vector<Workload>& out, const std::string& model, int64_t prompt_tokens,
-                int64_t gen_tokens, const std::string& kv_cache) {
+                int64_t gen_tokens, int64_t depth, const std::string& kv_cache) {
   // Loaded by the first decode workload that runs; shared by both.
   auto loaded = std::make_shared<std::shared_ptr<models::GgufModel>>();
-  const auto load = [loaded, model, kv_cache, n = prompt_tokens + gen_tokens + 1] {
+  const auto load = [loaded, model, kv_cache, n = depth + prompt_tokens + gen_tokens + 1] {
     if (!*loaded) {
       QKV_CHECK(is_gguf_file(model), "-m '", model, "' is not a GGUF file");
       *loaded = std::make_shared<models::GgufModel>(models::load_gguf_model(
@@ -171,6 +175,11 @@ void add_decode(std::vector<Workload>& out, const std::string& model, int64_t pr
                    .prepare = [load, capacity, prompt, time_run]() -> Run {
                      DecodeRun r;
                      r.model = load();
+                     const int64_t context = r.model->model.config().max_seq_len;
+                     QKV_CHECK(capacity <= context, "a decode run needs ", capacity,
+                               " positions (-d plus -p, or -d plus -n), more than the model's "
+                               "context of ",
+                               context, " tokens; lower -d, -p or -n");
                      r.session = std::make_shared<nn::DecoderSession>(r.model->model, 1, capacity);
                      Generator gen(0);
                      r.ids.resize(prompt);
@@ -183,15 +192,22 @@ void add_decode(std::vector<Workload>& out, const std::string& model, int64_t pr
                      };
                    }});
   };
-  add("decode/pp" + std::to_string(prompt_tokens),
+  // At depth d, the first d ids fill the cache untimed (as llama-bench's -d).
+  const std::string context =
+      depth > 0 ? " after " + std::to_string(depth) + " tokens in the cache (untimed)" : "";
+  add("decode/pp" + std::to_string(prompt_tokens) + at_depth(depth),
       "GGUF model (-m): a prompt of " + std::to_string(prompt_tokens) +
-          " tokens in one pass (prefill), from an empty cache",
-      prompt_tokens, prompt_tokens, prompt_tokens,
-      [](const DecodeRun& r) { return timed([&] { r.session->prefill(r.ids); }); });
-  add("decode/tg" + std::to_string(gen_tokens),
-      "GGUF model (-m): " + std::to_string(gen_tokens) +
-          " tokens generated one by one (greedy) after a 1-token prompt",
-      gen_tokens, gen_tokens + 1, 1, [gen_tokens](const DecodeRun& r) {
+          " tokens in one pass (prefill)" + (depth > 0 ? context : ", from an empty cache"),
+      prompt_tokens, depth + prompt_tokens, depth + prompt_tokens, [depth](const DecodeRun& r) {
+        const std::span<const int64_t> ids = r.ids;
+        if (depth > 0) r.session->prefill(ids.first(depth));
+        return timed([&] { r.session->prefill(ids.subspan(depth)); });
+      });
+  const int64_t first = std::max<int64_t>(depth, 1);
+  add("decode/tg" + std::to_string(gen_tokens) + at_depth(depth),
+      "GGUF model (-m): " + std::to_string(gen_tokens) + " tokens generated one by one (greedy)" +
+          (depth > 0 ? context : " after a 1-token prompt"),
+      gen_tokens, first + gen_tokens, first, [gen_tokens](const DecodeRun& r) {
         r.session->prefill(r.ids);
         return timed([&] {
           for (int64_t i = 0; i < gen_tokens; ++i) {
@@ -267,7 +283,7 @@ void add_embed(std::vector<Workload>& out, const std::string& model_dir) {
 std::vector<Workload> all_workloads(const BenchOptions& o) {
   std::vector<Workload> all;
   add_attention(all);
-  add_decode(all, o.model, o.prompt_tokens, o.gen_tokens, o.kv_cache);
+  add_decode(all, o.model, o.prompt_tokens, o.gen_tokens, o.depth, o.kv_cache);
   add_embed(all, o.embed_model);
   return all;
 }
@@ -540,6 +556,10 @@ Command add_bench_command(CLI::App& parent) {
         app.add_option("-n,--gen-tokens", options.gen_tokens,
                        "Tokens of decode/tg (default 128, --quick 16)")
             ->check(in_range(int64_t{1}, int64_t{32768}));
+        app.add_option("-d,--depth", options.depth,
+                       "Tokens already in the cache before decode/pp and decode/tg are timed "
+                       "(llama-bench's -d; default 0)")
+            ->check(in_range(int64_t{0}, int64_t{131072}));
         app.add_option("-r,--reps", options.reps, "Timed runs per workload (default 5, --quick 3)")
             ->check(in_range(int64_t{1}, int64_t{1000}));
         app.add_option("-t,--threads", options.threads,
