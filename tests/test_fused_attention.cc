@@ -237,6 +237,62 @@ TEST_P(FusedAttention, FewQueriesEveryOption) {
   compare(q, kt.transpose(2, 3), kt.transpose(2, 3), {}, "keys strided along E");
 }
 
+// Decoding over a long cache splits each few-query problem's keys into chunks
+// (512 keys or more each) whose softmax states are merged: against the
+// float64 reference with every option that moves the keys a query sees, and
+// equal to the bit on one and two threads (the chunks depend on the problem
+// only). Without weights, which keep the one-pass kernel.
+TEST_P(FusedAttention, LongDecodingMergesChunksOfKeys) {
+  Generator gen(28);
+  for (int64_t S : {1100, 3000}) {
+    for (int64_t L : {1, 4}) {
+      for (auto [E, Ev] : {std::pair<int64_t, int64_t>{64, 64}, {17, 5}}) {
+        Tensor q = Tensor::randn({2, 2, L, E}, gen), k = Tensor::randn({2, 2, S, E}, gen);
+        Tensor v = Tensor::randn({2, 2, S, Ev}, gen);
+        const std::string at =
+            " S=" + std::to_string(S) + " L=" + std::to_string(L) + " E=" + std::to_string(E);
+        SdpaOptions window{.causal = CausalMask::kBottomRight};
+        window.window_left = 1100;  // 1101 keys: two chunks, the first starting mid-cache
+        SdpaOptions variants{.causal = CausalMask::kBottomRight};
+        variants.alibi_slopes = {0.5, 0.125};
+        variants.softcap = 3.0;
+        const std::pair<SdpaOptions, std::string> cases[] = {
+            {{.causal = CausalMask::kBottomRight}, "causal"},
+            {{.attn_mask = key_mask_for_heads(keep_mask_from_lengths({S, S / 3}, S))}, "padding"},
+            {{.attn_mask = Tensor::randn({L, S}, gen), .scale = 0.3}, "float mask"},
+            {window, "window"},
+            {variants, "alibi, softcap"},
+            {{.dropout_p = 0.25}, "dropout"}};
+        for (const auto& [options, what] : cases) {
+          SdpaOptions o = options;
+          o.backend = SdpaBackend::kFused;
+          Generator g1(5), g2(5), g3(5);
+          o.generator = &g1;
+          const int threads = qkv::num_threads();
+          qkv::set_num_threads(1);
+          const SdpaResult one = scaled_dot_product_attention(q, k, v, o);
+          qkv::set_num_threads(2);
+          o.generator = &g2;
+          const SdpaResult two = scaled_dot_product_attention(q, k, v, o);
+          qkv::set_num_threads(threads);
+          EXPECT_EQ(one.output.to_vector(), two.output.to_vector()) << what << at;
+          SdpaOptions ref = o;
+          ref.backend = SdpaBackend::kReference;
+          ref.generator = &g3;
+          if (ref.attn_mask.defined() && ref.attn_mask.dtype() != DType::kBool)
+            ref.attn_mask = ref.attn_mask.to(DType::kFloat64);
+          const SdpaResult r = scaled_dot_product_attention(
+              q.to(DType::kFloat64), k.to(DType::kFloat64), v.to(DType::kFloat64), ref);
+          EXPECT_LE(relative_error(two.output, r.output), 1e-5) << what << at;
+          const std::vector<double> a = two.logsumexp.to_vector(), b = r.logsumexp.to_vector();
+          for (size_t i = 0; i < a.size(); ++i)
+            EXPECT_NEAR(a[i], b[i], 1e-5 * (1 + std::abs(b[i]))) << what << at;
+        }
+      }
+    }
+  }
+}
+
 // bfloat16 in and out, float32 inside: against the float64 reference on the
 // same (bfloat16-rounded) values, forward and gradients, within 1e-2.
 TEST_P(FusedAttention, BFloat16InputsWithFloat32Accumulation) {

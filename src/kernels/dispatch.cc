@@ -82,6 +82,55 @@ struct ScratchBuffer {
   float* data;
 };
 
+// The calling thread's buffer for the chunk states of sdpa_forward_key_chunks,
+// kept from call to call (a warm decoding step allocates nothing).
+float* chunk_states(int64_t floats) {
+  thread_local std::unique_ptr<ScratchBuffer> buffer;
+  thread_local int64_t size = 0;
+  if (floats > size) {
+    size = floats + floats / 2;
+    buffer = std::make_unique<ScratchBuffer>(size);
+  }
+  return buffer->data;
+}
+
+// Few-query problems split into `chunks` along their keys (KeyChunkKernels):
+// the threads share the (problem, chunk) items, each into its own state, then
+// the problems, merging their chunks and writing their rows.
+void sdpa_forward_key_chunks(const SdpaProblem& p, const KeyChunkKernels& k, const FlashTiling& t,
+                             int64_t chunks) {
+  const int64_t state_floats = KeyChunkState::floats(p);
+  const int64_t items = p.problems * chunks;
+  float* states = chunk_states(items * state_floats);
+  const int64_t scratch_floats = k.scratch_floats(p, t);
+  auto forward = [&](int64_t item, float* scratch) {
+    k.forward(p, t, item / chunks, 0, p.L, item % chunks, chunks, scratch,
+              states + item * state_floats);
+  };
+  auto finish = [&](int64_t b) {
+    k.finish(p, b, 0, p.L, chunks, states + b * chunks * state_floats, state_floats);
+  };
+  const double flops = static_cast<double>(p.problems) * p.L * p.S * (p.E + p.Ev);
+  if (flops < kParallelMinFlops) {
+    float* scratch = thread_scratch(scratch_floats);
+    for (int64_t item = 0; item < items; ++item) forward(item, scratch);
+    for (int64_t b = 0; b < p.problems; ++b) finish(b);
+    return;
+  }
+  InterruptPoll poll;
+#pragma omp parallel
+  {
+    float* scratch = thread_scratch(scratch_floats);
+#pragma omp for schedule(static)
+    for (int64_t item = 0; item < items; ++item)
+      if (!poll.stop()) forward(item, scratch);
+#pragma omp for schedule(static)
+    for (int64_t b = 0; b < p.problems; ++b)
+      if (!poll.stop()) finish(b);
+  }
+  poll.throw_if_stopped("scaled_dot_product_attention");
+}
+
 }  // namespace
 
 // The query tiles of one problem: whole blocks, then the rest cut at a
@@ -117,6 +166,11 @@ void sdpa_forward_fused(const SdpaProblem& p, const KernelTable& table) {
   const FlashTiling t = choose_tiling(p, block_q);
   const QueryTiles tiles(p.L, block_q, table.query_panel);
   const int64_t q_tiles = tiles.count();
+  const int64_t chunks = table.key_chunks != nullptr ? table.key_chunks->chunks(p) : 1;
+  if (chunks > 1) {
+    sdpa_forward_key_chunks(p, *table.key_chunks, t, chunks);
+    return;
+  }
   const int64_t items = p.problems * q_tiles;
   const int64_t scratch_floats = table.forward_scratch_floats(p, t);
   const double flops = static_cast<double>(p.problems) * p.L * p.S * (p.E + p.Ev);

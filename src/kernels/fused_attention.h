@@ -34,6 +34,38 @@ struct GemvTask {
   int64_t m = 1;
 };
 
+// The softmax state of one chunk of the keys of a few-query tile (decoding:
+// KeyChunkKernels), in the driver's buffer: the unnormalised outputs
+// out [kRows, Ev], then the running max m and sum l [kRows].
+struct KeyChunkState {
+  static constexpr int64_t kRows = 4;  // the few-query path's most queries
+  float* out;
+  float* m;
+  float* l;
+  // Floats of one state, a multiple of 16 (states stay 64-byte aligned).
+  static int64_t floats(const SdpaProblem& p) { return (kRows * p.Ev + 15) / 16 * 16 + 16; }
+  KeyChunkState(const SdpaProblem& p, float* base)
+      : out(base), m(base + (kRows * p.Ev + 15) / 16 * 16), l(m + kRows) {}
+};
+
+// Few-query problems split along their keys, so that one sequence's few KV
+// heads keep every thread busy while decoding over a long cache
+// (simd/few_query_forward.h).
+struct KeyChunkKernels {
+  // Chunks per query tile of `problem`: 1 = not split (the one-pass kernel).
+  int64_t (*chunks)(const SdpaProblem& problem);
+  // Floats of per-thread scratch `forward` needs.
+  int64_t (*scratch_floats)(const SdpaProblem& problem, const FlashTiling& tiling);
+  // Chunk `chunk` of `chunks` of rows [q_begin, q_begin + rows) of problem b
+  // into `state` (KeyChunkState::floats).
+  void (*forward)(const SdpaProblem& problem, const FlashTiling& tiling, int64_t b, int64_t q_begin,
+                  int64_t rows, int64_t chunk, int64_t chunks, float* scratch, float* state);
+  // Merges the chunks' states (state_floats apart, overwriting the first)
+  // and writes the rows' outputs and log-sum-exp, as forward_tile would.
+  void (*finish)(const SdpaProblem& problem, int64_t b, int64_t q_begin, int64_t rows,
+                 int64_t chunks, float* states, int64_t state_floats);
+};
+
 struct KernelTable {
   const char* name;
   // GFLOP/s of independent FMAs on this thread for about `seconds`: the
@@ -92,6 +124,8 @@ struct KernelTable {
   // and dO of a bfloat16 problem; the gradients stay float32), so that
   // bfloat16 tensors need no float32 copies.
   bool bf16_backward_reads_bfloat16 = false;
+  // Few-query problems split along the keys, or null (never split).
+  const KeyChunkKernels* key_chunks = nullptr;
 };
 
 // The tables this CPU can run, fastest first (for tests and benchmarks).

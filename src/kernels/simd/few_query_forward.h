@@ -29,6 +29,7 @@ namespace {
 // next to the read (bench/decode_vs_torch.py, bench/attention_vs_torch.py
 // decode points).
 constexpr int64_t kFewQueries = 4;
+static_assert(kFewQueries == KeyChunkState::kRows);
 
 // Whether a tile of `rows` queries takes the few-query path: K and V rows
 // must be float32 and contiguous along the head dimension so they can be
@@ -166,6 +167,39 @@ void few_query_scores(const SdpaProblem& p, int64_t b, int64_t q_begin, int64_t 
     adjust_scores(p, b, q_begin, rows, j0, keys, s, ld, 1);
 }
 
+// The keys [key_begin, key_end) of output rows [q_begin, q_begin + rows) of
+// problem b (rows ≤ kFewQueries) into their running softmax state m, l
+// [rows] and unnormalised outputs out [rows, Ev]: q_scaled holds scale·q row
+// by row, s [rows, t.block_k] takes the scores.
+template <class Isa>
+void few_query_keys(const SdpaProblem& p, const FlashTiling& t, int64_t b, int64_t q_begin,
+                    int64_t rows, int64_t key_begin, int64_t key_end, const float* q_scaled,
+                    float* s_tile, float* m, float* l, float* out) {
+  const int64_t ld = t.block_k;  // row step of the score tile
+  const float keep_scale = p.dropout_p > 0.0 ? static_cast<float>(1.0 / (1.0 - p.dropout_p)) : 1.0f;
+  const float* v = static_cast<const float*>(p.v.base) + p.v.offsets[b];
+  for (int64_t j0 = key_begin; j0 < key_end; j0 += t.block_k) {
+    const int64_t keys = std::min<int64_t>(t.block_k, key_end - j0);
+    few_query_scores<Isa>(p, b, q_begin, rows, j0, keys, q_scaled, s_tile, ld);
+
+    for (int64_t r = 0; r < rows; ++r) {
+      float* s = s_tile + r * ld;
+      const float m_new = std::max(m[r], row_max<Isa>(s, keys));
+      // Nothing visible yet: shift by 0 so exp(−inf − 0) = 0, and keep o as is.
+      const float alpha = m[r] == kNegInfF ? 1.0f : std::exp(m[r] - m_new);
+      l[r] = alpha * l[r] + exp_shift_sum<Isa>(s, keys, m_new == kNegInfF ? 0.0f : m_new);
+      m[r] = m_new;
+      if (alpha != 1.0f) scale_row<Isa>(out + r * p.Ev, p.Ev, alpha);
+      if (p.dropout_p > 0.0)
+        for (int64_t j = 0; j < keys; ++j)
+          s[j] *= dropout_kept(p, b, q_begin + r, j0 + j) ? keep_scale : 0.0f;
+    }
+
+    add_weighted_values<Isa>(rows, s_tile, ld, v + j0 * p.v.row_stride, p.v.row_stride, keys, out,
+                             p.Ev);
+  }
+}
+
 // Output rows [q_begin, q_begin + rows) of problem b, rows ≤ kFewQueries.
 // Uses the scratch of ForwardScratch: q_t holds scale·q row by row, s_t the
 // scores [rows, block_k], out the unnormalised outputs [rows, Ev].
@@ -173,37 +207,100 @@ template <class Isa>
 void few_query_forward_tile(const SdpaProblem& p, const FlashTiling& t, int64_t b, int64_t q_begin,
                             int64_t rows, float* scratch) {
   const ForwardScratch<Isa> w(p, t, scratch);
-  const int64_t ld = t.block_k;  // row step of the score tile
-  const float keep_scale = p.dropout_p > 0.0 ? static_cast<float>(1.0 / (1.0 - p.dropout_p)) : 1.0f;
-  const float* v = static_cast<const float*>(p.v.base) + p.v.offsets[b];
   scaled_query_rows(p, b, q_begin, rows, w.q_t);
   w.start(rows, rows, p.Ev);
-
   int64_t key_begin, key_end;
   tile_key_range(p, b, q_begin, rows, &key_begin, &key_end);
-  for (int64_t j0 = key_begin; j0 < key_end; j0 += t.block_k) {
-    const int64_t keys = std::min<int64_t>(t.block_k, key_end - j0);
-    few_query_scores<Isa>(p, b, q_begin, rows, j0, keys, w.q_t, w.s_t, ld);
-
-    for (int64_t r = 0; r < rows; ++r) {
-      float* s = w.s_t + r * ld;
-      const float m_new = std::max(w.m[r], row_max<Isa>(s, keys));
-      // Nothing visible yet: shift by 0 so exp(−inf − 0) = 0, and keep o as is.
-      const float alpha = w.m[r] == kNegInfF ? 1.0f : std::exp(w.m[r] - m_new);
-      w.l[r] = alpha * w.l[r] + exp_shift_sum<Isa>(s, keys, m_new == kNegInfF ? 0.0f : m_new);
-      w.m[r] = m_new;
-      if (alpha != 1.0f) scale_row<Isa>(w.out + r * p.Ev, p.Ev, alpha);
-      if (p.dropout_p > 0.0)
-        for (int64_t j = 0; j < keys; ++j)
-          s[j] *= dropout_kept(p, b, q_begin + r, j0 + j) ? keep_scale : 0.0f;
-    }
-
-    add_weighted_values<Isa>(rows, w.s_t, ld, v + j0 * p.v.row_stride, p.v.row_stride, keys, w.out,
-                             p.Ev);
-  }
-
+  few_query_keys<Isa>(p, t, b, q_begin, rows, key_begin, key_end, w.q_t, w.s_t, w.m, w.l, w.out);
   finish_forward_rows<Isa>(p, b, q_begin, rows, w.out, w.m, w.l);
 }
+
+// Decoding over a long cache with fewer problems than threads (one sequence's
+// few KV heads) leaves threads idle: such problems are split along their
+// keys instead. Chunk c of n takes the c-th n-th of the keys the tile sees,
+// keeping its own softmax state (KeyChunkState), and the chunks are then
+// merged as the key tiles of one pass would rescale each other:
+//   m = max m_c,  l = Σ e^(m_c − m)·l_c,  o = Σ e^(m_c − m)·o_c.
+// n depends on the problem only, never on the thread count, so the result
+// is the same on any number of threads.
+
+// Keys per chunk: fewer do not repay a chunk's own setup and merge.
+constexpr int64_t kKeysPerChunk = 512;
+constexpr int64_t kMaxKeyChunks = 16;
+
+// Chunks for the problems p: more than 1 when every query tile takes the
+// few-query path (at most kFewQueries queries, float32) and the last query
+// sees at least 2 · kKeysPerChunk keys; the attention weights, when asked
+// for, keep the one-pass kernel.
+template <class Isa>
+int64_t few_query_key_chunks(const SdpaProblem& p) {
+  if (p.L > kFewQueries || !use_few_query_path(p, p.L) || p.weights != nullptr) return 1;
+  int64_t begin, end;
+  visible_keys(p, p.L - 1, &begin, &end);
+  return std::clamp<int64_t>((end - begin) / kKeysPerChunk, 1, kMaxKeyChunks);
+}
+
+// Floats of per-thread scratch of few_query_key_chunk: scale·q and the scores.
+template <class Isa>
+int64_t few_query_chunk_scratch_floats(const SdpaProblem& p, const FlashTiling& t) {
+  return round_up(kFewQueries * p.E, 16) + kFewQueries * t.block_k;
+}
+
+// Chunk `chunk` of `chunks` of the keys that rows [q_begin, q_begin + rows)
+// of problem b see, into `state` (KeyChunkState's layout).
+template <class Isa>
+void few_query_key_chunk(const SdpaProblem& p, const FlashTiling& t, int64_t b, int64_t q_begin,
+                         int64_t rows, int64_t chunk, int64_t chunks, float* scratch,
+                         float* state) {
+  const KeyChunkState s(p, state);
+  float* q_scaled = scratch;
+  float* s_tile = scratch + round_up(kFewQueries * p.E, 16);
+  scaled_query_rows(p, b, q_begin, rows, q_scaled);
+  std::fill_n(s.m, rows, kNegInfF);
+  std::fill_n(s.l, rows, 0.0f);
+  std::fill_n(s.out, rows * p.Ev, 0.0f);
+  int64_t key_begin, key_end;
+  tile_key_range(p, b, q_begin, rows, &key_begin, &key_end);
+  const int64_t keys = std::max<int64_t>(key_end - key_begin, 0);
+  few_query_keys<Isa>(p, t, b, q_begin, rows, key_begin + keys * chunk / chunks,
+                      key_begin + keys * (chunk + 1) / chunks, q_scaled, s_tile, s.m, s.l, s.out);
+}
+
+// Merges the `chunks` states from `states` (state_floats apart) into the
+// first and finishes the rows from it (finish_forward_rows).
+template <class Isa>
+void few_query_finish_chunks(const SdpaProblem& p, int64_t b, int64_t q_begin, int64_t rows,
+                             int64_t chunks, float* states, int64_t state_floats) {
+  const KeyChunkState first(p, states);
+  for (int64_t r = 0; r < rows; ++r) {
+    float m = kNegInfF;
+    for (int64_t c = 0; c < chunks; ++c)
+      m = std::max(m, KeyChunkState(p, states + c * state_floats).m[r]);
+    // The first chunk rescaled to m, then each other one added at its scale:
+    // chunks that saw no key (m_c = −inf) add nothing; a NaN m_c makes
+    // its factor NaN, so the row's output is NaN as in one pass.
+    const auto factor = [&](float m_c) { return m_c == kNegInfF ? 0.0f : std::exp(m_c - m); };
+    float* out = first.out + r * p.Ev;
+    const float f0 = factor(first.m[r]);
+    first.l[r] *= f0;
+    scale_row<Isa>(out, p.Ev, f0);
+    for (int64_t c = 1; c < chunks; ++c) {
+      const KeyChunkState s(p, states + c * state_floats);
+      const float f = factor(s.m[r]);
+      if (f == 0.0f) continue;
+      first.l[r] += f * s.l[r];
+      const float* o = s.out + r * p.Ev;
+      for (int64_t e = 0; e < p.Ev; ++e) out[e] += f * o[e];
+    }
+    first.m[r] = m;
+  }
+  finish_forward_rows<Isa>(p, b, q_begin, rows, first.out, first.m, first.l);
+}
+
+template <class Isa>
+constexpr KeyChunkKernels kKeyChunkKernels = {
+    &few_query_key_chunks<Isa>, &few_query_chunk_scratch_floats<Isa>, &few_query_key_chunk<Isa>,
+    &few_query_finish_chunks<Isa>};
 
 // The weights of those rows, rebuilt from the saved log-sum-exp with the
 // scores computed exactly as few_query_forward_tile computed them (the same

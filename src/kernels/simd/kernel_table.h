@@ -15,23 +15,25 @@ namespace qkv::kernels::simd {
 // `rows`: the same ISA's float32 row loops (row_table.h).
 template <class Isa>
 constexpr KernelTable kernel_table(const RowKernels* rows) {
-  return {Isa::kName,
-          &fma_peak_gflops<Isa>,
-          &map_into<Isa, exp<Isa>>,
-          &map_into<Isa, log<Isa>>,
-          TileShape<Isa>::kMr,
-          TileShape<Isa>::kNr,
-          ForwardShape<Isa>::kQueryPanel,
-          &forward_scratch_floats<Isa>,
-          &forward_tile<Isa>,
-          &weights_tile<Isa>,
-          &gemv_rows<Isa>,
-          kGemvMaxRows<Isa>,
-          &backward_scratch_floats<Isa>,
-          &flash_backward_tile<Isa>,
-          rows,
-          &backward_bf16_scratch_floats<Isa>,
-          &flash_backward_bf16_tile<Isa>};
+  KernelTable table = {Isa::kName,
+                       &fma_peak_gflops<Isa>,
+                       &map_into<Isa, exp<Isa>>,
+                       &map_into<Isa, log<Isa>>,
+                       TileShape<Isa>::kMr,
+                       TileShape<Isa>::kNr,
+                       ForwardShape<Isa>::kQueryPanel,
+                       &forward_scratch_floats<Isa>,
+                       &forward_tile<Isa>,
+                       &weights_tile<Isa>,
+                       &gemv_rows<Isa>,
+                       kGemvMaxRows<Isa>,
+                       &backward_scratch_floats<Isa>,
+                       &flash_backward_tile<Isa>,
+                       rows,
+                       &backward_bf16_scratch_floats<Isa>,
+                       &flash_backward_bf16_tile<Isa>};
+  table.key_chunks = &kKeyChunkKernels<Isa>;
+  return table;
 }
 
 // `base` with the forward entries of another table of the same ISA family
