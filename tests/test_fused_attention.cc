@@ -237,6 +237,20 @@ TEST_P(FusedAttention, FewQueriesEveryOption) {
   compare(q, kt.transpose(2, 3), kt.transpose(2, 3), {}, "keys strided along E");
 }
 
+// The few-query scores sum a vector of keys at a time, holding q in registers
+// where E is 1, 2, 4 or 8 vectors of the ISA (4, 8 or 16 lanes): every such
+// E, and keys that end mid-vector.
+TEST_P(FusedAttention, FewQueriesEveryHeadDimOfWholeVectors) {
+  Generator gen(29);
+  for (int64_t E : {4, 8, 16, 32, 64, 128, 256, 24})
+    for (int64_t L : {1, 3}) {
+      Tensor q = Tensor::randn({1, 2, L, E}, gen), k = Tensor::randn({1, 2, 75, E}, gen);
+      Tensor v = Tensor::randn({1, 2, 75, 8}, gen);
+      compare(q, k, v, {.causal = CausalMask::kBottomRight},
+              "E=" + std::to_string(E) + " L=" + std::to_string(L));
+    }
+}
+
 // Decoding over a long cache splits each few-query problem's keys into chunks
 // (512 keys or more each) whose softmax states are merged: against the
 // float64 reference with every option that moves the keys a query sees, and

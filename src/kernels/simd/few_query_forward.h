@@ -9,9 +9,11 @@
 // row is read in place and dotted with each query along E (vectors across
 // the head dimension), and each value row is added into the few output rows
 // kept in registers, so K and V are read once, prefetched a few rows ahead
-// (a step's K and V are cold). With them in cache what limits it is the
-// horizontal sum of each dot product (one per key and query); summing 16 keys
-// at a time through a transpose is the next step.
+// (a step's K and V are cold). The dot products of a vector of keys are
+// summed together (one reduction tree for 16 keys, not 16 horizontal sums).
+// Over a long cache, problems are split along their keys as well
+// (few_query_key_chunks), so that one sequence's few KV heads share the
+// threads evenly.
 //
 // Same mathematics as flash_forward_tile, per tile of keys j:
 //   s = q·kⱼ (soft-capped, + ALiBi + mask, −inf outside causal/window)
@@ -151,17 +153,77 @@ inline void scaled_query_rows(const SdpaProblem& p, int64_t b, int64_t q_begin, 
       q_scaled[r * p.E + e] = scale * q[(q_begin + r) * p.q.row_stride + e * p.q.col_stride];
 }
 
+// s[j, j + kL) = q·k_j … q·k_(j+kL−1) over n floats, for a vector of kL keys
+// (rows k_step apart): each key's products summed in a vector, then the kL
+// vectors reduced together (Isa::reduce_lanes), where one horizontal sum per
+// key and query cost more than the products themselves. kVecs > 0: n =
+// kVecs·kL, q held in registers; 0: any n.
+template <class Isa, int kVecs>
+void dot_vector_of_keys(const float* q, const float* k, int64_t k_step, int64_t n, float* s) {
+  constexpr int kL = Isa::kLanes;
+  using V = typename Isa::V;
+  V acc[kL];
+  if constexpr (kVecs > 0) {
+    V qv[kVecs];
+    for (int v = 0; v < kVecs; ++v) qv[v] = Isa::load(q + v * kL);
+    for (int i = 0; i < kL; ++i) {
+      const float* ki = k + i * k_step;
+      V sum = Isa::mul(qv[0], Isa::load(ki));  // a·b + 0 = a·b: no zeroing
+      for (int v = 1; v < kVecs; ++v) sum = Isa::fmadd(qv[v], Isa::load(ki + v * kL), sum);
+      acc[i] = sum;
+    }
+  } else {
+    for (int i = 0; i < kL; ++i) acc[i] = Isa::zero();
+    for (int64_t e = 0; e < n; e += kL) {
+      const int count = static_cast<int>(std::min<int64_t>(kL, n - e));
+      const V qe = Isa::load_first(q + e, count);
+      for (int i = 0; i < kL; ++i)
+        acc[i] = Isa::fmadd(qe, Isa::load_first(k + i * k_step + e, count), acc[i]);
+    }
+  }
+  Isa::store(s, Isa::reduce_lanes(acc));
+}
+
+using DotKeysKernel = void (*)(const float*, const float*, int64_t, int64_t, float*);
+
+// dot_vector_of_keys for head dim n: q in registers where n is 1, 2, 4 or 8
+// vectors.
+template <class Isa>
+DotKeysKernel dot_keys_kernel(int64_t n) {
+  constexpr int kL = Isa::kLanes;
+  switch (n % kL == 0 ? n / kL : 0) {
+    case 1:
+      return &dot_vector_of_keys<Isa, 1>;
+    case 2:
+      return &dot_vector_of_keys<Isa, 2>;
+    case 4:
+      return &dot_vector_of_keys<Isa, 4>;
+    case 8:
+      return &dot_vector_of_keys<Isa, 8>;
+    default:
+      return &dot_vector_of_keys<Isa, 0>;
+  }
+}
+
 // s[r, j] = (scale·q_r)·k_(j0+j), adjusted (masks, biases, limits); s has row step ld.
 template <class Isa>
 void few_query_scores(const SdpaProblem& p, int64_t b, int64_t q_begin, int64_t rows, int64_t j0,
                       int64_t keys, const float* q_scaled, float* s, int64_t ld) {
-  const float* k = static_cast<const float*>(p.k.base) + p.k.offsets[b];
-  prefetch_first_rows(k + j0 * p.k.row_stride, p.k.row_stride, keys, p.E);
-  for (int64_t j = 0; j < keys; ++j) {
-    const float* kj = k + (j0 + j) * p.k.row_stride;
-    if (j + kRowsAhead < keys) prefetch_floats(kj + kRowsAhead * p.k.row_stride, p.E);
-    for (int64_t r = 0; r < rows; ++r) s[r * ld + j] = dot<Isa>(q_scaled + r * p.E, kj, p.E);
+  constexpr int kL = Isa::kLanes;
+  const float* k = static_cast<const float*>(p.k.base) + p.k.offsets[b] + j0 * p.k.row_stride;
+  const int64_t step = p.k.row_stride;
+  prefetch_first_rows(k, step, keys, p.E);
+  const DotKeysKernel dot_keys = dot_keys_kernel<Isa>(p.E);
+  int64_t j = 0;
+  for (; j + kL <= keys; j += kL) {
+    for (int64_t i = j + kRowsAhead; i < std::min(j + kRowsAhead + kL, keys); ++i)
+      prefetch_floats(k + i * step, p.E);
+    for (int64_t r = 0; r < rows; ++r)
+      dot_keys(q_scaled + r * p.E, k + j * step, step, p.E, s + r * ld + j);
   }
+  for (; j < keys; ++j)
+    for (int64_t r = 0; r < rows; ++r)
+      s[r * ld + j] = dot<Isa>(q_scaled + r * p.E, k + j * step, p.E);
   if (p.softcap > 0.0 || p.mask.base != nullptr || p.alibi_slopes != nullptr ||
       !tile_fully_visible(p, q_begin, rows, j0, keys))
     adjust_scores(p, b, q_begin, rows, j0, keys, s, ld, 1);
