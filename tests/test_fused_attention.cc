@@ -305,6 +305,16 @@ TEST_P(FusedAttention, LongDecodingMergesChunksOfKeys) {
       }
     }
   }
+  // Many problems take fewer chunks (at most 256 items), 130 none at all.
+  for (int64_t H : {70, 130}) {
+    Tensor q = Tensor::randn({1, H, 1, 16}, gen), k = Tensor::randn({1, H, 1100, 16}, gen);
+    Tensor v = Tensor::randn({1, H, 1100, 16}, gen);
+    const SdpaResult got = scaled_dot_product_attention(q, k, v, {.backend = SdpaBackend::kFused});
+    const SdpaResult want =
+        scaled_dot_product_attention(q.to(DType::kFloat64), k.to(DType::kFloat64),
+                                     v.to(DType::kFloat64), {.backend = SdpaBackend::kReference});
+    EXPECT_LE(relative_error(got.output, want.output), 1e-5) << "H=" << H;
+  }
 }
 
 // bfloat16 in and out, float32 inside: against the float64 reference on the

@@ -289,17 +289,23 @@ void few_query_forward_tile(const SdpaProblem& p, const FlashTiling& t, int64_t 
 // Keys per chunk: fewer do not repay a chunk's own setup and merge.
 constexpr int64_t kKeysPerChunk = 512;
 constexpr int64_t kMaxKeyChunks = 16;
+// At most this many (problem, chunk) items: many problems keep the threads
+// busy without splits, and the chunk states stay small.
+constexpr int64_t kMaxChunkItems = 256;
 
 // Chunks for the problems p: more than 1 when every query tile takes the
-// few-query path (at most kFewQueries queries, float32) and the last query
-// sees at least 2 · kKeysPerChunk keys; the attention weights, when asked
-// for, keep the one-pass kernel.
+// few-query path (at most kFewQueries queries, float32), the last query
+// sees at least 2 · kKeysPerChunk keys and there are at most
+// kMaxChunkItems / 2 problems; the attention weights, when asked for, keep
+// the one-pass kernel.
 template <class Isa>
 int64_t few_query_key_chunks(const SdpaProblem& p) {
-  if (p.L > kFewQueries || !use_few_query_path(p, p.L) || p.weights != nullptr) return 1;
+  if (p.problems < 1 || p.L > kFewQueries || !use_few_query_path(p, p.L) || p.weights != nullptr)
+    return 1;
   int64_t begin, end;
   visible_keys(p, p.L - 1, &begin, &end);
-  return std::clamp<int64_t>((end - begin) / kKeysPerChunk, 1, kMaxKeyChunks);
+  const int64_t most = std::min(kMaxKeyChunks, kMaxChunkItems / p.problems);
+  return std::max<int64_t>(1, std::min((end - begin) / kKeysPerChunk, most));
 }
 
 // Floats of per-thread scratch of few_query_key_chunk: scale·q and the scores.
