@@ -305,6 +305,16 @@ TEST_P(FusedAttention, LongDecodingMergesChunksOfKeys) {
       }
     }
   }
+  // A NaN value in a chunk whose scores sit far below another chunk's (its
+  // factor e^(m_c − m) underflows to 0) still makes the output NaN: reported.
+  {
+    Tensor q = Tensor::ones({1, 1, 1, 16}), k = Tensor::ones({1, 1, 1100, 16});
+    Tensor v = Tensor::randn({1, 1, 1100, 16}, gen);
+    for (int64_t j = 550; j < 1100; ++j)  // the second chunk
+      for (int64_t e = 0; e < 16; ++e) k.set({0, 0, j, e}, -100.0);
+    v.set({0, 0, 700, 5}, std::nan(""));
+    EXPECT_THROW(scaled_dot_product_attention(q, k, v, {.backend = SdpaBackend::kFused}), Error);
+  }
   // Many problems take fewer chunks (at most 256 items), 130 none at all.
   for (int64_t H : {70, 130}) {
     Tensor q = Tensor::randn({1, H, 1, 16}, gen), k = Tensor::randn({1, H, 1100, 16}, gen);

@@ -345,8 +345,9 @@ void few_query_finish_chunks(const SdpaProblem& p, int64_t b, int64_t q_begin, i
     for (int64_t c = 0; c < chunks; ++c)
       m = std::max(m, KeyChunkState(p, states + c * state_floats).m[r]);
     // The first chunk rescaled to m, then each other one added at its scale:
-    // chunks that saw no key (m_c = −inf) add nothing; a NaN m_c makes
-    // its factor NaN, so the row's output is NaN as in one pass.
+    // chunks that saw no key (m_c = −inf) add nothing; every other one is
+    // added even where its factor underflows to 0, so that a NaN among its
+    // outputs (a NaN value) or m_c reaches the row's output as in one pass.
     const auto factor = [&](float m_c) { return m_c == kNegInfF ? 0.0f : std::exp(m_c - m); };
     float* out = first.out + r * p.Ev;
     const float f0 = factor(first.m[r]);
@@ -354,8 +355,8 @@ void few_query_finish_chunks(const SdpaProblem& p, int64_t b, int64_t q_begin, i
     scale_row<Isa>(out, p.Ev, f0);
     for (int64_t c = 1; c < chunks; ++c) {
       const KeyChunkState s(p, states + c * state_floats);
+      if (s.m[r] == kNegInfF) continue;
       const float f = factor(s.m[r]);
-      if (f == 0.0f) continue;
       first.l[r] += f * s.l[r];
       const float* o = s.out + r * p.Ev;
       for (int64_t e = 0; e < p.Ev; ++e) out[e] += f * o[e];
